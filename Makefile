@@ -1,0 +1,49 @@
+# tidecd — see README.md. Heavy build outputs (Go binaries and caches) live outside the clone, in
+# $(XDG_CACHE_HOME)/tidecd (default ~/.cache/tidecd), so later runs reuse them.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: all venv tools test unit e2e lint demo bench package clean
+
+all: test
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+tools:
+	bash scripts/tools.sh
+
+# Builds only what is missing (a no-op once the cache is warm).
+tools-if-missing:
+	@bash scripts/tools.sh --check 2>/dev/null || bash scripts/tools.sh
+
+lint: venv
+	$(VENV)/bin/ruff check shared functions tests bench
+	$(VENV)/bin/mypy
+
+test: venv tools-if-missing lint
+	$(VENV)/bin/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+unit: venv
+	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
+
+e2e: venv tools-if-missing
+	$(VENV)/bin/pytest -q tests/e2e $(PYTEST_ARGS)
+
+demo: venv tools-if-missing
+	$(PY) -m tidecd.demo
+
+bench: venv tools-if-missing
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) dist .tidecd .pytest_cache .mypy_cache .ruff_cache

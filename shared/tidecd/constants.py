@@ -1,0 +1,39 @@
+"""Every annotation, label and field-manager name tidecd reads or writes, in one place.
+
+The names are Argo CD's, so repositories written for Argo CD behave the same under tidecd.
+"""
+
+from typing import Final
+
+FIELD_MANAGER: Final = "tidecd"
+
+# Ownership: the label makes server-side selection cheap, the annotation proves ownership.
+LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
+ANNOTATION_TRACKING_ID: Final = "argocd.argoproj.io/tracking-id"
+
+ANNOTATION_SYNC_WAVE: Final = "argocd.argoproj.io/sync-wave"
+ANNOTATION_HOOK: Final = "argocd.argoproj.io/hook"
+ANNOTATION_HOOK_DELETE_POLICY: Final = "argocd.argoproj.io/hook-delete-policy"
+ANNOTATION_SYNC_OPTIONS: Final = "argocd.argoproj.io/sync-options"
+ANNOTATION_COMPARE_OPTIONS: Final = "argocd.argoproj.io/compare-options"
+ANNOTATION_MANIFEST_GENERATE_PATHS: Final = "argocd.argoproj.io/manifest-generate-paths"
+
+HELM_HOOK: Final = "helm.sh/hook"
+HELM_HOOK_WEIGHT: Final = "helm.sh/hook-weight"
+HELM_HOOK_DELETE_POLICY: Final = "helm.sh/hook-delete-policy"
+
+LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
+
+# Credentials kept as (sealed) Secrets, in Argo CD's format.
+LABEL_SECRET_TYPE: Final = "argocd.argoproj.io/secret-type"
+SECRET_TYPE_CLUSTER: Final = "cluster"
+SECRET_TYPE_REPOSITORY: Final = "repository"
+SECRET_TYPE_REPO_CREDS: Final = "repo-creds"
+
+SEALED_SCOPE_NAMESPACE_WIDE: Final = "sealedsecrets.bitnami.com/namespace-wide"
+SEALED_SCOPE_CLUSTER_WIDE: Final = "sealedsecrets.bitnami.com/cluster-wide"
+
+ARGO_GROUP: Final = "argoproj.io"
+ARGO_VERSION: Final = "argoproj.io/v1alpha1"
+
+HISTORY_LIMIT: Final = 10
