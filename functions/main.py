@@ -1,0 +1,76 @@
+"""Cloud Function entry points: parse the trigger, call the library, shape the answer. Nothing else.
+
+    webhook    HTTP        GitHub/GitLab push events → refresh the affected apps
+    poll       HTTP        Cloud Scheduler every three minutes → changed repos + drift sweep
+    reconcile  CloudEvent  one Pub/Sub message per app → refresh, and sync when due
+    api        HTTP        status, diff, history; sync, refresh, rollback (bearer token)
+
+Heavy modules are imported inside the functions, so a cold start pays only for what it uses.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import functions_framework
+from flask import Request, Response
+
+MAX_BODY = 25 * 1024 * 1024
+
+
+def _json(status: int, body: dict[str, Any]) -> Response:
+    return Response(json.dumps(body, indent=1), status=status, mimetype="application/json")
+
+
+def _runtime() -> Any:
+    from tidecd.runtime import Runtime
+
+    return Runtime.from_env()
+
+
+@functions_framework.http
+def webhook(request: Request) -> Response:
+    from tidecd import dispatch
+    from tidecd import webhook as hooks
+
+    if (request.content_length or 0) > MAX_BODY:
+        return _json(413, {"error": "too_large", "message": "payload over 25 MB"})
+    body = request.get_data(cache=False)
+    runtime = _runtime()
+    answer = hooks.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime, background=True))
+    return _json(answer.status, answer.body)
+
+
+@functions_framework.http
+def poll(request: Request) -> Response:
+    from dataclasses import asdict
+
+    from tidecd import dispatch
+    from tidecd import poll as poller
+
+    runtime = _runtime()
+    summary = poller.poll(runtime, dispatch.dispatcher_for(runtime))
+    return _json(200, asdict(summary))
+
+
+@functions_framework.cloud_event
+def reconcile(cloud_event: Any) -> None:
+    from tidecd import dispatch
+    from tidecd.errors import PermanentError
+    from tidecd.reconcile import reconcile as run
+
+    refresh = dispatch.decode_refresh(cloud_event.data)
+    try:
+        run(_runtime(), refresh.app, reason=refresh.reason)
+    except PermanentError:
+        return  # recorded in the app's status; retrying cannot help, so acknowledge the message
+
+
+@functions_framework.http
+def api(request: Request) -> Response:
+    from tidecd import api as use_case
+
+    answer = use_case.handle(request.method, request.path, dict(request.headers), request.get_data(),
+                             _runtime(), query=dict(request.args))
+    return _json(answer.status, answer.body)

@@ -1,0 +1,178 @@
+"""The api use case: status, diffs and history of apps; sync, refresh and rollback on request.
+
+HTTP-shaped but framework-free (the function entry point adapts Flask's request). Every call needs the
+bearer token; with no token configured every call is refused. Errors are `{"error": ..., "message": ...}`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidecd import state as app_state
+from tidecd.errors import NotFound, PermanentError, TidecdError
+from tidecd.model import ResourceKey
+from tidecd.reconcile import SyncRequest, reconcile
+from tidecd.runtime import Runtime
+
+PREFIX = "/api/v1"
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: dict[str, Any] = field(default_factory=dict)
+
+
+def error(status: int, code: str, message: str) -> Response:
+    return Response(status, {"error": code, "message": message})
+
+
+def authorized(headers: Mapping[str, str], token: str) -> bool:
+    """Constant-time bearer token check; no configured token means nobody is authorized."""
+    if not token:
+        return False
+    given = headers.get("Authorization") or headers.get("authorization") or ""
+    scheme, _, value = given.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+Handler = Callable[[Runtime, str, dict[str, Any], Mapping[str, str]], Response]
+_ROUTES: list[tuple[str, re.Pattern[str], Handler]] = []
+
+
+def route(method: str, pattern: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        _ROUTES.append((method, re.compile(f"^{PREFIX}{pattern}$"), fn))
+        return fn
+    return register
+
+
+def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, runtime: Runtime,
+           query: Mapping[str, str] | None = None) -> Response:
+    if not authorized(headers, runtime.settings.api_token):
+        return error(401, "unauthorized", "a valid bearer token is required (Authorization: Bearer ...)")
+    try:
+        payload = json.loads(body) if body.strip() else {}
+    except ValueError:
+        return error(400, "bad_request", "the request body is not valid JSON")
+    if not isinstance(payload, dict):
+        return error(400, "bad_request", "the request body must be a JSON object")
+    path = path.rstrip("/") or "/"
+    for route_method, pattern, fn in _ROUTES:
+        match = pattern.match(path)
+        if match and route_method == method:
+            try:
+                return fn(runtime, match.groupdict().get("name", ""), payload, query or {})
+            except NotFound as exc:
+                return error(404, "not_found", str(exc))
+            except PermanentError as exc:
+                return error(400, "bad_request", str(exc))
+            except TidecdError as exc:
+                return error(503, "unavailable", str(exc))
+        if match:
+            return error(405, "method_not_allowed", f"{method} is not allowed on {path}")
+    return error(404, "not_found", f"no such endpoint: {path}")
+
+
+def _state(runtime: Runtime, name: str) -> app_state.AppState:
+    runtime.app(name)  # NotFound for an app the config does not declare
+    return app_state.load(runtime.store, name)[0]
+
+
+@route("GET", "/apps")
+def list_apps(runtime: Runtime, _: str, __: dict[str, Any], ___: Mapping[str, str]) -> Response:
+    apps = []
+    for name in sorted(runtime.config().applications):
+        current = app_state.load(runtime.store, name)[0]
+        apps.append({"name": name, "sync": current.sync_status, "health": current.health,
+                     "revision": current.revision, "reconciledAt": current.reconciled_at})
+    return Response(200, {"apps": apps})
+
+
+@route("GET", "/apps/(?P<name>[^/]+)")
+def get_app(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, str]) -> Response:
+    if query.get("refresh") in ("true", "1"):
+        reconcile(runtime, name, automate=False, reason="api refresh")
+    return Response(200, _state(runtime, name).summary())
+
+
+@route("GET", "/apps/(?P<name>[^/]+)/diff")
+def get_diff(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
+    current = _state(runtime, name)
+    diffs = [{"resource": str(r.key), "status": r.status, "changed": r.changed, "diff": r.diff,
+              "requiresPruning": r.requires_pruning} for r in current.resources if r.status != "Synced"]
+    return Response(200, {"app": name, "sync": current.sync_status, "resources": diffs})
+
+
+@route("GET", "/apps/(?P<name>[^/]+)/history")
+def get_history(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
+    return Response(200, {"app": name, "history": app_state.AppState.to_json(_state(runtime, name))["history"]})
+
+
+@route("POST", "/apps/(?P<name>[^/]+)/refresh")
+def refresh(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
+    return _outcome(runtime, name, None, "api refresh")
+
+
+@route("POST", "/apps/(?P<name>[^/]+)/sync")
+def sync(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[str, str]) -> Response:
+    resources = payload.get("resources")
+    request = SyncRequest(
+        prune=bool(payload.get("prune", False)), dry_run=bool(payload.get("dryRun", False)),
+        resources=select_resources(runtime, name, resources) if resources else None,
+    )
+    return _outcome(runtime, name, request, "api sync")
+
+
+@route("POST", "/apps/(?P<name>[^/]+)/rollback")
+def rollback(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[str, str]) -> Response:
+    wanted = payload.get("id")
+    if not isinstance(wanted, int):
+        raise PermanentError("field id (an integer history id) is required")
+    entry = next((h for h in _state(runtime, name).history if h.id == wanted), None)
+    if entry is None:
+        raise NotFound(f"app {name!r} has no history entry {wanted}")
+    request = SyncRequest(prune=bool(payload.get("prune", False)), revision=entry.revision, rollback=True)
+    return _outcome(runtime, name, request, f"rollback to {wanted}")
+
+
+def _outcome(runtime: Runtime, name: str, request: SyncRequest | None, reason: str) -> Response:
+    runtime.app(name)
+    outcome = reconcile(runtime, name, request=request, reason=reason)
+    if outcome.skipped:
+        return Response(409, {"error": "conflict", "message": f"app {name!r}: {outcome.skipped}"})
+    current = outcome.state
+    body: dict[str, Any] = {"app": name, "sync": current.sync_status if current else "Unknown",
+                            "health": current.health if current else "Unknown",
+                            "changes": [e.to_dict() for e in outcome.changes.entries]}
+    if current and current.operation and outcome.synced:
+        body["operation"] = {"phase": current.operation.phase, "message": current.operation.message}
+    if current and current.conditions:
+        body["conditions"] = current.conditions
+    return Response(200, body)
+
+
+def parse_resource(text: str) -> tuple[str, str, str]:
+    """`GROUP/KIND/NAME` (GROUP may be empty: `/ConfigMap/x`) as Argo CD's --resource takes it."""
+    parts = text.split("/")
+    if len(parts) != 3 or not parts[1] or not parts[2]:
+        raise PermanentError(f"resource {text!r} must be GROUP/KIND/NAME (GROUP empty for core kinds)")
+    return parts[0], parts[1], parts[2]
+
+
+def select_resources(runtime: Runtime, name: str, texts: list[str]) -> frozenset[ResourceKey]:
+    """The app's resources named by `GROUP/KIND/NAME`; an unknown one is an error naming it."""
+    known = [r.key for r in _state(runtime, name).resources]
+    chosen = set()
+    for text in texts:
+        group, kind, res_name = parse_resource(text)
+        matches = [k for k in known if (k.group, k.kind, k.name) == (group, kind, res_name)]
+        if not matches:
+            raise NotFound(f"app {name!r} has no resource {text!r} (refresh the app first)")
+        chosen.update(matches)
+    return frozenset(chosen)

@@ -1,0 +1,3 @@
+from tidecd.cli import main
+
+main()

@@ -1,0 +1,78 @@
+"""`tidecd dev cluster up|down|status`: a local control plane, used like `kind create cluster`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import typer
+
+from tidecd.devcluster import DevCluster, default_workdir
+
+app = typer.Typer(no_args_is_help=True, help="Local development helpers.")
+cluster_app = typer.Typer(no_args_is_help=True, help="A real local control plane (etcd + kube-apiserver).")
+app.add_typer(cluster_app, name="cluster")
+
+
+@cluster_app.command("up")
+def up(
+    name: str = typer.Option("dev", help="Cluster name (one directory per name)."),
+    kwok: bool = typer.Option(False, "--kwok", help="Also run controller-manager, scheduler and kwok."),
+) -> None:
+    """Start the control plane in the background and print the KUBECONFIG to use."""
+    workdir = default_workdir(name)
+    if (workdir / "state.json").exists():
+        existing = DevCluster.load(workdir)
+        if existing.is_running():
+            typer.echo(f"export KUBECONFIG={existing.kubeconfig}")
+            return
+        existing.stop()
+    _ensure_tools(kwok)
+    cluster = DevCluster(workdir=workdir, kwok=kwok)
+    try:
+        cluster.start()
+    except Exception as exc:
+        typer.echo(f"error: control plane did not start: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"# control plane {name!r} is up at {cluster.server}; stop it with `tidecd dev cluster down`",
+               err=True)
+    typer.echo(f"export KUBECONFIG={cluster.kubeconfig}")
+
+
+@cluster_app.command("down")
+def down(name: str = typer.Option("dev", help="Cluster name.")) -> None:
+    """Stop every process of the named cluster and remove its files."""
+    workdir = default_workdir(name)
+    if not (workdir / "state.json").exists():
+        typer.echo(f"no cluster {name!r} is running")
+        return
+    DevCluster.load(workdir).stop()
+    typer.echo(f"cluster {name!r} stopped")
+
+
+@cluster_app.command("status")
+def status(name: str = typer.Option("dev", help="Cluster name.")) -> None:
+    workdir = default_workdir(name)
+    if not (workdir / "state.json").exists():
+        typer.echo(f"no cluster {name!r}")
+        raise typer.Exit(1)
+    cluster = DevCluster.load(workdir)
+    state = "running" if cluster.is_running() else "stopped (run `down` to clean up)"
+    typer.echo(f"{name}: {state}, {cluster.server}, KUBECONFIG={cluster.kubeconfig}")
+
+
+def _ensure_tools(kwok: bool) -> None:
+    from tidecd.tools import MissingTool, binary
+
+    names = ["etcd", "kube-apiserver"] + (["kube-controller-manager", "kube-scheduler", "kwok"] if kwok else [])
+    missing = []
+    for tool in names:
+        try:
+            binary(tool)
+        except MissingTool:
+            missing.append(tool)
+    if missing:
+        script = os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts", "tools.sh")
+        typer.echo(f"building {', '.join(missing)} (scripts/tools.sh)", err=True)
+        subprocess.run(["bash", script, *missing], check=True, stdout=sys.stderr)

@@ -1,0 +1,810 @@
+"""Argo CD `Application` and `AppProject` (argoproj.io/v1alpha1): the subset tidecd honours.
+
+The dataclasses below are the typed form every later stage reads. `load_config` turns a config source
+directory into them; every problem is reported at once, each line naming the file, the object
+(`Application/guestbook`) and the dotted field (`spec.source.repoURL`). Error messages never echo values
+of Secrets, YAML source lines or repository credentials.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+
+from tidecd.constants import (
+    ARGO_VERSION,
+    LABEL_SECRET_TYPE,
+    SECRET_TYPE_CLUSTER,
+    SECRET_TYPE_REPO_CREDS,
+    SECRET_TYPE_REPOSITORY,
+)
+from tidecd.errors import ConfigError
+from tidecd.paths import check_tree, inside
+
+
+@dataclass(frozen=True)
+class DirectorySpec:
+    recurse: bool = False
+    include: str = ""
+    exclude: str = ""
+
+
+@dataclass(frozen=True)
+class KustomizeSpec:
+    name_prefix: str = ""
+    name_suffix: str = ""
+    images: tuple[str, ...] = ()
+    common_labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class HelmParameter:
+    name: str
+    value: str
+    force_string: bool = False
+
+
+@dataclass(frozen=True)
+class HelmSpec:
+    release_name: str = ""
+    value_files: tuple[str, ...] = ()
+    values: str = ""  # YAML text; `valuesObject` is dumped to it
+    parameters: tuple[HelmParameter, ...] = ()
+
+
+@dataclass(frozen=True)
+class ApplicationSource:
+    repo_url: str
+    path: str = "."
+    target_revision: str = "HEAD"
+    directory: DirectorySpec | None = None
+    kustomize: KustomizeSpec | None = None
+    helm: HelmSpec | None = None
+    chart: str = ""
+
+    def spec_hash(self) -> str:
+        """Stable hash of everything that shapes the render (the manifest cache key)."""
+        from dataclasses import asdict
+
+        text = json.dumps(asdict(self), sort_keys=True, default=list)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Destination:
+    server: str = ""
+    name: str = ""
+    namespace: str = ""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Argo CD defaults: duration 5s, factor 2, maxDuration 3m."""
+
+    duration_seconds: float = 5.0
+    factor: float = 2.0
+    max_duration_seconds: float = 180.0
+
+
+@dataclass(frozen=True)
+class Retry:
+    limit: int = 0  # Argo CD: a negative limit retries forever
+    backoff: Backoff = Backoff()
+
+
+@dataclass(frozen=True)
+class SyncPolicy:
+    automated: bool = False
+    prune: bool = False
+    self_heal: bool = False
+    sync_options: tuple[str, ...] = ()
+    retry: Retry | None = None
+    allow_empty: bool = False  # automated sync may prune down to zero objects
+
+    def has_option(self, option: str) -> bool:
+        return option in self.sync_options
+
+
+@dataclass(frozen=True)
+class IgnoreDifference:
+    group: str = ""
+    kind: str = ""
+    name: str = ""
+    namespace: str = ""
+    json_pointers: tuple[str, ...] = ()
+    managed_fields_managers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Application:
+    name: str
+    project: str
+    source: ApplicationSource
+    destination: Destination
+    sync_policy: SyncPolicy = SyncPolicy()
+    ignore_differences: tuple[IgnoreDifference, ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+    origin: str = ""  # the file it was loaded from, for error messages
+
+    def annotation(self, name: str, default: str = "") -> str:
+        return dict(self.annotations).get(name, default)
+
+
+@dataclass(frozen=True)
+class ProjectDestination:
+    """One allowed (or, with a `!` prefix, denied) destination; every field is a glob."""
+
+    server: str = "*"
+    name: str = ""
+    namespace: str = "*"
+
+
+@dataclass(frozen=True)
+class GroupKind:
+    group: str  # "" is the core group; globs allowed
+    kind: str
+
+
+@dataclass(frozen=True)
+class AppProject:
+    """An AppProject, with Argo CD's semantics for absent fields (see `project.py`).
+
+    A user-written project with no `sourceRepos` or `destinations` allows none. A project with no
+    `clusterResourceWhitelist` (None) or an empty one allows no cluster-scoped kind; a project with no
+    `namespaceResourceWhitelist` (None) allows every namespaced kind, an empty one (`[]`) allows none.
+    Blacklists always beat whitelists.
+    """
+
+    name: str
+    source_repos: tuple[str, ...] = ("*",)
+    destinations: tuple[ProjectDestination, ...] = (ProjectDestination(),)
+    cluster_resource_whitelist: tuple[GroupKind, ...] | None = None
+    cluster_resource_blacklist: tuple[GroupKind, ...] = ()
+    namespace_resource_whitelist: tuple[GroupKind, ...] | None = None
+    namespace_resource_blacklist: tuple[GroupKind, ...] = ()
+    origin: str = ""
+    description: str = ""
+
+
+# Argo CD creates `default` allowing everything, cluster-scoped kinds included, unless it is redefined.
+DEFAULT_PROJECT = AppProject(
+    name="default",
+    source_repos=("*",),
+    destinations=(ProjectDestination(server="*", namespace="*"),),
+    cluster_resource_whitelist=(GroupKind("*", "*"),),
+)
+
+
+@dataclass
+class Config:
+    """Everything one config source declares."""
+
+    applications: dict[str, Application] = field(default_factory=dict)
+    projects: dict[str, AppProject] = field(default_factory=lambda: {"default": DEFAULT_PROJECT})
+    secrets: list[dict[str, Any]] = field(default_factory=list)  # (sealed) cluster/repository Secrets
+
+    def project_of(self, app: Application) -> AppProject:
+        return self.projects[app.project]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loading a directory
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+SECRET_TYPES = (SECRET_TYPE_CLUSTER, SECRET_TYPE_REPOSITORY, SECRET_TYPE_REPO_CREDS)
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")  # DNS name; also a label value (<= 63)
+
+ConfigItem = Application | AppProject | dict[str, Any]
+
+
+def load_config(directory: Path, *, display: str | None = None) -> Config:
+    """Read every `.yaml/.yml/.json` file under `directory` (recursively, sorted, dot-files skipped).
+
+    `display` replaces the directory in file names of errors (e.g. `REPO#REF:PATH`). Raises ConfigError
+    listing every problem found, one per line.
+    """
+    if not directory.is_dir():
+        raise ConfigError(f"config source {display or directory}: not a directory")
+    check_tree(directory)
+    prefix = str(directory) if display is None else display
+    if prefix and not prefix.endswith(("/", ":")):
+        prefix += "/"
+    errors: list[str] = []
+    found: list[ConfigItem] = []
+    for path in config_files(directory):
+        origin = prefix + path.relative_to(directory).as_posix()
+        for index, doc in _read_documents(path, origin, errors):
+            item = _parse_document(doc, origin, index, errors)
+            if item is not None:
+                found.append(item)
+    config = _assemble(found, errors)
+    if errors:
+        raise ConfigError(_summary(errors))
+    return config
+
+
+def config_files(directory: Path) -> list[Path]:
+    """Config files under `directory`, sorted by relative path; hidden files and directories skipped."""
+    files: list[Path] = []
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        files.extend(Path(root) / n for n in names if n.endswith(CONFIG_SUFFIXES) and not n.startswith("."))
+    return sorted(files, key=lambda p: p.relative_to(directory).as_posix())
+
+
+def _summary(errors: list[str]) -> str:
+    if len(errors) == 1:
+        return errors[0]
+    return f"{len(errors)} configuration errors:\n" + "\n".join(f"  {e}" for e in errors)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader refusing duplicate mapping keys, which YAML forbids but PyYAML silently accepts."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        self.flatten_mapping(node)
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str | int | float | bool):
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
+                                                            key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _read_documents(path: Path, origin: str, errors: list[str]) -> list[tuple[int, Any]]:
+    """The non-empty documents of one file; syntax errors name the line, never the line's text."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        errors.append(f"{origin}: not UTF-8 text")
+        return []
+    except OSError as exc:
+        errors.append(f"{origin}: cannot read: {exc.strerror}")
+        return []
+    if path.suffix == ".json":
+        try:
+            return [(1, json.loads(text))]
+        except json.JSONDecodeError as exc:
+            errors.append(f"{origin}:{exc.lineno}: JSON syntax error: {exc.msg}")
+            return []
+    try:
+        docs = list(yaml.load_all(text, Loader=_StrictLoader))  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark is not None else 0
+        errors.append(f"{origin}:{line}: YAML syntax error: {exc.problem}")
+        return []
+    except yaml.YAMLError as exc:
+        errors.append(f"{origin}: YAML error ({type(exc).__name__})")
+        return []
+    return [(i, doc) for i, doc in enumerate(docs, 1) if doc is not None]
+
+
+def _parse_document(doc: Any, origin: str, index: int, errors: list[str]) -> ConfigItem | None:
+    """Dispatch one document on (apiVersion, kind)."""
+    if not isinstance(doc, dict):
+        errors.append(f"{origin}: document {index}: expected a Kubernetes object, got {_type_name(doc)}")
+        return None
+    api, kind = doc.get("apiVersion"), doc.get("kind")
+    parser = _PARSERS.get((api, kind)) if isinstance(api, str) and isinstance(kind, str) else None
+    if parser is None:
+        errors.append(
+            f"{origin}: document {index}: unsupported object (apiVersion {api!r}, kind {kind!r}); expected "
+            f"{ARGO_VERSION} Application or AppProject, or a v1 Secret or SealedSecret labelled "
+            f"{LABEL_SECRET_TYPE}")
+        return None
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    label = f"{kind}/{name}" if isinstance(name, str) and name else f"{kind} (document {index})"
+    errs = _Errors(origin, label, errors)
+    before = len(errors)
+    item = parser(_Node(doc, "", errs))
+    return item if len(errors) == before else None
+
+
+def _assemble(found: list[ConfigItem], errors: list[str]) -> Config:
+    """Cross-object rules: unique names, and every Application's project defined."""
+    apps: dict[str, Application] = {}
+    projects: dict[str, AppProject] = {}
+    secrets: list[dict[str, Any]] = []
+    for item in found:
+        if isinstance(item, Application):
+            _add_unique(apps, "Application", item.name, item, item.origin, errors)
+        elif isinstance(item, AppProject):
+            _add_unique(projects, "AppProject", item.name, item, item.origin, errors)
+        else:
+            secrets.append(item)
+    projects.setdefault("default", DEFAULT_PROJECT)
+    for app in apps.values():
+        if app.project not in projects:
+            errors.append(f"{app.origin}: Application/{app.name}: spec.project: project {app.project!r} "
+                          "is not defined in the config source")
+    return Config(applications=apps, projects=projects, secrets=secrets)
+
+
+def _add_unique(into: dict[str, Any], kind: str, name: str, item: Any, origin: str,
+                errors: list[str]) -> None:
+    if name in into:
+        errors.append(f"{origin}: {kind}/{name}: metadata.name: duplicate name, "
+                      f"also defined in {into[name].origin}")
+    else:
+        into[name] = item
+
+
+# ---------------------------------------------------------------------------------------------------
+# Typed reading of one user object
+
+
+@dataclass
+class _Errors:
+    origin: str
+    obj: str
+    items: list[str]
+
+    def add(self, path: str, message: str) -> None:
+        where = f"{path}: " if path else ""
+        self.items.append(f"{self.origin}: {self.obj}: {where}{message}")
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """The fields one mapping may hold; `unsupported` are Argo CD fields tidecd refuses by name."""
+
+    allowed: tuple[str, ...]
+    unsupported: tuple[str, ...] = ()
+
+
+def _type_name(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+             dict: "a mapping", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+class _Node:
+    """One mapping of a user object at a dotted path: typed reads that record errors, never raise."""
+
+    def __init__(self, data: Mapping[str, Any], path: str, errs: _Errors) -> None:
+        self.data, self.path, self.errs = data, path, errs
+
+    def at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def error(self, key: str, message: str) -> None:
+        self.errs.add(self.at(key) if key else self.path, message)
+
+    def check_keys(self, keys: _Keys) -> _Node:
+        for key in self.data:
+            if not isinstance(key, str):
+                self.errs.add(self.path, f"field name {key!r} is not a string")
+            elif key in keys.unsupported:
+                self.error(key, "not supported by tidecd")
+            elif key not in keys.allowed:
+                close = difflib.get_close_matches(key, keys.allowed, n=1)
+                self.error(key, "unknown field" + (f" (did you mean {close[0]}?)" if close else ""))
+        return self
+
+    def get(self, key: str, types: tuple[type, ...], expected: str, required: bool = False) -> Any:
+        value = self.data.get(key)
+        if value is None:
+            if required:
+                self.error(key, "required field is missing")
+            return None
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            self.error(key, f"expected {expected}, got {_type_name(value)}")
+            return None
+        return value
+
+    def text(self, key: str, default: str = "", *, required: bool = False) -> str:
+        value = self.get(key, (str,), "a string", required)
+        if required and value == "":
+            self.error(key, "must not be empty")
+        return default if value is None else str(value)
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        value = self.get(key, (bool,), "a boolean (true or false)")
+        return default if value is None else bool(value)
+
+    def number(self, key: str, default: float) -> float:
+        value = self.get(key, (int, float), "a number")
+        return default if value is None else float(value)
+
+    def integer(self, key: str, default: int) -> int:
+        value = self.get(key, (int,), "an integer")
+        return default if value is None else int(value)
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        items = self.get(key, (list,), "a list of strings") or []
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                self.error(f"{key}[{i}]", f"expected a string, got {_type_name(item)}")
+        return tuple(item for item in items if isinstance(item, str))
+
+    def pairs(self, key: str) -> tuple[tuple[str, str], ...]:
+        mapping = self.get(key, (dict,), "a mapping of strings") or {}
+        for name, value in mapping.items():
+            if not isinstance(value, str):
+                self.error(f"{key}.{name}", f"expected a string, got {_type_name(value)}")
+        return tuple(sorted((str(k), v) for k, v in mapping.items() if isinstance(v, str)))
+
+    def child(self, key: str, keys: _Keys, *, required: bool = False) -> _Node | None:
+        value = self.get(key, (dict,), "a mapping", required)
+        return None if value is None else _Node(value, self.at(key), self.errs).check_keys(keys)
+
+    def children(self, key: str, keys: _Keys) -> list[_Node]:
+        nodes = []
+        for i, item in enumerate(self.get(key, (list,), "a list") or []):
+            if isinstance(item, dict):
+                nodes.append(_Node(item, self.at(f"{key}[{i}]"), self.errs).check_keys(keys))
+            else:
+                self.error(f"{key}[{i}]", f"expected a mapping, got {_type_name(item)}")
+        return nodes
+
+
+_TOP = _Keys(("apiVersion", "kind", "metadata", "spec"), ("status", "operation"))
+_METADATA = _Keys(("name", "namespace", "labels", "annotations", "finalizers"))
+_APP_SPEC = _Keys(("project", "source", "destination", "syncPolicy", "ignoreDifferences"),
+                  ("sources", "info", "revisionHistoryLimit", "sourceHydrator"))
+_SOURCE = _Keys(("repoURL", "targetRevision", "path", "chart", "directory", "kustomize", "helm"),
+                ("plugin", "ref", "name"))
+_DIRECTORY = _Keys(("recurse", "include", "exclude", "jsonnet"))
+_KUSTOMIZE = _Keys(("namePrefix", "nameSuffix", "images", "commonLabels"),
+                   ("commonAnnotations", "version", "forceCommonLabels", "namespace", "replicas", "patches",
+                    "components"))
+_HELM = _Keys(("releaseName", "valueFiles", "values", "valuesObject", "parameters"),
+              ("fileParameters", "passCredentials", "ignoreMissingValueFiles", "skipCrds", "version",
+               "namespace"))
+_HELM_PARAMETER = _Keys(("name", "value", "forceString"))
+_DESTINATION = _PROJECT_DESTINATION = _Keys(("server", "name", "namespace"))
+_SYNC_POLICY = _Keys(("automated", "syncOptions", "retry"), ("managedNamespaceMetadata",))
+_AUTOMATED = _Keys(("prune", "selfHeal", "allowEmpty", "enabled"))
+_RETRY = _Keys(("limit", "backoff"), ("refresh",))
+_BACKOFF = _Keys(("duration", "factor", "maxDuration"))
+_IGNORE = _Keys(("group", "kind", "name", "namespace", "jsonPointers", "managedFieldsManagers"),
+                ("jqPathExpressions",))
+_PROJECT_SPEC = _Keys(("description", "sourceRepos", "destinations", "clusterResourceWhitelist",
+                       "clusterResourceBlacklist", "namespaceResourceWhitelist",
+                       "namespaceResourceBlacklist"),
+                      ("roles", "syncWindows", "orphanedResources", "signatureKeys", "sourceNamespaces"))
+_GROUP_KIND = _Keys(("group", "kind"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Application
+
+
+def _metadata(top: _Node) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """Name and annotations; namespace (Argo CD's `argocd`), labels and finalizers are checked, unused."""
+    meta = top.child("metadata", _METADATA, required=True)
+    if meta is None:
+        return "", ()
+    name = meta.text("name", required=True)
+    if name and not _NAME.fullmatch(name):
+        meta.error("name", f"{name!r} is not a valid name (lowercase letters, digits, '-' and '.', "
+                           "at most 63 characters)")
+    meta.text("namespace")
+    meta.pairs("labels")
+    meta.texts("finalizers")
+    return name, meta.pairs("annotations")
+
+
+def _parse_application(top: _Node) -> Application | None:
+    name, annotations = _metadata(top.check_keys(_TOP))
+    spec = top.child("spec", _APP_SPEC, required=True)
+    if spec is None:
+        return None
+    project = spec.text("project", "default") or "default"  # Argo CD: an empty project means `default`
+    source = _source(spec.child("source", _SOURCE, required=True))
+    destination = _destination(spec.child("destination", _DESTINATION, required=True))
+    sync_policy = _sync_policy(spec.child("syncPolicy", _SYNC_POLICY))
+    ignores = tuple(_ignore_difference(n) for n in spec.children("ignoreDifferences", _IGNORE))
+    if source is None or destination is None:
+        return None
+    return Application(name=name, project=project, source=source, destination=destination,
+                       sync_policy=sync_policy, ignore_differences=ignores, annotations=annotations,
+                       origin=top.errs.origin)
+
+
+def _source(node: _Node | None) -> ApplicationSource | None:
+    if node is None:
+        return None
+    path = node.text("path", ".") or "."
+    if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts:
+        node.error("path", "must be a relative path inside the repository")
+    tools = [k for k in ("directory", "kustomize", "helm") if node.data.get(k) is not None]
+    if len(tools) > 1:
+        node.error("", f"set at most one of directory, kustomize and helm (found {', '.join(tools)})")
+    return ApplicationSource(
+        repo_url=node.text("repoURL", required=True), path=path,
+        target_revision=node.text("targetRevision", "HEAD") or "HEAD", chart=node.text("chart"),
+        directory=_directory(node.child("directory", _DIRECTORY)),
+        kustomize=_kustomize(node.child("kustomize", _KUSTOMIZE)),
+        helm=_helm(node.child("helm", _HELM)))
+
+
+def _directory(node: _Node | None) -> DirectorySpec | None:
+    if node is None:
+        return None
+    if node.data.get("jsonnet") not in (None, {}):  # `jsonnet: {}` is what Argo CD exports; harmless
+        node.error("jsonnet", "not supported by tidecd")
+    return DirectorySpec(recurse=node.flag("recurse"), include=node.text("include"),
+                         exclude=node.text("exclude"))
+
+
+def _kustomize(node: _Node | None) -> KustomizeSpec | None:
+    if node is None:
+        return None
+    return KustomizeSpec(name_prefix=node.text("namePrefix"), name_suffix=node.text("nameSuffix"),
+                         images=node.texts("images"), common_labels=node.pairs("commonLabels"))
+
+
+def _helm(node: _Node | None) -> HelmSpec | None:
+    if node is None:
+        return None
+    if isinstance(node.data.get("values"), dict):
+        node.error("values", "expected a string (YAML text); use valuesObject for a mapping")
+        values = ""
+    else:
+        values = node.text("values")
+    values_object = node.get("valuesObject", (dict,), "a mapping")
+    if values_object is not None:
+        if values:
+            node.error("valuesObject", "set only one of values and valuesObject")
+        values = yaml.safe_dump(values_object, sort_keys=False, default_flow_style=False)
+    parameters = tuple(_helm_parameter(n) for n in node.children("parameters", _HELM_PARAMETER))
+    return HelmSpec(release_name=node.text("releaseName"), value_files=node.texts("valueFiles"),
+                    values=values, parameters=parameters)
+
+
+def _helm_parameter(node: _Node) -> HelmParameter:
+    return HelmParameter(name=node.text("name", required=True), value=node.text("value"),
+                         force_string=node.flag("forceString"))
+
+
+def _destination(node: _Node | None) -> Destination | None:
+    if node is None:
+        return None
+    server, name = node.text("server"), node.text("name")
+    if bool(server) == bool(name):
+        node.error("", "set exactly one of server and name")
+    return Destination(server=server, name=name, namespace=node.text("namespace"))
+
+
+_SYNC_OPTION = re.compile(r"[A-Za-z][A-Za-z0-9]*=\S+")
+
+
+def _sync_policy(node: _Node | None) -> SyncPolicy:
+    if node is None:
+        return SyncPolicy()
+    options = node.texts("syncOptions")
+    for i, option in enumerate(options):
+        if not _SYNC_OPTION.fullmatch(option):
+            node.error(f"syncOptions[{i}]", f"{option!r} is not of the form Name=value")
+    auto = node.child("automated", _AUTOMATED)
+    retry = node.child("retry", _RETRY)
+    return SyncPolicy(
+        automated=auto is not None and auto.flag("enabled", True),  # `automated: {}` turns it on
+        prune=auto is not None and auto.flag("prune"),
+        self_heal=auto is not None and auto.flag("selfHeal"),
+        allow_empty=auto is not None and auto.flag("allowEmpty"),
+        sync_options=options,
+        retry=None if retry is None else Retry(limit=retry.integer("limit", 0),
+                                               backoff=_backoff(retry.child("backoff", _BACKOFF))))
+
+
+def _backoff(node: _Node | None) -> Backoff:
+    if node is None:
+        return Backoff()
+    factor = node.number("factor", 2.0)
+    if factor < 1:
+        node.error("factor", "must be at least 1")
+    return Backoff(duration_seconds=_duration(node, "duration", 5.0), factor=factor,
+                   max_duration_seconds=_duration(node, "maxDuration", 180.0))
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in a Go duration (`5s`, `2m`, `1h30m`, `500ms`); a bare number is seconds, as in Argo CD."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    if not text or _DURATION_PART.sub("", text):
+        return None
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
+
+
+def _duration(node: _Node, key: str, default: float) -> float:
+    value = node.get(key, (str, int), 'a duration such as "5s", "2m" or "1h"')
+    if value is None:
+        return default
+    seconds = parse_duration(str(value))
+    if seconds is None:
+        node.error(key, f'{value!r} is not a duration such as "5s", "2m" or "1h"')
+        return default
+    return seconds
+
+
+def _ignore_difference(node: _Node) -> IgnoreDifference:
+    pointers = node.texts("jsonPointers")
+    for i, pointer in enumerate(pointers):
+        if not pointer.startswith("/"):
+            node.error(f"jsonPointers[{i}]", f"{pointer!r} is not a JSON pointer (must start with '/')")
+    return IgnoreDifference(group=node.text("group"), kind=node.text("kind", required=True),
+                            name=node.text("name"), namespace=node.text("namespace"),
+                            json_pointers=pointers,
+                            managed_fields_managers=node.texts("managedFieldsManagers"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# AppProject and Secrets
+
+
+def _parse_project(top: _Node) -> AppProject | None:
+    name, _ = _metadata(top.check_keys(_TOP))
+    spec = top.child("spec", _PROJECT_SPEC) or _Node({}, "spec", top.errs)
+    return AppProject(
+        name=name, description=spec.text("description"), source_repos=spec.texts("sourceRepos"),
+        destinations=tuple(_project_destination(n) for n in spec.children("destinations",
+                                                                          _PROJECT_DESTINATION)),
+        cluster_resource_whitelist=_group_kinds(spec, "clusterResourceWhitelist"),
+        cluster_resource_blacklist=_group_kinds(spec, "clusterResourceBlacklist") or (),
+        namespace_resource_whitelist=_group_kinds(spec, "namespaceResourceWhitelist"),
+        namespace_resource_blacklist=_group_kinds(spec, "namespaceResourceBlacklist") or (),
+        origin=top.errs.origin)
+
+
+def _project_destination(node: _Node) -> ProjectDestination:
+    """Absent fields are empty, as in Argo CD: no namespace only matches apps without a namespace."""
+    server, name = node.text("server"), node.text("name")
+    if not server and not name:
+        node.error("", "set server or name (a glob; '*' allows any cluster)")
+    return ProjectDestination(server=server, name=name, namespace=node.text("namespace"))
+
+
+def _group_kinds(spec: _Node, key: str) -> tuple[GroupKind, ...] | None:
+    """None when absent (`null`), else the list; `group` may be omitted for the core group."""
+    if spec.data.get(key) is None:
+        return None
+    return tuple(GroupKind(group=n.text("group"), kind=n.text("kind", required=True))
+                 for n in spec.children(key, _GROUP_KIND))
+
+
+def _parse_secret(top: _Node) -> dict[str, Any] | None:
+    """Kept raw for unsealing elsewhere; only the name and the secret-type label are checked here.
+
+    A SealedSecret may carry the label on itself or on `spec.template.metadata` (what kubeseal writes).
+    Nothing of the data is ever read or echoed.
+    """
+    meta = top.get("metadata", (dict,), "a mapping", required=True) or {}
+    meta_node = _Node(meta, "metadata", top.errs)
+    meta_node.text("name", required=True)
+    labels = dict(meta_node.pairs("labels"))
+    spec = top.data.get("spec")
+    template = spec.get("template") if isinstance(spec, dict) and top.data["kind"] == "SealedSecret" else None
+    if isinstance(template, dict) and isinstance(template.get("metadata"), dict):
+        inner = _Node(template["metadata"], "spec.template.metadata", top.errs)
+        labels = dict(inner.pairs("labels")) | labels
+    secret_type = labels.get(LABEL_SECRET_TYPE)
+    if secret_type not in SECRET_TYPES:
+        found = "missing" if secret_type is None else f"{secret_type!r} is not allowed"
+        meta_node.error(f"labels.{LABEL_SECRET_TYPE}", f"{found}; expected one of {', '.join(SECRET_TYPES)}")
+    return dict(top.data)
+
+
+_PARSERS: dict[tuple[str, str], Callable[[_Node], ConfigItem | None]] = {
+    (ARGO_VERSION, "Application"): _parse_application,
+    (ARGO_VERSION, "AppProject"): _parse_project,
+    ("v1", "Secret"): _parse_secret,
+    ("bitnami.com/v1alpha1", "SealedSecret"): _parse_secret,
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Repository URLs and config sources
+
+_SCP = re.compile(r"(?:[^@/:]+@)?(?P<host>[^/:]+):(?P<path>(?!//).*)")
+_DEFAULT_PORTS = {"https": "443", "http": "80", "ssh": "22", "git": "9418"}
+
+
+def normalize_repo_url(url: str) -> str:
+    """One key for every spelling of a repository: `host/owner/repo`, lowercase.
+
+    https, http, `ssh://git@host/owner/repo` and `git@host:owner/repo` agree; credentials, default
+    ports, `.git` and trailing slashes are dropped. Lowercase like Argo CD's NormalizeGitURL, since
+    GitHub and GitLab paths are case-insensitive and webhooks send the canonical casing. Works on
+    sourceRepos globs too. Anything else (a local path, `*`) is returned trimmed and lowercased.
+    """
+    text = url.strip()
+    if "://" in text:
+        scheme, _, rest = text.partition("://")
+        netloc, _, path = rest.partition("/")
+        host_port = netloc.rpartition("@")[2].lower()
+        host, _, port = host_port.partition(":") if not host_port.startswith("[") else (host_port, "", "")
+        if port and port != _DEFAULT_PORTS.get(scheme.lower()):
+            host = f"{host}:{port}"
+        path = path.split("?", 1)[0].split("#", 1)[0]
+    elif match := _SCP.fullmatch(text):
+        host, path = match["host"].lower(), match["path"]
+    else:
+        return (text.rstrip("/").removesuffix(".git").rstrip("/") or text).lower()
+    path = path.strip("/").removesuffix(".git").rstrip("/")
+    return (f"{host}/{path}" if path else host).lower()
+
+
+def repo_key(url: str) -> str:
+    """A repository's name in object-store keys: readable, path-safe, and unique by a short hash."""
+    canonical = normalize_repo_url(url)
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", canonical).strip("_.")[:80]
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:10]
+    return f"{readable}-{digest}" if readable else digest
+
+
+def redact_repo_url(url: str) -> str:
+    """The URL without any `user:password@` part, for logs and error messages."""
+    if "://" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    return f"{scheme}://{netloc.rpartition('@')[2]}{slash}{path}"
+
+
+@dataclass(frozen=True)
+class ConfigSourceRef:
+    """A config source in git: `REPO_URL#REF:PATH` (REF defaults to HEAD, PATH to the repository root)."""
+
+    repo_url: str
+    ref: str = "HEAD"
+    path: str = "."
+
+    def __str__(self) -> str:
+        return f"{redact_repo_url(self.repo_url)}#{self.ref}:{'' if self.path == '.' else self.path}"
+
+
+def _is_repo_url(text: str) -> bool:
+    return "://" in text or bool(re.match(r"[^@/:]+@[^/:]+:", text))
+
+
+def parse_config_source(spec: str) -> Path | ConfigSourceRef:
+    """`TIDECD_CONFIG`: a directory, or `REPO_URL#REF:PATH` (a git URL, with `#REF:PATH` optional)."""
+    text = spec.strip()
+    if not text:
+        raise ConfigError("TIDECD_CONFIG is empty; set a directory or REPO_URL#REF:PATH")
+    url, _, rest = text.partition("#")
+    if not _is_repo_url(url):
+        return Path(text)
+    ref, _, path = rest.partition(":")
+    path = path.strip("/") or "."
+    if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts:
+        raise ConfigError(f"TIDECD_CONFIG: path {path!r} must be relative to the repository")
+    return ConfigSourceRef(repo_url=url, ref=ref or "HEAD", path=path)
+
+
+def load_config_source(spec: str, fetch: Callable[[ConfigSourceRef], Path] | None = None,
+                       ) -> Config | ConfigSourceRef:
+    """Load a directory config source; a git one is returned as a ref unless `fetch` checks it out.
+
+    `fetch(ref)` returns the checkout's root directory; `ref.path` is joined to it safely.
+    """
+    source = parse_config_source(spec)
+    if isinstance(source, Path):
+        if not source.is_dir():
+            raise ConfigError(f"TIDECD_CONFIG {spec!r}: no such directory (expected a directory or "
+                              "REPO_URL#REF:PATH)")
+        return load_config(source)
+    if fetch is None:
+        return source
+    root = fetch(source)
+    return load_config(inside(root, source.path, what="config path"), display=str(source))

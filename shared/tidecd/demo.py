@@ -1,0 +1,227 @@
+"""`make demo`: tidecd end to end on this machine, with real parts only.
+
+Starts a control plane (with kwok), a git server holding `examples/apps`, and the webhook, poll and api
+functions under functions-framework with the local store; the first poll tick deploys the three example
+apps; then a commit is pushed, a signed GitHub push webhook is sent, and the demo shows the app going
+OutOfSync → Synced and Healthy. It keeps running until Ctrl-C (or exits at once with `--exit`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tidecd.devcluster import DevCluster, free_port
+from tidecd.gitserver import GitServer
+
+ROOT = Path(__file__).resolve().parents[2]
+PLACEHOLDER_REPO = "http://git.tidecd.local/examples.git"
+FUNCTIONS = ("webhook", "poll", "api")
+
+
+def say(text: str) -> None:
+    print(f"\033[1m==> {text}\033[0m", flush=True)
+
+
+def http(method: str, url: str, body: bytes = b"", headers: dict[str, str] | None = None,
+         timeout: float = 600) -> tuple[int, Any]:
+    req = urllib.request.Request(url, data=body or None, method=method, headers=headers or {})  # noqa: S310
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback only
+            return int(resp.status), json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), json.loads(exc.read() or b"{}")
+
+
+def git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+class Demo:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.cluster = DevCluster(workdir=workdir / "cluster", kwok=True)
+        self.git_server = GitServer(workdir / "git")
+        self.secret = secrets.token_hex(16)
+        self.token = secrets.token_hex(16)
+        self.ports: dict[str, int] = {}
+
+    def start(self) -> None:
+        say("starting a local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)")
+        t0 = time.monotonic()
+        self.cluster.start()
+        print(f"    up in {time.monotonic() - t0:.1f}s; export KUBECONFIG={self.cluster.kubeconfig}")
+        say("starting a git server and pushing examples/apps into it")
+        self.git_server.start()
+        self.repo_url = self.git_server.create_repo("examples")
+        self.checkout = self.workdir / "checkout"
+        git("clone", "-q", self.repo_url, str(self.checkout), cwd=self.workdir)
+        git("config", "user.email", "demo@tidecd.local", cwd=self.checkout)
+        git("config", "user.name", "tidecd demo", cwd=self.checkout)
+        shutil.copytree(ROOT / "examples" / "apps", self.checkout / "apps")
+        git("add", "-A", cwd=self.checkout)
+        git("commit", "-qm", "examples", cwd=self.checkout)
+        git("push", "-q", "origin", "HEAD:main", cwd=self.checkout)
+        print(f"    {self.repo_url}")
+        self.config_dir = self.workdir / "config"
+        self.config_dir.mkdir()
+        for path in (ROOT / "examples" / "config").glob("*.yaml"):
+            text = path.read_text().replace(PLACEHOLDER_REPO, self.repo_url)
+            text = text.replace("http://git.tidecd.local/*", self.git_server.url + "/*")
+            (self.config_dir / path.name).write_text(text)
+        say("starting the functions under functions-framework: " + ", ".join(FUNCTIONS))
+        for target in FUNCTIONS:
+            self._function(target)
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "TIDECD_CONFIG": str(self.config_dir), "TIDECD_STORE": str(self.workdir / "store"),
+                "TIDECD_WEBHOOK_SECRET": self.secret, "TIDECD_API_TOKEN": self.token,
+                "KUBECONFIG": str(self.cluster.kubeconfig), "PYTHONPATH": str(ROOT / "shared")}
+
+    def _function(self, target: str) -> None:
+        port = free_port()
+        log = open(self.workdir / f"{target}.log", "wb")  # noqa: SIM115 - handed to the child
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "functions_framework", "--target", target, "--source",
+             str(ROOT / "functions" / "main.py"), "--host", "127.0.0.1", "--port", str(port)],
+            env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(proc)
+        self.ports[target] = port
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1).close()  # noqa: S310
+                break
+            except urllib.error.HTTPError:
+                break
+            except OSError:
+                time.sleep(0.2)
+        print(f"    {target:8} http://127.0.0.1:{port}")
+
+    def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        status, answer = http(method, f"http://127.0.0.1:{self.ports['api']}/api/v1{path}",
+                              json.dumps(body or {}).encode(), {"Authorization": f"Bearer {self.token}"})
+        if status >= 400:
+            raise RuntimeError(f"api {method} {path}: {status} {answer}")
+        return answer
+
+    def show_apps(self) -> None:
+        for app in self.api("GET", "/apps")["apps"]:
+            print(f"    {app['name']:22} {app['sync']:10} {app['health']:12} {app['revision'][:12]}")
+
+    def run(self) -> None:
+        say("first poll tick (Cloud Scheduler calls this every three minutes): deploys every app")
+        status, summary = http("POST", f"http://127.0.0.1:{self.ports['poll']}/")
+        print(f"    poll answered {status}: {summary.get('apps_refreshed')}")
+        self.show_apps()
+        say("a developer scales the guestbook frontend to 3 replicas and pushes")
+        frontend = self.checkout / "apps" / "guestbook" / "frontend.yaml"
+        frontend.write_text(frontend.read_text().replace("replicas: 1", "replicas: 3", 1))
+        before = git("rev-parse", "HEAD", cwd=self.checkout)
+        git("commit", "-qam", "guestbook: 3 frontend replicas", cwd=self.checkout)
+        git("push", "-q", "origin", "HEAD:main", cwd=self.checkout)
+        after = git("rev-parse", "HEAD", cwd=self.checkout)
+        state = self.api("GET", "/apps/guestbook?refresh=true")
+        print(f"    before the webhook: guestbook is {state['sync_status']} "
+              f"({', '.join(r['name'] + ': ' + ', '.join(r['changed']) for r in state['resources'] if r['changed'])})")
+        say("GitHub sends a signed push webhook")
+        payload = json.dumps({
+            "ref": "refs/heads/main", "before": before, "after": after, "deleted": False,
+            "repository": {"clone_url": self.repo_url, "html_url": self.repo_url, "default_branch": "main",
+                           "full_name": "demo/examples"},
+            "commits": [{"id": after, "added": [], "removed": [], "modified": ["apps/guestbook/frontend.yaml"]}],
+        }).encode()
+        signature = "sha256=" + hmac.new(self.secret.encode(), payload, hashlib.sha256).hexdigest()
+        t0 = time.monotonic()
+        status, answer = http("POST", f"http://127.0.0.1:{self.ports['webhook']}/", payload, {
+            "Content-Type": "application/json", "X-GitHub-Event": "push", "X-Hub-Signature-256": signature,
+            "X-GitHub-Delivery": secrets.token_hex(8)})
+        print(f"    webhook answered {status}: {answer}")
+        self._wait_synced("guestbook", after, t0)
+        self.show_apps()
+
+    def _wait_synced(self, name: str, revision: str, t0: float, timeout: float = 300) -> None:
+        last = ""
+        while time.monotonic() - t0 < timeout:
+            state = self.api("GET", f"/apps/{name}")
+            now = f"{state['sync_status']}/{state['health']} at {state['revision'][:12]}"
+            if now != last:
+                print(f"    {time.monotonic() - t0:5.1f}s  {name}: {now}")
+                last = now
+            if state["revision"] == revision and state["sync_status"] == "Synced" and state["health"] == "Healthy":
+                say(f"{name} is Synced and Healthy at {revision[:12]}, "
+                    f"{time.monotonic() - t0:.1f}s after the webhook")
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"{name} did not become Synced and Healthy within {timeout}s")
+
+    def explain(self) -> None:
+        env = (f"export KUBECONFIG={self.cluster.kubeconfig} TIDECD_CONFIG={self.config_dir} "
+               f"TIDECD_STORE={self.workdir / 'store'}")
+        print(f"""
+Look further (in another terminal):
+  {env}
+  .venv/bin/tidecd app list
+  .venv/bin/tidecd app get guestbook
+  .venv/bin/tidecd app history guestbook
+  kubectl get deploy -A
+  curl -H 'Authorization: Bearer {self.token}' http://127.0.0.1:{self.ports['api']}/api/v1/apps
+  or: .venv/bin/tidecd app list --server http://127.0.0.1:{self.ports['api']} --token {self.token}
+Logs of each function are in {self.workdir}.
+""")
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.git_server.stop()
+        self.cluster.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tidecd.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--exit", action="store_true", help="stop everything once the demo has run")
+    args = parser.parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="tidecd-demo-"))
+    demo = Demo(workdir)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        demo.start()
+        demo.run()
+        demo.explain()
+        if not args.exit and not os.environ.get("CI"):
+            say("running; press Ctrl-C to stop everything")
+            while True:
+                time.sleep(3600)
+        return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        say("stopping every process the demo started")
+        demo.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

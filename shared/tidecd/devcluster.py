@@ -1,0 +1,365 @@
+"""A real local Kubernetes control plane for tests and the demo, the way controller-runtime's envtest runs one.
+
+etcd and kube-apiserver on free loopback ports with freshly generated certificates and an admin kubeconfig;
+with `kwok=True` also kube-controller-manager, kube-scheduler and kwok with a fake Node, so Deployments
+become Available and Jobs complete without any container runtime. Everything lives in one directory and
+every process is tracked by pid, so `stop()` leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from tidecd.tools import binary, cache_dir
+
+KWOK_NODE = "kwok-node-0"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class DevCluster:
+    """One control plane in `workdir`; `start()` then `stop()`, or use as a context manager."""
+
+    workdir: Path
+    kwok: bool = False
+    pids: dict[str, int] = field(default_factory=dict)
+    api_port: int = 0
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    def __enter__(self) -> DevCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 120.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            _write_pki(self.workdir / "pki")
+            self._start_etcd()
+            self._start_apiserver()
+            self._write_kubeconfig()
+            self._wait_ready(timeout)
+            if self.kwok:
+                self._start_kwok_stack()
+                self._wait_kwok_ready(timeout)
+            self.save_state()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """End every process this cluster started (by pid) and remove its directory."""
+        for name in reversed(list(self.pids)):
+            _terminate(self.pids[name])
+        self.pids.clear()
+        _remove_tree(self.workdir)
+
+    def save_state(self) -> None:
+        state = {"pids": self.pids, "api_port": self.api_port, "kwok": self.kwok}
+        (self.workdir / "state.json").write_text(json.dumps(state))
+
+    @classmethod
+    def load(cls, workdir: Path) -> DevCluster:
+        state = json.loads((workdir / "state.json").read_text())
+        return cls(workdir=workdir, kwok=state["kwok"], pids=state["pids"], api_port=state["api_port"])
+
+    def is_running(self) -> bool:
+        return bool(self.pids) and all(_alive(pid) for pid in self.pids.values())
+
+    # -- processes -------------------------------------------------------------------------------------
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child process
+        proc = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env={**os.environ, **(env or {})},
+        )
+        log.close()
+        self.pids[name] = proc.pid
+        self.save_state()
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        self._spawn("etcd", [
+            binary("etcd"), "--data-dir", str(self.workdir / "etcd"), "--name", "default",
+            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"default=http://127.0.0.1:{peer}",
+            "--unsafe-no-fsync", "--log-level", "warn",
+        ])
+
+    def stop_apiserver(self) -> None:
+        """Stop only the API server (failure tests); `start_apiserver` brings it back on the same port."""
+        _terminate(self.pids.pop("kube-apiserver"))
+
+    def start_apiserver(self, timeout: float = 60.0) -> None:
+        self._start_apiserver(port=self.api_port)
+        self._wait_ready(timeout)
+
+    def _start_apiserver(self, port: int = 0) -> None:
+        pki = self.workdir / "pki"
+        self.api_port = port or free_port()
+        self._spawn("kube-apiserver", [
+            binary("kube-apiserver"), "--etcd-servers", self.etcd_url,
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--secure-port", str(self.api_port),
+            "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
+            "--client-ca-file", str(pki / "ca.crt"), "--authorization-mode", "RBAC",
+            "--service-cluster-ip-range", "10.0.0.0/24", "--allow-privileged=true",
+            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+            "--service-account-key-file", str(pki / "sa.pub"),
+            "--service-account-signing-key-file", str(pki / "sa.key"),
+            "--enable-priority-and-fairness=false", "--profiling=false", "-v", "0",
+        ])
+
+    def _start_kwok_stack(self) -> None:
+        pki, kc = self.workdir / "pki", str(self.kubeconfig)
+        self._spawn("kube-controller-manager", [
+            binary("kube-controller-manager"), "--kubeconfig", kc, "--leader-elect=false",
+            "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+            "--root-ca-file", str(pki / "ca.crt"), "--service-account-private-key-file", str(pki / "sa.key"),
+            "--use-service-account-credentials=false", "--authentication-kubeconfig", kc,
+            "--authorization-kubeconfig", kc, "--controllers", "*,-nodeipam,-service-lb-controller",
+        ])
+        self._spawn("kube-scheduler", [
+            binary("kube-scheduler"), "--kubeconfig", kc, "--leader-elect=false",
+            "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+            "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
+        ])
+        self._spawn("kwok", [
+            binary("kwok"), "--kubeconfig", kc, "--manage-all-nodes=true",
+            "--server-address", f"127.0.0.1:{free_port()}", "--node-ip", "127.0.0.1",
+        ])
+
+    # -- readiness -------------------------------------------------------------------------------------
+
+    def _get(self, path: str) -> tuple[int, bytes]:
+        return self._request("GET", path)
+
+    def _request(self, method: str, path: str, body: object = None) -> tuple[int, bytes]:
+        pki = self.workdir / "pki"
+        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.server + path, data=data, method=method,  # noqa: S310
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:  # noqa: S310
+                return int(resp.status), bytes(resp.read())
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), b""
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                if self._get("/readyz")[0] == 200:
+                    return
+            except (OSError, ssl.SSLError):
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"kube-apiserver not ready after {timeout}s; see {self.workdir}/kube-apiserver.log")
+
+    def _wait_kwok_ready(self, timeout: float) -> None:
+        """Register the fake Node and wait until kwok reports it Ready and the default ServiceAccount exists."""
+        status, _ = self._request("POST", "/api/v1/nodes", _fake_node_manifest())
+        if status not in (201, 409):
+            raise RuntimeError(f"could not register the fake node {KWOK_NODE}: HTTP {status}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            status, body = self._get(f"/api/v1/nodes/{KWOK_NODE}")
+            ready = status == 200 and any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in json.loads(body).get("status", {}).get("conditions", [])
+            )
+            if ready and self._get("/api/v1/namespaces/default/serviceaccounts/default")[0] == 200:
+                return
+            time.sleep(0.3)
+        raise TimeoutError(f"kwok node not Ready after {timeout}s; see {self.workdir}/kwok.log")
+
+    def _check_alive(self) -> None:
+        for name, pid in self.pids.items():
+            if not _alive(pid):
+                tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{name} exited during start:\n{tail}")
+
+    def _write_kubeconfig(self) -> None:
+        pki = self.workdir / "pki"
+        self.kubeconfig.write_text(render_kubeconfig(
+            self.server, (pki / "ca.crt").read_bytes(), (pki / "admin.crt").read_bytes(),
+            (pki / "admin.key").read_bytes(), name="tidecd-dev",
+        ))
+
+
+def render_kubeconfig(server: str, ca: bytes, cert: bytes, key: bytes, *, name: str) -> str:
+    """A kubeconfig embedding its certificates, so it works from any directory."""
+    import base64
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority-data": b64(ca)}}],
+        "users": [{"name": name, "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+    })
+
+
+def _fake_node_manifest() -> dict[str, object]:
+    capacity = {"cpu": "32", "memory": "256Gi", "pods": "1000"}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": KWOK_NODE, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                     "labels": {"type": "kwok", "kubernetes.io/hostname": KWOK_NODE}},
+        "status": {"allocatable": capacity, "capacity": capacity},
+    }
+
+
+# -- certificates ----------------------------------------------------------------------------------------
+
+
+def _write_pki(pki: Path) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.x509.oid import NameOID
+
+    pki.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+
+    def key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption())
+
+    def name(cn: str, org: str | None = None) -> x509.Name:
+        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+        if org:
+            attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+        return x509.Name(attrs)
+
+    def build(subject: x509.Name, public: object, issuer: x509.Name, signer: ec.EllipticCurvePrivateKey,
+              *, ca: bool = False, sans: list[x509.GeneralName] | None = None, client: bool = False) -> bytes:
+        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+                   .public_key(public).serial_number(x509.random_serial_number())  # type: ignore[arg-type]
+                   .not_valid_before(now - datetime.timedelta(hours=1))
+                   .not_valid_after(now + datetime.timedelta(days=30))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        if not ca:
+            usage = x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH if client else x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
+            builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        return builder.sign(signer, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = name("tidecd-dev-ca")
+    (pki / "ca.crt").write_bytes(build(ca_name, ca_key.public_key(), ca_name, ca_key, ca=True))
+    (pki / "ca.key").write_bytes(key_pem(ca_key))
+
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [
+        x509.DNSName("localhost"), x509.DNSName("kubernetes"), x509.DNSName("kubernetes.default"),
+        x509.DNSName("kubernetes.default.svc"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+    ]
+    (pki / "apiserver.crt").write_bytes(build(name("kube-apiserver"), server_key.public_key(), ca_name, ca_key,
+                                              sans=sans))
+    (pki / "apiserver.key").write_bytes(key_pem(server_key))
+
+    admin_key = ec.generate_private_key(ec.SECP256R1())
+    (pki / "admin.crt").write_bytes(build(name("admin", "system:masters"), admin_key.public_key(), ca_name,
+                                          ca_key, client=True))
+    (pki / "admin.key").write_bytes(key_pem(admin_key))
+
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    (pki / "sa.key").write_bytes(key_pem(sa_key))
+    (pki / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+# -- process helpers -------------------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours still "exists"; reap it if it is ours.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return _not_zombie(pid)
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _terminate(pid: int, grace: float = 10.0) -> None:
+    """SIGTERM the process (its own session), then SIGKILL after `grace` seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if not _alive(pid):
+                return
+            time.sleep(0.05)
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def default_workdir(name: str = "dev") -> Path:
+    """Where `tidecd dev cluster up` keeps a named cluster."""
+    return cache_dir() / "clusters" / name

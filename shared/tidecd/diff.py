@@ -1,0 +1,191 @@
+"""Comparing desired and live objects.
+
+The desired object is first server-side applied as a dry run, so the API server fills in its defaults
+and merges it with fields other managers own: what comes back is what the live object would become.
+Comparing that prediction with the live object (both normalized) finds exactly the changes a sync would
+make, and never reports a default the user left out. Secret values are masked before any text is made.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from tidecd import constants
+from tidecd.config import IgnoreDifference
+from tidecd.model import Manifest, ResourceKey, SyncStatus
+
+VOLATILE_METADATA = ("managedFields", "resourceVersion", "uid", "generation", "creationTimestamp", "selfLink",
+                     "deletionTimestamp", "deletionGracePeriodSeconds")
+MASK = "++++++++"
+
+
+@dataclass(frozen=True)
+class ResourceDiff:
+    """The comparison of one object: its sync status, the changed field paths and a masked YAML diff."""
+
+    key: ResourceKey
+    status: SyncStatus
+    changed_paths: tuple[str, ...] = ()
+    text: str = ""
+    requires_pruning: bool = False
+    error: str = ""
+
+
+@dataclass
+class Comparison:
+    """All objects of one app, compared."""
+
+    resources: list[ResourceDiff] = field(default_factory=list)
+
+    @property
+    def status(self) -> SyncStatus:
+        if any(r.status is SyncStatus.UNKNOWN for r in self.resources):
+            return SyncStatus.UNKNOWN
+        if any(r.status is SyncStatus.OUT_OF_SYNC for r in self.resources):
+            return SyncStatus.OUT_OF_SYNC
+        return SyncStatus.SYNCED
+
+
+def normalize(obj: Manifest, ignore: Iterable[IgnoreDifference] = ()) -> Manifest:
+    """Drop what the server owns or churns (status, managedFields, ...), and the user's ignored fields."""
+    out = copy.deepcopy(obj)
+    out.pop("status", None)
+    meta = out.setdefault("metadata", {})
+    for name in VOLATILE_METADATA:
+        meta.pop(name, None)
+    annotations = meta.get("annotations") or {}
+    for name in (constants.LAST_APPLIED, constants.ANNOTATION_TRACKING_ID, "deployment.kubernetes.io/revision"):
+        annotations.pop(name, None)
+    labels = meta.get("labels") or {}
+    labels.pop(constants.LABEL_INSTANCE, None)
+    for holder, name in ((meta, "annotations"), (meta, "labels")):
+        if not holder.get(name):
+            holder.pop(name, None)
+    key = ResourceKey.of(obj)
+    managed = obj.get("metadata", {}).get("managedFields") or []
+    for rule in ignore:
+        if not _rule_matches(rule, key):
+            continue
+        for pointer in rule.json_pointers:
+            _remove_pointer(out, pointer)
+        for entry in managed:
+            if entry.get("manager") in rule.managed_fields_managers:
+                _remove_fields(out, entry.get("fieldsV1") or {})
+    return out
+
+
+def _rule_matches(rule: IgnoreDifference, key: ResourceKey) -> bool:
+    return ((not rule.group or rule.group == key.group) and (not rule.kind or rule.kind == key.kind)
+            and (not rule.name or rule.name == key.name) and (not rule.namespace or rule.namespace == key.namespace))
+
+
+def _remove_pointer(obj: Any, pointer: str) -> None:
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in pointer.lstrip("/").split("/")] if pointer else []
+    target = obj
+    for part in parts[:-1]:
+        if isinstance(target, dict) and part in target:
+            target = target[part]
+        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+            target = target[int(part)]
+        else:
+            return
+    if not parts:
+        return
+    last = parts[-1]
+    if isinstance(target, dict):
+        target.pop(last, None)
+    elif isinstance(target, list) and last.isdigit() and int(last) < len(target):
+        target.pop(int(last))
+
+
+def _remove_fields(obj: Any, fields: dict[str, Any]) -> None:
+    """Remove from `obj` the fields a managedFields `fieldsV1` set names (f: keys and k: list items)."""
+    for name, sub in fields.items():
+        if name.startswith("f:") and isinstance(obj, dict):
+            field_name = name[2:]
+            if field_name not in obj:
+                continue
+            if not sub or "." in sub and len(sub) == 1:
+                obj.pop(field_name)
+            else:
+                _remove_fields(obj[field_name], sub)
+        elif name.startswith("k:") and isinstance(obj, list):
+            match = json.loads(name[2:])
+            for item in list(obj):
+                if isinstance(item, dict) and all(item.get(k) == v for k, v in match.items()):
+                    if not sub or "." in sub and len(sub) == 1:
+                        obj.remove(item)
+                    else:
+                        _remove_fields(item, sub)
+
+
+def mask_secret(obj: Manifest) -> Manifest:
+    """A copy of a Secret with every value replaced, keys kept (Argo CD shows Secrets the same way)."""
+    if obj.get("kind") != "Secret" or obj.get("apiVersion") != "v1":
+        return obj
+    out = copy.deepcopy(obj)
+    for section in ("data", "stringData"):
+        if isinstance(out.get(section), dict):
+            out[section] = {k: MASK for k in out[section]}
+    annotations = out.get("metadata", {}).get("annotations") or {}
+    annotations.pop(constants.LAST_APPLIED, None)
+    return out
+
+
+def changed_paths(before: Any, after: Any, prefix: str = "") -> list[str]:
+    """Dotted paths (`spec.replicas`, `spec.template.spec.containers[0].image`) where two objects differ."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        paths: list[str] = []
+        for name in sorted(set(before) | set(after)):
+            sub = f"{prefix}.{name}" if prefix else str(name)
+            if name not in before or name not in after:
+                paths.append(sub)
+            else:
+                paths.extend(changed_paths(before[name], after[name], sub))
+        return paths
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        paths = []
+        for index, (left, right) in enumerate(zip(before, after, strict=True)):
+            paths.extend(changed_paths(left, right, f"{prefix}[{index}]"))
+        return paths
+    return [] if before == after else [prefix or "."]
+
+
+def text_diff(key: ResourceKey, live: Manifest | None, predicted: Manifest | None) -> str:
+    """Unified YAML diff, Secret values masked."""
+    def dump(obj: Manifest | None) -> list[str]:
+        return yaml.safe_dump(mask_secret(obj), sort_keys=True).splitlines(keepends=True) if obj else []
+
+    return "".join(difflib.unified_diff(dump(live), dump(predicted), f"live/{key}", f"desired/{key}"))
+
+
+def compare(key: ResourceKey, live: Manifest | None, predicted: Manifest | None,
+            ignore: Iterable[IgnoreDifference] = ()) -> ResourceDiff:
+    """Compare one object. `predicted` is the dry-run result (or the desired object when dry-run is skipped)."""
+    ignore = list(ignore)
+    if live is None:
+        return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), text_diff(key, None, normalize(predicted or {})))
+    if predicted is None:
+        return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), text_diff(key, normalize(live), None),
+                            requires_pruning=True)
+    # managedFields rules are evaluated against the live object's owners, on both sides.
+    with_owners = {**predicted, "metadata": {**predicted.get("metadata", {}),
+                                             "managedFields": live.get("metadata", {}).get("managedFields")}}
+    left, right = normalize(live, ignore), normalize(with_owners, ignore)
+    paths = changed_paths(left, right)
+    if not paths:
+        return ResourceDiff(key, SyncStatus.SYNCED)
+    return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, tuple(paths), text_diff(key, left, right))
+
+
+def fingerprint(obj: Manifest) -> str:
+    """A stable hash of a desired object: with the live resourceVersion it keys the comparison cache."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:20]

@@ -1,0 +1,60 @@
+"""Tolerant readers for live-object fields, shared by the per-kind checks.
+
+Live objects are raw API JSON: a field may be absent (zero values are often omitted), so every reader
+returns a default instead of raising.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tidecd.model import Manifest
+
+
+def get(obj: Manifest, *path: str) -> Any:
+    """The value at `path` (dict keys), or None when any step is missing or not a mapping."""
+    node: Any = obj
+    for part in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def integer(obj: Manifest, *path: str, default: int = 0) -> int:
+    value = get(obj, *path)
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def text(obj: Manifest, *path: str) -> str:
+    value = get(obj, *path)
+    return value if isinstance(value, str) else ""
+
+
+def items(obj: Manifest, *path: str) -> list[dict[str, Any]]:
+    """The mappings of the list at `path`; anything else reads as empty."""
+    value = get(obj, *path)
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def condition(obj: Manifest, kind: str) -> dict[str, Any] | None:
+    """The first `status.conditions` entry of type `kind`, if any."""
+    return next((c for c in items(obj, "status", "conditions") if c.get("type") == kind), None)
+
+
+def is_true(cond: dict[str, Any] | None) -> bool:
+    return cond is not None and cond.get("status") == "True"
+
+
+def is_false(cond: dict[str, Any] | None) -> bool:
+    return cond is not None and cond.get("status") == "False"
+
+
+def name(obj: Manifest) -> str:
+    return text(obj, "metadata", "name")
+
+
+def quote(value: str) -> str:
+    """Double-quoted, as Kubernetes and Argo CD messages quote names (Go's %q)."""
+    return json.dumps(value)

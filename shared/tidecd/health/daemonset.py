@@ -1,0 +1,27 @@
+"""DaemonSet health: every scheduled node runs an updated, available pod."""
+
+from __future__ import annotations
+
+from tidecd.health._fields import integer, name, quote, text
+from tidecd.model import HealthResult, HealthStatus, Manifest
+
+
+def check(obj: Manifest) -> HealthResult:
+    if integer(obj, "metadata", "generation") > integer(obj, "status", "observedGeneration"):
+        return HealthResult(HealthStatus.PROGRESSING, "Waiting for rollout to finish: "
+                            "observed daemon set generation less than desired generation")
+    desired = integer(obj, "status", "desiredNumberScheduled")
+    updated = integer(obj, "status", "updatedNumberScheduled")
+    available = integer(obj, "status", "numberAvailable")
+    if text(obj, "spec", "updateStrategy", "type") == "OnDelete":
+        # Old pods are replaced only when someone deletes them, so an old pod is not "progress".
+        return HealthResult(HealthStatus.HEALTHY,
+                            f"daemon set {updated} out of {desired} new pods have been updated")
+    wait = f"Waiting for daemon set {quote(name(obj))} rollout to finish"
+    if updated < desired:
+        return HealthResult(HealthStatus.PROGRESSING,
+                            f"{wait}: {updated} out of {desired} new pods have been updated...")
+    if available < desired:
+        return HealthResult(HealthStatus.PROGRESSING,
+                            f"{wait}: {available} of {desired} updated pods are available...")
+    return HealthResult(HealthStatus.HEALTHY)

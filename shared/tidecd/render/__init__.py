@@ -1,0 +1,131 @@
+"""Rendering: from a repository checkout and an app's source to its desired manifests.
+
+The tool is chosen as Argo CD chooses it: an explicit `helm`, `kustomize` or `directory` block wins;
+otherwise a kustomization file means kustomize, a `Chart.yaml` means helm (when both are present Argo
+CD's discovery ends on kustomize, and so do we), anything else is a directory of manifests. Before any
+file is read the checkout is checked for symlinks leaving it and the app path must stay inside it.
+Every result is checked the same way: each object has `apiVersion`, `kind` and `metadata.name`, and no
+object is declared twice. A rendered revision is stored under `manifests/` and never rendered again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import hashlib
+import json
+import posixpath
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tidecd.config import ApplicationSource, DirectorySpec
+from tidecd.errors import ConfigError, RenderError
+from tidecd.model import Manifest
+from tidecd.paths import check_tree, inside
+from tidecd.render.directory import render_directory
+from tidecd.render.documents import Document, check
+from tidecd.render.helm import is_chart, render_helm
+from tidecd.render.kustomize import is_kustomization, render_kustomize
+from tidecd.store import ObjectStore, PreconditionFailed
+
+__all__ = ["Tool", "choose_tool", "manifest_key", "render", "render_cached"]
+
+CACHE_FORMAT = 1  # bump when the stored shape or the rendering rules change
+_STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class Tool(enum.StrEnum):
+    DIRECTORY = "Directory"
+    KUSTOMIZE = "Kustomize"
+    HELM = "Helm"
+
+
+def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespace: str) -> list[Manifest]:
+    """The app's desired objects, in the tool's (stable) output order."""
+    if source.chart:
+        raise RenderError(
+            f"spec.source.chart {source.chart!r}: charts from helm repositories are not supported; "
+            "commit the chart to git and point spec.source.path at it"
+        )
+    check_tree(checkout)
+    app_dir = inside(checkout, source.path or ".", what="spec.source.path")
+    label = posixpath.normpath(source.path or ".")
+    if not app_dir.is_dir():
+        raise RenderError(f"spec.source.path {source.path!r} is not a directory in the repository")
+    return check(_render_documents(checkout, app_dir, label, source, app_name=app_name, namespace=namespace))
+
+
+def _render_documents(
+    checkout: Path, app_dir: Path, label: str, source: ApplicationSource, *, app_name: str, namespace: str
+) -> list[Document]:
+    tool = choose_tool(app_dir, source)
+    if tool is Tool.HELM:
+        return render_helm(checkout, label, app_dir, source.helm, app_name=app_name, namespace=namespace)
+    if tool is Tool.KUSTOMIZE:
+        return render_kustomize(checkout, app_dir, source.kustomize, label=label)
+    return render_directory(app_dir, source.directory or DirectorySpec(), label=label)
+
+
+def choose_tool(app_dir: Path, source: ApplicationSource) -> Tool:
+    explicit = [
+        tool
+        for tool, spec in ((Tool.HELM, source.helm), (Tool.KUSTOMIZE, source.kustomize),
+                           (Tool.DIRECTORY, source.directory))
+        if spec is not None
+    ]
+    if len(explicit) > 1:
+        names = ", ".join(t.name.lower() for t in explicit)
+        raise RenderError(f"spec.source: more than one source type given ({names}); keep one")
+    if explicit:
+        return explicit[0]
+    if is_kustomization(app_dir):
+        return Tool.KUSTOMIZE
+    if is_chart(app_dir):
+        return Tool.HELM
+    return Tool.DIRECTORY
+
+
+def manifest_key(app_name: str, sha: str, source: ApplicationSource, namespace: str) -> str:
+    """`manifests/<app>/<sha>-<hash>.json`; the hash covers the source spec and destination namespace."""
+    for what, value in (("application name", app_name), ("revision", sha)):
+        if not _STORE_NAME.match(value):
+            raise ConfigError(f"{what} {value!r} cannot name a cache entry")
+    text = json.dumps({"source": source.spec_hash(), "namespace": namespace, "format": CACHE_FORMAT})
+    return f"manifests/{app_name}/{sha}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+
+
+def render_cached(
+    store: ObjectStore,
+    app_name: str,
+    sha: str,
+    source: ApplicationSource,
+    render_fn: Callable[[], list[Manifest]],
+    *,
+    namespace: str,
+) -> list[Manifest]:
+    """The manifests of this revision from the store, calling `render_fn` only the first time."""
+    key = manifest_key(app_name, sha, source, namespace)
+    blob = store.read(key)
+    if blob is not None and (cached := _decode(blob.data)) is not None:
+        return cached
+    manifests = render_fn()
+    data = json.dumps({"format": CACHE_FORMAT, "manifests": manifests}, separators=(",", ":")).encode()
+    with contextlib.suppress(PreconditionFailed):  # another call stored the same revision meanwhile
+        store.write(key, data, if_generation_match=blob.generation if blob else 0)
+    return manifests
+
+
+def _decode(data: bytes) -> list[Manifest] | None:
+    """The cached manifests, or None for an entry we cannot use (corrupt, or an older format)."""
+    try:
+        payload: Any = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict) or payload.get("format") != CACHE_FORMAT:
+        return None
+    manifests = payload.get("manifests")
+    if not isinstance(manifests, list) or not all(isinstance(m, dict) for m in manifests):
+        return None
+    return manifests

@@ -1,0 +1,162 @@
+"""Helm charts committed to the repository, rendered with `helm template` as Argo CD renders them.
+
+Argo CD's command line: release name (default: the app's name), destination namespace, `--include-crds`,
+each value file (relative to the chart; a leading `/` means the repository root), the inline values as
+one more file, then `--set`/`--set-string` parameters with unescaped commas escaped. Value files must
+stay inside the repository. Helm runs with throwaway config/cache/data homes and no network: chart
+dependencies must be vendored under `charts/`. Hooks are kept (with their `helm.sh/hook` annotations)
+for the sync engine to map.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from tidecd import tools
+from tidecd.config import HelmParameter, HelmSpec
+from tidecd.errors import RenderError, UnsafePathError
+from tidecd.paths import inside
+from tidecd.render import tool
+from tidecd.render.documents import Document, load_yaml
+
+KUBE_VERSION = "1.34"  # the Capabilities.KubeVersion charts see, pinned so a render is reproducible
+
+_DOC_SEPARATOR = re.compile(r"^---[ \t]*$", re.MULTILINE)
+_SOURCE_COMMENT = re.compile(r"^# Source: (.+?)\s*$", re.MULTILINE)
+
+
+def is_chart(app_dir: Path) -> bool:
+    return (app_dir / "Chart.yaml").is_file()
+
+
+def render_helm(
+    checkout: Path,
+    app_path: str,
+    chart_dir: Path,
+    spec: HelmSpec | None,
+    *,
+    app_name: str,
+    namespace: str,
+    timeout: float = tool.DEFAULT_TIMEOUT,
+) -> list[Document]:
+    """Objects of `helm template` for the chart at `chart_dir` (the app's `path` inside `checkout`)."""
+    spec = spec or HelmSpec()
+    value_files = [value_file_path(checkout, app_path, name, i) for i, name in enumerate(spec.value_files)]
+    _check_inline_values(spec.values)
+    with tempfile.TemporaryDirectory(prefix="tidecd-helm-") as tmp:
+        work = Path(tmp)
+        inline = work / "inline-values.yaml"
+        if spec.values:
+            inline.write_text(spec.values, encoding="utf-8")
+        argv = template_argv(
+            tools.binary("helm"), spec, chart_dir, value_files, inline if spec.values else None,
+            release=spec.release_name or app_name, namespace=namespace,
+        )
+        try:
+            out = tool.run(
+                argv, what=f"helm template {app_path}", cwd=chart_dir, home=work, env=helm_env(work),
+                timeout=timeout, strip=[checkout.resolve(), checkout, work],
+            )
+        except RenderError as exc:
+            raise _with_dependency_hint(exc) from exc
+    return parse_output(out)
+
+
+def template_argv(
+    helm: str,
+    spec: HelmSpec,
+    chart_dir: Path,
+    value_files: list[Path],
+    inline_values: Path | None,
+    *,
+    release: str,
+    namespace: str,
+) -> list[str]:
+    argv = [helm, "template", release, str(chart_dir), "--include-crds", "--kube-version", KUBE_VERSION]
+    if namespace:
+        argv += ["--namespace", namespace]
+    for path in value_files:
+        argv += ["--values", str(path)]
+    if inline_values is not None:
+        argv += ["--values", str(inline_values)]
+    for parameter in spec.parameters:
+        argv += set_flag(parameter)
+    return argv
+
+
+def set_flag(parameter: HelmParameter) -> list[str]:
+    flag = "--set-string" if parameter.force_string else "--set"
+    return [flag, f"{parameter.name}={escape_set_value(parameter.value)}"]
+
+
+def escape_set_value(value: str) -> str:
+    """Argo CD escapes commas (helm's list separator) unless already escaped or the value is `{a,b}`."""
+    if value.startswith("{") and value.endswith("}"):
+        return value
+    return re.sub(r"(?<!\\),", r"\\,", value)
+
+
+def value_file_path(checkout: Path, app_path: str, value_file: str, index: int) -> Path:
+    """The value file inside the checkout: relative to the chart, or to the repository with a leading `/`."""
+    what = f"spec.source.helm.valueFiles[{index}]"
+    if "://" in value_file:
+        raise RenderError(f"{what} {value_file!r}: remote value files are not fetched; commit it to the repo")
+    relative = value_file.lstrip("/") if value_file.startswith("/") else posixpath.join(app_path, value_file)
+    try:
+        path = inside(checkout, relative or ".", what=what)
+    except UnsafePathError as exc:
+        raise UnsafePathError(f"{what} {value_file!r} leaves the repository checkout") from exc
+    if not path.is_file():
+        raise RenderError(f"{what} {value_file!r} does not exist in the repository")
+    return path
+
+
+def helm_env(work: Path) -> dict[str, str]:
+    """Helm homes in the temp dir: no user repositories, registry logins or plugins take part."""
+    return {
+        "HELM_CACHE_HOME": str(work / "cache"),
+        "HELM_CONFIG_HOME": str(work / "config"),
+        "HELM_DATA_HOME": str(work / "data"),
+        "KUBECONFIG": str(work / "no-kubeconfig"),
+    }
+
+
+def parse_output(text: str) -> list[Document]:
+    """Split `helm template` output at `---`, naming each object by its `# Source:` template."""
+    docs: list[Document] = []
+    counts: dict[str, int] = {}
+    source = "helm template output"
+    for chunk in _DOC_SEPARATOR.split(text):
+        if match := _SOURCE_COMMENT.search(chunk):
+            source = f"{match.group(1)} (rendered by helm)"
+        parsed = load_yaml(chunk, source, start=counts.get(source, 0) + 1)
+        counts[source] = counts.get(source, 0) + (1 if chunk.strip() else 0)
+        docs.extend(parsed)
+    return docs
+
+
+def _check_inline_values(values: str) -> None:
+    """Name the field for bad inline values, rather than helm naming our temp file. Never echo them."""
+    if not values.strip():
+        return
+    try:
+        parsed = yaml.safe_load(values)
+    except yaml.MarkedYAMLError as exc:
+        line = f" line {exc.problem_mark.line + 1}" if exc.problem_mark else ""
+        raise RenderError(f"spec.source.helm.values{line}: invalid YAML: {exc.problem}") from None
+    except yaml.YAMLError:
+        raise RenderError("spec.source.helm.values: invalid YAML") from None
+    if parsed is not None and not isinstance(parsed, dict):
+        raise RenderError("spec.source.helm.values: expected a mapping of values")
+
+
+def _with_dependency_hint(exc: RenderError) -> RenderError:
+    message = str(exc)
+    if "missing in charts/" in message:
+        message += " (run `helm dependency build` and commit charts/: dependencies are not downloaded)"
+    return RenderError(message)

@@ -1,0 +1,110 @@
+"""Kustomize apps: the Application's overrides applied as Argo CD applies them, then `kustomize build`.
+
+Argo CD runs `kustomize edit set nameprefix|namesuffix|image` and `kustomize edit add label` in the app
+directory before building. We do the same in a copy of the checkout, because the checkout is a shared
+cache that other renders read. Without overrides nothing is copied and the checkout is built in place.
+Remote bases (URLs) would need the network: kustomize fails on them and the error says to vendor them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from tidecd import tools
+from tidecd.config import KustomizeSpec
+from tidecd.errors import RenderError
+from tidecd.render import tool
+from tidecd.render.documents import Document, load_yaml
+
+KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+REMOTE_HINTS = ("://", "git@", "github.com", "git clone", "no such host", "ssh:")
+
+
+def is_kustomization(app_dir: Path) -> bool:
+    return any((app_dir / name).is_file() for name in KUSTOMIZATION_FILES)
+
+
+def has_overrides(spec: KustomizeSpec | None) -> bool:
+    if spec is None:
+        return False
+    return bool(spec.name_prefix or spec.name_suffix or spec.images or spec.common_labels)
+
+
+def edit_commands(spec: KustomizeSpec) -> list[list[str]]:
+    """The `kustomize edit` calls Argo CD makes for these overrides, in its order."""
+    commands: list[list[str]] = []
+    if spec.name_prefix:
+        commands.append(["edit", "set", "nameprefix", "--", spec.name_prefix])
+    if spec.name_suffix:
+        commands.append(["edit", "set", "namesuffix", "--", spec.name_suffix])
+    if spec.images:
+        commands.append(["edit", "set", "image", *spec.images])
+    if spec.common_labels:
+        labels = [f"{key}:{value}" for key, value in sorted(spec.common_labels)]
+        commands.append(["edit", "add", "label", "--force", *labels])
+    return commands
+
+
+def render_kustomize(
+    checkout: Path,
+    app_dir: Path,
+    spec: KustomizeSpec | None,
+    *,
+    label: str,
+    timeout: float = tool.DEFAULT_TIMEOUT,
+) -> list[Document]:
+    """Objects of `kustomize build` on `app_dir` (inside `checkout`), with the overrides of `spec`."""
+    with tempfile.TemporaryDirectory(prefix="tidecd-kustomize-") as tmp:
+        work = Path(tmp)
+        home = work / "home"
+        home.mkdir()
+        root = checkout.resolve()
+        strip = [work / "repo", root, checkout]
+        build_dir = app_dir
+        if spec is not None and has_overrides(spec):
+            kustomize = tools.binary("kustomize")  # `kubectl kustomize` cannot edit
+            build_dir = _private_copy(root, app_dir, work / "repo")
+            for argv in edit_commands(spec):
+                what = f"kustomize {' '.join(argv[:3])} in {label}"
+                tool.run([kustomize, *argv], what=what, cwd=build_dir, home=home, timeout=timeout,
+                         strip=strip)
+        what = f"kustomize build {label}"
+        try:
+            out = tool.run(build_argv(build_dir), what=what, cwd=build_dir, home=home, timeout=timeout,
+                           strip=strip)
+        except RenderError as exc:
+            raise _with_remote_hint(exc) from exc
+    return load_yaml(out, f"kustomize build {label} output")
+
+
+def build_argv(build_dir: Path) -> list[str]:
+    """`kustomize build DIR`, or `kubectl kustomize DIR` where only kubectl is installed."""
+    try:
+        return [tools.binary("kustomize"), "build", str(build_dir)]
+    except tools.MissingTool as missing:
+        try:
+            return [tools.binary("kubectl"), "kustomize", str(build_dir)]
+        except tools.MissingTool:
+            raise missing from None
+
+
+def _private_copy(root: Path, app_dir: Path, dest: Path) -> Path:
+    """Copy the checkout (bases may live anywhere in it); return the app directory inside the copy."""
+    shutil.copytree(root, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    build_dir = dest / app_dir.relative_to(root)
+    for name in KUSTOMIZATION_FILES:
+        file = build_dir / name
+        if file.is_symlink():  # `kustomize edit` would write through it, into the shared checkout
+            target = file.resolve()
+            file.unlink()
+            shutil.copyfile(target, file)
+    return build_dir
+
+
+def _with_remote_hint(exc: RenderError) -> RenderError:
+    message = str(exc)
+    if any(hint in message for hint in REMOTE_HINTS):
+        message += " (remote bases are not fetched: vendor them into the repository)"
+    return RenderError(message)

@@ -1,0 +1,152 @@
+"""The running installation: its settings (environment variables) and the clients built from them.
+
+One `Runtime` per function call (or CLI run). Sealed credentials are opened here, in memory, and never
+written anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tidecd import constants
+from tidecd.cluster import KubeCluster
+from tidecd.config import Config, ConfigSourceRef, Destination, load_config, parse_config_source
+from tidecd.errors import ConfigError, NotFound
+from tidecd.store import ObjectStore, open_store
+
+IN_CLUSTER_SERVER = "https://kubernetes.default.svc"
+
+
+@dataclass
+class Settings:
+    """DESIGN.md section 8; the README lists each variable with its default."""
+
+    config: str = "./examples/config"
+    store: str = "./.tidecd"
+    webhook_secret: str = ""
+    api_token: str = ""
+    sealing_keys: str = ""
+    refresh_topic: str = ""
+    kubeconfig: str = ""
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        return cls(
+            config=env.get("TIDECD_CONFIG", cls.config),
+            store=env.get("TIDECD_STORE", cls.store),
+            webhook_secret=env.get("TIDECD_WEBHOOK_SECRET", ""),
+            api_token=env.get("TIDECD_API_TOKEN", ""),
+            sealing_keys=env.get("TIDECD_SEALING_KEYS", ""),
+            refresh_topic=env.get("TIDECD_REFRESH_TOPIC", ""),
+            kubeconfig=env.get("KUBECONFIG", ""),
+        )
+
+    def __repr__(self) -> str:  # never print the secrets
+        return f"Settings(config={self.config!r}, store={self.store!r}, refresh_topic={self.refresh_topic!r})"
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    store: ObjectStore
+    _config: Config | None = None
+    _clusters: dict[str, KubeCluster] = field(default_factory=dict)
+    _secrets: list[dict[str, Any]] | None = None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Runtime:
+        settings = Settings.from_env(env)
+        return cls(settings=settings, store=open_store(settings.store))
+
+    # -- configuration --------------------------------------------------------------------------------
+
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = self._load_config()
+        return self._config
+
+    def _load_config(self) -> Config:
+        source = parse_config_source(self.settings.config)
+        if isinstance(source, Path):
+            return load_config(source)
+        return self._load_config_from_git(source)
+
+    def _load_config_from_git(self, ref: ConfigSourceRef) -> Config:
+        from tidecd import source as git
+        from tidecd.paths import inside
+
+        creds = git.credentials_for(ref.repo_url, self.plain_secrets_unsealed_later())
+        refs = git.ls_remote(ref.repo_url, creds)
+        sha = git.resolve_revision(refs, ref.ref, ref.repo_url)
+        tarball = git.Snapshots(self.store).get_or_fetch(ref.repo_url, sha, creds)
+        with tempfile.TemporaryDirectory(prefix="tidecd-config-") as tmp:
+            git.extract(tarball, Path(tmp))
+            return load_config(inside(Path(tmp), ref.path or ".", what="TIDECD_CONFIG path"))
+
+    def plain_secrets_unsealed_later(self) -> list[dict[str, Any]]:
+        """Repository credentials for the config repo itself can only come from the environment."""
+        return []
+
+    def app(self, name: str) -> Any:
+        apps = self.config().applications
+        if name not in apps:
+            raise NotFound(f"application {name!r} not found in the config source {self.settings.config}")
+        return apps[name]
+
+    # -- credentials ----------------------------------------------------------------------------------
+
+    def private_keys(self) -> list[bytes]:
+        if not self.settings.sealing_keys:
+            return []
+        from tidecd.secrets import load_private_keys
+
+        return load_private_keys(self.settings.sealing_keys)
+
+    def secrets(self) -> list[dict[str, Any]]:
+        """The config source's cluster and repository Secrets, unsealed in memory."""
+        if self._secrets is None:
+            from tidecd.secrets import unseal
+
+            keys: list[bytes] | None = None
+            opened = []
+            for obj in self.config().secrets:
+                if obj.get("kind") == "SealedSecret":
+                    keys = keys if keys is not None else self.private_keys()
+                    if not keys:
+                        raise ConfigError("the config source holds SealedSecrets but no sealing key is "
+                                          "configured (TIDECD_SEALING_KEYS)")
+                    opened.append(unseal(obj, keys))
+                else:
+                    opened.append(obj)
+            self._secrets = opened
+        return self._secrets
+
+    def repo_credentials(self, repo_url: str) -> Any:
+        from tidecd.source import credentials_for
+
+        return credentials_for(repo_url, self.secrets())
+
+    # -- clusters -------------------------------------------------------------------------------------
+
+    def cluster(self, destination: Destination) -> KubeCluster:
+        ident = destination.name or destination.server
+        if ident not in self._clusters:
+            self._clusters[ident] = self._connect(destination)
+        return self._clusters[ident]
+
+    def _connect(self, destination: Destination) -> KubeCluster:
+        from tidecd.cluster import client_for_secret, find_cluster_secret
+
+        found = find_cluster_secret(self.secrets(), name=destination.name, server=destination.server)
+        if found is not None:
+            return KubeCluster(client_for_secret(found), name=destination.name or destination.server)
+        if destination.name in ("in-cluster", "") and destination.server in ("", IN_CLUSTER_SERVER):
+            return KubeCluster.from_kubeconfig(self.settings.kubeconfig or None)
+        what = f"name {destination.name!r}" if destination.name else f"server {destination.server!r}"
+        raise ConfigError(f"destination cluster with {what} is not known: add a cluster secret labelled "
+                          f"{constants.LABEL_SECRET_TYPE}={constants.SECRET_TYPE_CLUSTER} to the config source")

@@ -1,0 +1,38 @@
+"""Session-wide fixtures: one real control plane, one git server, one GCS emulator per test session.
+
+Each fixture lives in its own module under tests/support/ and starts its service on first use only,
+so a unit-only run starts nothing.
+"""
+
+pytest_plugins = [
+    "tests.support.cluster",
+    "tests.support.gitserver",
+    "tests.support.gcs",
+    "tests.support.pubsub",
+    "tests.support.apps",
+]
+
+
+def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
+    """Fail the run if any process started under this session's temp dirs outlived it."""
+    import time
+
+    import psutil
+
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None:
+        return
+    base = str(factory.getbasetemp())
+    deadline = time.monotonic() + 10
+    while True:
+        left = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if base in cmdline:
+                left.append(f"{proc.pid}: {cmdline[:160]}")
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if left:
+        print("\nprocesses left behind by the test session:\n  " + "\n  ".join(left))
+        session.exitstatus = 1

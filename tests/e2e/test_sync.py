@@ -1,0 +1,239 @@
+"""Sync against the control plane with controller-manager, scheduler and kwok: Argo CD's semantics."""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+import threading
+import time
+from typing import Any
+
+from tests.support.apps import GitOps, configmap, deployment, job
+from tidecd.model import Action
+from tidecd.reconcile import SyncRequest
+from tidecd.state import AppState
+
+WAVE = "argocd.argoproj.io/sync-wave"
+HOOK = "argocd.argoproj.io/hook"
+DELETE_POLICY = "argocd.argoproj.io/hook-delete-policy"
+
+
+def ts(obj: dict[str, Any] | None, path: str = "metadata.creationTimestamp") -> datetime.datetime:
+    value: Any = obj
+    for part in path.split("."):
+        value = value[part]
+    return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def available_since(dep: dict[str, Any] | None) -> datetime.datetime:
+    assert dep is not None
+    [cond] = [c for c in dep["status"]["conditions"] if c["type"] == "Available" and c["status"] == "True"]
+    return ts(cond, "lastTransitionTime")
+
+
+def assert_succeeded(state: AppState) -> None:
+    assert state.operation is not None
+    assert state.operation.phase == "Succeeded", state.operation.message
+
+
+def test_waves_wait_for_the_previous_wave_to_be_available(gitops: GitOps) -> None:
+    gitops.push({"app/db.yaml": deployment("db", **{WAVE: "0"}), "app/web.yaml": deployment("web", **{WAVE: "1"})})
+    gitops.application()
+    gitops.sync()
+    state = gitops.state()
+    assert_succeeded(state)
+    assert (state.sync_status, state.health) == ("Synced", "Healthy")
+    db, web = gitops.live("Deployment", "db", "apps"), gitops.live("Deployment", "web", "apps")
+    assert ts(web) >= available_since(db)
+
+
+def test_hooks_run_in_their_phases_and_delete_policies_hold(gitops: GitOps) -> None:
+    gitops.push({
+        "app/pre.yaml": job("pre", **{HOOK: "PreSync"}),
+        "app/pre-gone.yaml": job("pre-gone", **{HOOK: "PreSync", DELETE_POLICY: "HookSucceeded"}),
+        "app/web.yaml": deployment("web"),
+        "app/post.yaml": job("post", **{HOOK: "PostSync"}),
+    })
+    gitops.application()
+    gitops.sync()
+    state = gitops.state()
+    assert_succeeded(state)
+    pre, post = gitops.live("Job", "pre", "batch"), gitops.live("Job", "post", "batch")
+    web = gitops.live("Deployment", "web", "apps")
+    assert ts(pre, "status.completionTime") <= ts(web)
+    assert ts(post) >= available_since(web)
+    assert gitops.live("Job", "pre-gone", "batch") is None
+    assert {r.kind for r in state.resources} == {"Deployment"}  # hooks are not resources
+    # BeforeHookCreation: a second sync recreates the hook (a new uid).
+    old_uid = pre["metadata"]["uid"]  # type: ignore[index]
+    gitops.sync()
+    assert gitops.live("Job", "pre", "batch")["metadata"]["uid"] != old_uid  # type: ignore[index]
+
+
+def test_a_failing_presync_hook_stops_the_sync_and_runs_syncfail(gitops: GitOps) -> None:
+    gitops.push({
+        "app/pre.yaml": job("pre", fail=True, **{HOOK: "PreSync"}),
+        "app/cleanup.yaml": job("cleanup", **{HOOK: "SyncFail"}),
+        "app/web.yaml": deployment("web"),
+    })
+    gitops.application()
+    gitops.sync()
+    state = gitops.state()
+    assert state.operation is not None and state.operation.phase == "Failed"
+    assert "pre" in state.operation.message and "PreSync" in state.operation.message
+    assert gitops.live("Deployment", "web", "apps") is None
+    assert gitops.live("Job", "cleanup", "batch") is not None
+
+
+def test_prune_with_and_without_and_prune_false(gitops: GitOps) -> None:
+    gitops.push({"app/a.yaml": configmap("a"), "app/b.yaml": configmap("b"),
+                 "app/keep.yaml": configmap("keep", **{"argocd.argoproj.io/sync-options": "Prune=false"})})
+    gitops.application()
+    assert not gitops.sync().changes.failed
+    gitops.push({"app/b.yaml": None, "app/keep.yaml": None})
+    outcome = gitops.sync()
+    actions = {e.key.name: e.action for e in outcome.changes.entries}
+    assert actions["b"] is Action.PRUNE_SKIPPED and actions["keep"] is Action.PRUNE_SKIPPED
+    assert gitops.live("ConfigMap", "b") is not None
+    state = gitops.state()
+    assert state.sync_status == "OutOfSync"
+    assert {r.name for r in state.resources if r.requires_pruning} == {"b", "keep"}
+    outcome = gitops.sync(prune=True)
+    actions = {e.key.name: e.action for e in outcome.changes.entries}
+    assert actions["b"] is Action.PRUNED and actions["keep"] is Action.PRUNE_SKIPPED
+    assert gitops.live("ConfigMap", "b") is None
+    assert gitops.live("ConfigMap", "keep") is not None
+
+
+def test_prune_never_touches_objects_of_another_app(gitops: GitOps) -> None:
+    gitops.push({"app/a.yaml": configmap("shared-name"), "other/a.yaml": configmap("other-only")})
+    gitops.application("first")
+    gitops.application("second", path="other")
+    gitops.sync("first")
+    gitops.sync("second")
+    gitops.push({"app/a.yaml": None})
+    gitops.sync("first", prune=True)
+    assert gitops.live("ConfigMap", "shared-name") is None
+    assert gitops.live("ConfigMap", "other-only") is not None
+
+
+def test_self_heal_restores_scaled_and_deleted_objects(gitops: GitOps) -> None:
+    gitops.push({"app/web.yaml": deployment("web", replicas=2), "app/cm.yaml": configmap("settings")})
+    gitops.application(automated={"prune": True, "selfHeal": True})
+    gitops.reconcile()
+    assert_succeeded(gitops.state())
+    kubectl = ["kubectl", "--kubeconfig", str(gitops.dev.kubeconfig), "-n", gitops.namespace]
+    subprocess.run([*kubectl, "scale", "deployment/web", "--replicas=5"], check=True, capture_output=True)
+    subprocess.run([*kubectl, "delete", "configmap/settings"], check=True, capture_output=True)
+    gitops.reconcile()
+    assert gitops.live("Deployment", "web", "apps")["spec"]["replicas"] == 2  # type: ignore[index]
+    assert gitops.live("ConfigMap", "settings") is not None
+    assert gitops.state().sync_status == "Synced"
+
+
+def test_automated_without_self_heal_syncs_a_revision_once(gitops: GitOps) -> None:
+    gitops.push({"app/cm.yaml": configmap("settings", {"v": "1"})})
+    gitops.application(automated={})
+    gitops.reconcile()
+    assert gitops.live("ConfigMap", "settings")["data"] == {"v": "1"}  # type: ignore[index]
+    subprocess.run(["kubectl", "--kubeconfig", str(gitops.dev.kubeconfig), "-n", gitops.namespace, "patch",
+                    "configmap/settings", "-p", '{"data":{"v":"hand"}}'], check=True, capture_output=True)
+    gitops.reconcile()
+    assert gitops.live("ConfigMap", "settings")["data"] == {"v": "hand"}  # type: ignore[index]
+    assert gitops.state().sync_status == "OutOfSync"
+    gitops.push({"app/cm.yaml": configmap("settings", {"v": "2"})})
+    gitops.reconcile()
+    assert gitops.live("ConfigMap", "settings")["data"] == {"v": "2"}  # type: ignore[index]
+
+
+def test_a_no_op_resync_makes_zero_writes(gitops: GitOps) -> None:
+    gitops.push({"app/web.yaml": deployment("web"), "app/cm.yaml": configmap("c")})
+    gitops.application()
+    gitops.sync()
+    runtime = gitops.runtime()
+    gitops.reconcile(runtime=runtime, request=None)
+    before = gitops.live("Deployment", "web", "apps")["metadata"]["resourceVersion"]  # type: ignore[index]
+    outcome = gitops.reconcile(runtime=runtime, request=SyncRequest())
+    cluster = runtime.cluster(runtime.app("app").destination)
+    assert cluster.writes == 0
+    assert {e.action for e in outcome.changes.entries} == {Action.UNCHANGED}
+    assert gitops.live("Deployment", "web", "apps")["metadata"]["resourceVersion"] == before  # type: ignore[index]
+
+
+def test_history_rollback_and_dry_run(gitops: GitOps) -> None:
+    gitops.push({"app/cm.yaml": configmap("settings", {"v": "1"})})
+    gitops.application(automated={})
+    gitops.reconcile()
+    gitops.push({"app/cm.yaml": configmap("settings", {"v": "2"})})
+    gitops.reconcile()
+    history = gitops.state().history
+    assert [h.result for h in history] == ["Succeeded", "Succeeded"]
+    gitops.reconcile(request=SyncRequest(revision=history[0].revision, rollback=True))
+    assert gitops.live("ConfigMap", "settings")["data"] == {"v": "1"}  # type: ignore[index]
+    state = gitops.state()
+    assert state.automated_disabled
+    gitops.reconcile()  # automated sync is off after a rollback
+    assert gitops.live("ConfigMap", "settings")["data"] == {"v": "1"}  # type: ignore[index]
+    outcome = gitops.sync(dry_run=True)
+    assert [e.action for e in outcome.changes.entries] == [Action.CONFIGURED]
+    assert gitops.live("ConfigMap", "settings")["data"] == {"v": "1"}  # type: ignore[index]
+
+
+def test_project_rules_apply_nothing_and_name_every_object(gitops: GitOps) -> None:
+    gitops.project({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject", "metadata": {"name": "team"},
+                    "spec": {"sourceRepos": ["*"], "destinations": [{"name": "in-cluster",
+                                                                     "namespace": gitops.namespace}],
+                             "clusterResourceBlacklist": [{"group": "rbac.authorization.k8s.io",
+                                                           "kind": "ClusterRole"}]}})
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": f"{gitops.namespace}-reader"}, "rules": []}
+    elsewhere = {**configmap("elsewhere"), "metadata": {"name": "elsewhere", "namespace": "kube-system"}}
+    gitops.push({"app/ok.yaml": configmap("ok"), "app/role.yaml": role, "app/away.yaml": elsewhere})
+    gitops.application(project="team")
+    gitops.sync()
+    state = gitops.state()
+    assert state.operation is not None and state.operation.phase == "Failed"
+    assert "ClusterRole" in state.operation.message and "kube-system/elsewhere" in state.operation.message
+    assert gitops.live("ConfigMap", "ok") is None
+
+
+def test_immutable_field_change_suggests_replace(gitops: GitOps) -> None:
+    gitops.push({"app/job.yaml": job("once", "echo 1")})
+    gitops.application()
+    gitops.sync()
+    assert_succeeded(gitops.state())
+    gitops.push({"app/job.yaml": job("once", "echo 2")})
+    gitops.sync()
+    state = gitops.state()
+    assert state.operation is not None and state.operation.phase == "Failed"
+    assert "immutable" in state.operation.message and "Replace=true" in state.operation.message
+    gitops.push({"app/job.yaml": job("once", "echo 2", **{"argocd.argoproj.io/sync-options": "Replace=true"})})
+    gitops.sync()
+    assert_succeeded(gitops.state())
+
+
+def test_api_server_stopped_mid_sync_fails_cleanly_and_the_retry_succeeds(gitops: GitOps) -> None:
+    gitops.push({"app/a.yaml": configmap("a"), "app/old.yaml": configmap("old")})
+    gitops.application(automated={"prune": True}, retry={"limit": 3, "backoff": {"duration": "1s"}})
+    gitops.reconcile()
+    gitops.push({"app/web.yaml": deployment("web", replicas=1), "app/old.yaml": None,
+                 "app/b.yaml": configmap("b", **{WAVE: "1"})})
+    result: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: result.setdefault("outcome", gitops.reconcile(wave_timeout=60)))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while gitops.live("Deployment", "web", "apps") is None:
+        assert time.monotonic() < deadline, "sync never started"
+        time.sleep(0.05)
+    gitops.dev.stop_apiserver()
+    worker.join(120)
+    state = gitops.state()
+    assert state.operation is not None and state.operation.phase == "Failed"
+    assert "unreachable" in state.operation.message
+    gitops.dev.start_apiserver()
+    assert gitops.live("ConfigMap", "old") is not None  # nothing pruned
+    time.sleep(1.1)  # the retry backoff
+    gitops.reconcile()
+    assert_succeeded(gitops.state())
+    assert gitops.live("ConfigMap", "old") is None
+    assert gitops.live("ConfigMap", "b") is not None

@@ -1,0 +1,140 @@
+"""An app under test: a git repo with manifests, a config dir declaring the Application, and a Runtime.
+
+`gitops` gives each test a fresh namespace-scoped setup; `GitOps.reconcile()` runs the real reconcile use
+case against the session's control plane and git server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tidecd import state as app_state
+from tidecd.cluster import KubeCluster
+from tidecd.devcluster import DevCluster
+from tidecd.reconcile import Outcome, SyncRequest, reconcile
+from tidecd.runtime import Runtime, Settings
+from tidecd.store import LocalStore
+
+
+class GitOps:
+    def __init__(self, repo: Any, namespace: str, cluster: DevCluster, tmp: Path) -> None:
+        self.repo, self.namespace, self.dev = repo, namespace, cluster
+        self.config_dir = tmp / "config"
+        self.config_dir.mkdir()
+        self.store = LocalStore(tmp / "store")
+        self.kube = KubeCluster.from_kubeconfig(str(cluster.kubeconfig))
+
+    def application(self, name: str = "app", *, path: str = "app", project: str = "default",
+                    automated: dict[str, Any] | None = None, sync_options: list[str] | None = None,
+                    extra_spec: dict[str, Any] | None = None, namespace: str | None = None,
+                    source: dict[str, Any] | None = None, **policy: Any) -> str:
+        spec: dict[str, Any] = {
+            "project": project,
+            "source": {"repoURL": self.repo.url, "targetRevision": "main", "path": path, **(source or {})},
+            "destination": {"name": "in-cluster", "namespace": namespace or self.namespace},
+        }
+        sync_policy: dict[str, Any] = dict(policy)
+        if automated is not None:
+            sync_policy["automated"] = automated
+        if sync_options:
+            sync_policy["syncOptions"] = sync_options
+        if sync_policy:
+            spec["syncPolicy"] = sync_policy
+        spec.update(extra_spec or {})
+        doc = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": name},
+               "spec": spec}
+        (self.config_dir / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+        return name
+
+    def project(self, doc: dict[str, Any]) -> None:
+        (self.config_dir / f"project-{doc['metadata']['name']}.yaml").write_text(yaml.safe_dump(doc))
+
+    def push(self, files: dict[str, Any], message: str = "change") -> str:
+        """Write files (a dict or list of dicts becomes YAML; None removes the file), commit and push."""
+        for path, content in files.items():
+            if content is None:
+                self.repo.remove(path)
+            elif isinstance(content, str):
+                self.repo.write(path, content)
+            else:
+                docs = content if isinstance(content, list) else [content]
+                self.repo.write(path, yaml.safe_dump_all(docs))
+        sha = str(self.repo.commit(message))
+        self.repo.push()
+        return sha
+
+    def runtime(self, **settings: str) -> Runtime:
+        values = {"config": str(self.config_dir), "store": str(self.store.root),
+                  "kubeconfig": str(self.dev.kubeconfig), **settings}
+        return Runtime(settings=Settings(**values), store=self.store)
+
+    def reconcile(self, name: str = "app", request: SyncRequest | None = None, automate: bool = True,
+                  runtime: Runtime | None = None, wave_timeout: float = 120.0) -> Outcome:
+        return reconcile(runtime or self.runtime(), name, request=request, automate=automate,
+                         wave_timeout=wave_timeout)
+
+    def sync(self, name: str = "app", **kwargs: Any) -> Outcome:
+        return self.reconcile(name, SyncRequest(**kwargs))
+
+    def state(self, name: str = "app") -> app_state.AppState:
+        return app_state.load(self.store, name)[0]
+
+    def live(self, kind: str, name: str, group: str = "", namespace: str | None = None) -> dict[str, Any] | None:
+        from tidecd.model import ResourceKey
+
+        ns = self.namespace if namespace is None else namespace
+        return self.kube.get(ResourceKey(group, kind, ns, name))
+
+
+@pytest.fixture()
+def gitops(git_repo: Any, namespace: str, cluster: DevCluster, tmp_path: Path) -> Iterator[GitOps]:
+    yield GitOps(git_repo, namespace, cluster, tmp_path)
+
+
+def deployment(name: str, replicas: int = 1, image: str = "nginx:1.27", **annotations: str) -> dict[str, Any]:
+    """A Deployment written the way users write them: defaults omitted."""
+    meta: dict[str, Any] = {"name": name}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": name, "image": image}]}}}}
+
+
+def service(name: str, **annotations: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+            "spec": {"selector": {"app": name}, "ports": [{"port": 80}]}}
+
+
+def configmap(name: str, data: dict[str, str] | None = None, **annotations: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data or {"k": "v"}}
+
+
+def job(name: str, command: str = "true", fail: bool = False, **annotations: str) -> dict[str, Any]:
+    """A Job; kwok completes its pod. With `fail`, its pod can never be scheduled and the Job controller
+    fails it after a short active deadline (DeadlineExceeded), as a real failing hook would end."""
+    meta: dict[str, Any] = {"name": name}
+    if annotations:
+        meta["annotations"] = annotations
+    pod: dict[str, Any] = {"restartPolicy": "Never",
+                           "containers": [{"name": "run", "image": "busybox:1.36", "command": ["sh", "-c", command]}]}
+    spec: dict[str, Any] = {"backoffLimit": 0, "template": {"spec": pod}}
+    if fail:
+        pod["nodeSelector"] = {"tidecd.test/unschedulable": "true"}
+        spec["activeDeadlineSeconds"] = 3
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+Factory = Callable[..., GitOps]

@@ -1,0 +1,96 @@
+"""The sync plan: phases, waves, kind order and hooks, as Argo CD orders them."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidecd.errors import ConfigError
+from tidecd.model import ResourceKey
+from tidecd.sync.plan import Phase, hook_phases, plan, prune_order, resources, sync_options, waves
+
+
+def obj(kind: str, name: str, api: str = "v1", **annotations: str) -> dict[str, object]:
+    return {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": "ns",
+                                                          "annotations": dict(annotations)}}
+
+
+def hook(kind: str, name: str, phase: str, **more: str) -> dict[str, object]:
+    return obj(kind, name, "batch/v1", **{"argocd.argoproj.io/hook": phase, **more})
+
+
+def names(tasks: list) -> list[str]:  # type: ignore[type-arg]
+    return [f"{t.phase.value}:{t.wave}:{t.key.kind}/{t.key.name}" for t in tasks]
+
+
+def test_order_is_phase_then_wave_then_kind_then_name() -> None:
+    manifests = [
+        obj("Deployment", "web", "apps/v1"),
+        obj("Service", "web"),
+        obj("ConfigMap", "b"),
+        obj("ConfigMap", "a"),
+        obj("Namespace", "ns"),
+        obj("Deployment", "late", "apps/v1", **{"argocd.argoproj.io/sync-wave": "2"}),
+        obj("Secret", "early", **{"argocd.argoproj.io/sync-wave": "-1"}),
+        hook("Job", "migrate", "PreSync"),
+        hook("Job", "smoke", "PostSync"),
+        obj("Widget", "custom", "example.com/v1"),
+    ]
+    assert names(plan(manifests)) == [
+        "PreSync:0:Job/migrate",
+        "Sync:-1:Secret/early",
+        "Sync:0:Namespace/ns",
+        "Sync:0:ConfigMap/a",
+        "Sync:0:ConfigMap/b",
+        "Sync:0:Service/web",
+        "Sync:0:Deployment/web",
+        "Sync:0:Widget/custom",
+        "Sync:2:Deployment/late",
+        "PostSync:0:Job/smoke",
+    ]
+
+
+def test_waves_groups_tasks_of_one_phase() -> None:
+    tasks = plan([obj("ConfigMap", "a"), obj("ConfigMap", "b", **{"argocd.argoproj.io/sync-wave": "1"})])
+    assert [(w, [t.key.name for t in ts]) for w, ts in waves(tasks, Phase.SYNC)] == [(0, ["a"]), (1, ["b"])]
+
+
+def test_hooks_are_not_resources_and_skip_is_never_applied() -> None:
+    manifests = [hook("Job", "x", "PreSync"), obj("ConfigMap", "c"),
+                 obj("ConfigMap", "skipped", **{"argocd.argoproj.io/hook": "Skip"})]
+    assert [r["metadata"]["name"] for r in resources(manifests)] == ["c"]  # type: ignore[index]
+    assert names(plan(manifests)) == ["PreSync:0:Job/x", "Sync:0:ConfigMap/c"]
+
+
+def test_helm_hooks_map_to_argo_phases_with_weight_as_wave() -> None:
+    helm = obj("Job", "pre", "batch/v1", **{"helm.sh/hook": "pre-install,pre-upgrade", "helm.sh/hook-weight": "5",
+                                            "helm.sh/hook-delete-policy": "hook-succeeded"})
+    [task] = plan([helm])
+    assert (task.phase, task.wave, task.hook, task.delete_policies) == (
+        Phase.PRE_SYNC, 5, True, frozenset({"HookSucceeded"}))
+    assert hook_phases(obj("Pod", "t", **{"helm.sh/hook": "test"})) == []
+
+
+def test_default_delete_policy_is_before_hook_creation() -> None:
+    [task] = plan([hook("Job", "x", "Sync")])
+    assert task.delete_policies == frozenset({"BeforeHookCreation"})
+
+
+def test_multiple_phases_give_one_task_each() -> None:
+    assert names(plan([hook("Job", "x", "PreSync,PostSync")])) == ["PreSync:0:Job/x", "PostSync:0:Job/x"]
+
+
+@pytest.mark.parametrize("bad", [{"argocd.argoproj.io/sync-wave": "one"}, {"argocd.argoproj.io/hook": "Later"},
+                                 {"argocd.argoproj.io/hook": "Sync",
+                                  "argocd.argoproj.io/hook-delete-policy": "Never"}])
+def test_bad_annotations_name_the_object(bad: dict[str, str]) -> None:
+    with pytest.raises(ConfigError, match="Job ns/x"):
+        plan([obj("Job", "x", "batch/v1", **bad)])
+
+
+def test_sync_options_and_prune_order() -> None:
+    assert sync_options(obj("ConfigMap", "a", **{"argocd.argoproj.io/sync-options": "Prune=false, Replace=true"})) \
+        == frozenset({"Prune=false", "Replace=true"})
+    ns = ResourceKey("", "Namespace", "", "ns")
+    dep = ResourceKey("apps", "Deployment", "ns", "d")
+    late = ResourceKey("", "ConfigMap", "ns", "late")
+    assert prune_order([(ns, 0), (dep, 0), (late, 3)]) == [late, dep, ns]
