@@ -38,7 +38,7 @@ def webhook(request: Request) -> Response:
         return _json(413, {"error": "too_large", "message": "payload over 25 MB"})
     body = request.get_data(cache=False)
     runtime = _runtime()
-    answer = hooks.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime, background=True))
+    answer = hooks.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime))
     return _json(answer.status, answer.body)
 
 
@@ -57,14 +57,17 @@ def poll(request: Request) -> Response:
 @functions_framework.cloud_event
 def reconcile(cloud_event: Any) -> None:
     from tidecd import dispatch
-    from tidecd.errors import PermanentError
+    from tidecd.errors import LeaseHeld, PermanentError
     from tidecd.reconcile import reconcile as run
 
-    refresh = dispatch.decode_refresh(cloud_event.data)
     try:
-        run(_runtime(), refresh.app, reason=refresh.reason)
+        refresh = dispatch.decode_refresh(cloud_event.data)
+        outcome = run(_runtime(), refresh.app, reason=refresh.reason)
     except PermanentError:
-        return  # recorded in the app's status; retrying cannot help, so acknowledge the message
+        return  # a bad message or config: recorded where it can be; retrying cannot help, so acknowledge it
+    if outcome.skipped:
+        # Another call holds the app's lease: fail so Pub/Sub redelivers and this push is not lost.
+        raise LeaseHeld(f"{refresh.app}: {outcome.skipped}")
 
 
 @functions_framework.http

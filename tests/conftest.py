@@ -10,6 +10,7 @@ pytest_plugins = [
     "tests.support.gcs",
     "tests.support.pubsub",
     "tests.support.apps",
+    "tests.support.functions",
 ]
 
 

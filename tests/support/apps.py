@@ -32,7 +32,8 @@ class GitOps:
     def application(self, name: str = "app", *, path: str = "app", project: str = "default",
                     automated: dict[str, Any] | None = None, sync_options: list[str] | None = None,
                     extra_spec: dict[str, Any] | None = None, namespace: str | None = None,
-                    source: dict[str, Any] | None = None, **policy: Any) -> str:
+                    source: dict[str, Any] | None = None, annotations: dict[str, str] | None = None,
+                    **policy: Any) -> str:
         spec: dict[str, Any] = {
             "project": project,
             "source": {"repoURL": self.repo.url, "targetRevision": "main", "path": path, **(source or {})},
@@ -46,8 +47,10 @@ class GitOps:
         if sync_policy:
             spec["syncPolicy"] = sync_policy
         spec.update(extra_spec or {})
-        doc = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": name},
-               "spec": spec}
+        metadata: dict[str, Any] = {"name": name}
+        if annotations:
+            metadata["annotations"] = annotations
+        doc = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": metadata, "spec": spec}
         (self.config_dir / f"{name}.yaml").write_text(yaml.safe_dump(doc))
         return name
 

@@ -1,0 +1,272 @@
+"""The poll use case (Cloud Scheduler every few minutes): find what changed in git and refresh only that.
+
+One `ls-remote` per distinct repository (apps are grouped by their normalized repoURL; the config source
+repo joins the group it belongs to), compared with the heads the previous tick saw (`RefCache`). An app
+is refreshed when the commit its targetRevision resolves to moved, or its repository was never seen, or
+it was never reconciled at all (no `state/apps/<app>.json`: a new app); when the config source itself
+moved, every app is refreshed (its spec may have changed). Then the drift sweep: every automated or
+self-healing app not refreshed yet is refreshed too, since drift happens in the cluster, not in git, and
+a reconcile with nothing changed is cheap.
+
+The tick is time-bound (a function has a deadline): it stops dispatching after `max_seconds` and reports
+what was left. New heads are saved after dispatching; a change-driven refresh that was cut off or could
+not be handed over is kept in `state/poll-pending.json` and goes first in the next tick (holding back the
+heads instead would make a tick that is always too short start over from the same apps forever).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from tidecd import source as git
+from tidecd.config import Application, ConfigSourceRef, normalize_repo_url, parse_config_source, redact_repo_url
+from tidecd.dispatch import Dispatcher, Refresh
+from tidecd.errors import TidecdError
+from tidecd.state import state_key
+from tidecd.store import PreconditionFailed, read_json, write_json
+
+if TYPE_CHECKING:
+    from tidecd.runtime import Runtime
+
+log = structlog.get_logger("tidecd.poll")
+
+LsRemote = Callable[[str, Any], dict[str, str]]
+DRIFT_SWEEP = "drift sweep"
+LS_REMOTE_WORKERS = 8
+BATCH_SIZE = 8
+PENDING = "state/poll-pending.json"
+
+
+@dataclass
+class PollSummary:
+    repos_checked: int = 0
+    ls_remote_calls: int = 0
+    apps_refreshed: list[str] = field(default_factory=list)  # because git changed (or they are new)
+    drift_checked: list[str] = field(default_factory=list)  # refreshed by the drift sweep
+    errors: list[str] = field(default_factory=list)
+    elapsed: float = 0.0
+    left: list[str] = field(default_factory=list)  # not dispatched: the time budget ran out
+    config_changed: bool = False
+
+
+@dataclass
+class _Repo:
+    """One distinct repository: every spelling of its URL, and its apps."""
+
+    urls: set[str] = field(default_factory=set)
+    apps: list[Application] = field(default_factory=list)
+    config_ref: str = ""  # the config source's ref when the config source lives here
+    refs: dict[str, str] | None = None  # this tick's ls-remote, None when it failed
+
+    @property
+    def url(self) -> str:
+        return min(self.urls)  # one stable spelling for ls-remote and the ref cache
+
+
+def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0,
+         jitter_seconds: float = 10.0, rng: random.Random | None = None,
+         now: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+         ls_remote: LsRemote = git.ls_remote, batch_size: int = BATCH_SIZE) -> PollSummary:
+    start, summary = now(), PollSummary()
+    if jitter_seconds > 0:  # ticks of several installations (or retries) should not hit git in lockstep
+        sleep((rng or random.Random()).uniform(0, jitter_seconds))  # noqa: S311 (jitter, not crypto)
+    try:
+        config_source = parse_config_source(runtime.settings.config)
+        apps = list(runtime.config().applications.values())
+    except TidecdError as exc:
+        summary.errors.append(f"config source: {exc}")
+        summary.elapsed = now() - start
+        return summary
+    repos = _group(apps, config_source)
+    _ls_remote_all(runtime, repos, ls_remote, summary)
+    reachable = {a.name for a in apps if repos[normalize_repo_url(a.source.repo_url)].refs is not None}
+    pending, generation = _load_pending(runtime, summary)
+    refreshes = {r.app: r for r in pending if r.app in reachable}
+    for name, refresh in _changes(runtime, repos, apps, summary).items():
+        refreshes.setdefault(name, refresh)
+    drift = [Refresh(a.name, DRIFT_SWEEP) for a in sorted(apps, key=lambda a: a.name)
+             if (a.sync_policy.self_heal or a.sync_policy.automated) and a.name not in refreshes
+             and a.name in reachable]
+    undone = _dispatch([*refreshes.values(), *drift], dispatcher, batch_size, start, max_seconds, now, summary)
+    summary.apps_refreshed = sorted(n for n in refreshes if n not in undone)
+    summary.drift_checked = sorted(r.app for r in drift if r.app not in undone)
+    _save_heads(runtime, repos, summary)
+    carried = [r for r in pending if r.app not in reachable and any(a.name == r.app for a in apps)]
+    left = [*carried, *(r for r in refreshes.values() if r.app in undone)]  # carried: its repo failed
+    if left != pending:  # an unchanged list costs no write
+        _save_pending(runtime, left, generation, summary)
+    summary.elapsed = now() - start
+    log.info("poll", repos=summary.repos_checked, ls_remote_calls=summary.ls_remote_calls,
+             refreshed=summary.apps_refreshed, drift_checked=len(summary.drift_checked),
+             errors=len(summary.errors), left=len(summary.left), elapsed=round(summary.elapsed, 3))
+    return summary
+
+
+def _group(apps: Iterable[Application], config_source: Any) -> dict[str, _Repo]:
+    repos: dict[str, _Repo] = {}
+    for app in apps:
+        repo = repos.setdefault(normalize_repo_url(app.source.repo_url), _Repo())
+        repo.urls.add(app.source.repo_url)
+        repo.apps.append(app)
+    if isinstance(config_source, ConfigSourceRef):
+        repo = repos.setdefault(normalize_repo_url(config_source.repo_url), _Repo())
+        repo.urls.add(config_source.repo_url)
+        repo.config_ref = config_source.ref
+    return repos
+
+
+def _ls_remote_all(runtime: Runtime, repos: dict[str, _Repo], ls_remote: LsRemote,
+                   summary: PollSummary) -> None:
+    """One ls-remote per repository, a few at a time; a failing repository is an error, the rest go on."""
+
+    def one(repo: _Repo, credentials: Any) -> str:
+        try:
+            repo.refs = ls_remote(repo.url, credentials)
+            return ""
+        except TidecdError as exc:
+            return str(exc)
+        except Exception as exc:  # a bug or a foreign error: name the repo, never echo the message
+            return f"repository {redact_repo_url(repo.url)}: ls-remote failed ({type(exc).__name__})"
+
+    ordered, credentials = [], []
+    for key in sorted(repos):  # credentials first, in this thread: unsealing is cached, not thread-safe
+        try:
+            credentials.append(runtime.repo_credentials(repos[key].url))
+            ordered.append(repos[key])
+        except TidecdError as exc:
+            summary.errors.append(f"repository {redact_repo_url(repos[key].url)}: credentials: {exc}")
+    summary.repos_checked = len(repos)
+    if ordered:
+        with ThreadPoolExecutor(max_workers=min(LS_REMOTE_WORKERS, len(ordered))) as pool:
+            errors = list(pool.map(one, ordered, credentials))
+        summary.ls_remote_calls = len(ordered)
+        summary.errors.extend(e for e in errors if e)
+
+
+def _changes(runtime: Runtime, repos: dict[str, _Repo], apps: list[Application],
+             summary: PollSummary) -> dict[str, Refresh]:
+    """The refreshes git changes call for, by app."""
+    cache = git.RefCache(runtime.store)
+    known = _reconciled_apps(runtime, summary)
+    refreshes: dict[str, Refresh] = {}
+    for key in sorted(repos):
+        repo = repos[key]
+        if repo.refs is None:
+            continue
+        seen = _load_heads(cache, repo.url, summary)
+        if repo.config_ref and _moved(seen, repo.refs, repo.config_ref, repo.url):
+            summary.config_changed = True
+            for app in apps:
+                if repos[normalize_repo_url(app.source.repo_url)].refs is not None:
+                    refreshes.setdefault(app.name, Refresh(app.name, "config source changed"))
+        for app in sorted(repo.apps, key=lambda a: a.name):
+            reason = _why(seen, repo.refs, app.source.target_revision, repo.url, app.name in known)
+            if reason:
+                sha = _resolve(repo.refs, app.source.target_revision, repo.url) or ""
+                refreshes.setdefault(app.name, Refresh(app.name, reason, sha))
+    return refreshes
+
+
+def _moved(seen: dict[str, str], refs: dict[str, str], target: str, url: str) -> bool:
+    """Did `target` resolve differently last tick (or was the repository never seen)?"""
+    return not seen or _resolve(seen, target, url) != _resolve(refs, target, url)
+
+
+def _why(seen: dict[str, str], refs: dict[str, str], target: str, url: str, reconciled: bool) -> str:
+    """Why an app needs a refresh, "" when it does not."""
+    if not seen:
+        return "repository first seen"
+    if _moved(seen, refs, target, url):
+        new = _resolve(refs, target, url)
+        return f"{target} moved to {new[:12]}" if new else f"{target} no longer resolves"
+    return "" if reconciled else "never reconciled"
+
+
+def _resolve(refs: dict[str, str], target: str, url: str) -> str | None:
+    try:
+        return git.resolve_revision(refs, target, url)
+    except TidecdError:
+        return None
+
+
+def _load_heads(cache: git.RefCache, url: str, summary: PollSummary) -> dict[str, str]:
+    try:
+        return cache.load(url)
+    except (TidecdError, ValueError, AttributeError) as exc:  # unreadable memory: treat as never seen
+        summary.errors.append(f"{cache.key(url)}: unreadable, treated as never seen ({type(exc).__name__})")
+        return {}
+
+
+def _reconciled_apps(runtime: Runtime, summary: PollSummary) -> set[str]:
+    """Names of apps with a state document (one list call, not one read per app)."""
+    prefix, suffix = state_key("").removesuffix(".json"), ".json"  # state/apps/<app>.json
+    try:
+        return {k[len(prefix) : -len(suffix)] for k in runtime.store.list(prefix) if k.endswith(suffix)}
+    except TidecdError as exc:
+        summary.errors.append(f"listing {prefix}: {exc}")
+        return set()
+
+
+def _dispatch(refreshes: list[Refresh], dispatcher: Dispatcher, batch_size: int, start: float,
+              max_seconds: float, now: Callable[[], float], summary: PollSummary) -> set[str]:
+    """Hand the refreshes over in small batches until the time budget is spent; the apps not handed over."""
+    undone: set[str] = set()
+    for i in range(0, len(refreshes), max(1, batch_size)):
+        if now() - start > max_seconds:
+            summary.left = [r.app for r in refreshes[i:]]
+            summary.errors.append(f"time budget of {max_seconds:g}s spent: {len(summary.left)} refreshes "
+                                  "left for the next tick")
+            undone.update(summary.left)
+            break
+        failures = dispatcher.dispatch(refreshes[i : i + batch_size])
+        summary.errors.extend(f"app {app}: {message}" for app, message in sorted(failures.items()))
+        undone.update(failures)
+    return undone
+
+
+def _save_heads(runtime: Runtime, repos: dict[str, _Repo], summary: PollSummary) -> None:
+    cache = git.RefCache(runtime.store)
+    for key in sorted(repos):
+        repo = repos[key]
+        if repo.refs is None:
+            continue
+        try:
+            cache.save(repo.url, repo.refs)
+        except TidecdError as exc:
+            summary.errors.append(f"saving heads of {redact_repo_url(repo.url)}: {exc}")
+
+
+def _load_pending(runtime: Runtime, summary: PollSummary) -> tuple[list[Refresh], int]:
+    """Refreshes an earlier tick could not hand over, and the document's generation (0: none)."""
+    try:
+        found = read_json(runtime.store, PENDING)
+    except TidecdError as exc:
+        summary.errors.append(f"{PENDING}: {exc}")
+        return [], -1
+    if found is None:
+        return [], 0
+    doc, generation = found
+    entries = doc.get("refreshes", []) if isinstance(doc, dict) else []
+    return [Refresh(str(e.get("app")), str(e.get("reason", "")), str(e.get("revision", "")))
+            for e in entries if isinstance(e, dict) and e.get("app")], generation
+
+
+def _save_pending(runtime: Runtime, refreshes: list[Refresh], generation: int,
+                  summary: PollSummary) -> None:
+    """Written only if nobody else wrote since we read it (an overlapping tick)."""
+    if generation < 0:
+        return
+    doc = {"refreshes": [{"app": r.app, "reason": r.reason, "revision": r.revision} for r in refreshes]}
+    try:
+        write_json(runtime.store, PENDING, doc, if_generation_match=generation)
+    except PreconditionFailed:
+        summary.errors.append(f"{PENDING}: changed by an overlapping poll; its list was kept")
+    except TidecdError as exc:
+        summary.errors.append(f"{PENDING}: {exc}")

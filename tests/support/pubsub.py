@@ -1,0 +1,94 @@
+"""Pub/Sub emulator fixture: the real emulator shipped with the Google Cloud CLI, one per session.
+
+`pubsub_emulator` (session) starts `cloud-pubsub-emulator --host=127.0.0.1 --port=PORT` on first use,
+waits until it answers, yields `host:port` (the value for `PUBSUB_EMULATOR_HOST`) and kills its process
+group at the end (the launcher is a shell script that starts a JVM). Topic and subscription names need
+at least 3 characters.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+STARTUP_TIMEOUT = 120.0  # a cold JVM on a busy 2-core machine
+
+
+def emulator_launcher() -> Path:
+    """The launcher inside the Cloud SDK; a clear failure when gcloud or the component is missing."""
+    gcloud = shutil.which("gcloud")
+    if gcloud is None:
+        pytest.fail("gcloud is not installed: the Pub/Sub emulator comes with the Google Cloud CLI "
+                    "(component pubsub-emulator)")
+    info = subprocess.run([gcloud, "info", "--format=value(installation.sdk_root)"],
+                          capture_output=True, text=True, check=False, timeout=120)
+    root = info.stdout.strip()
+    launcher = Path(root) / "platform" / "pubsub-emulator" / "bin" / "cloud-pubsub-emulator"
+    if info.returncode != 0 or not root or not launcher.is_file():
+        pytest.fail(f"Pub/Sub emulator launcher not found at {launcher} (gcloud info exited "
+                    f"{info.returncode}); install the gcloud component pubsub-emulator")
+    if shutil.which("java") is None:
+        pytest.fail("java is not installed: the Pub/Sub emulator needs a JRE")
+    return launcher
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def pubsub_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    launcher = emulator_launcher()
+    port = _free_port()
+    host = f"127.0.0.1:{port}"
+    log_path = tmp_path_factory.mktemp("pubsub-emulator") / "emulator.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([str(launcher), "--host=127.0.0.1", f"--port={port}"],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_until_up(host, proc, log_path)
+        yield host
+    finally:
+        _kill_group(proc)
+
+
+def _wait_until_up(host: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"Pub/Sub emulator exited with {proc.returncode}:\n{log_path.read_text()[-2000:]}")
+        try:
+            if requests.get(f"http://{host}/", timeout=1).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    _kill_group(proc)
+    pytest.fail(f"Pub/Sub emulator did not answer on {host} within {STARTUP_TIMEOUT:.0f}s:\n"
+                f"{log_path.read_text()[-2000:]}")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the emulator's own process group (launcher and JVM), SIGKILL if it lingers."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
