@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools test unit e2e lint demo bench package clean
+.PHONY: all venv tools tools-if-missing test unit e2e lint demo bench package infra-check clean
 
 all: test
 
@@ -44,6 +44,13 @@ demo: venv tools-if-missing
 
 bench: venv tools-if-missing
 	$(PY) -m bench
+
+package: venv
+	bash scripts/package.sh
+
+infra-check: venv
+	$(VENV)/bin/pytest -q tests/unit/test_infra.py tests/e2e/test_infra_scan.py
+	bash scripts/checkov.sh
 
 clean:
 	rm -rf $(VENV) dist .tidecd .pytest_cache .mypy_cache .ruff_cache

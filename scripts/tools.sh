@@ -25,6 +25,7 @@ FAKE_GCS_VERSION=v1.55.1
 REGISTRY_VERSION=v3.1.1
 CRANE_VERSION=v0.21.9
 KAPP_VERSION=v0.66.0
+TERRAFORM_VERSION=v1.5.7  # the newest release whose go.mod builds from the module proxy
 
 DEFAULT_TOOLS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm kustomize kubeseal fake-gcs-server registry"
 
@@ -42,6 +43,7 @@ version_of() {
     registry) echo "$REGISTRY_VERSION" ;;
     crane) echo "$CRANE_VERSION" ;;
     kapp) echo "$KAPP_VERSION" ;;
+    terraform) echo "$TERRAFORM_VERSION" ;;
     *) echo "unknown tool: $1" >&2; return 1 ;;
   esac
 }
@@ -127,6 +129,7 @@ build() {
     registry) go_install registry "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION" ;;
     crane) go_install crane "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION" ;;
     kapp) go_install kapp "carvel.dev/kapp/cmd/kapp@$KAPP_VERSION" ;;
+    terraform) go_install terraform "github.com/hashicorp/terraform@$TERRAFORM_VERSION" ;;
   esac
   link "$name"
 }
@@ -144,6 +147,7 @@ version_check() {  # print the tool's own version line, proving the binary runs
     registry) out=$("$BIN/registry" --version) ;;
     crane) out=$("$BIN/crane" version) ;;
     kapp) out=$("$BIN/kapp" version | head -1) ;;
+    terraform) out=$("$BIN/terraform" version | head -1) ;;
   esac
   log "ok $name: $out"
 }

@@ -1,0 +1,44 @@
+# tidecd on Google Cloud: four functions sharing one source archive, one state bucket and one refresh topic.
+#
+#   GitHub push ──► webhook ─┐                              ┌─► reconcile (push subscription, OIDC,
+#   Scheduler */3 ─► poll ───┼─► Pub/Sub topic "refresh" ───┤    retries with backoff, dead letters)
+#   CLI / UI ──────► api ────┘                              └─► dead-letter topic + subscription
+#
+# wiring.tf says what each function is and needs; every resource below is derived from it.
+
+locals {
+  source_zip = coalesce(var.source_zip, "${path.module}/../dist/tidecd-functions.zip")
+
+  # Environment of every function (DESIGN.md section 8); the secrets are added per function.
+  common_env = {
+    TIDECD_CONFIG        = var.config_source
+    TIDECD_STORE         = "gs://${google_storage_bucket.state.name}/${var.store_prefix}"
+    TIDECD_REFRESH_TOPIC = google_pubsub_topic.refresh.id
+    TIDECD_BIN_DIR       = "/workspace/bin" # helm and kustomize, packaged beside main.py
+    LOG_EXECUTION_ID     = "true"
+  }
+
+  apis = toset(var.enable_apis ? [
+    "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",
+    "cloudfunctions.googleapis.com",
+    "cloudscheduler.googleapis.com",
+    "iam.googleapis.com",
+    "pubsub.googleapis.com",
+    "run.googleapis.com",
+    "secretmanager.googleapis.com",
+    "storage.googleapis.com",
+  ] : [])
+}
+
+data "google_project" "this" {
+  project_id = var.project_id
+}
+
+resource "google_project_service" "this" {
+  for_each = local.apis
+
+  project            = var.project_id
+  service            = each.key
+  disable_on_destroy = false
+}

@@ -1,0 +1,33 @@
+# Every three minutes Cloud Scheduler calls poll with an OIDC token of its own service account.
+
+resource "google_service_account" "scheduler" {
+  project      = var.project_id
+  account_id   = "${var.name_prefix}-scheduler"
+  display_name = "tidecd poll schedule"
+}
+
+resource "google_cloud_scheduler_job" "poll" {
+  project          = var.project_id
+  region           = var.region
+  name             = "${var.name_prefix}-poll"
+  description      = "Polls every repository of the config source for new commits."
+  schedule         = "*/3 * * * *"
+  time_zone        = "Etc/UTC"
+  attempt_deadline = "180s"
+
+  retry_config {
+    retry_count = 0 # the next tick is three minutes away
+  }
+
+  http_target {
+    http_method = "POST"
+    uri         = google_cloudfunctions2_function.this["poll"].service_config[0].uri
+
+    oidc_token {
+      service_account_email = google_service_account.scheduler.email
+      audience              = google_cloudfunctions2_function.this["poll"].service_config[0].uri
+    }
+  }
+
+  depends_on = [google_project_service.this, google_cloud_run_service_iam_member.private]
+}

@@ -1,0 +1,137 @@
+variable "project_id" {
+  description = "ID of the Google Cloud project that runs tidecd (functions, state bucket, topics, secrets)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project_id))
+    error_message = "project_id must be a project ID (6-30 characters: lowercase letters, digits, hyphens), not a project number or name."
+  }
+}
+
+variable "region" {
+  description = "Region of the functions, the Cloud Scheduler job, the buckets and the Artifact Registry repository, e.g. europe-west1."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z]+-[a-z]+[0-9]+$", var.region))
+    error_message = "region must be a Google Cloud region such as europe-west1 or us-central1 (not a zone)."
+  }
+}
+
+variable "config_source" {
+  description = "Where the Application and AppProject manifests live, as TIDECD_CONFIG: a git URL with optional #REF:PATH, e.g. https://github.com/acme/deploy.git#main:apps (REF defaults to HEAD, PATH to the root)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^([a-z][a-z0-9+.-]*://|[^@/:\\s]+@[^/:\\s]+:)[^#\\s]+(#[^:#\\s]*(:[^#\\s]*)?)?$", var.config_source))
+    error_message = "config_source must be a git URL (https://..., ssh://... or git@host:org/repo) with optional #REF:PATH, e.g. https://github.com/acme/deploy.git#main:apps; a local directory cannot be read by a cloud function."
+  }
+}
+
+variable "name_prefix" {
+  description = "Prefix of every resource name (functions, service accounts, buckets, topics, secrets); lets several installations share a project."
+  type        = string
+  default     = "tidecd"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{0,18}[a-z0-9]$", var.name_prefix))
+    error_message = "name_prefix must be 2-20 characters of lowercase letters, digits and hyphens, starting with a letter (service account IDs are limited to 30 characters)."
+  }
+}
+
+variable "store_prefix" {
+  description = "Object name prefix inside the state bucket; the functions get TIDECD_STORE=gs://BUCKET/PREFIX."
+  type        = string
+  default     = "tidecd"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$", var.store_prefix))
+    error_message = "store_prefix must be a relative object prefix such as tidecd or env/prod (no leading or trailing slash)."
+  }
+}
+
+variable "function_sizes" {
+  description = <<-EOT
+    Per-function overrides, keyed by webhook, poll, reconcile or api: memory ("512M", "1Gi", ...), cpu
+    ("0.583", "1", "2"), timeout_seconds (1-540) and max_instances. Fields left out keep the defaults, which
+    are sized for rendering: reconcile 2Gi / 1 CPU / 540 s, api 1Gi / 300 s, poll 512M / 170 s (under the
+    three-minute schedule), webhook 256M / 60 s. Min instances are always 0.
+  EOT
+  type = map(object({
+    memory          = optional(string)
+    cpu             = optional(string)
+    timeout_seconds = optional(number)
+    max_instances   = optional(number)
+  }))
+  default = {}
+
+  validation {
+    condition     = alltrue([for name in keys(var.function_sizes) : contains(["webhook", "poll", "reconcile", "api"], name)])
+    error_message = "function_sizes keys must be among webhook, poll, reconcile, api."
+  }
+
+  validation {
+    condition     = alltrue([for s in values(var.function_sizes) : s.memory == null || can(regex("^[0-9]+(M|Mi|G|Gi)$", s.memory))])
+    error_message = "function_sizes memory must look like 256M, 512M, 1Gi or 2Gi."
+  }
+
+  validation {
+    condition     = alltrue([for s in values(var.function_sizes) : s.cpu == null || can(regex("^[0-9]+(\\.[0-9]+)?$", s.cpu))])
+    error_message = "function_sizes cpu must be a number of vCPUs as a string, e.g. \"0.583\", \"1\" or \"2\"."
+  }
+
+  validation {
+    condition     = alltrue([for s in values(var.function_sizes) : coalesce(s.timeout_seconds, 60) >= 1 && coalesce(s.timeout_seconds, 60) <= 540])
+    error_message = "function_sizes timeout_seconds must be between 1 and 540 (the reconcile subscription's ack deadline is 600 s)."
+  }
+
+  validation {
+    condition     = alltrue([for s in values(var.function_sizes) : coalesce(s.max_instances, 1) >= 1 && coalesce(s.max_instances, 1) <= 100])
+    error_message = "function_sizes max_instances must be between 1 and 100."
+  }
+}
+
+variable "source_zip" {
+  description = "Path of the function source archive built by `make package`; null means dist/tidecd-functions.zip in this repository."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.source_zip == null || can(regex("\\.zip$", var.source_zip))
+    error_message = "source_zip must be the path of a .zip file (build it with `make package`)."
+  }
+}
+
+variable "sealing_key_versions" {
+  description = "Secret Manager versions of the sealing-keys secret mounted as PEM files in TIDECD_SEALING_KEYS; list the old version beside \"latest\" while rotating."
+  type        = list(string)
+  default     = ["latest"]
+
+  validation {
+    condition     = length(var.sealing_key_versions) > 0 && alltrue([for v in var.sealing_key_versions : can(regex("^(latest|[1-9][0-9]*)$", v))])
+    error_message = "sealing_key_versions must be a non-empty list of \"latest\" or version numbers such as \"3\"."
+  }
+}
+
+variable "reconcile_max_attempts" {
+  description = "Deliveries of one refresh message to reconcile before it goes to the dead-letter topic."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.reconcile_max_attempts >= 5 && var.reconcile_max_attempts <= 100
+    error_message = "reconcile_max_attempts must be between 5 and 100 (Pub/Sub's limits for dead lettering)."
+  }
+}
+
+variable "enable_apis" {
+  description = "Enable the Google APIs tidecd uses (Cloud Functions, Run, Build, Artifact Registry, Pub/Sub, Scheduler, Secret Manager, IAM); turn off when a platform team manages them."
+  type        = bool
+  default     = true
+}
+
+variable "labels" {
+  description = "Labels added to every resource that takes labels."
+  type        = map(string)
+  default     = {}
+}

@@ -1,0 +1,77 @@
+# The single place that says what each function is: its entry point in functions/main.py, who may
+# call it, whether it publishes refreshes, which secrets it reads, and its size. Every IAM grant, secret
+# mount and environment variable is derived from these locals.
+#
+# This file refers to nothing but variables and other locals, so tests/unit/test_infra.py evaluates it
+# with the real terraform, offline (no provider needed).
+
+locals {
+  functions = {
+    webhook = {
+      entry_point  = "webhook"
+      description  = "GitHub/GitLab push webhook: checks the HMAC signature and fans out refreshes."
+      public       = true # GitHub cannot send Google ID tokens; the HMAC signature is the authentication
+      publishes    = true
+      secret_env   = { TIDECD_WEBHOOK_SECRET = "webhook-secret" }
+      sealing_keys = false
+    }
+    poll = {
+      entry_point  = "poll"
+      description  = "Called every three minutes by Cloud Scheduler: one ls-remote per repo, refreshes moved heads."
+      public       = false
+      publishes    = true
+      secret_env   = {}
+      sealing_keys = true # unseals repository credentials
+    }
+    reconcile = {
+      entry_point  = "reconcile"
+      description  = "Pub/Sub push target: renders, diffs and syncs one application."
+      public       = false
+      publishes    = false
+      secret_env   = {}
+      sealing_keys = true # unseals cluster and repository credentials
+    }
+    api = {
+      entry_point  = "api"
+      description  = "HTTP API of the CLI and dashboard, authenticated by a bearer token."
+      public       = true # the bearer token travels in Authorization, so Cloud Run IAM cannot be used too
+      publishes    = true
+      secret_env   = { TIDECD_API_TOKEN = "api-token" }
+      sealing_keys = true
+    }
+  }
+
+  # Defaults sized for rendering (helm and kustomize run inside reconcile and api).
+  size_defaults = {
+    webhook   = { memory = "256M", cpu = "0.167", timeout_seconds = 60, max_instances = 10 }
+    poll      = { memory = "512M", cpu = "0.333", timeout_seconds = 170, max_instances = 1 }
+    reconcile = { memory = "2Gi", cpu = "1", timeout_seconds = 540, max_instances = 20 }
+    api       = { memory = "1Gi", cpu = "0.583", timeout_seconds = 300, max_instances = 10 }
+  }
+  sizes = {
+    for name, d in local.size_defaults : name => {
+      memory          = coalesce(try(var.function_sizes[name].memory, null), d.memory)
+      cpu             = coalesce(try(var.function_sizes[name].cpu, null), d.cpu)
+      timeout_seconds = coalesce(try(var.function_sizes[name].timeout_seconds, null), d.timeout_seconds)
+      max_instances   = coalesce(try(var.function_sizes[name].max_instances, null), d.max_instances)
+    }
+  }
+
+  secrets = {
+    webhook-secret = "GitHub/GitLab webhook secret (key of the X-Hub-Signature-256 HMAC)"
+    api-token      = "Bearer token of the tidecd api"
+    sealing-keys   = "PEM private key(s) that unseal the cluster and repository SealedSecrets"
+  }
+  sealing_keys_dir = "/etc/tidecd/sealing"
+
+  # The functions anyone may call: they authenticate each request themselves.
+  public_functions = toset([for name, f in local.functions : name if f.public])
+
+  # One secret grant per (function, secret it reads), on the secret itself.
+  secret_reads = merge([
+    for name, f in local.functions : merge(
+      { for env, secret in f.secret_env : "${name}/${secret}" => { function = name, secret = secret } },
+      f.sealing_keys ? { "${name}/sealing-keys" = { function = name, secret = "sealing-keys" } } : {},
+    )
+  ]...)
+}
