@@ -16,7 +16,10 @@ from typing import Any
 import functions_framework
 from flask import Request, Response
 
+from tidecd import logs
+
 MAX_BODY = 25 * 1024 * 1024
+logs.configure()
 
 
 def _json(status: int, body: dict[str, Any]) -> Response:

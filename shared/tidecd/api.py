@@ -87,10 +87,14 @@ def _state(runtime: Runtime, name: str) -> app_state.AppState:
 @route("GET", "/apps")
 def list_apps(runtime: Runtime, _: str, __: dict[str, Any], ___: Mapping[str, str]) -> Response:
     apps = []
-    for name in sorted(runtime.config().applications):
+    config = runtime.config()
+    for name in sorted(config.applications):
         current = app_state.load(runtime.store, name)[0]
         apps.append({"name": name, "sync": current.sync_status, "health": current.health,
                      "revision": current.revision, "reconciledAt": current.reconciled_at})
+    for name, problem in sorted(config.invalid.items()):
+        apps.append({"name": name, "sync": "Unknown", "health": "Unknown", "revision": "",
+                     "reconciledAt": "", "error": problem})
     return Response(200, {"apps": apps})
 
 

@@ -120,6 +120,9 @@ class KubeCluster:
                                      _request_timeout=(5, 60))
             data = resp.read()
         except (ApiException, HTTPError, OSError) as exc:
+            if "CERTIFICATE_VERIFY_FAILED" in repr(exc) or "SSLError" in repr(exc):
+                raise ClusterUnavailable(f"API server {self.server}: TLS verification failed (check the "
+                                         "cluster's CA data)") from None
             raise ClusterUnavailable(f"API server {self.server} unreachable: {type(exc).__name__}") from None
         if resp.status >= 400:
             raise _api_error(key, resp.status, resp.reason, data)
@@ -188,16 +191,31 @@ class KubeCluster:
                                  content_type="application/apply-patch+yaml", key=key))
 
     def replace(self, obj: Manifest) -> Manifest:
-        """PUT the object whole (sync option Replace=true), creating it when absent."""
+        """Sync option Replace=true: PUT the object whole (POST when absent). When a field is immutable,
+        delete the object and create it again, as `kubectl replace --force` does."""
         key = ResourceKey.of(obj)
         res = self.resource(key.group, key.kind)
+        query = {"fieldManager": constants.FIELD_MANAGER}
         live = self.get(key)
-        if live is None:
-            return dict(self.request("POST", res.path(key.namespace), body=obj,
-                                     query={"fieldManager": constants.FIELD_MANAGER}, key=key))
-        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": live["metadata"]["resourceVersion"]}}
-        return dict(self.request("PUT", res.path(key.namespace, key.name), body=obj,
-                                 query={"fieldManager": constants.FIELD_MANAGER}, key=key))
+        if live is not None:
+            body = {**obj, "metadata": {**obj["metadata"], "resourceVersion": live["metadata"]["resourceVersion"]}}
+            try:
+                return dict(self.request("PUT", res.path(key.namespace, key.name), body=body, query=query, key=key))
+            except ApiError as exc:
+                if not (exc.is_invalid and "immutable" in str(exc)):
+                    raise
+            self.delete(key, propagation="Background")
+            self._wait_gone(key)
+        return dict(self.request("POST", res.path(key.namespace), body=obj, query=query, key=key))
+
+    def _wait_gone(self, key: ResourceKey, timeout: float = 120.0) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while self.get(key) is not None:
+            if time.monotonic() > deadline:
+                raise ApiError(key, 409, "Conflict", f"still being deleted after {timeout:.0f}s")
+            time.sleep(0.2)
 
     def delete(self, key: ResourceKey, *, propagation: str = "Background") -> None:
         res = self.resource(key.group, key.kind)
@@ -236,7 +254,41 @@ def _api_error(key: ResourceKey | None, status: int, reason: str | None, data: b
         kind, message = str(status_body.get("reason", kind)), str(status_body.get("message", ""))
     except (TypeError, ValueError, AttributeError):
         pass
-    return ApiError(key, status, kind, message or kind or f"HTTP {status}")
+    return ApiError(key, status, kind, shorten_values(message) or kind or f"HTTP {status}")
+
+
+def shorten_values(message: str, limit: int = 60) -> str:
+    """Drop the long `Invalid value: {...}` dumps the API server puts in validation errors: they repeat the
+    whole object (unreadable, and for a Secret they could echo data)."""
+    out, pos, marker = [], 0, "Invalid value: "
+    while (start := message.find(marker, pos)) >= 0:
+        value_start = start + len(marker)
+        end = _value_end(message, value_start)
+        out.append(message[pos:value_start])
+        value = message[value_start:end]
+        out.append(value if len(value) <= limit else "(value omitted)")
+        pos = end
+    out.append(message[pos:])
+    return "".join(out)
+
+
+def _value_end(text: str, start: int) -> int:
+    """End of a JSON-ish value starting at `start` (balanced braces/brackets, or up to the next ': ')."""
+    if start < len(text) and text[start] in "{[":
+        depth, quoted = 0, False
+        for index in range(start, len(text)):
+            char = text[index]
+            if char == '"' and text[index - 1] != "\\":
+                quoted = not quoted
+            elif not quoted and char in "{[":
+                depth += 1
+            elif not quoted and char in "}]":
+                depth -= 1
+                if depth == 0:
+                    return index + 1
+        return len(text)
+    end = text.find(": ", start)
+    return len(text) if end < 0 else end
 
 
 def managed_selector(app: str) -> str:
@@ -256,7 +308,11 @@ def _secret_field(secret: Manifest, name: str) -> str:
     if name in (secret.get("stringData") or {}):
         return str(secret["stringData"][name])
     raw = (secret.get("data") or {}).get(name)
-    return base64.b64decode(raw).decode() if raw else ""
+    try:
+        return base64.b64decode(str(raw)).decode() if raw else ""
+    except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
+        meta_name = (secret.get("metadata") or {}).get("name", "?")
+        raise PermanentError(f"cluster secret {meta_name}: data.{name} is not base64-encoded text") from None
 
 
 def find_cluster_secret(secrets: list[Manifest], *, name: str, server: str) -> Manifest | None:
@@ -283,7 +339,11 @@ def client_for_secret(secret: Manifest) -> Any:
         raise PermanentError(f"cluster secret {meta_name}: field config is not valid JSON") from None
     if not server:
         raise PermanentError(f"cluster secret {meta_name}: field server is missing")
+    if not isinstance(settings, dict) or not isinstance(settings.get("tlsClientConfig") or {}, dict):
+        raise PermanentError(f"cluster secret {meta_name}: field config must be a JSON object "
+                             "(with tlsClientConfig an object)")
     tls = settings.get("tlsClientConfig") or {}
+    _check_base64(tls, meta_name)
     cluster: dict[str, Any] = {"server": server}
     if tls.get("caData"):
         cluster["certificate-authority-data"] = tls["caData"]
@@ -300,4 +360,23 @@ def client_for_secret(secret: Manifest) -> Any:
         "clusters": [{"name": "c", "cluster": cluster}], "users": [{"name": "u", "user": user}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
     }
-    return kube_config.new_client_from_config_dict(kubeconfig)  # type: ignore[no-untyped-call]
+    try:
+        return kube_config.new_client_from_config_dict(kubeconfig)  # type: ignore[no-untyped-call]
+    except (ValueError, TypeError, kube_config.ConfigException) as exc:  # never echo the (secret) values
+        raise PermanentError(f"cluster secret {meta_name}: field config is not usable ({type(exc).__name__})"
+                             ) from None
+
+
+def _check_base64(tls: dict[str, Any], meta_name: str) -> None:
+    """caData, certData and keyData are base64 PEM; say which one is broken, never what it holds."""
+    import base64
+
+    for field in ("caData", "certData", "keyData"):
+        value = tls.get(field)
+        if not value:
+            continue
+        try:
+            base64.b64decode(str(value), validate=True)
+        except ValueError:
+            raise PermanentError(f"cluster secret {meta_name}: config.tlsClientConfig.{field} "
+                                 "is not valid base64") from None

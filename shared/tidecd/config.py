@@ -191,6 +191,8 @@ class Config:
     applications: dict[str, Application] = field(default_factory=dict)
     projects: dict[str, AppProject] = field(default_factory=lambda: {"default": DEFAULT_PROJECT})
     secrets: list[dict[str, Any]] = field(default_factory=list)  # (sealed) cluster/repository Secrets
+    # Applications that failed validation, name → every error: one bad app must not stop the others.
+    invalid: dict[str, str] = field(default_factory=dict)
 
     def project_of(self, app: Application) -> AppProject:
         return self.projects[app.project]
@@ -206,11 +208,12 @@ _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")  # DNS name; also a l
 ConfigItem = Application | AppProject | dict[str, Any]
 
 
-def load_config(directory: Path, *, display: str | None = None) -> Config:
+def load_config(directory: Path, *, display: str | None = None, strict: bool = True) -> Config:
     """Read every `.yaml/.yml/.json` file under `directory` (recursively, sorted, dot-files skipped).
 
     `display` replaces the directory in file names of errors (e.g. `REPO#REF:PATH`). Raises ConfigError
-    listing every problem found, one per line.
+    listing every problem found, one per line. With `strict=False` (what the functions use), an invalid
+    Application is set aside in `Config.invalid` so the other apps keep working.
     """
     if not directory.is_dir():
         raise ConfigError(f"config source {display or directory}: not a directory")
@@ -220,16 +223,31 @@ def load_config(directory: Path, *, display: str | None = None) -> Config:
         prefix += "/"
     errors: list[str] = []
     found: list[ConfigItem] = []
+    invalid: dict[str, list[str]] = {}
     for path in config_files(directory):
         origin = prefix + path.relative_to(directory).as_posix()
         for index, doc in _read_documents(path, origin, errors):
+            before = len(errors)
             item = _parse_document(doc, origin, index, errors)
             if item is not None:
                 found.append(item)
-    config = _assemble(found, errors)
+            elif not strict and (name := _application_name(doc)) and name not in invalid:
+                invalid[name] = errors[before:]
+                del errors[before:]
+    config = _assemble(found, errors, invalid if not strict else None)
     if errors:
         raise ConfigError(_summary(errors))
+    config.invalid = {name: _summary(problems) for name, problems in invalid.items()}
     return config
+
+
+def _application_name(doc: Any) -> str:
+    """The name of an Application document whose errors can be set aside for that app alone."""
+    if not isinstance(doc, dict) or (doc.get("apiVersion"), doc.get("kind")) != (ARGO_VERSION, "Application"):
+        return ""
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) and _NAME.fullmatch(name) else ""
 
 
 def config_files(directory: Path) -> list[Path]:
@@ -313,7 +331,7 @@ def _parse_document(doc: Any, origin: str, index: int, errors: list[str]) -> Con
     return item if len(errors) == before else None
 
 
-def _assemble(found: list[ConfigItem], errors: list[str]) -> Config:
+def _assemble(found: list[ConfigItem], errors: list[str], invalid: dict[str, list[str]] | None = None) -> Config:
     """Cross-object rules: unique names, and every Application's project defined."""
     apps: dict[str, Application] = {}
     projects: dict[str, AppProject] = {}
@@ -326,10 +344,18 @@ def _assemble(found: list[ConfigItem], errors: list[str]) -> Config:
         else:
             secrets.append(item)
     projects.setdefault("default", DEFAULT_PROJECT)
-    for app in apps.values():
+    for app in list(apps.values()):
         if app.project not in projects:
-            errors.append(f"{app.origin}: Application/{app.name}: spec.project: project {app.project!r} "
-                          "is not defined in the config source")
+            problem = (f"{app.origin}: Application/{app.name}: spec.project: project {app.project!r} "
+                       "is not defined in the config source")
+            if invalid is None:
+                errors.append(problem)
+            else:
+                invalid[app.name] = [problem]
+                del apps[app.name]
+    for name in invalid or {}:
+        if name in apps:  # a valid and an invalid Application of the same name
+            errors.append(f"Application/{name}: metadata.name: duplicate name, also defined in {apps[name].origin}")
     return Config(applications=apps, projects=projects, secrets=secrets)
 
 

@@ -17,6 +17,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -104,11 +105,9 @@ class Demo:
         self.procs.append(proc)
         self.ports[target] = port
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # a TCP connect: any request would run the function itself
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1).close()  # noqa: S310
-                break
-            except urllib.error.HTTPError:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
                 time.sleep(0.2)

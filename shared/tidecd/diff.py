@@ -127,14 +127,15 @@ def _remove_fields(obj: Any, fields: dict[str, Any]) -> None:
                         _remove_fields(item, sub)
 
 
-def mask_secret(obj: Manifest) -> Manifest:
-    """A copy of a Secret with every value replaced, keys kept (Argo CD shows Secrets the same way)."""
+def mask_secret(obj: Manifest, changed: frozenset[str] = frozenset()) -> Manifest:
+    """A copy of a Secret with every value replaced, keys kept (Argo CD shows Secrets the same way).
+    Values named in `changed` get a longer mask, so a diff still shows that they differ."""
     if obj.get("kind") != "Secret" or obj.get("apiVersion") != "v1":
         return obj
     out = copy.deepcopy(obj)
     for section in ("data", "stringData"):
         if isinstance(out.get(section), dict):
-            out[section] = {k: MASK for k in out[section]}
+            out[section] = {k: MASK + "+" * (f"{section}.{k}" in changed) for k in out[section]}
     annotations = out.get("metadata", {}).get("annotations") or {}
     annotations.pop(constants.LAST_APPLIED, None)
     return out
@@ -160,11 +161,14 @@ def changed_paths(before: Any, after: Any, prefix: str = "") -> list[str]:
 
 
 def text_diff(key: ResourceKey, live: Manifest | None, predicted: Manifest | None) -> str:
-    """Unified YAML diff, Secret values masked."""
-    def dump(obj: Manifest | None) -> list[str]:
-        return yaml.safe_dump(mask_secret(obj), sort_keys=True).splitlines(keepends=True) if obj else []
+    """Unified YAML diff, Secret values masked (a changed value shows as a changed mask)."""
+    changed = frozenset(changed_paths(live, predicted)) if live and predicted else frozenset()
 
-    return "".join(difflib.unified_diff(dump(live), dump(predicted), f"live/{key}", f"desired/{key}"))
+    def dump(obj: Manifest | None, marks: frozenset[str]) -> list[str]:
+        return yaml.safe_dump(mask_secret(obj, marks), sort_keys=True).splitlines(keepends=True) if obj else []
+
+    return "".join(difflib.unified_diff(dump(live, frozenset()), dump(predicted, changed),
+                                        f"live/{key}", f"desired/{key}"))
 
 
 def compare(key: ResourceKey, live: Manifest | None, predicted: Manifest | None,

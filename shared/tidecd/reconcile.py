@@ -141,9 +141,13 @@ class _Reconciler:
         sealed = [m for m in manifests if m.get("kind") == "SealedSecret"]
         if not sealed:
             return manifests
+        from tidecd.errors import SecretError
         from tidecd.secrets import unseal
 
         keys = self.runtime.private_keys()
+        if not keys:
+            raise SecretError(f"{ResourceKey.of(sealed[0])}: cannot unseal: no sealing key is configured "
+                              "(TIDECD_SEALING_KEYS)")
         out = []
         for obj in manifests:
             if obj.get("kind") == "SealedSecret":

@@ -73,7 +73,7 @@ class Runtime:
     def _load_config(self) -> Config:
         source = parse_config_source(self.settings.config)
         if isinstance(source, Path):
-            return load_config(source)
+            return load_config(source, strict=False)
         return self._load_config_from_git(source)
 
     def _load_config_from_git(self, ref: ConfigSourceRef) -> Config:
@@ -86,14 +86,18 @@ class Runtime:
         tarball = git.Snapshots(self.store).get_or_fetch(ref.repo_url, sha, creds)
         with tempfile.TemporaryDirectory(prefix="tidecd-config-") as tmp:
             git.extract(tarball, Path(tmp))
-            return load_config(inside(Path(tmp), ref.path or ".", what="TIDECD_CONFIG path"))
+            return load_config(inside(Path(tmp), ref.path or ".", what="TIDECD_CONFIG path"), display=str(ref),
+                               strict=False)
 
     def plain_secrets_unsealed_later(self) -> list[dict[str, Any]]:
         """Repository credentials for the config repo itself can only come from the environment."""
         return []
 
     def app(self, name: str) -> Any:
-        apps = self.config().applications
+        config = self.config()
+        apps = config.applications
+        if name in config.invalid:
+            raise ConfigError(config.invalid[name])
         if name not in apps:
             raise NotFound(f"application {name!r} not found in the config source {self.settings.config}")
         return apps[name]

@@ -62,12 +62,12 @@ def test_push_refreshes_exactly_the_matching_apps(gitops: GitOps, functions: Fun
     sha = gitops.repo.head()
     answer = functions.deliver("push", push_payload(gitops.repo.url, "refs/heads/main", ZERO, sha, ["one/cm.yaml"]))
     assert answer.status_code == 202, answer.text
-    assert answer.json()["refreshed"] == ["main-one"]
+    assert answer.json()["refreshed"] == [gitops.real("main-one")]
     wait_synced(gitops, "main-one", sha)
-    assert gitops.store.list("state/apps/") == ["state/apps/main-one.json"]
+    assert gitops.store.list("state/apps/") == [f"state/apps/{gitops.real('main-one')}.json"]
 
     answer = functions.deliver("push", push_payload(gitops.repo.url, "refs/tags/v1", ZERO, sha, ["one/cm.yaml"]))
-    assert answer.json()["refreshed"] == ["tagged"]
+    assert answer.json()["refreshed"] == [gitops.real("tagged")]
 
     unrelated = functions.deliver("push", push_payload(gitops.repo.url, "refs/heads/main", sha, sha, ["docs/x.md"]))
     assert unrelated.status_code in (200, 202) and unrelated.json()["refreshed"] == []
@@ -101,10 +101,10 @@ def test_poll_converges_without_any_webhook(gitops: GitOps, functions: Functions
     gitops.application(automated={})
     poll = functions.start("poll")
     first = requests.post(poll.url, timeout=300).json()
-    assert first["apps_refreshed"] == ["app"]
+    assert first["apps_refreshed"] == [gitops.real("app")]
     sha = gitops.push({"app/cm.yaml": configmap("c", {"v": "2"})})
     second = requests.post(poll.url, timeout=300).json()
-    assert second["apps_refreshed"] == ["app"] and second["ls_remote_calls"] == 1
+    assert second["apps_refreshed"] == [gitops.real("app")] and second["ls_remote_calls"] == 1
     wait_synced(gitops, "app", sha)
     assert gitops.live("ConfigMap", "c")["data"] == {"v": "2"}  # type: ignore[index]
 
@@ -115,12 +115,12 @@ def test_api_and_cli_over_http(gitops: GitOps, functions: Functions) -> None:
 
     gitops.push({"app/cm.yaml": configmap("c")})
     gitops.application()
-    assert functions.api("GET", "/apps").json()["apps"][0]["name"] == "app"
+    assert functions.api("GET", "/apps").json()["apps"][0]["name"] == gitops.real("app")
     assert requests.get(functions.start("api").url + "/api/v1/apps", timeout=30).status_code == 401
-    synced = functions.api("POST", "/apps/app/sync", {"prune": True})
+    synced = functions.api("POST", f"/apps/{gitops.real('app')}/sync", {"prune": True})
     assert synced.status_code == 200, synced.text
     assert [c["action"] for c in synced.json()["changes"]] == ["created"]
-    cli = subprocess.run([sys.executable, "-m", "tidecd.cli", "app", "history", "app", "--server",
+    cli = subprocess.run([sys.executable, "-m", "tidecd.cli", "app", "history", gitops.real("app"), "--server",
                           functions.start("api").url, "--token", functions.token], capture_output=True, text=True)
     assert cli.returncode == 0, cli.stderr
     assert "Succeeded" in cli.stdout
@@ -149,7 +149,7 @@ def test_pubsub_fan_out_poll_publishes_and_reconcile_consumes(gitops: GitOps, fu
     gitops.push({"app/cm.yaml": configmap("via-pubsub")})
     gitops.application(automated={})
     summary = requests.post(functions.start("poll").url, timeout=300).json()
-    assert summary["apps_refreshed"] == ["app"]
+    assert summary["apps_refreshed"] == [gitops.real("app")]
     wait_synced(gitops, "app", gitops.repo.head())
     assert gitops.live("ConfigMap", "via-pubsub") is not None
     subscriber.delete_subscription(subscription=subscription)

@@ -106,7 +106,8 @@ def test_prune_with_and_without_and_prune_false(gitops: GitOps) -> None:
 
 
 def test_prune_never_touches_objects_of_another_app(gitops: GitOps) -> None:
-    gitops.push({"app/a.yaml": configmap("shared-name"), "other/a.yaml": configmap("other-only")})
+    gitops.push({"app/a.yaml": configmap("shared-name"), "app/b.yaml": configmap("b"),
+                 "other/a.yaml": configmap("other-only")})
     gitops.application("first")
     gitops.application("second", path="other")
     gitops.sync("first")
@@ -128,7 +129,8 @@ def test_self_heal_restores_scaled_and_deleted_objects(gitops: GitOps) -> None:
     gitops.reconcile()
     assert gitops.live("Deployment", "web", "apps")["spec"]["replicas"] == 2  # type: ignore[index]
     assert gitops.live("ConfigMap", "settings") is not None
-    assert gitops.state().sync_status == "Synced"
+    state = gitops.state()
+    assert state.sync_status == "Synced", [(r.name, r.changed, r.diff) for r in state.resources if r.changed]
 
 
 def test_automated_without_self_heal_syncs_a_revision_once(gitops: GitOps) -> None:
@@ -154,7 +156,7 @@ def test_a_no_op_resync_makes_zero_writes(gitops: GitOps) -> None:
     gitops.reconcile(runtime=runtime, request=None)
     before = gitops.live("Deployment", "web", "apps")["metadata"]["resourceVersion"]  # type: ignore[index]
     outcome = gitops.reconcile(runtime=runtime, request=SyncRequest())
-    cluster = runtime.cluster(runtime.app("app").destination)
+    cluster = runtime.cluster(runtime.app(gitops.real("app")).destination)
     assert cluster.writes == 0
     assert {e.action for e in outcome.changes.entries} == {Action.UNCHANGED}
     assert gitops.live("Deployment", "web", "apps")["metadata"]["resourceVersion"] == before  # type: ignore[index]
@@ -207,6 +209,7 @@ def test_immutable_field_change_suggests_replace(gitops: GitOps) -> None:
     state = gitops.state()
     assert state.operation is not None and state.operation.phase == "Failed"
     assert "immutable" in state.operation.message and "Replace=true" in state.operation.message
+    assert "(value omitted)" in state.operation.message and len(state.operation.message) < 600
     gitops.push({"app/job.yaml": job("once", "echo 2", **{"argocd.argoproj.io/sync-options": "Replace=true"})})
     gitops.sync()
     assert_succeeded(gitops.state())

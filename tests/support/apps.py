@@ -29,11 +29,18 @@ class GitOps:
         self.store = LocalStore(tmp / "store")
         self.kube = KubeCluster.from_kubeconfig(str(cluster.kubeconfig))
 
+    def real(self, name: str) -> str:
+        """App names are unique per test: ownership labels are cluster-wide, as in Argo CD, so two tests'
+        apps of the same name would see (and prune) each other's objects."""
+        suffix = f"-{self.namespace}"
+        return name if name.endswith(suffix) else name + suffix
+
     def application(self, name: str = "app", *, path: str = "app", project: str = "default",
                     automated: dict[str, Any] | None = None, sync_options: list[str] | None = None,
                     extra_spec: dict[str, Any] | None = None, namespace: str | None = None,
                     source: dict[str, Any] | None = None, annotations: dict[str, str] | None = None,
                     **policy: Any) -> str:
+        name = self.real(name)
         spec: dict[str, Any] = {
             "project": project,
             "source": {"repoURL": self.repo.url, "targetRevision": "main", "path": path, **(source or {})},
@@ -78,14 +85,14 @@ class GitOps:
 
     def reconcile(self, name: str = "app", request: SyncRequest | None = None, automate: bool = True,
                   runtime: Runtime | None = None, wave_timeout: float = 120.0) -> Outcome:
-        return reconcile(runtime or self.runtime(), name, request=request, automate=automate,
+        return reconcile(runtime or self.runtime(), self.real(name), request=request, automate=automate,
                          wave_timeout=wave_timeout)
 
     def sync(self, name: str = "app", **kwargs: Any) -> Outcome:
         return self.reconcile(name, SyncRequest(**kwargs))
 
     def state(self, name: str = "app") -> app_state.AppState:
-        return app_state.load(self.store, name)[0]
+        return app_state.load(self.store, self.real(name))[0]
 
     def live(self, kind: str, name: str, group: str = "", namespace: str | None = None) -> dict[str, Any] | None:
         from tidecd.model import ResourceKey

@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -37,11 +38,11 @@ class Function:
                  "--source", str(ROOT / "functions" / "main.py"), "--host", "127.0.0.1", "--port", str(self.port)],
                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # a TCP connect: any request would run the function itself
             try:
-                requests.get(self.url + "/healthz-probe", timeout=1)
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return
-            except requests.ConnectionError:
+            except OSError:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"{target} exited: {self.log.read_text()[-2000:]}") from None
                 time.sleep(0.2)

@@ -542,3 +542,17 @@ def test_load_config_source_with_fetch_refuses_escaping_path(tmp_path: Path) -> 
     (tmp_path / "repo" / "cfg").symlink_to(tmp_path)
     with pytest.raises(UnsafePathError):
         load_config_source("https://github.com/x/y#main:cfg", lambda ref: tmp_path / "repo")
+
+
+def test_lenient_loading_sets_an_invalid_application_aside(tmp_path: Path) -> None:
+    good = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": "good"},
+            "spec": {"source": {"repoURL": "https://example.com/r.git"}, "destination": {"name": "in-cluster"}}}
+    bad = {**good, "metadata": {"name": "bad"}, "spec": {**good["spec"], "source": {"repoURL": 3}}}
+    orphan = {**good, "metadata": {"name": "orphan"}, "spec": {**good["spec"], "project": "nowhere"}}
+    (tmp_path / "apps.yaml").write_text(yaml.safe_dump_all([good, bad, orphan]))
+    config = load_config(tmp_path, strict=False)
+    assert list(config.applications) == ["good"]
+    assert set(config.invalid) == {"bad", "orphan"}
+    assert "spec.source.repoURL" in config.invalid["bad"] and "nowhere" in config.invalid["orphan"]
+    with pytest.raises(ConfigError, match="repoURL"):
+        load_config(tmp_path)

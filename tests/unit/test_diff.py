@@ -66,6 +66,7 @@ def test_secret_values_are_masked_in_diffs() -> None:
     assert result.status is SyncStatus.OUT_OF_SYNC and result.changed_paths == ("data.password",)
     assert "aHVudGVyMg==" not in result.text and "c2VjcmV0LXZhbHVl" not in result.text
     assert MASK in text_diff(ResourceKey.of(live), live, None)
+    assert f"-  password: {MASK}\n" in result.text and f"+  password: {MASK}+\n" in result.text
 
 
 def test_normalize_keeps_user_metadata() -> None:

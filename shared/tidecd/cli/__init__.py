@@ -20,5 +20,8 @@ def _register_optional() -> None:
 
 
 def main() -> None:
+    from tidecd import logs
+
+    logs.configure()
     _register_optional()
     app()

@@ -42,7 +42,7 @@ def prune(cluster: Cluster, app: str, candidates: list[tuple[ResourceKey, int]],
             entries.append(ChangeEntry(key, Action.PRUNED, "dry run"))
         else:
             try:
-                cluster.delete(key, propagation="Foreground")
+                cluster.delete(key, propagation="Background")
             except ApiError as exc:
                 entries.append(ChangeEntry(key, Action.FAILED, f"prune: {explain(exc)}"))
                 continue
