@@ -8,6 +8,7 @@ memory. API errors are mapped to tidecd's exceptions at this boundary, without e
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Iterable
@@ -93,6 +94,7 @@ class KubeCluster:
     def from_kubeconfig(cls, path: str | None = None, *, context: str | None = None) -> KubeCluster:
         from kubernetes import config
 
+        _keep_credentials_in_memory()
         return cls(config.new_client_from_config(config_file=path, context=context),  # type: ignore[no-untyped-call]
                    name=context or "in-cluster")
 
@@ -355,6 +357,7 @@ def client_for_secret(secret: Manifest) -> Any:
     if tls.get("certData"):
         user["client-certificate-data"] = tls["certData"]
         user["client-key-data"] = tls.get("keyData", "")
+    _keep_credentials_in_memory()
     kubeconfig = {
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
         "clusters": [{"name": "c", "cluster": cluster}], "users": [{"name": "u", "user": user}],
@@ -380,3 +383,28 @@ def _check_base64(tls: dict[str, Any], meta_name: str) -> None:
         except ValueError:
             raise PermanentError(f"cluster secret {meta_name}: config.tlsClientConfig.{field} "
                                  "is not valid base64") from None
+
+
+def _keep_credentials_in_memory() -> None:
+    """The kubernetes client writes embedded certificates and keys to temp files, removed only at a clean
+    exit; a function instance that is killed would leave a cluster's private key on disk. Hand it
+    anonymous in-memory files (memfd) instead, which vanish with the process."""
+    import os
+
+    from kubernetes.config import kube_config
+
+    if getattr(kube_config._create_temp_file_with_content, "tidecd", False) or not hasattr(os, "memfd_create"):
+        return
+    created: dict[str, str] = {}
+
+    def in_memory(content: str | bytes, temp_file_path: str | None = None, force_recreate: bool = False) -> str:
+        data = content.encode() if isinstance(content, str) else content
+        key = hashlib.sha256(data).hexdigest()
+        if force_recreate or key not in created:
+            fd = os.memfd_create("tidecd-kubeconfig", 0)
+            os.write(fd, data)
+            created[key] = f"/proc/{os.getpid()}/fd/{fd}"
+        return created[key]
+
+    in_memory.tidecd = True  # type: ignore[attr-defined]
+    kube_config._create_temp_file_with_content = in_memory

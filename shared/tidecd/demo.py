@@ -68,6 +68,9 @@ class Demo:
         t0 = time.monotonic()
         self.cluster.start()
         print(f"    up in {time.monotonic() - t0:.1f}s; export KUBECONFIG={self.cluster.kubeconfig}")
+        nodes = subprocess.run(["kubectl", "--kubeconfig", str(self.cluster.kubeconfig), "get", "nodes"],
+                               capture_output=True, text=True, check=False).stdout
+        print("    " + nodes.strip().replace("\n", "\n    "))
         say("starting a git server and pushing examples/apps into it")
         self.git_server.start()
         self.repo_url = self.git_server.create_repo("examples")
