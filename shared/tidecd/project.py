@@ -18,11 +18,9 @@
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from enum import Enum
-from functools import lru_cache
 
 from tidecd.config import (
     Application,
@@ -34,54 +32,23 @@ from tidecd.config import (
     redact_repo_url,
 )
 from tidecd.errors import ProjectViolation
+from tidecd.globs import compile_glob
 from tidecd.model import Manifest, ResourceKey
 
 Namespaced = Callable[[str, str], bool]  # (group, kind) -> is the kind namespaced?
 
 
 def glob_match(pattern: str, value: str, *, separator: str = "") -> bool:
-    """Argo CD's glob: `*`, `?`, `[a-z]`, `[!a]`, `{a,b}`, `\\x`; with a separator `*` stays in a segment
-    and `**` crosses it. The pattern `*` alone matches everything."""
-    return pattern == "*" or _glob_regex(pattern, separator).fullmatch(value) is not None
-
-
-@lru_cache(maxsize=1024)
-def _glob_regex(pattern: str, separator: str) -> re.Pattern[str]:
-    one = f"[^{re.escape(separator)}]" if separator else "."
-    out: list[str] = []
-    depth = i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 1
-        elif char == "*":
-            out.append(one + "*")
-        elif char == "?":
-            out.append(one)
-        elif char == "[" and (end := pattern.find("]", i + 2)) > 0:
-            body = pattern[i + 1:end]
-            negate = body.startswith("!")
-            chars = "".join(c if c == "-" else re.escape(c) for c in body[negate:])
-            out.append(f"[{'^' if negate else ''}{chars}]")
-            i = end
-        elif char == "{":
-            depth += 1
-            out.append("(?:")
-        elif char == "}" and depth:
-            depth -= 1
-            out.append(")")
-        elif char == "," and depth:
-            out.append("|")
-        elif char == "\\" and i + 1 < len(pattern):
-            i += 1
-            out.append(re.escape(pattern[i]))
-        else:
-            out.append(re.escape(char))
-        i += 1
-    if depth:  # unbalanced braces: no glob meaning, compare literally
-        return re.compile(re.escape(pattern))
-    return re.compile("".join(out), re.DOTALL)
+    """Argo CD's glob (`tidecd.globs`); with a separator `*` stays in a segment and `**` crosses it.
+    The pattern `*` alone matches everything; one that is no valid glob (an unclosed `{`, `[z-a]`) is
+    compared literally."""
+    if pattern == "*":
+        return True
+    try:
+        regex = compile_glob(pattern, separator=separator or None)
+    except ValueError:
+        return pattern == value
+    return regex.fullmatch(value) is not None
 
 
 def _negation(pattern: str) -> tuple[bool, str]:

@@ -44,3 +44,26 @@ def binary(name: str) -> str:
         f"{name} not found (looked in {', '.join(str(d) for d in search_dirs())} and $PATH); "
         f"run `make tools` locally, or `make package` to bundle it with the function source"
     )
+
+
+def ensure(names: list[str]) -> None:
+    """Build any of `names` that is missing with the checkout's scripts/tools.sh (progress on stderr).
+
+    Tests and `tidecd dev cluster up` use this so a missing component is built, never skipped.
+    """
+    import subprocess
+    import sys
+
+    missing = []
+    for name in names:
+        try:
+            binary(name)
+        except MissingTool:
+            missing.append(name)
+    if not missing:
+        return
+    script = Path(__file__).resolve().parents[2] / "scripts" / "tools.sh"
+    if not script.is_file():
+        raise MissingTool(f"{', '.join(missing)} missing and no scripts/tools.sh to build them with")
+    print(f"building {', '.join(missing)} with scripts/tools.sh", file=sys.stderr, flush=True)
+    subprocess.run(["bash", str(script), *missing], check=True, stdout=sys.stderr)

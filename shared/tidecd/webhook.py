@@ -12,7 +12,6 @@ echoed.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import json
@@ -30,6 +29,7 @@ from tidecd.config import Application, Config, ConfigSourceRef, normalize_repo_u
 from tidecd.constants import ANNOTATION_MANIFEST_GENERATE_PATHS
 from tidecd.dispatch import Dispatcher, Refresh
 from tidecd.errors import PermanentError, TemporaryError
+from tidecd.globs import compile_glob
 from tidecd.store import PreconditionFailed, write_json
 
 if TYPE_CHECKING:
@@ -299,37 +299,19 @@ def files_match(paths: list[str] | None, files: tuple[str, ...] | None) -> bool:
         parts = posixpath.normpath(file.lstrip("/")).split("/")
         candidates = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]  # the file and its folders
         for path in paths:
-            if path == "." or any(_glob(path).fullmatch(c) for c in candidates):
+            if path == "." or _glob_match(path, candidates):
                 return True
     return False
 
 
-@functools.lru_cache(maxsize=512)
-def _glob(pattern: str) -> re.Pattern[str]:
-    """`*` and `?` within one path segment, `**` across segments, `[...]` classes; else literal."""
-    out, i = [], 0
-    while i < len(pattern):
-        char = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")  # any number of folders, none included
-            i += 3
-            continue
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if char == "*":
-            out.append("[^/]*")
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "[" and (end := pattern.find("]", i + 2)) > 0:
-            body = pattern[i + 1 : end]
-            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
-            i = end
-        else:
-            out.append(re.escape(char))
-        i += 1
-    return re.compile("".join(out))
+def _glob_match(pattern: str, candidates: list[str]) -> bool:
+    """`pattern` as a glob over the file and its folders: `*` and `?` within one segment, `**/` any
+    number of folders, none included (`tidecd.globs`); no valid glob (an unclosed `{`) is a plain path."""
+    try:
+        regex = compile_glob(pattern, separator="/", globstar=True)
+    except ValueError:
+        return pattern in candidates
+    return any(regex.fullmatch(c) for c in candidates)
 
 
 def config_source_matches(spec: str, push: Push) -> bool:

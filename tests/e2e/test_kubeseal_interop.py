@@ -8,42 +8,27 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.support.cluster import ensure_tools
+from tests.support.kubeseal import kubeseal_binary, run_kubeseal
 from tidecd.constants import SEALED_SCOPE_CLUSTER_WIDE, SEALED_SCOPE_NAMESPACE_WIDE
 from tidecd.errors import SecretError
 from tidecd.secrets import KeyPair, Scope, generate_key, seal_secret, unseal, write_key_pair
-from tidecd.tools import MissingTool, binary
 
 pytestmark = pytest.mark.e2e
 
 PASSWORD = "s3cret with spaces & ünïcode"
 BLOB = bytes(range(256))
-DUMMY_KUBECONFIG = """\
-apiVersion: v1
-kind: Config
-clusters: [{name: none, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: none, user: {}}]
-contexts: [{name: none, context: {cluster: none, user: none, namespace: default}}]
-current-context: none
-"""
 SCOPES = [Scope.STRICT, Scope.NAMESPACE_WIDE, Scope.CLUSTER_WIDE]
 
 
 @pytest.fixture(scope="module")
 def kubeseal() -> str:
-    try:
-        ensure_tools(["kubeseal"])
-        return binary("kubeseal")
-    except (MissingTool, subprocess.CalledProcessError) as exc:
-        pytest.fail(f"kubeseal is needed and could not be built (`bash scripts/tools.sh kubeseal`): {exc}")
+    return kubeseal_binary()
 
 
 @pytest.fixture(scope="module")
@@ -51,17 +36,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[KeyPair, Path]:
     folder = tmp_path_factory.mktemp("keys")
     pair = generate_key()
     write_key_pair(pair, folder / "tls.key", folder / "tls.crt")
-    (folder / "kubeconfig").write_text(DUMMY_KUBECONFIG)
     return pair, folder
-
-
-def run_kubeseal(
-    kubeseal: str, folder: Path, args: list[str], stdin: str
-) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KUBECONFIG": str(folder / "kubeconfig")}
-    return subprocess.run(
-        [kubeseal, *args], input=stdin, capture_output=True, text=True, env=env, timeout=60, check=False
-    )
 
 
 def make_secret(**annotations: str) -> dict[str, Any]:

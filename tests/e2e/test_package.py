@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from tidecd.devcluster import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 SECRET = "package-test-webhook-secret"
@@ -76,13 +78,6 @@ def clean_env(workspace: Path, home: Path, **extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture()

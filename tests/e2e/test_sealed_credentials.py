@@ -28,6 +28,7 @@ import yaml
 from tests.support.apps import GitOps, configmap
 from tests.support.cluster import ensure_tools
 from tests.support.gitserver import AuthGitServer, GitRepo
+from tests.support.kubeseal import kubeseal_binary, run_kubeseal
 from tidecd import api
 from tidecd.cluster import KubeCluster
 from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER, SECRET_TYPE_REPOSITORY
@@ -37,21 +38,12 @@ from tidecd.reconcile import SyncRequest
 from tidecd.runtime import Runtime
 from tidecd.secrets import KeyPair, generate_key, seal_secret, write_key_pair
 from tidecd.state import AppState
-from tidecd.tools import MissingTool, binary
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSTHROUGH = "tidecd.io/sealed-secrets"
 TOKEN = "api-token-" + uuid.uuid4().hex
-DUMMY_KUBECONFIG = """\
-apiVersion: v1
-kind: Config
-clusters: [{name: none, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: none, user: {}}]
-contexts: [{name: none, context: {cluster: none, user: none, namespace: default}}]
-current-context: none
-"""
 SEALED_CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
@@ -83,11 +75,7 @@ def sealing(tmp_path_factory: pytest.TempPathFactory) -> tuple[KeyPair, Path]:
 
 @pytest.fixture(scope="module")
 def kubeseal() -> str:
-    try:
-        ensure_tools(["kubeseal"])
-        return binary("kubeseal")
-    except (MissingTool, subprocess.CalledProcessError) as exc:
-        pytest.fail(f"kubeseal is needed and could not be built (`bash scripts/tools.sh kubeseal`): {exc}")
+    return kubeseal_binary()
 
 
 @pytest.fixture(scope="module")
@@ -198,13 +186,10 @@ def assert_synced(state: AppState) -> None:
     assert state.sync_status == "Synced", [(str(r.key), r.status, r.diff) for r in state.resources]
 
 
-def run_kubeseal(kubeseal: str, cert: Path, secret: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    """`kubeseal --cert`, offline; it still reads a kubeconfig, so it gets one pointing at a closed port."""
-    kubeconfig = workdir / "kubeseal-kubeconfig"
-    kubeconfig.write_text(DUMMY_KUBECONFIG)
-    result = subprocess.run([kubeseal, "--cert", str(cert), "--scope", "strict", "-o", "yaml"],
-                            input=yaml.safe_dump(secret), capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "KUBECONFIG": str(kubeconfig)}, check=False)
+def seal_with_kubeseal(kubeseal: str, cert: Path, secret: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    """`kubeseal --cert`, offline, strict scope."""
+    args = ["--cert", str(cert), "--scope", "strict", "-o", "yaml"]
+    result = run_kubeseal(kubeseal, workdir, args, yaml.safe_dump(secret))
     assert result.returncode == 0, result.stderr
     sealed: dict[str, Any] = yaml.safe_load(result.stdout)
     assert sealed["kind"] == "SealedSecret"
@@ -265,7 +250,7 @@ def test_repository_secret_sealed_by_real_kubeseal(
     private.push({"app/cm.yaml": configmap("via-kubeseal")})
     app = private.application(unique_app())
     secret = repo_secret(private.repo.url, git_server_auth.username, git_server_auth.password)
-    write_config(private, "repo.yaml", run_kubeseal(kubeseal, keys / "tls.crt", secret, tmp_path))
+    write_config(private, "repo.yaml", seal_with_kubeseal(kubeseal, keys / "tls.crt", secret, tmp_path))
 
     private.reconcile(app, request=_sync(), runtime=runtime(private, keys))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import os
-import socket
 import tarfile
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 from tests.support.gitserver import AuthGitServer, GitRepo, run_git
 from tidecd import gitserver, source
+from tidecd.devcluster import free_port
 from tidecd.errors import NotFound, SourceUnavailable
 from tidecd.gitserver import GitServer
 from tidecd.source import RepoCredentials, Snapshots
@@ -23,12 +23,6 @@ pytestmark = pytest.mark.e2e
 def _members(data: bytes) -> dict[str, tarfile.TarInfo]:
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         return {m.name: m for m in tar.getmembers()}
-
-
-def _unused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # --- the server itself, through the git CLI ------------------------------------------------------------
@@ -97,7 +91,7 @@ def test_server_runs_as_a_module(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    port = _unused_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tidecd.gitserver", "--root", str(tmp_path), "--port", str(port), "--create", "demo"],
         stdout=subprocess.PIPE,
@@ -254,7 +248,7 @@ def test_wrong_or_missing_credentials_are_unavailable_without_the_password(
 
 
 def test_unreachable_repo(git_server: GitServer) -> None:
-    url = f"http://tidecd:s3cret-pw@127.0.0.1:{_unused_port()}/gone.git"
+    url = f"http://tidecd:s3cret-pw@127.0.0.1:{free_port()}/gone.git"
     creds = RepoCredentials(username="tidecd", password="s3cret-pw")
     for call in (lambda: source.ls_remote(url, creds), lambda: source.fetch_snapshot(url, "a" * 40, creds)):
         with pytest.raises(SourceUnavailable, match=r"repository http://127\.0\.0\.1:\d+/gone\.git") as info:

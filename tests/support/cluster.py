@@ -6,30 +6,20 @@ on first use and stops them at session end; missing binaries are built by script
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tidecd.devcluster import DevCluster
-from tidecd.tools import MissingTool, binary
+from tidecd.tools import ensure
 
-ROOT = Path(__file__).resolve().parents[2]
 CONTROL_PLANE_TOOLS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
 
 
 def ensure_tools(names: list[str]) -> None:
     """Build any missing binary with the project's own script (never skip a test for a missing part)."""
-    missing = []
-    for name in names:
-        try:
-            binary(name)
-        except MissingTool:
-            missing.append(name)
-    if missing:
-        subprocess.run(["bash", str(ROOT / "scripts" / "tools.sh"), *missing], check=True)
+    ensure(names)
 
 
 @pytest.fixture(scope="session")

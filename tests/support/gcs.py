@@ -1,15 +1,15 @@
 """GCS emulator fixtures: the real fake-gcs-server, one per session, a fresh bucket per test.
 
-`fake_gcs` (session) starts `fake-gcs-server -backend memory` on a free port and stops it (by pid) at the
-end; `gcs_store` points the google-cloud-storage client at it via `STORAGE_EMULATOR_HOST` and returns a
-`GcsStore` on a new bucket; `local_store` is the local backend in a temp folder.
+`fake_gcs` (session) builds fake-gcs-server when missing, starts it with `-backend memory` on a free port
+and stops it (by pid) at the end; `gcs_store` points the google-cloud-storage client at it via
+`STORAGE_EMULATOR_HOST` and returns a `GcsStore` on a new bucket; `local_store` is the local backend in a
+temp folder.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.support.cluster import ensure_tools
+from tidecd.devcluster import free_port
 from tidecd.store import GcsStore, LocalStore
-from tidecd.tools import MissingTool, binary
+from tidecd.tools import binary
 
-REPO = Path(__file__).resolve().parents[2]
 PREFIX = "tidecd/test"  # a non-empty object prefix, so every test also covers prefix handling
 
 
@@ -37,34 +38,10 @@ class FakeGcs:
         assert resp.status_code == 200, f"creating bucket {name}: HTTP {resp.status_code} {resp.text[:200]}"
 
 
-def fake_gcs_binary() -> str:
-    """The fake-gcs-server binary, built by scripts/tools.sh on first use."""
-    try:
-        return binary("fake-gcs-server")
-    except MissingTool:
-        build = subprocess.run(
-            ["bash", "scripts/tools.sh", "fake-gcs-server"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if build.returncode != 0:
-            tail = build.stderr[-2000:]
-            pytest.fail(f"building fake-gcs-server failed (bash scripts/tools.sh fake-gcs-server):\n{tail}")
-        return binary("fake-gcs-server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="session")
 def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcs]:
-    exe = fake_gcs_binary()
+    ensure_tools(["fake-gcs-server"])
+    exe = binary("fake-gcs-server")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = tmp_path_factory.mktemp("fake-gcs") / "server.log"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import requests
+
+from tidecd.devcluster import free_port
 
 STARTUP_TIMEOUT = 120.0  # a cold JVM on a busy 2-core machine
 
@@ -41,17 +42,10 @@ def emulator_launcher() -> Path:
     return launcher
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="session")
 def pubsub_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     launcher = emulator_launcher()
-    port = _free_port()
+    port = free_port()
     host = f"127.0.0.1:{port}"
     log_path = tmp_path_factory.mktemp("pubsub-emulator") / "emulator.log"
     with log_path.open("wb") as log:

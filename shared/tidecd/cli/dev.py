@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import typer
 
 from tidecd.devcluster import DevCluster, default_workdir
@@ -63,16 +59,6 @@ def status(name: str = typer.Option("dev", help="Cluster name.")) -> None:
 
 
 def _ensure_tools(kwok: bool) -> None:
-    from tidecd.tools import MissingTool, binary
+    from tidecd.tools import ensure
 
-    names = ["etcd", "kube-apiserver"] + (["kube-controller-manager", "kube-scheduler", "kwok"] if kwok else [])
-    missing = []
-    for tool in names:
-        try:
-            binary(tool)
-        except MissingTool:
-            missing.append(tool)
-    if missing:
-        script = os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts", "tools.sh")
-        typer.echo(f"building {', '.join(missing)} (scripts/tools.sh)", err=True)
-        subprocess.run(["bash", script, *missing], check=True, stdout=sys.stderr)
+    ensure(["etcd", "kube-apiserver"] + (["kube-controller-manager", "kube-scheduler", "kwok"] if kwok else []))

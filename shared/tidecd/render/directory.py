@@ -8,13 +8,13 @@ directory, where `*` also crosses `/`, `{a,b}` means either (Argo CD's gobwas/gl
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from pathlib import Path
 
 from tidecd.config import DirectorySpec
 from tidecd.errors import RenderError
+from tidecd.globs import compile_glob
 from tidecd.render.documents import Document, load_json, load_yaml
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -65,60 +65,18 @@ def _read(path: Path, source: str) -> str:
         raise RenderError(f"{source}: cannot read: {exc.strerror}") from exc
 
 
-@functools.lru_cache(maxsize=256)
 def compile_globs(pattern: str) -> re.Pattern[str] | None:
-    """A regex for an include/exclude pattern, or None when the pattern is empty (matches everything)."""
+    """A regex for an include/exclude pattern (`tidecd.globs` without separators: `*` crosses `/`), or
+    None when the pattern is empty (matches everything). A bare `a,b` list is read as `{a,b}`."""
     pattern = pattern.strip()
     if not pattern:
         return None
     if _has_top_level_comma(pattern):
         pattern = "{" + pattern + "}"
-    return re.compile(glob_to_regex(pattern), re.DOTALL)
-
-
-def glob_to_regex(pattern: str) -> str:
-    """gobwas/glob without separators: `*`/`**` any text, `?` one char, `[a-z]`/`[!a]` classes,
-    `{a,b}` alternatives (nestable), `\\x` a literal x."""
-    out: list[str] = []
-    depth = 0
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\" and i + 1 < len(pattern):
-            out.append(re.escape(pattern[i + 1]))
-            i += 2
-            continue
-        if char == "*":
-            while i + 1 < len(pattern) and pattern[i + 1] == "*":
-                i += 1
-            out.append(".*")
-        elif char == "?":
-            out.append(".")
-        elif char == "[":
-            end = pattern.find("]", i + 2)
-            if end == -1:
-                out.append(re.escape(char))
-            else:
-                body = pattern[i + 1 : end]
-                negate = body.startswith("!")
-                body = body[1:] if negate else body
-                body = body.replace("\\", "\\\\").replace("[", "\\[")
-                out.append("[" + ("^" if negate else "") + body + "]")
-                i = end
-        elif char == "{":
-            depth += 1
-            out.append("(?:")
-        elif char == "}" and depth:
-            depth -= 1
-            out.append(")")
-        elif char == "," and depth:
-            out.append("|")
-        else:
-            out.append(re.escape(char))
-        i += 1
-    if depth:
-        raise RenderError(f"glob {pattern!r}: unclosed '{{'")
-    return "".join(out)
+    try:
+        return compile_glob(pattern)
+    except ValueError as exc:
+        raise RenderError(str(exc)) from exc
 
 
 def _has_top_level_comma(pattern: str) -> bool:
