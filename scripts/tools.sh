@@ -72,6 +72,16 @@ build_etcd() {
   go build -o "$(target_of etcd)" go.etcd.io/etcd/server/v3
 }
 
+build_wrapped() {  # name module@version package: for modules the proxy will not list (`go install` needs it)
+  local name=$1 module=$2 pkg=$3
+  local w="$CACHE/work/$name-${module##*@}"
+  rm -rf "$w" && mkdir -p "$w" && cd "$w"
+  go mod init "tidecd.local/$name" >/dev/null 2>&1
+  go get -tool "$module"
+  mkdir -p "$(dirname "$(target_of "$name")")"
+  go build -o "$(target_of "$name")" "$pkg"
+}
+
 build_kube() {  # builds all three control-plane binaries in one go build (shared compilation)
   local w="$CACHE/work/kube-$KUBE_VERSION"
   local minor; minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
@@ -128,7 +138,7 @@ build() {
     fake-gcs-server) go_install fake-gcs-server "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION" ;;
     registry) go_install registry "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION" ;;
     crane) go_install crane "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION" ;;
-    kapp) go_install kapp "carvel.dev/kapp/cmd/kapp@$KAPP_VERSION" ;;
+    kapp) build_wrapped kapp "carvel.dev/kapp@$KAPP_VERSION" carvel.dev/kapp/cmd/kapp ;;
     terraform) go_install terraform "github.com/hashicorp/terraform@$TERRAFORM_VERSION" ;;
   esac
   link "$name"

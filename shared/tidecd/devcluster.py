@@ -159,7 +159,8 @@ class DevCluster:
             "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
         ])
         self._spawn("kwok", [
-            binary("kwok"), "--kubeconfig", kc, "--manage-all-nodes=true",
+            # On a loaded machine kwok's heartbeat lags; a 40 s node lease keeps the fake node Ready.
+            binary("kwok"), "--kubeconfig", kc, "--manage-all-nodes=true", "--node-lease-duration-seconds", "40",
             "--server-address", f"127.0.0.1:{free_port()}", "--node-ip", "127.0.0.1",
         ])
 

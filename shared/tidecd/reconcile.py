@@ -11,6 +11,7 @@ import copy
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,12 +88,13 @@ class _Reconciler:
             self._check_project_scope(project, app)
             sha, manifests = self._desired(app)
             cluster = self.runtime.cluster(app.destination)
-            manifests = _with_namespaces(cluster, manifests, app.destination.namespace)
+            namespaced = scope_lookup(cluster, manifests)
+            manifests = _with_namespaces(namespaced, manifests, app.destination.namespace)
             comparison, live = self._compare(cluster, app, manifests)
             self._record(app, sha, comparison, live)
             if self._should_sync(app, sha):
                 outcome.synced = True
-                outcome.changes = self._sync(cluster, app, project, sha, manifests, comparison, live)
+                outcome.changes = self._sync(cluster, app, project, sha, manifests, comparison, live, namespaced)
                 comparison, live = self._compare(cluster, app, manifests)
                 self._record(app, sha, comparison, live)
         except TemporaryError as exc:
@@ -271,7 +273,8 @@ class _Reconciler:
         return self.state.auto_synced != marker or policy.self_heal
 
     def _sync(self, cluster: KubeCluster, app: Application, project: AppProject, sha: str,
-              manifests: list[Manifest], comparison: Comparison, live: dict[ResourceKey, Manifest]) -> ChangeSet:
+              manifests: list[Manifest], comparison: Comparison, live: dict[ResourceKey, Manifest],
+              namespaced: Callable[[str, str], bool]) -> ChangeSet:
         from tidecd import project as rules
 
         request = self.request or SyncRequest(prune=app.sync_policy.prune)
@@ -286,8 +289,10 @@ class _Reconciler:
             self.generation = app_state.save(self.runtime.store, self.state)
         options = set(app.sync_policy.sync_options)
         try:
-            rules.enforce(project, app, manifests, cluster.is_namespaced)
-            if "CreateNamespace=true" in options and app.destination.namespace and not request.dry_run:
+            rules.enforce(project, app, manifests, namespaced)
+            target_ns = ResourceKey("", "Namespace", "", app.destination.namespace)
+            if ("CreateNamespace=true" in options and app.destination.namespace and not request.dry_run
+                    and cluster.get(target_ns) is None):
                 cluster.apply({"apiVersion": "v1", "kind": "Namespace",
                                "metadata": {"name": app.destination.namespace}})
             settings = operation.SyncSettings(
@@ -296,8 +301,10 @@ class _Reconciler:
                 wave_timeout=self.wave_timeout,
             )
             out_of_sync = {r.key for r in comparison.resources if r.status is not SyncStatus.SYNCED}
+            healthy = {key for key, obj in live.items()
+                       if (h := health.assess(obj)) is None or h.status is HealthStatus.HEALTHY}
             result = operation.run(cluster, app.name, manifests, inventory=self.state.inventory_keys(),
-                                   out_of_sync=out_of_sync, live=set(live), settings=settings)
+                                   out_of_sync=out_of_sync, live=set(live), healthy=healthy, settings=settings)
         except (TidecdError, ApiError) as exc:
             result = operation.OperationResult(False, str(exc))
             if isinstance(exc, ClusterUnavailable):
@@ -328,20 +335,39 @@ def _ignores_extraneous(obj: Manifest) -> bool:
     return "IgnoreExtraneous" in plan.annotations_of(obj).get("argocd.argoproj.io/compare-options", "")
 
 
-def _with_namespaces(cluster: KubeCluster, manifests: list[Manifest], namespace: str) -> list[Manifest]:
+def scope_lookup(cluster: KubeCluster, manifests: list[Manifest]) -> Callable[[str, str], bool]:
+    """Whether a (group, kind) is namespaced: from CRDs among the manifests first (their kinds are not
+    served until this sync creates them), then from the cluster's discovery."""
+    declared: dict[tuple[str, str], bool] = {}
+    for obj in manifests:
+        if obj.get("kind") == "CustomResourceDefinition":
+            spec = obj.get("spec") or {}
+            kind = (spec.get("names") or {}).get("kind", "")
+            declared[(str(spec.get("group", "")), str(kind))] = bool(spec.get("scope", "Namespaced") == "Namespaced")
+
+    def namespaced(group: str, kind: str) -> bool:
+        if (group, kind) in declared:
+            return declared[(group, kind)]
+        return cluster.is_namespaced(group, kind)
+
+    return namespaced
+
+
+def _with_namespaces(namespaced: Callable[[str, str], bool], manifests: list[Manifest],
+                     namespace: str) -> list[Manifest]:
     """Namespaced objects without a namespace go to the destination namespace; cluster-scoped ones lose it."""
     out = []
     for obj in manifests:
         key = ResourceKey.of(obj)
         try:
-            namespaced = cluster.is_namespaced(key.group, key.kind)
+            is_namespaced = namespaced(key.group, key.kind)
         except UnknownKind:
-            namespaced = True  # a custom resource whose CRD this sync creates: assume namespaced
+            is_namespaced = True  # reported by the comparison as a kind the cluster does not serve
         meta = obj.get("metadata") or {}
-        if namespaced and not meta.get("namespace") and namespace:
+        if is_namespaced and not meta.get("namespace") and namespace:
             obj = copy.deepcopy(obj)
             obj["metadata"]["namespace"] = namespace
-        elif not namespaced and meta.get("namespace"):
+        elif not is_namespaced and meta.get("namespace"):
             obj = copy.deepcopy(obj)
             del obj["metadata"]["namespace"]
         out.append(obj)

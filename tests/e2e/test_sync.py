@@ -240,3 +240,27 @@ def test_api_server_stopped_mid_sync_fails_cleanly_and_the_retry_succeeds(gitops
     assert_succeeded(gitops.state())
     assert gitops.live("ConfigMap", "old") is None
     assert gitops.live("ConfigMap", "b") is not None
+
+
+def test_a_crd_and_its_custom_resources_sync_in_one_app(gitops: GitOps) -> None:
+    group = f"{gitops.namespace}.example.com"
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": f"widgets.{group}"},
+           "spec": {"group": group, "scope": "Namespaced",
+                    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                        "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    widget = {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w1"}, "spec": {"size": 3}}
+    gitops.push({"app/crd.yaml": crd, "app/widget.yaml": widget})
+    gitops.application()
+    dry = gitops.sync(dry_run=True)
+    assert not dry.changes.failed, str(dry.changes)
+    gitops.sync()
+    state = gitops.state()
+    assert_succeeded(state)
+    assert state.sync_status == "Synced", [(r.name, r.changed) for r in state.resources]
+    assert gitops.live("Widget", "w1", group)["spec"] == {"size": 3}  # type: ignore[index]
+    runtime = gitops.runtime()
+    outcome = gitops.reconcile(request=SyncRequest(), runtime=runtime)
+    assert {e.action for e in outcome.changes.entries} == {Action.UNCHANGED}
+    assert runtime.cluster(runtime.app(gitops.real("app")).destination).writes == 0

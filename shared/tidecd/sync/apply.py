@@ -15,7 +15,6 @@ from tidecd.model import Action, ChangeEntry, Manifest, ResourceKey
 from tidecd.sync.plan import Task
 
 REPLACE = "Replace=true"
-SKIP_DRY_RUN_ON_MISSING = "SkipDryRunOnMissingResource=true"
 
 
 def with_ownership(obj: Manifest, app: str) -> Manifest:
@@ -46,8 +45,9 @@ def apply_task(cluster: Cluster, task: Task, app: str, *, dry_run: bool,
     existed = exists(task.key)
     try:
         if dry_run:
-            if not (task.has_option(SKIP_DRY_RUN_ON_MISSING) and not _kind_known(cluster, task.key)):
-                cluster.apply(obj, dry_run=True)
+            if not _kind_known(cluster, task.key):  # its CRD is created by this very sync
+                return ChangeEntry(task.key, Action.CREATED, "dry run skipped: kind not served yet")
+            cluster.apply(obj, dry_run=True)
         elif task.has_option(REPLACE):
             cluster.replace(obj)
         else:

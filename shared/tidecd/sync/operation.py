@@ -20,6 +20,8 @@ from tidecd.sync.plan import Phase, Task, plan, waves
 from tidecd.sync.prune import prune, prune_candidates
 
 CONCURRENCY = 8
+# Applied (and healthy) before the rest of their wave: custom resources need their CRD served first.
+FOUNDATION_KINDS = frozenset({"Namespace", "CustomResourceDefinition"})
 
 
 @dataclass(frozen=True)
@@ -48,14 +50,18 @@ class _Stop(Exception):
 
 
 def run(cluster: Cluster, app: str, manifests: list[Manifest], *, inventory: list[tuple[ResourceKey, int]],
-        out_of_sync: set[ResourceKey], live: set[ResourceKey], settings: SyncSettings) -> OperationResult:
-    """Sync `manifests` (resources and hooks, namespaces filled in) to the cluster."""
+        out_of_sync: set[ResourceKey], live: set[ResourceKey], healthy: set[ResourceKey],
+        settings: SyncSettings) -> OperationResult:
+    """Sync `manifests` (resources and hooks, namespaces filled in) to the cluster.
+
+    `out_of_sync` objects are applied, the others skipped (their dry-run showed no change); `healthy`
+    objects that were not applied need no health wait."""
     tasks = plan(manifests)
     if settings.only is not None:
         tasks = [t for t in tasks if not t.hook and t.key in settings.only]
     desired = {t.key: t for t in tasks if not t.hook}
     result = OperationResult(succeeded=True, message="")
-    runner = _Runner(cluster, app, settings, result.changes, out_of_sync, live)
+    runner = _Runner(cluster, app, settings, result.changes, out_of_sync, live, healthy)
     try:
         for phase in (Phase.PRE_SYNC, Phase.SYNC, Phase.POST_SYNC):
             runner.run_phase(tasks, phase)
@@ -102,15 +108,19 @@ def _next_inventory(old: list[tuple[ResourceKey, int]], desired: dict[ResourceKe
 
 class _Runner:
     def __init__(self, cluster: Cluster, app: str, settings: SyncSettings, changes: ChangeSet,
-                 out_of_sync: set[ResourceKey], live: set[ResourceKey]) -> None:
+                 out_of_sync: set[ResourceKey], live: set[ResourceKey], healthy: set[ResourceKey]) -> None:
         self.cluster, self.app, self.settings, self.changes = cluster, app, settings, changes
-        self.out_of_sync, self.live = out_of_sync, live
+        self.out_of_sync, self.live, self.healthy = out_of_sync, live, healthy
 
     def run_phase(self, tasks: list[Task], phase: Phase) -> None:
         for _, wave_tasks in waves(tasks, phase):
-            self._run_wave(wave_tasks)
-            if not self.settings.dry_run:
-                self._wait(wave_tasks)
+            first = [t for t in wave_tasks if t.key.kind in FOUNDATION_KINDS and not t.hook]
+            rest = [t for t in wave_tasks if t.key.kind not in FOUNDATION_KINDS or t.hook]
+            for group in (first, rest):
+                if group:
+                    applied = self._run_wave(group)
+                    if not self.settings.dry_run:
+                        self._wait([t for t in group if t.hook or t.key in applied or t.key not in self.healthy])
 
     def run_sync_fail(self, tasks: list[Task]) -> None:
         fail_tasks = [t for t in tasks if t.phase is Phase.SYNC_FAIL]
@@ -122,7 +132,8 @@ class _Runner:
         except (_Stop, ClusterUnavailable):
             pass  # the operation has failed already; its first reason is the one reported
 
-    def _run_wave(self, tasks: list[Task]) -> None:
+    def _run_wave(self, tasks: list[Task]) -> set[ResourceKey]:
+        """Apply the tasks concurrently; the keys of the objects written."""
         def one(task: Task) -> ChangeEntry:
             if task.hook:
                 return start_hook(self.cluster, task, self.app, dry_run=self.settings.dry_run)
@@ -139,6 +150,7 @@ class _Runner:
         failed = [e for e in entries if e.action is Action.FAILED]
         if failed:
             raise _Stop("; ".join(str(e) for e in failed))
+        return {e.key for e in entries if e.action in (Action.CREATED, Action.CONFIGURED)}
 
     def _wait(self, tasks: list[Task]) -> None:
         """Block until every object of the wave is healthy and every hook has finished."""
