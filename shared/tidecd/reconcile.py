@@ -326,9 +326,21 @@ class _Reconciler:
                 self.state.automated_disabled = True
             elif not automated and not request.revision:
                 self.state.automated_disabled = False
+        self._remember_writes(app, manifests, result.written)
         log.info("sync finished", app=app.name, phase=op.phase, message=op.message, automated=automated,
                  changes=sum(1 for e in result.changes.entries if e.action is not Action.UNCHANGED))
         return result.changes
+
+
+    def _remember_writes(self, app: Application, manifests: list[Manifest], written: dict[ResourceKey, str]) -> None:
+        """An object just applied is, until something else changes it, exactly what a dry-run of the same
+        apply would predict: record it as Synced so the comparison after the sync needs no dry-run for it."""
+        for obj in plan.resources(manifests):
+            key = ResourceKey.of(obj)
+            if key in written:
+                owned = with_ownership(obj, app.name)
+                self.state.comparison_cache[str(key)] = [fingerprint(owned), written[key],
+                                                         SyncStatus.SYNCED.value, [], ""]
 
 
 def _ignores_extraneous(obj: Manifest) -> bool:

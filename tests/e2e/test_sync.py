@@ -264,3 +264,19 @@ def test_a_crd_and_its_custom_resources_sync_in_one_app(gitops: GitOps) -> None:
     outcome = gitops.reconcile(request=SyncRequest(), runtime=runtime)
     assert {e.action for e in outcome.changes.entries} == {Action.UNCHANGED}
     assert runtime.cluster(runtime.app(gitops.real("app")).destination).writes == 0
+
+
+def test_a_sync_writes_each_changed_object_once(gitops: GitOps) -> None:
+    """No dry-run after the apply: what the apply returned is recorded as the compared state."""
+    gitops.push({"app/a.yaml": configmap("a"), "app/b.yaml": configmap("b")})
+    gitops.application()
+    runtime = gitops.runtime()
+    gitops.reconcile(request=SyncRequest(), runtime=runtime)
+    cluster = runtime.cluster(runtime.app(gitops.real("app")).destination)
+    assert cluster.writes == 2  # two applies; nothing existed, so no dry-run before either
+    assert gitops.state().sync_status == "Synced"
+    gitops.push({"app/a.yaml": configmap("a", {"k": "changed"})})
+    cluster.writes = 0
+    gitops.reconcile(request=SyncRequest(), runtime=runtime)
+    assert cluster.writes == 2  # one dry-run found the change, one apply made it
+    assert gitops.state().sync_status == "Synced"

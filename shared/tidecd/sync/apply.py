@@ -39,7 +39,8 @@ def owned_by(live: Manifest, app: str) -> bool:
 
 
 def apply_task(cluster: Cluster, task: Task, app: str, *, dry_run: bool,
-               exists: Callable[[ResourceKey], bool]) -> ChangeEntry:
+               exists: Callable[[ResourceKey], bool],
+               written: Callable[[ResourceKey, Manifest], None] | None = None) -> ChangeEntry:
     """Apply one task's object and say what happened; API errors become a failed entry, never an exception."""
     obj = with_ownership(task.obj, app)
     existed = exists(task.key)
@@ -48,10 +49,10 @@ def apply_task(cluster: Cluster, task: Task, app: str, *, dry_run: bool,
             if not _kind_known(cluster, task.key):  # its CRD is created by this very sync
                 return ChangeEntry(task.key, Action.CREATED, "dry run skipped: kind not served yet")
             cluster.apply(obj, dry_run=True)
-        elif task.has_option(REPLACE):
-            cluster.replace(obj)
         else:
-            cluster.apply(obj)
+            result = cluster.replace(obj) if task.has_option(REPLACE) else cluster.apply(obj)
+            if written is not None:
+                written(task.key, result)
     except ApiError as exc:
         return ChangeEntry(task.key, Action.FAILED, explain(exc))
     action = Action.CONFIGURED if existed else Action.CREATED

@@ -41,6 +41,7 @@ class OperationResult:
     message: str
     changes: ChangeSet = field(default_factory=ChangeSet)
     inventory: list[tuple[ResourceKey, int]] = field(default_factory=list)
+    written: dict[ResourceKey, str] = field(default_factory=dict)  # resourceVersion each apply left behind
 
 
 class _Stop(Exception):
@@ -62,6 +63,7 @@ def run(cluster: Cluster, app: str, manifests: list[Manifest], *, inventory: lis
     desired = {t.key: t for t in tasks if not t.hook}
     result = OperationResult(succeeded=True, message="")
     runner = _Runner(cluster, app, settings, result.changes, out_of_sync, live, healthy)
+    runner.written = result.written
     try:
         for phase in (Phase.PRE_SYNC, Phase.SYNC, Phase.POST_SYNC):
             runner.run_phase(tasks, phase)
@@ -111,6 +113,7 @@ class _Runner:
                  out_of_sync: set[ResourceKey], live: set[ResourceKey], healthy: set[ResourceKey]) -> None:
         self.cluster, self.app, self.settings, self.changes = cluster, app, settings, changes
         self.out_of_sync, self.live, self.healthy = out_of_sync, live, healthy
+        self.written: dict[ResourceKey, str] = {}
 
     def run_phase(self, tasks: list[Task], phase: Phase) -> None:
         for _, wave_tasks in waves(tasks, phase):
@@ -141,7 +144,7 @@ class _Runner:
                 # The comparison's dry-run already showed the apply would change nothing: skip the write.
                 return ChangeEntry(task.key, Action.UNCHANGED)
             return apply_task(self.cluster, task, self.app, dry_run=self.settings.dry_run,
-                              exists=self.live.__contains__)
+                              exists=self.live.__contains__, written=self._record_write)
 
         with ThreadPoolExecutor(max_workers=min(CONCURRENCY, max(1, len(tasks)))) as pool:
             entries = list(pool.map(one, tasks))
@@ -151,6 +154,9 @@ class _Runner:
         if failed:
             raise _Stop("; ".join(str(e) for e in failed))
         return {e.key for e in entries if e.action in (Action.CREATED, Action.CONFIGURED)}
+
+    def _record_write(self, key: ResourceKey, result: Manifest) -> None:
+        self.written[key] = str((result.get("metadata") or {}).get("resourceVersion", ""))
 
     def _wait(self, tasks: list[Task]) -> None:
         """Block until every object of the wave is healthy and every hook has finished."""
