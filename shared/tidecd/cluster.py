@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -295,10 +294,6 @@ def _value_end(text: str, start: int) -> int:
 
 def managed_selector(app: str) -> str:
     return f"{constants.LABEL_INSTANCE}={app}"
-
-
-def kinds_of(objects: Iterable[Manifest]) -> set[tuple[str, str]]:
-    return {(ResourceKey.of(o).group, ResourceKey.of(o).kind) for o in objects}
 
 
 # -- clusters from Argo CD cluster secrets -----------------------------------------------------------------

@@ -384,7 +384,3 @@ def _with_namespaces(namespaced: Callable[[str, str], bool], manifests: list[Man
             del obj["metadata"]["namespace"]
         out.append(obj)
     return out
-
-
-def app_health_status(state: app_state.AppState) -> HealthStatus:
-    return HealthStatus(state.health)
