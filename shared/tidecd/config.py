@@ -3,17 +3,17 @@
 The dataclasses below are the typed form every later stage reads. `load_config` turns a config source
 directory into them; every problem is reported at once, each line naming the file, the object
 (`Application/guestbook`) and the dotted field (`spec.source.repoURL`). Error messages never echo values
-of Secrets, YAML source lines or repository credentials.
+of Secrets, YAML source lines or repository credentials. The field-by-field reading of each document is
+in `tidecd.config_schema`.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -316,11 +316,13 @@ def _read_documents(path: Path, origin: str, errors: list[str]) -> list[tuple[in
 
 def _parse_document(doc: Any, origin: str, index: int, errors: list[str]) -> ConfigItem | None:
     """Dispatch one document on (apiVersion, kind)."""
+    from tidecd.config_schema import PARSERS, Errors, Node, type_name
+
     if not isinstance(doc, dict):
-        errors.append(f"{origin}: document {index}: expected a Kubernetes object, got {_type_name(doc)}")
+        errors.append(f"{origin}: document {index}: expected a Kubernetes object, got {type_name(doc)}")
         return None
     api, kind = doc.get("apiVersion"), doc.get("kind")
-    parser = _PARSERS.get((api, kind)) if isinstance(api, str) and isinstance(kind, str) else None
+    parser = PARSERS.get((api, kind)) if isinstance(api, str) and isinstance(kind, str) else None
     if parser is None:
         errors.append(
             f"{origin}: document {index}: unsupported object (apiVersion {api!r}, kind {kind!r}); expected "
@@ -330,9 +332,9 @@ def _parse_document(doc: Any, origin: str, index: int, errors: list[str]) -> Con
     meta = doc.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     label = f"{kind}/{name}" if isinstance(name, str) and name else f"{kind} (document {index})"
-    errs = _Errors(origin, label, errors)
+    errs = Errors(origin, label, errors)
     before = len(errors)
-    item = parser(_Node(doc, "", errs))
+    item = parser(Node(doc, "", errs))
     return item if len(errors) == before else None
 
 
@@ -371,376 +373,6 @@ def _add_unique(into: dict[str, Any], kind: str, name: str, item: Any, origin: s
                       f"also defined in {into[name].origin}")
     else:
         into[name] = item
-
-
-# ---------------------------------------------------------------------------------------------------
-# Typed reading of one user object
-
-
-@dataclass
-class _Errors:
-    origin: str
-    obj: str
-    items: list[str]
-
-    def add(self, path: str, message: str) -> None:
-        where = f"{path}: " if path else ""
-        self.items.append(f"{self.origin}: {self.obj}: {where}{message}")
-
-
-@dataclass(frozen=True)
-class _Keys:
-    """The fields one mapping may hold; `unsupported` are Argo CD fields tidecd refuses by name."""
-
-    allowed: tuple[str, ...]
-    unsupported: tuple[str, ...] = ()
-
-
-def _type_name(value: Any) -> str:
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
-             dict: "a mapping", type(None): "null"}
-    return names.get(type(value), type(value).__name__)
-
-
-class _Node:
-    """One mapping of a user object at a dotted path: typed reads that record errors, never raise."""
-
-    def __init__(self, data: Mapping[str, Any], path: str, errs: _Errors) -> None:
-        self.data, self.path, self.errs = data, path, errs
-
-    def at(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def error(self, key: str, message: str) -> None:
-        self.errs.add(self.at(key) if key else self.path, message)
-
-    def check_keys(self, keys: _Keys) -> _Node:
-        for key in self.data:
-            if not isinstance(key, str):
-                self.errs.add(self.path, f"field name {key!r} is not a string")
-            elif key in keys.unsupported:
-                self.error(key, "not supported by tidecd")
-            elif key not in keys.allowed:
-                close = difflib.get_close_matches(key, keys.allowed, n=1)
-                self.error(key, "unknown field" + (f" (did you mean {close[0]}?)" if close else ""))
-        return self
-
-    def get(self, key: str, types: tuple[type, ...], expected: str, required: bool = False) -> Any:
-        value = self.data.get(key)
-        if value is None:
-            if required:
-                self.error(key, "required field is missing")
-            return None
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            self.error(key, f"expected {expected}, got {_type_name(value)}")
-            return None
-        return value
-
-    def text(self, key: str, default: str = "", *, required: bool = False) -> str:
-        value = self.get(key, (str,), "a string", required)
-        if required and value == "":
-            self.error(key, "must not be empty")
-        return default if value is None else str(value)
-
-    def flag(self, key: str, default: bool = False) -> bool:
-        value = self.get(key, (bool,), "a boolean (true or false)")
-        return default if value is None else bool(value)
-
-    def number(self, key: str, default: float) -> float:
-        value = self.get(key, (int, float), "a number")
-        return default if value is None else float(value)
-
-    def integer(self, key: str, default: int) -> int:
-        value = self.get(key, (int,), "an integer")
-        return default if value is None else int(value)
-
-    def texts(self, key: str) -> tuple[str, ...]:
-        items = self.get(key, (list,), "a list of strings") or []
-        for i, item in enumerate(items):
-            if not isinstance(item, str):
-                self.error(f"{key}[{i}]", f"expected a string, got {_type_name(item)}")
-        return tuple(item for item in items if isinstance(item, str))
-
-    def pairs(self, key: str) -> tuple[tuple[str, str], ...]:
-        mapping = self.get(key, (dict,), "a mapping of strings") or {}
-        for name, value in mapping.items():
-            if not isinstance(value, str):
-                self.error(f"{key}.{name}", f"expected a string, got {_type_name(value)}")
-        return tuple(sorted((str(k), v) for k, v in mapping.items() if isinstance(v, str)))
-
-    def child(self, key: str, keys: _Keys, *, required: bool = False) -> _Node | None:
-        value = self.get(key, (dict,), "a mapping", required)
-        return None if value is None else _Node(value, self.at(key), self.errs).check_keys(keys)
-
-    def children(self, key: str, keys: _Keys) -> list[_Node]:
-        nodes = []
-        for i, item in enumerate(self.get(key, (list,), "a list") or []):
-            if isinstance(item, dict):
-                nodes.append(_Node(item, self.at(f"{key}[{i}]"), self.errs).check_keys(keys))
-            else:
-                self.error(f"{key}[{i}]", f"expected a mapping, got {_type_name(item)}")
-        return nodes
-
-
-_TOP = _Keys(("apiVersion", "kind", "metadata", "spec"), ("status", "operation"))
-_METADATA = _Keys(("name", "namespace", "labels", "annotations", "finalizers"))
-_APP_SPEC = _Keys(("project", "source", "destination", "syncPolicy", "ignoreDifferences"),
-                  ("sources", "info", "revisionHistoryLimit", "sourceHydrator"))
-_SOURCE = _Keys(("repoURL", "targetRevision", "path", "chart", "directory", "kustomize", "helm"),
-                ("plugin", "ref", "name"))
-_DIRECTORY = _Keys(("recurse", "include", "exclude", "jsonnet"))
-_KUSTOMIZE = _Keys(("namePrefix", "nameSuffix", "images", "commonLabels"),
-                   ("commonAnnotations", "version", "forceCommonLabels", "namespace", "replicas", "patches",
-                    "components"))
-_HELM = _Keys(("releaseName", "valueFiles", "values", "valuesObject", "parameters"),
-              ("fileParameters", "passCredentials", "ignoreMissingValueFiles", "skipCrds", "version",
-               "namespace"))
-_HELM_PARAMETER = _Keys(("name", "value", "forceString"))
-_DESTINATION = _PROJECT_DESTINATION = _Keys(("server", "name", "namespace"))
-_SYNC_POLICY = _Keys(("automated", "syncOptions", "retry"), ("managedNamespaceMetadata",))
-_AUTOMATED = _Keys(("prune", "selfHeal", "allowEmpty", "enabled"))
-_RETRY = _Keys(("limit", "backoff"), ("refresh",))
-_BACKOFF = _Keys(("duration", "factor", "maxDuration"))
-_IGNORE = _Keys(("group", "kind", "name", "namespace", "jsonPointers", "managedFieldsManagers"),
-                ("jqPathExpressions",))
-_PROJECT_SPEC = _Keys(("description", "sourceRepos", "destinations", "clusterResourceWhitelist",
-                       "clusterResourceBlacklist", "namespaceResourceWhitelist",
-                       "namespaceResourceBlacklist"),
-                      ("roles", "syncWindows", "orphanedResources", "signatureKeys", "sourceNamespaces"))
-_GROUP_KIND = _Keys(("group", "kind"))
-
-
-# ---------------------------------------------------------------------------------------------------
-# Application
-
-
-def _metadata(top: _Node) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """Name and annotations; namespace (Argo CD's `argocd`), labels and finalizers are checked, unused."""
-    meta = top.child("metadata", _METADATA, required=True)
-    if meta is None:
-        return "", ()
-    name = meta.text("name", required=True)
-    if name and not _NAME.fullmatch(name):
-        meta.error("name", f"{name!r} is not a valid name (lowercase letters, digits, '-' and '.', "
-                           "at most 63 characters)")
-    meta.text("namespace")
-    meta.pairs("labels")
-    meta.texts("finalizers")
-    return name, meta.pairs("annotations")
-
-
-def _parse_application(top: _Node) -> Application | None:
-    name, annotations = _metadata(top.check_keys(_TOP))
-    spec = top.child("spec", _APP_SPEC, required=True)
-    if spec is None:
-        return None
-    project = spec.text("project", "default") or "default"  # Argo CD: an empty project means `default`
-    source = _source(spec.child("source", _SOURCE, required=True))
-    destination = _destination(spec.child("destination", _DESTINATION, required=True))
-    sync_policy = _sync_policy(spec.child("syncPolicy", _SYNC_POLICY))
-    ignores = tuple(_ignore_difference(n) for n in spec.children("ignoreDifferences", _IGNORE))
-    if source is None or destination is None:
-        return None
-    return Application(name=name, project=project, source=source, destination=destination,
-                       sync_policy=sync_policy, ignore_differences=ignores, annotations=annotations,
-                       origin=top.errs.origin)
-
-
-def _source(node: _Node | None) -> ApplicationSource | None:
-    if node is None:
-        return None
-    path = node.text("path", ".") or "."
-    if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts:
-        node.error("path", "must be a relative path inside the repository")
-    tools = [k for k in ("directory", "kustomize", "helm") if node.data.get(k) is not None]
-    if len(tools) > 1:
-        node.error("", f"set at most one of directory, kustomize and helm (found {', '.join(tools)})")
-    return ApplicationSource(
-        repo_url=node.text("repoURL", required=True), path=path,
-        target_revision=node.text("targetRevision", "HEAD") or "HEAD", chart=node.text("chart"),
-        directory=_directory(node.child("directory", _DIRECTORY)),
-        kustomize=_kustomize(node.child("kustomize", _KUSTOMIZE)),
-        helm=_helm(node.child("helm", _HELM)))
-
-
-def _directory(node: _Node | None) -> DirectorySpec | None:
-    if node is None:
-        return None
-    if node.data.get("jsonnet") not in (None, {}):  # `jsonnet: {}` is what Argo CD exports; harmless
-        node.error("jsonnet", "not supported by tidecd")
-    return DirectorySpec(recurse=node.flag("recurse"), include=node.text("include"),
-                         exclude=node.text("exclude"))
-
-
-def _kustomize(node: _Node | None) -> KustomizeSpec | None:
-    if node is None:
-        return None
-    return KustomizeSpec(name_prefix=node.text("namePrefix"), name_suffix=node.text("nameSuffix"),
-                         images=node.texts("images"), common_labels=node.pairs("commonLabels"))
-
-
-def _helm(node: _Node | None) -> HelmSpec | None:
-    if node is None:
-        return None
-    if isinstance(node.data.get("values"), dict):
-        node.error("values", "expected a string (YAML text); use valuesObject for a mapping")
-        values = ""
-    else:
-        values = node.text("values")
-    values_object = node.get("valuesObject", (dict,), "a mapping")
-    if values_object is not None:
-        if values:
-            node.error("valuesObject", "set only one of values and valuesObject")
-        values = yaml.safe_dump(values_object, sort_keys=False, default_flow_style=False)
-    parameters = tuple(_helm_parameter(n) for n in node.children("parameters", _HELM_PARAMETER))
-    return HelmSpec(release_name=node.text("releaseName"), value_files=node.texts("valueFiles"),
-                    values=values, parameters=parameters)
-
-
-def _helm_parameter(node: _Node) -> HelmParameter:
-    return HelmParameter(name=node.text("name", required=True), value=node.text("value"),
-                         force_string=node.flag("forceString"))
-
-
-def _destination(node: _Node | None) -> Destination | None:
-    if node is None:
-        return None
-    server, name = node.text("server"), node.text("name")
-    if bool(server) == bool(name):
-        node.error("", "set exactly one of server and name")
-    return Destination(server=server, name=name, namespace=node.text("namespace"))
-
-
-_SYNC_OPTION = re.compile(r"[A-Za-z][A-Za-z0-9]*=\S+")
-
-
-def _sync_policy(node: _Node | None) -> SyncPolicy:
-    if node is None:
-        return SyncPolicy()
-    options = node.texts("syncOptions")
-    for i, option in enumerate(options):
-        if not _SYNC_OPTION.fullmatch(option):
-            node.error(f"syncOptions[{i}]", f"{option!r} is not of the form Name=value")
-    auto = node.child("automated", _AUTOMATED)
-    retry = node.child("retry", _RETRY)
-    return SyncPolicy(
-        automated=auto is not None and auto.flag("enabled", True),  # `automated: {}` turns it on
-        prune=auto is not None and auto.flag("prune"),
-        self_heal=auto is not None and auto.flag("selfHeal"),
-        allow_empty=auto is not None and auto.flag("allowEmpty"),
-        sync_options=options,
-        retry=None if retry is None else Retry(limit=retry.integer("limit", 0),
-                                               backoff=_backoff(retry.child("backoff", _BACKOFF))))
-
-
-def _backoff(node: _Node | None) -> Backoff:
-    if node is None:
-        return Backoff()
-    factor = node.number("factor", 2.0)
-    if factor < 1:
-        node.error("factor", "must be at least 1")
-    return Backoff(duration_seconds=_duration(node, "duration", 5.0), factor=factor,
-                   max_duration_seconds=_duration(node, "maxDuration", 180.0))
-
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(text: str) -> float | None:
-    """Seconds in a Go duration (`5s`, `2m`, `1h30m`, `500ms`); a bare number is seconds, as in Argo CD."""
-    text = text.strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    if not text or _DURATION_PART.sub("", text):
-        return None
-    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
-
-
-def _duration(node: _Node, key: str, default: float) -> float:
-    value = node.get(key, (str, int), 'a duration such as "5s", "2m" or "1h"')
-    if value is None:
-        return default
-    seconds = parse_duration(str(value))
-    if seconds is None:
-        node.error(key, f'{value!r} is not a duration such as "5s", "2m" or "1h"')
-        return default
-    return seconds
-
-
-def _ignore_difference(node: _Node) -> IgnoreDifference:
-    pointers = node.texts("jsonPointers")
-    for i, pointer in enumerate(pointers):
-        if not pointer.startswith("/"):
-            node.error(f"jsonPointers[{i}]", f"{pointer!r} is not a JSON pointer (must start with '/')")
-    return IgnoreDifference(group=node.text("group"), kind=node.text("kind", required=True),
-                            name=node.text("name"), namespace=node.text("namespace"),
-                            json_pointers=pointers,
-                            managed_fields_managers=node.texts("managedFieldsManagers"))
-
-
-# ---------------------------------------------------------------------------------------------------
-# AppProject and Secrets
-
-
-def _parse_project(top: _Node) -> AppProject | None:
-    name, _ = _metadata(top.check_keys(_TOP))
-    spec = top.child("spec", _PROJECT_SPEC) or _Node({}, "spec", top.errs)
-    return AppProject(
-        name=name, description=spec.text("description"), source_repos=spec.texts("sourceRepos"),
-        destinations=tuple(_project_destination(n) for n in spec.children("destinations",
-                                                                          _PROJECT_DESTINATION)),
-        cluster_resource_whitelist=_group_kinds(spec, "clusterResourceWhitelist"),
-        cluster_resource_blacklist=_group_kinds(spec, "clusterResourceBlacklist") or (),
-        namespace_resource_whitelist=_group_kinds(spec, "namespaceResourceWhitelist"),
-        namespace_resource_blacklist=_group_kinds(spec, "namespaceResourceBlacklist") or (),
-        origin=top.errs.origin)
-
-
-def _project_destination(node: _Node) -> ProjectDestination:
-    """Absent fields are empty, as in Argo CD: no namespace only matches apps without a namespace."""
-    server, name = node.text("server"), node.text("name")
-    if not server and not name:
-        node.error("", "set server or name (a glob; '*' allows any cluster)")
-    return ProjectDestination(server=server, name=name, namespace=node.text("namespace"))
-
-
-def _group_kinds(spec: _Node, key: str) -> tuple[GroupKind, ...] | None:
-    """None when absent (`null`), else the list; `group` may be omitted for the core group."""
-    if spec.data.get(key) is None:
-        return None
-    return tuple(GroupKind(group=n.text("group"), kind=n.text("kind", required=True))
-                 for n in spec.children(key, _GROUP_KIND))
-
-
-def _parse_secret(top: _Node) -> dict[str, Any] | None:
-    """Kept raw for unsealing elsewhere; only the name and the secret-type label are checked here.
-
-    A SealedSecret may carry the label on itself or on `spec.template.metadata` (what kubeseal writes).
-    Nothing of the data is ever read or echoed.
-    """
-    meta = top.get("metadata", (dict,), "a mapping", required=True) or {}
-    meta_node = _Node(meta, "metadata", top.errs)
-    meta_node.text("name", required=True)
-    labels = dict(meta_node.pairs("labels"))
-    spec = top.data.get("spec")
-    template = spec.get("template") if isinstance(spec, dict) and top.data["kind"] == "SealedSecret" else None
-    if isinstance(template, dict) and isinstance(template.get("metadata"), dict):
-        inner = _Node(template["metadata"], "spec.template.metadata", top.errs)
-        labels = dict(inner.pairs("labels")) | labels
-    secret_type = labels.get(LABEL_SECRET_TYPE)
-    if secret_type not in SECRET_TYPES:
-        found = "missing" if secret_type is None else f"{secret_type!r} is not allowed"
-        meta_node.error(f"labels.{LABEL_SECRET_TYPE}", f"{found}; expected one of {', '.join(SECRET_TYPES)}")
-    return dict(top.data)
-
-
-_PARSERS: dict[tuple[str, str], Callable[[_Node], ConfigItem | None]] = {
-    (ARGO_VERSION, "Application"): _parse_application,
-    (ARGO_VERSION, "AppProject"): _parse_project,
-    ("v1", "Secret"): _parse_secret,
-    ("bitnami.com/v1alpha1", "SealedSecret"): _parse_secret,
-}
 
 
 # ---------------------------------------------------------------------------------------------------

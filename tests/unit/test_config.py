@@ -24,10 +24,10 @@ from tidecd.config import (
     load_config_source,
     normalize_repo_url,
     parse_config_source,
-    parse_duration,
     redact_repo_url,
     repo_key,
 )
+from tidecd.config_schema import parse_duration
 from tidecd.errors import ConfigError, UnsafePathError
 
 GOOD = Path(__file__).parent / "fixtures" / "config" / "good"
