@@ -16,6 +16,7 @@ pytest_plugins = [
 
 def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
     """Fail the run if any process started under this session's temp dirs outlived it."""
+    import os
     import time
 
     import psutil
@@ -27,9 +28,10 @@ def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + 10
     while True:
         left = []
-        for proc in psutil.process_iter(["pid", "cmdline"]):
+        for proc in psutil.process_iter(["pid", "cmdline", "environ"]):
             cmdline = " ".join(proc.info["cmdline"] or [])
-            if base in cmdline:
+            environ = " ".join((proc.info["environ"] or {}).values())
+            if base in cmdline or (base in environ and proc.pid != os.getpid()):
                 left.append(f"{proc.pid}: {cmdline[:160]}")
         if not left or time.monotonic() > deadline:
             break

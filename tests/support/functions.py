@@ -46,6 +46,7 @@ class Function:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"{target} exited: {self.log.read_text()[-2000:]}") from None
                 time.sleep(0.2)
+        self.stop()  # never leave a half-started process behind
         raise RuntimeError(f"{target} did not start: {self.log.read_text()[-2000:]}")
 
     def stop(self) -> None:
