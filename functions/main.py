@@ -3,7 +3,7 @@
     webhook    HTTP        GitHub/GitLab push events → refresh the affected apps
     poll       HTTP        Cloud Scheduler every three minutes → changed repos + drift sweep
     reconcile  CloudEvent  one Pub/Sub message per app → refresh, and sync when due
-    api        HTTP        status, diff, history; sync, refresh, rollback (bearer token)
+    api        HTTP        status, diff, history; sync, refresh, rollback (bearer token); /ui/ dashboard
 
 Heavy modules are imported inside the functions, so a cold start pays only for what it uses.
 """
@@ -77,6 +77,10 @@ def reconcile(cloud_event: Any) -> None:
 def api(request: Request) -> Response:
     from tidecd import api as use_case
 
+    if request.path == "/ui" or request.path.startswith("/ui/"):  # the dashboard (tidecd.ui)
+        from tidecd.ui import web
+
+        return web.respond(request, _runtime())  # type: ignore[no-any-return]
     answer = use_case.handle(request.method, request.path, dict(request.headers), request.get_data(),
                              _runtime(), query=dict(request.args))
     return _json(answer.status, answer.body)

@@ -24,7 +24,7 @@ output "dead_letter_subscription" {
 }
 
 output "secret_ids" {
-  description = "Secret Manager secret IDs to add versions to: webhook-secret, api-token, sealing-keys."
+  description = "Secret Manager secret IDs to add versions to: webhook-secret, api-token, api-readonly-token, sealing-keys."
   value       = { for key, secret in google_secret_manager_secret.this : key => secret.secret_id }
 }
 

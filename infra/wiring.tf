@@ -36,7 +36,7 @@ locals {
       description  = "HTTP API of the CLI and dashboard, authenticated by a bearer token."
       public       = true # the bearer token travels in Authorization, so Cloud Run IAM cannot be used too
       publishes    = true
-      secret_env   = { TIDECD_API_TOKEN = "api-token" }
+      secret_env   = { TIDECD_API_TOKEN = "api-token", TIDECD_API_READONLY_TOKEN = "api-readonly-token" }
       sealing_keys = true
     }
   }
@@ -58,9 +58,10 @@ locals {
   }
 
   secrets = {
-    webhook-secret = "GitHub/GitLab webhook secret (key of the X-Hub-Signature-256 HMAC)"
-    api-token      = "Bearer token of the tidecd api"
-    sealing-keys   = "PEM private key(s) that unseal the cluster and repository SealedSecrets"
+    webhook-secret     = "GitHub/GitLab webhook secret (key of the X-Hub-Signature-256 HMAC)"
+    api-token          = "Bearer token of the tidecd api"
+    api-readonly-token = "Read-only token of the tidecd dashboard (sees everything, acts on nothing)"
+    sealing-keys       = "PEM private key(s) that unseal the cluster and repository SealedSecrets"
   }
   sealing_keys_dir = "/etc/tidecd/sealing"
 

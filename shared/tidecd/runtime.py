@@ -29,6 +29,7 @@ class Settings:
     store: str = "./.tidecd"
     webhook_secret: str = ""
     api_token: str = ""
+    api_readonly_token: str = ""  # the dashboard's read-only role: sees everything, acts on nothing
     sealing_keys: str = ""
     refresh_topic: str = ""
     kubeconfig: str = ""
@@ -41,6 +42,7 @@ class Settings:
             store=env.get("TIDECD_STORE", cls.store),
             webhook_secret=env.get("TIDECD_WEBHOOK_SECRET", ""),
             api_token=env.get("TIDECD_API_TOKEN", ""),
+            api_readonly_token=env.get("TIDECD_API_READONLY_TOKEN", ""),
             sealing_keys=env.get("TIDECD_SEALING_KEYS", ""),
             refresh_topic=env.get("TIDECD_REFRESH_TOPIC", ""),
             kubeconfig=env.get("KUBECONFIG", ""),

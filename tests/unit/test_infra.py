@@ -37,7 +37,8 @@ REQUIRED_SECRETS: dict[str, dict[str, str]] = {
     "webhook": {"TIDECD_WEBHOOK_SECRET": "webhook-secret"},
     "poll": {"TIDECD_SEALING_KEYS": "sealing-keys"},
     "reconcile": {"TIDECD_SEALING_KEYS": "sealing-keys"},
-    "api": {"TIDECD_API_TOKEN": "api-token", "TIDECD_SEALING_KEYS": "sealing-keys"},
+    "api": {"TIDECD_API_TOKEN": "api-token", "TIDECD_API_READONLY_TOKEN": "api-readonly-token",
+            "TIDECD_SEALING_KEYS": "sealing-keys"},
 }
 REQUIRED_ENV = ("TIDECD_CONFIG", "TIDECD_STORE", "TIDECD_REFRESH_TOPIC", "TIDECD_BIN_DIR")
 

@@ -1,0 +1,292 @@
+"""The dashboard: server-rendered pages under `/ui/`, served by the api function.
+
+    GET  /ui/                       apps: counts, filters, search, pages of 50
+    GET  /ui/apps/NAME              one app: header, live operation, resource tree with diffs, history
+    GET  /ui/apps/NAME/live         the operation panel alone (htmx polls it every 2 s while one runs)
+    POST /ui/apps/NAME/{refresh,sync,terminate,rollback}    actions (admin role, CSRF, same origin)
+    GET  /ui/projects, /ui/clusters read-only lists with their rules and the apps using each
+    GET/POST /ui/login, POST /ui/logout
+    GET  /ui/static/FILE            htmx (vendored, see static/VENDORED.md) and the style sheet
+
+Framework-free like `tidecd.api`: `handle` takes a `Request` and returns a `Page`; `web.respond` adapts
+Flask. Jinja2 autoescapes every value; no page ever renders a secret (tokens, credentials, Secret data).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from tidecd.errors import NotFound, TidecdError
+from tidecd.runtime import Runtime
+from tidecd.ui import actions, auth, diffview, tree, views
+
+HERE = Path(__file__).parent
+STATIC = {"htmx.min.js": "text/javascript; charset=utf-8", "tidecd.css": "text/css; charset=utf-8"}
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+_NAME = r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,252})"
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    query: Mapping[str, str] = field(default_factory=dict)
+    form: Mapping[str, str] = field(default_factory=dict)
+    scheme: str = "http"
+
+
+@dataclass
+class Page:
+    status: int
+    body: bytes = b""
+    content_type: str = "text/html; charset=utf-8"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Context:
+    runtime: Runtime
+    request: Request
+    identity: auth.Identity | None
+    match: dict[str, str]
+
+
+Route = Callable[[Context], Page]
+_ROUTES: list[tuple[str, re.Pattern[str], Route, bool]] = []
+
+
+def route(method: str, pattern: str, *, public: bool = False) -> Callable[[Route], Route]:
+    def register(fn: Route) -> Route:
+        _ROUTES.append((method, re.compile(f"^/ui{pattern}$"), fn, public))
+        return fn
+    return register
+
+
+def tokens_of(runtime: Runtime) -> auth.Tokens:
+    return auth.Tokens(runtime.settings.api_token, runtime.settings.api_readonly_token)
+
+
+def handle(request: Request, runtime: Runtime) -> Page:
+    identity = auth.identify(tokens_of(runtime), request.headers)
+    path = "/ui/" if request.path in ("/ui", "/ui/") else request.path
+    for method, pattern, fn, public in _ROUTES:
+        match = pattern.match(path)
+        if not match:
+            continue
+        if method != request.method and not (method == "GET" and request.method == "HEAD"):
+            continue
+        if not public and identity is None:
+            if request.method == "GET":
+                return _redirect("/ui/login?next=" + quote(path))
+            return _error_page(runtime, None, 401, "Log in first.")
+        if request.method == "POST" and not public:
+            status, reason = auth.check_action(identity, request.headers, request.form)
+            if status:
+                return _error_page(runtime, identity, status, reason)
+        try:
+            return _secured(fn(Context(runtime, request, identity, match.groupdict())))
+        except NotFound as exc:
+            return _error_page(runtime, identity, 404, str(exc))
+        except TidecdError as exc:
+            return _error_page(runtime, identity, 503, str(exc))
+    allowed = [m for m, p, _, _ in _ROUTES if p.match(path)]
+    if allowed:
+        return _error_page(runtime, identity, 405, f"{request.method} is not allowed here")
+    return _error_page(runtime, identity, 404, f"no such page: {path}")
+
+
+def _secured(page: Page) -> Page:
+    page.headers += [("Content-Security-Policy", CSP), ("X-Content-Type-Options", "nosniff"),
+                     ("X-Frame-Options", "DENY"), ("Referrer-Policy", "same-origin")]
+    if not any(name == "Cache-Control" for name, _ in page.headers):
+        page.headers.append(("Cache-Control", "no-store"))
+    return page
+
+
+def _redirect(location: str, *extra: tuple[str, str]) -> Page:
+    return _secured(Page(303, b"", headers=[("Location", location), *extra]))
+
+
+# -- rendering --------------------------------------------------------------------------------------------
+
+@cache
+def environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True,
+                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env.globals.update(static=static_url, commit_url=views.commit_url, short=_short, NOTICES=actions.NOTICES)
+    env.filters["quote"] = lambda text: quote(str(text), safe="")
+    env.filters["slug"] = lambda text: re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "unknown"
+    return env
+
+
+def _short(sha: str) -> str:
+    return sha[:8] if re.fullmatch(r"[0-9a-f]{40,64}", sha or "") else (sha or "")
+
+
+@cache
+def _static_hash(name: str) -> str:
+    return hashlib.sha256((HERE / "static" / name).read_bytes()).hexdigest()[:12]
+
+
+def static_url(name: str) -> str:
+    return f"/ui/static/{name}?v={_static_hash(name)}"
+
+
+def render(template: str, ctx: Context | None, status: int = 200, *, active: str = "", **values: Any) -> Page:
+    identity = ctx.identity if ctx else None
+    body = environment().get_template(template).render(identity=identity, active=active, **values)
+    return Page(status, body.encode())
+
+
+def _error_page(runtime: Runtime, identity: auth.Identity | None, status: int, message: str) -> Page:
+    body = environment().get_template("error.html").render(identity=identity, active="", status=status,
+                                                                  message=message)
+    return _secured(Page(status, body.encode()))
+
+
+# -- pages ----------------------------------------------------------------------------------------------
+
+@route("GET", "/static/(?P<file>[a-z.]+)", public=True)
+def static(ctx: Context) -> Page:
+    name = ctx.match["file"]
+    if name not in STATIC:
+        raise NotFound(f"no static file {name!r}")
+    return Page(200, (HERE / "static" / name).read_bytes(), STATIC[name],
+                [("Cache-Control", "public, max-age=31536000, immutable")])
+
+
+@route("GET", "/login", public=True)
+def login_form(ctx: Context) -> Page:
+    return render("login.html", ctx, next=_next(ctx.request.query.get("next", "")), problem="")
+
+
+@route("POST", "/login", public=True)
+def login(ctx: Context) -> Page:
+    tokens = tokens_of(ctx.runtime)
+    problem = auth.same_origin(ctx.request.headers)
+    if problem:
+        return _error_page(ctx.runtime, None, 403, problem)
+    role = tokens.role_of(ctx.request.form.get("token", "")) if (tokens.admin or tokens.read) else None
+    target = _next(ctx.request.form.get("next", ""))
+    if role is None:
+        return render("login.html", ctx, 401, next=target, problem="That token is not valid for this installation.")
+    cookie = auth.session_cookie(auth.new_session(tokens, role),
+                                 secure=auth.is_https(ctx.request.headers, ctx.request.scheme))
+    return _redirect(target, ("Set-Cookie", cookie))
+
+
+@route("POST", "/logout", public=True)
+def logout(ctx: Context) -> Page:
+    if auth.same_origin(ctx.request.headers):
+        return _error_page(ctx.runtime, ctx.identity, 403, auth.same_origin(ctx.request.headers))
+    cookie = auth.session_cookie("", secure=auth.is_https(ctx.request.headers, ctx.request.scheme), clear=True)
+    return _redirect("/ui/login", ("Set-Cookie", cookie))
+
+
+def _next(target: str) -> str:
+    """Only a path of this dashboard (never another host: an open redirect)."""
+    return target if re.fullmatch(r"/ui/[A-Za-z0-9._~/?=&%+-]*", target or "") and "//" not in target else "/ui/"
+
+
+@route("GET", "/")
+def apps(ctx: Context) -> Page:
+    config = ctx.runtime.config()
+    states = views.load_states(ctx.runtime.store, sorted(config.applications))
+    page = views.apps_page(views.app_rows(config, states), ctx.request.query)
+    return render("apps.html", ctx, active="apps", page=page, statuses=(views.SYNC_STATUSES, views.HEALTH_STATUSES))
+
+
+def _app_context(ctx: Context) -> dict[str, Any]:
+    from tidecd import state as app_state
+
+    name = ctx.match["name"]
+    app = ctx.runtime.app(name)
+    current = app_state.load(ctx.runtime.store, name)[0]
+    return {"app": app, "state": current, "operation": views.operation_view(current.operation),
+            "notice": actions.NOTICES.get(ctx.request.query.get("notice", ""), "")}
+
+
+@route("GET", f"/apps/{_NAME}")
+def app_page(ctx: Context) -> Page:
+    values = _app_context(ctx)
+    lister = None
+    problem = ""
+    try:
+        lister = ctx.runtime.cluster(values["app"].destination)
+    except Exception as exc:  # any client failure: the page still shows the stored state
+        problem = f"the destination cluster cannot be reached ({type(exc).__name__}): {str(exc)[:200]}"
+    resource_tree = tree.build(values["state"], lister)
+    split = ctx.request.query.get("diff") == "split"
+    diffs = {}
+    for _, nodes in resource_tree.groups:
+        for node in nodes:
+            if node.diff:
+                items = diffview.lines(node.diff, secret=node.key.kind == "Secret")
+                diffs[node.anchor] = diffview.side_by_side(items) if split else items
+    return render("app.html", ctx, active="apps", tree=resource_tree, diffs=diffs, split=split,
+                  tree_problem=problem or resource_tree.problem, **values)
+
+
+@route("GET", f"/apps/{_NAME}/live")
+def live(ctx: Context) -> Page:
+    values = _app_context(ctx)
+    page = render("_live.html", ctx, **values)
+    op = values["operation"]
+    if ctx.request.query.get("was") == "running" and not (op and op.running):
+        page.headers.append(("HX-Refresh", "true"))  # it ended: reload the page for the new tree and history
+    return page
+
+
+def _done(ctx: Context, done: actions.Done) -> Page:
+    if done.status == 303:
+        return _redirect(f"/ui/apps/{quote(ctx.match['name'])}?notice={done.notice}")
+    return _error_page(ctx.runtime, ctx.identity, done.status, done.message)
+
+
+def _flag(ctx: Context, name: str) -> bool:
+    return ctx.request.form.get(name, "") in ("on", "true", "1")
+
+
+@route("POST", f"/apps/{_NAME}/refresh")
+def refresh(ctx: Context) -> Page:
+    return _done(ctx, actions.refresh(ctx.runtime, ctx.match["name"]))
+
+
+@route("POST", f"/apps/{_NAME}/sync")
+def sync(ctx: Context) -> Page:
+    done = actions.sync(ctx.runtime, ctx.match["name"], prune=_flag(ctx, "prune"), dry_run=_flag(ctx, "dry_run"))
+    return _done(ctx, done)
+
+
+@route("POST", f"/apps/{_NAME}/terminate")
+def terminate(ctx: Context) -> Page:
+    return _done(ctx, actions.terminate(ctx.runtime, ctx.match["name"]))
+
+
+@route("POST", f"/apps/{_NAME}/rollback")
+def rollback(ctx: Context) -> Page:
+    wanted = ctx.request.form.get("id", "")
+    if not wanted.isdigit():
+        return _error_page(ctx.runtime, ctx.identity, 400, "field id (a history id) is required")
+    return _done(ctx, actions.rollback(ctx.runtime, ctx.match["name"], int(wanted)))
+
+
+@route("GET", "/projects")
+def projects(ctx: Context) -> Page:
+    return render("projects.html", ctx, active="projects", projects=views.projects(ctx.runtime.config()))
+
+
+@route("GET", "/clusters")
+def clusters(ctx: Context) -> Page:
+    return render("clusters.html", ctx, active="clusters", clusters=views.clusters(ctx.runtime.config()))

@@ -1,0 +1,272 @@
+"""The dashboard without a browser or cluster: auth, CSRF, routes, filters, tree, diff view, masking."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tidecd import state as app_state
+from tidecd import ui
+from tidecd.model import Manifest
+from tidecd.runtime import Runtime, Settings
+from tidecd.store import MemoryStore
+from tidecd.ui import auth, diffview, tree, views
+
+ADMIN, READ = "admin-t0ken", "read-t0ken"
+HOST = "dash.example"
+
+
+def application(name: str, project: str = "default", namespace: str = "web", repo: str = "https://github.com/o/r.git",
+                cluster: str = "in-cluster") -> dict[str, Any]:
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": name},
+            "spec": {"project": project, "source": {"repoURL": repo, "path": "deploy", "targetRevision": "main"},
+                     "destination": {"name": cluster, "namespace": namespace}}}
+
+
+class FakeLister:
+    """The slice of the cluster the tree reads, holding a Deployment → ReplicaSet → Pod chain."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], list[Manifest]] = {
+            ("apps", "Deployment"): [{"apiVersion": "apps/v1", "kind": "Deployment",
+                                      "metadata": {"name": "web", "namespace": "web", "uid": "d1"},
+                                      "spec": {"replicas": 1}, "status": {}}],
+            ("apps", "ReplicaSet"): [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                      "metadata": {"name": "web-7f9", "namespace": "web", "uid": "r1",
+                                                   "ownerReferences": [{"uid": "d1", "kind": "Deployment"}]},
+                                      "spec": {"replicas": 1}, "status": {"readyReplicas": 1, "replicas": 1}},
+                                     {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                      "metadata": {"name": "other", "namespace": "web", "uid": "r2",
+                                                   "ownerReferences": [{"uid": "zz"}]}, "spec": {}}],
+            ("", "Pod"): [{"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": "web-7f9-abcde", "namespace": "web", "uid": "p1",
+                                        "ownerReferences": [{"uid": "r1", "kind": "ReplicaSet"}]},
+                           "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}],
+        }
+        self.calls: list[tuple[str, str, str]] = []
+
+    def list(self, group: str, kind: str, *, namespace: str = "", label_selector: str = "") -> list[Manifest]:
+        self.calls.append((group, kind, namespace))
+        return [o for o in self.objects.get((group, kind), []) if o["metadata"]["namespace"] == namespace]
+
+
+@pytest.fixture()
+def runtime(tmp_path: Path) -> Runtime:
+    (tmp_path / "apps.yaml").write_text(yaml.safe_dump_all([
+        application("web"), application("api-" + "x" * 55, project="team", namespace="api", cluster="prod")]))
+    (tmp_path / "project.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject", "metadata": {"name": "team"},
+        "spec": {"sourceRepos": ["https://github.com/o/*"], "destinations": [{"name": "prod", "namespace": "api"}]}}))
+    store = MemoryStore()
+    web = app_state.AppState(app="web", sync_status="OutOfSync", health="Healthy", revision="a" * 40)
+    web.resources = [
+        app_state.ResourceStatus("apps", "Deployment", "web", "web", "OutOfSync", "Healthy",
+                                 changed=["spec.replicas"],
+                                 diff="--- live\n+++ desired\n@@ -1,2 +1,2 @@\n spec:\n"
+                                      "-  replicas: 1\n+  replicas: 2\n"),
+        app_state.ResourceStatus("", "Secret", "web", "creds", "OutOfSync", "",
+                                 diff="--- live\n+++ desired\n@@ -1,3 +1,3 @@\n data:\n-  password: aHVudGVyMg==\n"
+                                      "+  password: c2VjcmV0\n kind: Secret\n"),
+    ]
+    web.set_inventory([(web.resources[0].key, 2)])
+    web.add_history("b" * 40, "Succeeded", "deploy", "main")
+    app_state.save(store, web)
+    runtime = Runtime(settings=Settings(config=str(tmp_path), api_token=ADMIN, api_readonly_token=READ), store=store)
+    runtime._clusters["in-cluster"] = FakeLister()  # type: ignore[assignment]
+    return runtime
+
+
+def get(runtime: Runtime, path: str, token: str = ADMIN, **query: str) -> ui.Page:
+    headers = {"Authorization": f"Bearer {token}", "Host": HOST} if token else {"Host": HOST}
+    return ui.handle(ui.Request("GET", path, headers, query), runtime)
+
+
+def login(runtime: Runtime, token: str) -> tuple[str, str]:
+    """(cookie header, CSRF token) of a session made through the login form."""
+    page = ui.handle(ui.Request("POST", "/ui/login", {"Host": HOST, "Origin": f"https://{HOST}"},
+                                form={"token": token, "next": "/ui/apps/web"}), runtime)
+    assert page.status == 303 and ("Location", "/ui/apps/web") in page.headers
+    set_cookie = next(v for k, v in page.headers if k == "Set-Cookie")
+    assert "HttpOnly" in set_cookie and "SameSite=Strict" in set_cookie and "Path=/ui" in set_cookie
+    cookie = set_cookie.split(";")[0]
+    html = ui.handle(ui.Request("GET", "/ui/apps/web", {"Host": HOST, "Cookie": cookie}), runtime).body.decode()
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    return cookie, found.group(1) if found else ""
+
+
+def post(runtime: Runtime, path: str, cookie: str, form: dict[str, str], origin: str | None = None) -> ui.Page:
+    headers = {"Host": HOST, "Cookie": cookie}
+    if origin is not None:
+        headers["Origin"] = origin
+    return ui.handle(ui.Request("POST", path, headers, form=form), runtime)
+
+
+def test_pages_need_a_token_and_never_show_one(runtime: Runtime) -> None:
+    anonymous = get(runtime, "/ui/apps/web", token="")
+    assert anonymous.status == 303 and ("Location", "/ui/login?next=/ui/apps/web") in anonymous.headers
+    assert get(runtime, "/ui/", token="wrong").status == 303
+    for path in ("/ui/", "/ui/apps/web", "/ui/apps/web/live", "/ui/projects", "/ui/clusters"):
+        page = get(runtime, path)
+        assert page.status == 200, (path, page.body.decode()[-800:])
+        assert ADMIN.encode() not in page.body and READ.encode() not in page.body
+        assert ("X-Frame-Options", "DENY") in page.headers
+        assert any(k == "Content-Security-Policy" and "script-src 'self'" in v for k, v in page.headers)
+
+
+def test_login_rejects_a_bad_token_and_cross_site_forms(runtime: Runtime) -> None:
+    bad = ui.handle(ui.Request("POST", "/ui/login", {"Host": HOST, "Origin": f"https://{HOST}"},
+                               form={"token": "nope"}), runtime)
+    assert bad.status == 401 and not any(k == "Set-Cookie" for k, _ in bad.headers)
+    forged = ui.handle(ui.Request("POST", "/ui/login", {"Host": HOST, "Origin": "https://evil.example"},
+                                  form={"token": ADMIN}), runtime)
+    assert forged.status == 403
+    open_redirect = ui.handle(ui.Request("POST", "/ui/login", {"Host": HOST, "Origin": f"https://{HOST}"},
+                                         form={"token": ADMIN, "next": "//evil.example/x"}), runtime)
+    assert ("Location", "/ui/") in open_redirect.headers
+
+
+def test_sessions_are_signed_and_expire() -> None:
+    tokens = auth.Tokens(ADMIN, READ)
+    cookie = auth.new_session(tokens, auth.Role.READ, now=1000.0)
+    assert auth.read_session(tokens, cookie, now=1001.0) == auth.Identity(auth.Role.READ, "session",
+                                                                           auth.read_session(tokens, cookie,
+                                                                                             now=1001.0).csrf)  # type: ignore[union-attr]
+    escalated = cookie.replace("v1.read.", "v1.admin.")
+    assert auth.read_session(tokens, escalated, now=1001.0) is None
+    assert auth.read_session(tokens, cookie, now=1000.0 + auth.SESSION_SECONDS + 1) is None
+    assert auth.read_session(auth.Tokens("rotated", READ), cookie, now=1001.0) is None
+    assert auth.Tokens(ADMIN, READ).role_of(READ) is auth.Role.READ
+    assert auth.Tokens(ADMIN, "").role_of("") is None
+
+
+def test_actions_need_csrf_same_origin_and_the_admin_role(runtime: Runtime) -> None:
+    cookie, csrf = login(runtime, ADMIN)
+    assert csrf
+    no_token = post(runtime, "/ui/apps/web/sync", cookie, {}, origin=f"https://{HOST}")
+    assert no_token.status == 403 and b"CSRF" in no_token.body
+    cross = post(runtime, "/ui/apps/web/sync", cookie, {"csrf": csrf}, origin="https://evil.example")
+    assert cross.status == 403
+    no_origin = post(runtime, "/ui/apps/web/sync", cookie, {"csrf": csrf})
+    assert no_origin.status == 403
+    same_site = ui.handle(ui.Request("POST", "/ui/apps/web/sync", {"Host": HOST, "Cookie": cookie,
+                                                                     "Origin": f"https://{HOST}",
+                                                                     "Sec-Fetch-Site": "same-site"},
+                                     form={"csrf": csrf}), runtime)
+    assert same_site.status == 403
+    assert app_state.load(runtime.store, "web")[0].operation is None  # nothing was started by any of them
+
+    read_cookie, read_csrf = login(runtime, READ)
+    read_page = ui.handle(ui.Request("GET", "/ui/apps/web", {"Host": HOST, "Cookie": read_cookie}), runtime)
+    assert b"data-actions" not in read_page.body and b"Rollback</button>" not in read_page.body
+    refused = post(runtime, "/ui/apps/web/sync", read_cookie, {"csrf": read_csrf}, origin=f"https://{HOST}")
+    assert refused.status == 403 and b"read-only" in refused.body
+    admin_page = ui.handle(ui.Request("GET", "/ui/apps/web", {"Host": HOST, "Cookie": cookie}), runtime)
+    assert b"data-actions" in admin_page.body and b"Rollback</button>" in admin_page.body
+
+
+def test_apps_page_counts_filters_search_and_pages(runtime: Runtime) -> None:
+    config = runtime.config()
+    rows = views.app_rows(config, views.load_states(runtime.store, sorted(config.applications)))
+    assert [(r.name[:4], r.sync, r.health) for r in rows] == [("api-", "Unknown", "Unknown"),
+                                                              ("web", "OutOfSync", "Healthy")]
+    page = views.apps_page(rows, {})
+    assert page.sync_counts == {"Synced": 0, "OutOfSync": 1, "Unknown": 1}
+    assert page.health_counts["Healthy"] == 1 and page.health_counts["Unknown"] == 1
+    assert [r.name for r in views.apps_page(rows, {"project": "team"}).rows] == ["api-" + "x" * 55]
+    assert [r.name for r in views.apps_page(rows, {"sync": "OutOfSync"}).rows] == ["web"]
+    assert [r.name for r in views.apps_page(rows, {"cluster": "prod"}).rows][0].startswith("api-")
+    assert [r.name for r in views.apps_page(rows, {"q": "WEB deploy"}).rows] == ["web"]
+    assert views.apps_page(rows, {"namespace": "nope"}).rows == []
+    many = [views.AppRow(f"app-{i:04}", "p", "c", "n", "", "", "", "", "Synced", "Healthy", None) for i in range(1000)]
+    third = views.apps_page(many, {"page": "3"})
+    assert (third.pages, third.page, third.rows[0].name, len(third.rows)) == (20, 3, "app-0100", 50)
+    assert views.apps_page(many, {"page": "999"}).page == 20 and views.apps_page(many, {"page": "x"}).page == 1
+    assert third.link(page=4) == "?page=4"
+    html = get(runtime, "/ui/", sync="OutOfSync").body.decode()
+    assert 'data-app="web"' in html and "data-app=\"api-" not in html
+    assert 'data-count="sync-OutOfSync">1<' in html
+
+
+def test_app_page_tree_follows_owners_and_masks_secrets(runtime: Runtime) -> None:
+    html = get(runtime, "/ui/apps/web").body.decode()
+    assert 'data-resource="ReplicaSet/web-7f9"' in html and 'data-resource="Pod/web-7f9-abcde"' in html
+    assert "other" not in html  # a ReplicaSet owned by something else is not in this app's tree
+    assert "wave 2" in html
+    assert "aHVudGVyMg==" not in html and "c2VjcmV0" not in html and diffview.MASK in html
+    assert "https://github.com/o/r/commit/" + "a" * 40 in html
+    split = get(runtime, "/ui/apps/web", diff="split").body.decode()
+    assert split.count("replicas: 1") == 1 and split.count("replicas: 2") == 1
+
+
+def test_tree_without_a_cluster_shows_the_stored_objects() -> None:
+    current = app_state.AppState(app="a")
+    current.resources = [app_state.ResourceStatus("apps", "Deployment", "n", "d", "Synced")]
+    current.operation = app_state.Operation("Succeeded", "", "s", "t", resources=[
+        {"key": {"group": "batch", "kind": "Job", "namespace": "n", "name": "migrate"}, "action": "created",
+         "hook_phase": "PreSync", "wave": -1}])
+
+    class Broken:
+        def list(self, group: str, kind: str, *, namespace: str = "", label_selector: str = "") -> list[Manifest]:
+            raise OSError("connection refused")
+
+    built = tree.build(current, Broken())
+    assert "connection refused" in built.problem
+    assert [k for k, _ in built.groups] == ["Deployment", "Job"]
+    hook = built.find("Job")[0]
+    assert (hook.hook_phase, hook.wave) == ("PreSync", "-1")
+    deployment = built.find("Deployment")[0]
+    with_children = tree.build(current, FakeLister())
+    assert deployment.children == [] and with_children.find("Pod") == []  # namespace n holds nothing
+
+
+def test_diff_lines_and_side_by_side() -> None:
+    text = "--- a\n+++ b\n@@ -1,3 +1,3 @@\n a: 1\n-b: 2\n-c: 3\n+b: 4\n d: 5\n"
+    items = diffview.lines(text)
+    assert [i.kind for i in items] == ["file", "file", "hunk", "ctx", "del", "del", "add", "ctx"]
+    rows = diffview.side_by_side(items)
+    pairs = [(r.left.text if r.left else None, r.right.text if r.right else None) for r in rows]
+    assert pairs == [("@@ -1,3 +1,3 @@", "@@ -1,3 +1,3 @@"), ("a: 1", "a: 1"), ("b: 2", "b: 4"), ("c: 3", None),
+                     ("d: 5", "d: 5")]
+    secret = diffview.lines(" data:\n-  token: abc\n+  token: |\n+    line1\n kind: Secret\n", secret=True)
+    assert [i.text for i in secret] == ["data:", f"  token: {diffview.MASK}", f"  token: {diffview.MASK}",
+                                        f"    {diffview.MASK}", "kind: Secret"]
+
+
+def test_commit_links_for_github_and_gitlab_only() -> None:
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    assert views.commit_url("https://github.com/o/r.git", sha) == f"https://github.com/o/r/commit/{sha}"
+    assert views.commit_url("git@github.com:o/r.git", sha) == f"https://github.com/o/r/commit/{sha}"
+    assert views.commit_url("https://gitlab.com/g/sub/p", sha) == f"https://gitlab.com/g/sub/p/-/commit/{sha}"
+    assert views.commit_url("http://127.0.0.1:9/r.git", sha) == ""
+    assert views.commit_url("https://github.com/o/r.git", "main") == ""
+    assert views.commit_url("https://github.com/o/r\"onclick=x", sha) == ""
+
+
+def test_projects_and_clusters_list_rules_and_users(runtime: Runtime) -> None:
+    projects = {p.name: p for p in views.projects(runtime.config())}
+    assert projects["team"].source_repos == ("https://github.com/o/*",) and projects["team"].apps[0].startswith("api-")
+    assert projects["default"].apps == ("web",) and projects["team"].namespace_allow == "all"
+    found = {c.name: c for c in views.clusters(runtime.config())}
+    assert found["prod"].namespaces == ("api",) and found["in-cluster"].apps == ("web",)
+    assert "no cluster secret" in found["prod"].source
+    assert b'data-project="team"' in get(runtime, "/ui/projects").body
+    assert b'data-cluster="prod"' in get(runtime, "/ui/clusters").body
+
+
+def test_unknown_pages_and_apps(runtime: Runtime) -> None:
+    assert get(runtime, "/ui/apps/nope").status == 404
+    assert get(runtime, "/ui/nothing").status == 404
+    assert get(runtime, "/ui/static/secret.txt").status == 404
+    assert ui.handle(ui.Request("DELETE", "/ui/", {"Authorization": f"Bearer {ADMIN}"}), runtime).status == 405
+
+
+def test_the_vendored_script_is_the_pinned_one() -> None:
+    import hashlib
+
+    static = Path(ui.__file__).parent / "static"
+    digest = hashlib.sha256((static / "htmx.min.js").read_bytes()).hexdigest()
+    assert digest in (static / "VENDORED.md").read_text() and (static / "htmx.LICENSE").is_file()
