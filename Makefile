@@ -40,7 +40,7 @@ e2e: venv tools-if-missing
 	$(VENV)/bin/pytest -q tests/e2e $(PYTEST_ARGS)
 
 demo: venv tools-if-missing
-	$(PY) -m tidecd.demo
+	$(PY) -m tidecd_dev.demo
 
 bench: venv tools-if-missing
 	$(PY) -m bench

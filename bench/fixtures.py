@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 from tidecd.cluster import KubeCluster
-from tidecd.gitserver import GitServer
 from tidecd.runtime import Runtime, Settings
 from tidecd.store import LocalStore
+from tidecd_dev.gitserver import GitServer
 
 Obj = dict[str, Any]
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tidecd.devcluster import DevCluster
-from tidecd.gitserver import GitServer
+from tidecd_dev.devcluster import DevCluster
+from tidecd_dev.gitserver import GitServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

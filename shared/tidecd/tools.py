@@ -1,7 +1,8 @@
-"""Find the external binaries tidecd runs (helm, kustomize) and the dev tools (etcd, kube-apiserver, ...).
+"""Find the external binaries tidecd runs (helm, kustomize; the dev tooling finds etcd, kwok, ... the same way).
 
 Looked up, in order: `$TIDECD_BIN_DIR`, a `bin/` folder beside the deployed function source (where
-`make package` puts pinned Linux binaries), the build cache of `scripts/tools.sh`, then `$PATH`.
+`make package` puts pinned Linux binaries), the build cache of `scripts/tools.sh`, then `$PATH`. Building a
+missing tool is dev-only (`tidecd_dev.tools.ensure`).
 """
 
 from __future__ import annotations
@@ -44,26 +45,3 @@ def binary(name: str) -> str:
         f"{name} not found (looked in {', '.join(str(d) for d in search_dirs())} and $PATH); "
         f"run `make tools` locally, or `make package` to bundle it with the function source"
     )
-
-
-def ensure(names: list[str]) -> None:
-    """Build any of `names` that is missing with the checkout's scripts/tools.sh (progress on stderr).
-
-    Tests and `tidecd dev cluster up` use this so a missing component is built, never skipped.
-    """
-    import subprocess
-    import sys
-
-    missing = []
-    for name in names:
-        try:
-            binary(name)
-        except MissingTool:
-            missing.append(name)
-    if not missing:
-        return
-    script = Path(__file__).resolve().parents[2] / "scripts" / "tools.sh"
-    if not script.is_file():
-        raise MissingTool(f"{', '.join(missing)} missing and no scripts/tools.sh to build them with")
-    print(f"building {', '.join(missing)} with scripts/tools.sh", file=sys.stderr, flush=True)
-    subprocess.run(["bash", str(script), *missing], check=True, stdout=sys.stderr)

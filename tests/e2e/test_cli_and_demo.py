@@ -54,7 +54,7 @@ def test_cli_diff_sync_history_rollback(gitops: GitOps) -> None:
 
 def test_demo_runs_end_to_end_and_leaves_nothing(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    demo = subprocess.run([sys.executable, "-m", "tidecd.demo", "--exit"], env=env, capture_output=True,
+    demo = subprocess.run([sys.executable, "-m", "tidecd_dev.demo", "--exit"], env=env, capture_output=True,
                           text=True, timeout=600, cwd=ROOT)
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert "kwok-node-0   Ready" in demo.stdout

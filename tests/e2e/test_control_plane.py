@@ -12,8 +12,8 @@ import psutil
 import pytest
 from kubernetes import client
 
-from tidecd.devcluster import DevCluster
 from tidecd.tools import cache_dir
+from tidecd_dev.devcluster import DevCluster
 
 
 def wait_for(predicate, timeout: float = 90.0, interval: float = 0.5):  # type: ignore[no-untyped-def]

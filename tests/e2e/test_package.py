@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tidecd.devcluster import free_port
+from tidecd_dev.devcluster import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -136,6 +136,18 @@ def test_archive_holds_main_the_library_requirements_and_tools(archive: Path) ->
         assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
         assert {n.split("/")[0] for n in names} == {"main.py", "requirements.txt", "bin", "tidecd"}
         assert {i.date_time for i in zf.infolist()} == {FIXED_TIME}
+
+
+def test_archive_holds_no_dev_tooling(archive: Path) -> None:
+    """The local control plane, git server, demo and tool builder (tidecd_dev) stay out of the product."""
+    dev_modules = {p.stem for p in (ROOT / "shared" / "tidecd_dev").glob("*.py")} - {"__init__"}
+    assert {"devcluster", "gitserver", "demo", "cli", "tools"} <= dev_modules
+    with zipfile.ZipFile(archive) as zf:
+        names = zf.namelist()
+    assert not [n for n in names if n.startswith("tidecd_dev/")]
+    leaked = [n for n in names if n.endswith(".py") and Path(n).stem in dev_modules - {"cli", "tools"}]
+    assert not leaked, f"dev modules in the function zip: {leaked}"
+    assert "tidecd/cli/dev.py" not in names
 
 
 def test_requirements_pin_the_installed_runtime_dependencies(archive: Path) -> None:

@@ -32,12 +32,12 @@ from tests.support.kubeseal import kubeseal_binary, run_kubeseal
 from tidecd import api
 from tidecd.cluster import KubeCluster
 from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER, SECRET_TYPE_REPOSITORY
-from tidecd.devcluster import DevCluster
 from tidecd.model import ResourceKey
 from tidecd.reconcile import SyncRequest
 from tidecd.runtime import Runtime
 from tidecd.secrets import KeyPair, generate_key, seal_secret, write_key_pair
 from tidecd.state import AppState
+from tidecd_dev.devcluster import DevCluster
 
 pytestmark = pytest.mark.e2e
 

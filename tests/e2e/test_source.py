@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.gitserver import AuthGitServer, GitRepo, run_git
-from tidecd import gitserver, source
-from tidecd.devcluster import free_port
+from tidecd import source
 from tidecd.errors import NotFound, SourceUnavailable
-from tidecd.gitserver import GitServer
 from tidecd.source import RepoCredentials, Snapshots
 from tidecd.store import MemoryStore
+from tidecd_dev import gitserver
+from tidecd_dev.devcluster import free_port
+from tidecd_dev.gitserver import GitServer
 
 pytestmark = pytest.mark.e2e
 
@@ -93,7 +94,8 @@ def test_server_runs_as_a_module(tmp_path: Path) -> None:
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tidecd.gitserver", "--root", str(tmp_path), "--port", str(port), "--create", "demo"],
+        [sys.executable, "-m", "tidecd_dev.gitserver", "--root", str(tmp_path), "--port", str(port),
+         "--create", "demo"],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -15,10 +15,10 @@ import yaml
 
 from tidecd import state as app_state
 from tidecd.cluster import KubeCluster
-from tidecd.devcluster import DevCluster
 from tidecd.reconcile import Outcome, SyncRequest, reconcile
 from tidecd.runtime import Runtime, Settings
 from tidecd.store import LocalStore
+from tidecd_dev.devcluster import DevCluster
 
 
 class GitOps:

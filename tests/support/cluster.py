@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tidecd.devcluster import DevCluster
-from tidecd.tools import ensure
+from tidecd_dev.devcluster import DevCluster
+from tidecd_dev.tools import ensure
 
 CONTROL_PLANE_TOOLS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
 

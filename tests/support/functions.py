@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from tests.support.apps import GitOps
-from tidecd.devcluster import free_port
+from tidecd_dev.devcluster import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
 """Git server fixtures: a real smart-HTTP server (git http-backend) per session, a fresh repo per test.
 
 `git_server` serves without auth, `git_server_auth` requires basic auth (user `tidecd`, a random
-password in `.password`); both count requests per repo (see `tidecd.gitserver`). `git_repo` is a new
+password in `.password`); both count requests per repo (see `tidecd_dev.gitserver`). `git_repo` is a new
 bare repo on `git_server` plus a working clone driven by the real git CLI (tests may use git; the library
 must not), so tests write, commit, tag and push like a user would.
 """
@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tidecd.gitserver import GitServer
+from tidecd_dev.gitserver import GitServer
 
 USERNAME = "tidecd"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tidecd.devcluster import free_port
+from tidecd_dev.devcluster import free_port
 
 STARTUP_TIMEOUT = 120.0  # a cold JVM on a busy 2-core machine
 

@@ -1,15 +1,35 @@
-"""The `tidecd` command: apps (list, get, diff, sync, history, rollback), secrets, and the dev cluster."""
+"""The `tidecd` command: apps (list, get, diff, sync, history, rollback), secrets, and the dev cluster.
+
+`tidecd dev ...` lives in the dev tooling package (`tidecd_dev.cli`), which is not part of the product: it is
+imported only when that command runs, so every other command starts without it, and a missing package
+(a deployed function source) is one clear line.
+"""
 
 from __future__ import annotations
+
+import importlib
 
 import typer
 
 from tidecd.cli import app as apps
-from tidecd.cli import dev
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="GitOps continuous delivery, serverless.")
 app.add_typer(apps.app, name="app")
-app.add_typer(dev.app, name="dev")
+
+DEV_CLI = "tidecd_dev.cli"  # named, not imported: the product never depends on the dev tooling
+
+
+@app.command("dev", add_help_option=False,
+             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def dev(ctx: typer.Context) -> None:
+    """Local development helpers: `tidecd dev cluster up|down|status` (a real local control plane)."""
+    try:
+        module = importlib.import_module(DEV_CLI)
+    except ModuleNotFoundError as exc:
+        typer.echo(f"error: `tidecd dev` needs the dev tooling ({DEV_CLI}), which is installed from a checkout "
+                   f"(`make venv`): {exc}", err=True)
+        raise typer.Exit(2) from None
+    module.app(args=ctx.args, prog_name=f"{ctx.find_root().info_name or 'tidecd'} dev")
 
 
 def _register_optional() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from tidecd.devcluster import DevCluster, default_workdir
+from tidecd_dev.devcluster import DevCluster, default_workdir
 
-app = typer.Typer(no_args_is_help=True, help="Local development helpers.")
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Local development helpers.")
 cluster_app = typer.Typer(no_args_is_help=True, help="A real local control plane (etcd + kube-apiserver).")
 app.add_typer(cluster_app, name="cluster")
 
@@ -59,6 +59,6 @@ def status(name: str = typer.Option("dev", help="Cluster name.")) -> None:
 
 
 def _ensure_tools(kwok: bool) -> None:
-    from tidecd.tools import ensure
+    from tidecd_dev.tools import ensure
 
     ensure(["etcd", "kube-apiserver"] + (["kube-controller-manager", "kube-scheduler", "kwok"] if kwok else []))

@@ -27,8 +27,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tidecd.devcluster import DevCluster, free_port
-from tidecd.gitserver import GitServer
+from tidecd_dev.devcluster import DevCluster, free_port
+from tidecd_dev.gitserver import GitServer
 
 ROOT = Path(__file__).resolve().parents[2]
 PLACEHOLDER_REPO = "http://git.tidecd.local/examples.git"
@@ -202,7 +202,7 @@ Logs of each function are in {self.workdir}.
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tidecd.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tidecd_dev.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--exit", action="store_true", help="stop everything once the demo has run")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="tidecd-demo-"))

@@ -5,7 +5,7 @@ auth, protocol v2) without a network. Running git's own CGI backend keeps the pr
 only adds the HTTP plumbing, optional basic auth and per-repo request counters that tests and benchmarks
 read (one `ls-remote` = one `info/refs?service=git-upload-pack`).
 
-Run it in a thread (`GitServer(root).start()`) or as `python -m tidecd.gitserver --root DIR --port P`.
+Run it in a thread (`GitServer(root).start()`) or as `python -m tidecd_dev.gitserver --root DIR --port P`.
 This module needs the `git` binary; the rest of tidecd does not.
 """
 
@@ -297,7 +297,7 @@ def _git(*args: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tidecd.gitserver", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tidecd_dev.gitserver", description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, required=True, help="directory holding <name>.git repos")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
