@@ -1,10 +1,12 @@
-"""Argo CD `Application` and `AppProject` (argoproj.io/v1alpha1): the subset tidecd honours.
+"""Loading a config source: Argo CD `Application` and `AppProject` (argoproj.io/v1alpha1) and credential
+Secrets, from a directory or a git `REPO_URL#REF:PATH`.
 
-The dataclasses below are the typed form every later stage reads. `load_config` turns a config source
-directory into them; every problem is reported at once, each line naming the file, the object
-(`Application/guestbook`) and the dotted field (`spec.source.repoURL`). Error messages never echo values
-of Secrets, YAML source lines or repository credentials. The field-by-field reading of each document is
-in `tidecd.config_schema`.
+Three modules, each importing only the ones before it: `config_model` (the dataclasses every later stage
+reads), `config_schema` (the strict field-by-field reader of one document) and this loader. `load_config`
+turns a config source directory into the models; every problem is reported at once, each line naming the
+file, the object (`Application/guestbook`) and the dotted field (`spec.source.repoURL`). Error messages never
+echo values of Secrets, YAML source lines or repository credentials. Every public name of the three is
+importable from here.
 """
 
 from __future__ import annotations
@@ -14,198 +16,51 @@ import json
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 
-from tidecd.constants import (
-    ARGO_VERSION,
-    LABEL_SECRET_TYPE,
-    SECRET_TYPE_CLUSTER,
-    SECRET_TYPE_REPO_CREDS,
-    SECRET_TYPE_REPOSITORY,
+from tidecd.config_model import (
+    DEFAULT_PROJECT,
+    DNS_NAME,
+    SECRET_TYPES,
+    Application,
+    ApplicationSource,
+    AppProject,
+    Backoff,
+    Config,
+    ConfigItem,
+    Destination,
+    DirectorySpec,
+    GroupKind,
+    HelmParameter,
+    HelmSpec,
+    IgnoreDifference,
+    KustomizeSpec,
+    ProjectDestination,
+    Retry,
+    SyncPolicy,
 )
+from tidecd.config_schema import PARSERS, Errors, Node, parse_duration, type_name
+from tidecd.constants import ARGO_VERSION, LABEL_SECRET_TYPE
 from tidecd.errors import ConfigError
 from tidecd.paths import check_tree, inside
 
-
-@dataclass(frozen=True)
-class DirectorySpec:
-    recurse: bool = False
-    include: str = ""
-    exclude: str = ""
-
-
-@dataclass(frozen=True)
-class KustomizeSpec:
-    name_prefix: str = ""
-    name_suffix: str = ""
-    images: tuple[str, ...] = ()
-    common_labels: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class HelmParameter:
-    name: str
-    value: str
-    force_string: bool = False
-
-
-@dataclass(frozen=True)
-class HelmSpec:
-    release_name: str = ""
-    value_files: tuple[str, ...] = ()
-    values: str = ""  # YAML text; `valuesObject` is dumped to it
-    parameters: tuple[HelmParameter, ...] = ()
-
-
-@dataclass(frozen=True)
-class ApplicationSource:
-    repo_url: str
-    path: str = "."
-    target_revision: str = "HEAD"
-    directory: DirectorySpec | None = None
-    kustomize: KustomizeSpec | None = None
-    helm: HelmSpec | None = None
-    chart: str = ""
-
-    def spec_hash(self) -> str:
-        """Stable hash of everything that shapes the render (the manifest cache key)."""
-        from dataclasses import asdict
-
-        text = json.dumps(asdict(self), sort_keys=True, default=list)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class Destination:
-    server: str = ""
-    name: str = ""
-    namespace: str = ""
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Argo CD defaults: duration 5s, factor 2, maxDuration 3m."""
-
-    duration_seconds: float = 5.0
-    factor: float = 2.0
-    max_duration_seconds: float = 180.0
-
-
-@dataclass(frozen=True)
-class Retry:
-    limit: int = 0  # Argo CD: a negative limit retries forever
-    backoff: Backoff = Backoff()
-
-
-@dataclass(frozen=True)
-class SyncPolicy:
-    automated: bool = False
-    prune: bool = False
-    self_heal: bool = False
-    sync_options: tuple[str, ...] = ()
-    retry: Retry | None = None
-    allow_empty: bool = False  # automated sync may prune down to zero objects
-
-    def has_option(self, option: str) -> bool:
-        return option in self.sync_options
-
-
-@dataclass(frozen=True)
-class IgnoreDifference:
-    group: str = ""
-    kind: str = ""
-    name: str = ""
-    namespace: str = ""
-    json_pointers: tuple[str, ...] = ()
-    managed_fields_managers: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Application:
-    name: str
-    project: str
-    source: ApplicationSource
-    destination: Destination
-    sync_policy: SyncPolicy = SyncPolicy()
-    ignore_differences: tuple[IgnoreDifference, ...] = ()
-    annotations: tuple[tuple[str, str], ...] = ()
-    origin: str = ""  # the file it was loaded from, for error messages
-
-    def annotation(self, name: str, default: str = "") -> str:
-        return dict(self.annotations).get(name, default)
-
-
-@dataclass(frozen=True)
-class ProjectDestination:
-    """One allowed (or, with a `!` prefix, denied) destination; every field is a glob."""
-
-    server: str = "*"
-    name: str = ""
-    namespace: str = "*"
-
-
-@dataclass(frozen=True)
-class GroupKind:
-    group: str  # "" is the core group; globs allowed
-    kind: str
-
-
-@dataclass(frozen=True)
-class AppProject:
-    """An AppProject, with Argo CD's semantics for absent fields (see `project.py`).
-
-    A user-written project with no `sourceRepos` or `destinations` allows none. A project with no
-    `clusterResourceWhitelist` (None) or an empty one allows no cluster-scoped kind; a project with no
-    `namespaceResourceWhitelist` (None) allows every namespaced kind, an empty one (`[]`) allows none.
-    Blacklists always beat whitelists.
-    """
-
-    name: str
-    source_repos: tuple[str, ...] = ("*",)
-    destinations: tuple[ProjectDestination, ...] = (ProjectDestination(),)
-    cluster_resource_whitelist: tuple[GroupKind, ...] | None = None
-    cluster_resource_blacklist: tuple[GroupKind, ...] = ()
-    namespace_resource_whitelist: tuple[GroupKind, ...] | None = None
-    namespace_resource_blacklist: tuple[GroupKind, ...] = ()
-    origin: str = ""
-    description: str = ""
-
-
-# Argo CD creates `default` allowing everything, cluster-scoped kinds included, unless it is redefined.
-DEFAULT_PROJECT = AppProject(
-    name="default",
-    source_repos=("*",),
-    destinations=(ProjectDestination(server="*", namespace="*"),),
-    cluster_resource_whitelist=(GroupKind("*", "*"),),
-)
-
-
-@dataclass
-class Config:
-    """Everything one config source declares."""
-
-    applications: dict[str, Application] = field(default_factory=dict)
-    projects: dict[str, AppProject] = field(default_factory=lambda: {"default": DEFAULT_PROJECT})
-    secrets: list[dict[str, Any]] = field(default_factory=list)  # (sealed) cluster/repository Secrets
-    # Applications that failed validation, name → every error: one bad app must not stop the others.
-    invalid: dict[str, str] = field(default_factory=dict)
-
-    def project_of(self, app: Application) -> AppProject:
-        return self.projects[app.project]
+__all__ = [
+    "CONFIG_SUFFIXES", "DEFAULT_PROJECT", "DNS_NAME", "SECRET_TYPES", "Application", "ApplicationSource",
+    "AppProject", "Backoff", "Config", "ConfigItem", "ConfigSourceRef", "Destination", "DirectorySpec",
+    "GroupKind", "HelmParameter", "HelmSpec", "IgnoreDifference", "KustomizeSpec", "ProjectDestination", "Retry",
+    "SyncPolicy", "config_files", "load_config", "load_config_source", "normalize_repo_url",
+    "parse_config_source", "parse_duration", "redact_repo_url", "repo_key",
+]
 
 
 # ---------------------------------------------------------------------------------------------------
 # Loading a directory
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
-SECRET_TYPES = (SECRET_TYPE_CLUSTER, SECRET_TYPE_REPOSITORY, SECRET_TYPE_REPO_CREDS)
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")  # DNS name; also a label value (<= 63)
-
-ConfigItem = Application | AppProject | dict[str, Any]
 
 
 def load_config(directory: Path, *, display: str | None = None, strict: bool = True) -> Config:
@@ -247,7 +102,7 @@ def _application_name(doc: Any) -> str:
         return ""
     meta = doc.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
-    return name if isinstance(name, str) and _NAME.fullmatch(name) else ""
+    return name if isinstance(name, str) and DNS_NAME.fullmatch(name) else ""
 
 
 def config_files(directory: Path) -> list[Path]:
@@ -316,8 +171,6 @@ def _read_documents(path: Path, origin: str, errors: list[str]) -> list[tuple[in
 
 def _parse_document(doc: Any, origin: str, index: int, errors: list[str]) -> ConfigItem | None:
     """Dispatch one document on (apiVersion, kind)."""
-    from tidecd.config_schema import PARSERS, Errors, Node, type_name
-
     if not isinstance(doc, dict):
         errors.append(f"{origin}: document {index}: expected a Kubernetes object, got {type_name(doc)}")
         return None

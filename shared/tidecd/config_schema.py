@@ -1,5 +1,5 @@
 """Strict reading of user-written documents (Application, AppProject, credential Secrets) into the
-dataclasses of `tidecd.config`.
+dataclasses of `tidecd.config_model` (the loader, `tidecd.config`, calls it per document).
 
 Table-driven: each mapping lists the fields it allows (and the Argo CD fields tidecd refuses by name), and
 typed reads record an error naming the dotted field instead of raising, so one pass reports every problem
@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from tidecd.config import (
-    _NAME,
+from tidecd.config_model import (
+    DNS_NAME,
     SECRET_TYPES,
     Application,
     ApplicationSource,
@@ -185,7 +185,7 @@ def _metadata(top: Node) -> tuple[str, tuple[tuple[str, str], ...]]:
     if meta is None:
         return "", ()
     name = meta.text("name", required=True)
-    if name and not _NAME.fullmatch(name):
+    if name and not DNS_NAME.fullmatch(name):
         meta.error("name", f"{name!r} is not a valid name (lowercase letters, digits, '-' and '.', "
                            "at most 63 characters)")
     meta.text("namespace")

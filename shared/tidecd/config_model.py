@@ -1,0 +1,187 @@
+"""The typed form of what users write: Argo CD `Application` and `AppProject` (argoproj.io/v1alpha1), the
+subset tidecd honours, and the `Config` one config source declares.
+
+Data only: `tidecd.config_schema` reads documents into these dataclasses and `tidecd.config` loads a config
+source with it; every later stage reads them (through `tidecd.config`, which re-exports every name here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tidecd.constants import SECRET_TYPE_CLUSTER, SECRET_TYPE_REPO_CREDS, SECRET_TYPE_REPOSITORY
+
+SECRET_TYPES = (SECRET_TYPE_CLUSTER, SECRET_TYPE_REPOSITORY, SECRET_TYPE_REPO_CREDS)
+DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")  # an object name; also a label value (<= 63)
+
+
+@dataclass(frozen=True)
+class DirectorySpec:
+    recurse: bool = False
+    include: str = ""
+    exclude: str = ""
+
+
+@dataclass(frozen=True)
+class KustomizeSpec:
+    name_prefix: str = ""
+    name_suffix: str = ""
+    images: tuple[str, ...] = ()
+    common_labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class HelmParameter:
+    name: str
+    value: str
+    force_string: bool = False
+
+
+@dataclass(frozen=True)
+class HelmSpec:
+    release_name: str = ""
+    value_files: tuple[str, ...] = ()
+    values: str = ""  # YAML text; `valuesObject` is dumped to it
+    parameters: tuple[HelmParameter, ...] = ()
+
+
+@dataclass(frozen=True)
+class ApplicationSource:
+    repo_url: str
+    path: str = "."
+    target_revision: str = "HEAD"
+    directory: DirectorySpec | None = None
+    kustomize: KustomizeSpec | None = None
+    helm: HelmSpec | None = None
+    chart: str = ""
+
+    def spec_hash(self) -> str:
+        """Stable hash of everything that shapes the render (the manifest cache key)."""
+        text = json.dumps(asdict(self), sort_keys=True, default=list)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Destination:
+    server: str = ""
+    name: str = ""
+    namespace: str = ""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Argo CD defaults: duration 5s, factor 2, maxDuration 3m."""
+
+    duration_seconds: float = 5.0
+    factor: float = 2.0
+    max_duration_seconds: float = 180.0
+
+
+@dataclass(frozen=True)
+class Retry:
+    limit: int = 0  # Argo CD: a negative limit retries forever
+    backoff: Backoff = Backoff()
+
+
+@dataclass(frozen=True)
+class SyncPolicy:
+    automated: bool = False
+    prune: bool = False
+    self_heal: bool = False
+    sync_options: tuple[str, ...] = ()
+    retry: Retry | None = None
+    allow_empty: bool = False  # automated sync may prune down to zero objects
+
+    def has_option(self, option: str) -> bool:
+        return option in self.sync_options
+
+
+@dataclass(frozen=True)
+class IgnoreDifference:
+    group: str = ""
+    kind: str = ""
+    name: str = ""
+    namespace: str = ""
+    json_pointers: tuple[str, ...] = ()
+    managed_fields_managers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Application:
+    name: str
+    project: str
+    source: ApplicationSource
+    destination: Destination
+    sync_policy: SyncPolicy = SyncPolicy()
+    ignore_differences: tuple[IgnoreDifference, ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+    origin: str = ""  # the file it was loaded from, for error messages
+
+    def annotation(self, name: str, default: str = "") -> str:
+        return dict(self.annotations).get(name, default)
+
+
+@dataclass(frozen=True)
+class ProjectDestination:
+    """One allowed (or, with a `!` prefix, denied) destination; every field is a glob."""
+
+    server: str = "*"
+    name: str = ""
+    namespace: str = "*"
+
+
+@dataclass(frozen=True)
+class GroupKind:
+    group: str  # "" is the core group; globs allowed
+    kind: str
+
+
+@dataclass(frozen=True)
+class AppProject:
+    """An AppProject, with Argo CD's semantics for absent fields (see `project.py`).
+
+    A user-written project with no `sourceRepos` or `destinations` allows none. A project with no
+    `clusterResourceWhitelist` (None) or an empty one allows no cluster-scoped kind; a project with no
+    `namespaceResourceWhitelist` (None) allows every namespaced kind, an empty one (`[]`) allows none.
+    Blacklists always beat whitelists.
+    """
+
+    name: str
+    source_repos: tuple[str, ...] = ("*",)
+    destinations: tuple[ProjectDestination, ...] = (ProjectDestination(),)
+    cluster_resource_whitelist: tuple[GroupKind, ...] | None = None
+    cluster_resource_blacklist: tuple[GroupKind, ...] = ()
+    namespace_resource_whitelist: tuple[GroupKind, ...] | None = None
+    namespace_resource_blacklist: tuple[GroupKind, ...] = ()
+    origin: str = ""
+    description: str = ""
+
+
+# Argo CD creates `default` allowing everything, cluster-scoped kinds included, unless it is redefined.
+DEFAULT_PROJECT = AppProject(
+    name="default",
+    source_repos=("*",),
+    destinations=(ProjectDestination(server="*", namespace="*"),),
+    cluster_resource_whitelist=(GroupKind("*", "*"),),
+)
+
+
+@dataclass
+class Config:
+    """Everything one config source declares."""
+
+    applications: dict[str, Application] = field(default_factory=dict)
+    projects: dict[str, AppProject] = field(default_factory=lambda: {"default": DEFAULT_PROJECT})
+    secrets: list[dict[str, Any]] = field(default_factory=list)  # (sealed) cluster/repository Secrets
+    # Applications that failed validation, name → every error: one bad app must not stop the others.
+    invalid: dict[str, str] = field(default_factory=dict)
+
+    def project_of(self, app: Application) -> AppProject:
+        return self.projects[app.project]
+
+
+ConfigItem = Application | AppProject | dict[str, Any]  # one parsed document: app, project or raw Secret
