@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from tidecd import state as app_state
+from tidecd.clock import SystemClock
 from tidecd.cluster import KubeCluster
-from tidecd.reconcile import Outcome, SyncRequest, reconcile
+from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation
 from tidecd.runtime import Runtime
 
 
@@ -41,26 +40,16 @@ class ApplyCounter:
         cluster.apply = counted  # type: ignore[method-assign]
 
 
-@contextmanager
-def health_wait() -> Iterator[list[float]]:
-    """Seconds the sync engine spent waiting for waves to become healthy (`spent[0]`)."""
-    from tidecd.sync import operation
+class WaitingClock(SystemClock):
+    """The system clock, counting the seconds the sync engine paused to poll health."""
 
-    original = operation._Runner._wait
-    spent = [0.0]
+    def __init__(self) -> None:
+        self.waited = 0.0
 
-    def timed_wait(self: Any, tasks: Any) -> None:
+    def pause(self, seconds: float) -> None:
         start = time.perf_counter()
-        try:
-            original(self, tasks)
-        finally:
-            spent[0] += time.perf_counter() - start
-
-    operation._Runner._wait = timed_wait  # type: ignore[method-assign]
-    try:
-        yield spent
-    finally:
-        operation._Runner._wait = original  # type: ignore[method-assign]
+        super().pause(seconds)
+        self.waited += time.perf_counter() - start
 
 
 class NotSynced(RuntimeError):
@@ -92,13 +81,20 @@ def measured_reconcile(runtime: Runtime, name: str, *, request: SyncRequest | No
     cluster = runtime.cluster(app.destination)
     counter = ApplyCounter()
     counter.attach(cluster)
-    with health_wait() as waited:
-        start = time.perf_counter()
-        outcome: Outcome = reconcile(runtime, name, request=request, automate=automate, wave_timeout=300.0)
-        seconds = time.perf_counter() - start
+    clock = WaitingClock()
+    start = time.perf_counter()
+    operation_id = start_operation(runtime, name, request) if request is not None else ""
+    outcome: Outcome = reconcile(runtime, name, automate=automate, clock=clock)
+    while outcome.continue_after is not None and not outcome.skipped:  # the operation's next steps
+        clock.pause(outcome.continue_after)
+        outcome = reconcile(runtime, name, automate=automate, clock=clock)
+    seconds = time.perf_counter() - start
+    waited = [clock.waited]
     state = app_state.load(runtime.store, name)[0]
     op = state.operation
-    if outcome.skipped or state.sync_status != "Synced" or (request and (op is None or op.phase != "Succeeded")):
+    other = bool(operation_id) and (op is None or op.id != operation_id)
+    failed = request is not None and (op is None or op.phase != "Succeeded")
+    if other or failed or outcome.skipped or state.sync_status != "Synced":
         why = "; ".join(c.get("message", "") for c in state.conditions) or (op.message if op else outcome.skipped)
         raise NotSynced(f"app {name}: {state.sync_status}: {why}"[:600], why)
     return Measured(seconds, waited[0], cluster.writes, counter.applies, counter.dry_runs, state)

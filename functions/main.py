@@ -11,6 +11,7 @@ Heavy modules are imported inside the functions, so a cold start pays only for w
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import functions_framework
@@ -65,7 +66,12 @@ def reconcile(cloud_event: Any) -> None:
 
     try:
         refresh = dispatch.decode_refresh(cloud_event.data)
-        outcome = run(_runtime(), refresh.app, reason=refresh.reason)
+        runtime = _runtime()
+        outcome = run(runtime, refresh.app, reason=refresh.reason)
+        # Interim (until scheduled continuations land): take the operation's next steps in this call.
+        while outcome.continue_after is not None and not outcome.skipped and outcome.continue_after < 30:
+            time.sleep(min(outcome.continue_after, 1.0))
+            outcome = run(runtime, refresh.app, reason=f"{refresh.reason} (continued)")
     except PermanentError:
         return  # a bad message or config: recorded where it can be; retrying cannot help, so acknowledge it
     if outcome.skipped:

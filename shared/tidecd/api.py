@@ -9,14 +9,15 @@ from __future__ import annotations
 import hmac
 import json
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from tidecd import state as app_state
-from tidecd.errors import NotFound, PermanentError, TidecdError
-from tidecd.model import ResourceKey
-from tidecd.reconcile import SyncRequest, reconcile
+from tidecd.errors import NotFound, OperationInProgress, PermanentError, TidecdError
+from tidecd.model import ChangeSet, ResourceKey
+from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation
 from tidecd.runtime import Runtime
 
 PREFIX = "/api/v1"
@@ -128,7 +129,7 @@ def sync(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[str, s
     resources = payload.get("resources")
     request = SyncRequest(
         prune=bool(payload.get("prune", False)), dry_run=bool(payload.get("dryRun", False)),
-        resources=select_resources(runtime, name, resources) if resources else None,
+        resources=select_resources(runtime, name, resources) if resources else None, initiated_by="api",
     )
     return _outcome(runtime, name, request, "api sync")
 
@@ -141,21 +142,53 @@ def rollback(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[st
     entry = next((h for h in _state(runtime, name).history if h.id == wanted), None)
     if entry is None:
         raise NotFound(f"app {name!r} has no history entry {wanted}")
-    request = SyncRequest(prune=bool(payload.get("prune", False)), revision=entry.revision, rollback=True)
+    request = SyncRequest(prune=bool(payload.get("prune", False)), revision=entry.revision, rollback=True,
+                          initiated_by="rollback")
     return _outcome(runtime, name, request, f"rollback to {wanted}")
+
+
+def drive(runtime: Runtime, name: str, reason: str, operation_id: str = "", *,
+          limit: float = 900.0) -> tuple[Outcome, ChangeSet, bool]:
+    """Step the app until its operation (`operation_id`, or one an automated step starts) has finished;
+    the last outcome, every change made, and whether an operation ran.
+
+    Interim, until the api answers 202 and callers follow the operation: the loop lives here, never in
+    the sync path; each `reconcile` call is one bounded step."""
+    before = app_state.load(runtime.store, name)[0].operation
+    before_id = before.id if before else ""
+    changes, deadline = ChangeSet(), time.monotonic() + limit
+    while True:
+        outcome = reconcile(runtime, name, reason=reason)
+        changes.entries.extend(outcome.changes.entries)
+        op = outcome.state.operation if outcome.state else None
+        ran = op is not None and (op.id == operation_id or (not operation_id and op.id != before_id))
+        if outcome.skipped and not operation_id:
+            return outcome, changes, ran
+        running = op is not None and op.running and (op.id == operation_id or not operation_id)
+        if not running or time.monotonic() > deadline:
+            return outcome, changes, ran
+        if outcome.skipped:
+            time.sleep(0.5)
 
 
 def _outcome(runtime: Runtime, name: str, request: SyncRequest | None, reason: str) -> Response:
     runtime.app(name)
-    outcome = reconcile(runtime, name, request=request, reason=reason)
-    if outcome.skipped:
+    operation_id = ""
+    if request is not None:
+        try:
+            operation_id = start_operation(runtime, name, request)
+        except OperationInProgress as exc:
+            return Response(409, {"error": "conflict", "message": str(exc), "operationId": exc.operation_id})
+    outcome, changes, ran = drive(runtime, name, reason, operation_id)
+    if outcome.skipped and not ran:
         return Response(409, {"error": "conflict", "message": f"app {name!r}: {outcome.skipped}"})
     current = outcome.state
     body: dict[str, Any] = {"app": name, "sync": current.sync_status if current else "Unknown",
                             "health": current.health if current else "Unknown",
-                            "changes": [e.to_dict() for e in outcome.changes.entries]}
-    if current and current.operation and outcome.synced:
-        body["operation"] = {"phase": current.operation.phase, "message": current.operation.message}
+                            "changes": [e.to_dict() for e in changes.entries]}
+    if current and current.operation and ran:
+        body["operation"] = {"phase": current.operation.phase, "message": current.operation.message,
+                             "id": current.operation.id}
     if current and current.conditions:
         body["conditions"] = current.conditions
     return Response(200, body)

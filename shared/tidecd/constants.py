@@ -10,6 +10,8 @@ FIELD_MANAGER: Final = "tidecd"
 # Ownership: the label makes server-side selection cheap, the annotation proves ownership.
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
 ANNOTATION_TRACKING_ID: Final = "argocd.argoproj.io/tracking-id"
+# Stamped on the hooks an operation creates: a resumed step finds its own hook instead of creating another.
+ANNOTATION_OPERATION: Final = "tidecd.io/operation-id"
 
 ANNOTATION_SYNC_WAVE: Final = "argocd.argoproj.io/sync-wave"
 ANNOTATION_HOOK: Final = "argocd.argoproj.io/hook"

@@ -93,6 +93,7 @@ class DirectDispatcher:
             while True:
                 outcome = reconcile(self.runtime_factory(), refresh.app, reason=refresh.reason)
                 if outcome.skipped != ALREADY_RUNNING:
+                    self._continue(refresh, outcome.continue_after)
                     return ""
                 if waited >= self.lease_wait:
                     return f"still {ALREADY_RUNNING} after {self.lease_wait:.0f}s"
@@ -102,6 +103,19 @@ class DirectDispatcher:
         except Exception as exc:  # one app's failure must not stop the others
             log.warning("refresh failed", app=refresh.app, reason=refresh.reason, error=type(exc).__name__)
             return f"{type(exc).__name__}: {exc}"[:300]
+
+
+    def _continue(self, refresh: Refresh, after: float | None, limit: float = 600.0) -> None:
+        """Interim local continuation: run the operation's next steps here until nothing is pending."""
+        from tidecd.reconcile import reconcile
+
+        spent = 0.0
+        while after is not None and spent < limit:
+            pause = min(max(after, 0.0), 1.0)
+            self.sleep(pause)
+            spent += pause + 0.01
+            outcome = reconcile(self.runtime_factory(), refresh.app, reason=f"{refresh.reason} (continued)")
+            after = outcome.continue_after
 
 
 # --- in the cloud: one Pub/Sub message per app -----------------------------------------------------------

@@ -7,7 +7,8 @@
     │   ├── RenderError         a manifest source could not be rendered
     │   ├── ProjectViolation    desired objects break their AppProject's rules (lists each object)
     │   ├── SecretError         a sealed secret cannot be sealed or opened (never includes the value)
-    │   └── NotFound            an app, revision or history entry does not exist
+    │   ├── NotFound            an app, revision or history entry does not exist
+    │   └── OperationInProgress an operation of the app is running already (`.operation_id`)
     └── TemporaryError(delay)   may succeed later: the entry point retries after `delay` seconds
         ├── SourceUnavailable   a repository could not be reached
         ├── ClusterUnavailable  the API server could not be reached
@@ -55,6 +56,14 @@ class SecretError(PermanentError):
 
 class NotFound(PermanentError):
     """The named app, revision or history entry does not exist."""
+
+
+class OperationInProgress(PermanentError):
+    """A new operation was asked for while one is running; `operation_id` names the running one."""
+
+    def __init__(self, app: str, operation_id: str) -> None:
+        self.app, self.operation_id = app, operation_id
+        super().__init__(f"app {app!r}: operation {operation_id} is running")
 
 
 class TemporaryError(TidecdError):

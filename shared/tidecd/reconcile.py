@@ -1,39 +1,64 @@
-"""The reconcile use case: refresh one app (source → render → live → diff → health) and sync when asked.
+"""The reconcile use case: ONE step of work on one app, then return.
 
-Called by the reconcile function (Pub/Sub in the cloud, a direct call locally), the api and the CLI. Two
-calls for the same app at once must not both sync: the first takes the app's lease, the second returns
-"already running" without touching the cluster.
+Each call observes (source → render → live → diff → health), decides the next step of the app's operation
+with the pure `sync.decide`, executes it (cluster calls only) and records the result in the app's state,
+every write with a generation precondition. It repeats that while the steps need no waiting; a wait is a
+short health poll (at most `budget` seconds in all), after which the call records what it waits on and
+returns `continue_after`: the caller schedules the next call. No call ever blocks for a whole sync.
+
+Two calls for the same app at once must not both act: the first takes the app's lease (60 s, renewed while
+the step works, taken over once expired), the second returns "already running" without touching the
+cluster. A lost race on the state (someone wrote since we read) re-reads and re-decides.
+
+Called by the reconcile function (Pub/Sub in the cloud, a direct call locally), the api and the CLI.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from tidecd import health, render
 from tidecd import source as git
 from tidecd import state as app_state
+from tidecd.clock import SYSTEM, Clock
 from tidecd.cluster import ApiError, KubeCluster, UnknownKind, managed_selector
 from tidecd.config import Application, AppProject
 from tidecd.diff import Comparison, ResourceDiff, compare, fingerprint
-from tidecd.errors import ClusterUnavailable, PermanentError, ProjectViolation, TemporaryError, TidecdError
-from tidecd.model import Action, ChangeSet, HealthResult, HealthStatus, Manifest, ResourceKey, SyncStatus
+from tidecd.errors import (
+    ClusterUnavailable,
+    NotFound,
+    OperationInProgress,
+    PermanentError,
+    ProjectViolation,
+    TemporaryError,
+)
+from tidecd.model import Action, ChangeEntry, ChangeSet, HealthResult, Manifest, ResourceKey, SyncStatus
 from tidecd.runtime import Runtime
-from tidecd.store import acquire_lease, release_lease
-from tidecd.sync import operation, plan
-from tidecd.sync.apply import owned_by, owner_of, with_ownership
+from tidecd.state import CachedComparison, Operation, OperationPhase, TaskPhase, TaskResult
+from tidecd.store import LEASE_TTL, LeaseKeeper, PreconditionFailed, acquire_lease
+from tidecd.sync import decide as decision
+from tidecd.sync import plan
+from tidecd.sync.apply import apply_task, explain, owned_by, owner_of, with_ownership
+from tidecd.sync.hooks import create_hook, dry_run_hook
+from tidecd.sync.prune import prune
 
 log = structlog.get_logger("tidecd.reconcile")
-LEASE_TTL = 600.0
+ALREADY_RUNNING = "already running"
 DRY_RUN_CONCURRENCY = 8
+APPLY_CONCURRENCY = 8
+POLL_INTERVAL = 0.5  # between health checks inside one step's budget
+RECHECK_AFTER = 3.0  # the next step of an operation that waits, once this step's budget is spent
+RACE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -45,70 +70,452 @@ class SyncRequest:
     resources: frozenset[ResourceKey] | None = None
     revision: str = ""  # a sha from history (rollback); empty means the app's targetRevision
     rollback: bool = False
+    initiated_by: str = ""  # "api", "cli", "automated", "rollback", a user name...
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
     """What one reconcile call did."""
 
     app: str
     state: app_state.AppState | None
-    skipped: str = ""  # e.g. "already running"
-    synced: bool = False
+    skipped: str = ""  # non-empty: did nothing (e.g. "already running")
+    continue_after: float | None = None  # seconds until this app wants its next step; None: nothing pending
     changes: ChangeSet = field(default_factory=ChangeSet)
 
 
-def reconcile(runtime: Runtime, name: str, *, request: SyncRequest | None = None, reason: str = "",
-              automate: bool = True, wave_timeout: float = 300.0) -> Outcome:
-    """Refresh `name`; sync when `request` asks or (with `automate`) when its sync policy does."""
+def reconcile(runtime: Runtime, name: str, *, reason: str = "", budget: float = 10.0, automate: bool = True,
+              clock: Clock = SYSTEM) -> Outcome:
+    """ONE step: observe, decide, execute, record; returns within about `budget` seconds.
+
+    Starts an automated operation when the policy says so (unless `automate` is False: a refresh only)."""
     holder = uuid.uuid4().hex
-    if not acquire_lease(runtime.store, name, holder, LEASE_TTL):
-        log.info("reconcile skipped", app=name, reason="already running")
+    if not acquire_lease(runtime.store, name, holder, LEASE_TTL, clock.now()):
+        log.info("reconcile skipped", app=name, reason=ALREADY_RUNNING)
         current, _ = app_state.load(runtime.store, name)
-        return Outcome(name, current, skipped="already running")
+        return Outcome(name, current, skipped=ALREADY_RUNNING, continue_after=RECHECK_AFTER)
+    keeper = LeaseKeeper(runtime.store, name, holder, LEASE_TTL, clock=clock.now).start()
     try:
-        return _Reconciler(runtime, name, request, reason, automate, wave_timeout).run()
+        for _ in range(RACE_ATTEMPTS):
+            try:
+                return _Step(runtime, name, reason, budget, automate, clock).run()
+            except PreconditionFailed:
+                if keeper.lost:
+                    return Outcome(name, app_state.load(runtime.store, name)[0], skipped="lease lost")
+                log.info("state changed under the step; re-reading", app=name)
+        return Outcome(name, app_state.load(runtime.store, name)[0], skipped="state kept changing",
+                       continue_after=1.0)
     finally:
-        release_lease(runtime.store, name, holder)
+        keeper.close()
 
 
-class _Reconciler:
-    def __init__(self, runtime: Runtime, name: str, request: SyncRequest | None, reason: str, automate: bool,
-                 wave_timeout: float) -> None:
-        self.runtime, self.name, self.request, self.reason = runtime, name, request, reason
-        self.automate = automate
-        self.wave_timeout = wave_timeout
+def start_operation(runtime: Runtime, name: str, request: SyncRequest) -> str:
+    """Record a new Running operation (generation precondition) and return its id; does not run it.
+
+    Raises OperationInProgress when one is running, NotFound for an unknown app (creating nothing)."""
+    app = runtime.app(name)
+    while True:
+        current, generation = app_state.load(runtime.store, name)
+        if current.operation is not None and current.operation.running:
+            raise OperationInProgress(name, current.operation.id)
+        op = new_operation(app, request)
+        current.operation = op
+        try:
+            app_state.save(runtime.store, current, if_generation_match=generation)
+        except PreconditionFailed:
+            continue
+        log.info("operation started", app=name, operation=op.id, initiated_by=op.initiated_by)
+        return op.id
+
+
+def new_operation(app: Application, request: SyncRequest, *, automated: bool = False,
+                  retry_count: int = 0, revision: str = "") -> Operation:
+    source: dict[str, Any] = {"repoURL": app.source.repo_url, "path": app.source.path,
+                              "targetRevision": app.source.target_revision}
+    if request.revision:
+        source["revision"] = request.revision
+    return Operation(
+        id=uuid.uuid4().hex[:16], revision=request.revision or revision, started_at=app_state.now_iso(),
+        initiated_by=request.initiated_by or ("automated" if automated else "user"), source=source,
+        automated=automated, dry_run=request.dry_run, prune=request.prune,
+        only=None if request.resources is None else [k.to_dict() for k in sorted(request.resources)],
+        rollback=request.rollback, retry_count=retry_count, step="waiting for its first step",
+    )
+
+
+def terminate_operation(runtime: Runtime, name: str) -> str:
+    """Mark the running operation Terminating (the next step stops it); its id. NotFound when none runs."""
+    runtime.app(name)
+    while True:
+        current, generation = app_state.load(runtime.store, name)
+        op = current.operation
+        if op is None or not op.running:
+            raise NotFound(f"app {name!r} has no running operation")
+        op.phase, op.step = OperationPhase.TERMINATING, "terminating"
+        try:
+            app_state.save(runtime.store, current, if_generation_match=generation)
+        except PreconditionFailed:
+            continue
+        return op.id
+
+
+def render_desired(runtime: Runtime, app: Application, revision: str = "") -> tuple[str, list[Manifest]]:
+    """The observe stage's render: (sha, manifests) of the app at `revision` (default: its targetRevision).
+
+    The one place desired manifests come from; other sources extend this function."""
+    creds = runtime.repo_credentials(app.source.repo_url)
+    if revision:
+        sha = revision
+    else:
+        refs = git.ls_remote(app.source.repo_url, creds)
+        sha = git.resolve_revision(refs, app.source.target_revision, app.source.repo_url)
+    namespace = app.destination.namespace
+
+    def render_now() -> list[Manifest]:
+        tarball = git.Snapshots(runtime.store).get_or_fetch(app.source.repo_url, sha, creds)
+        with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp:
+            git.extract(tarball, Path(tmp))
+            return render.render(Path(tmp), app.source, app_name=app.name, namespace=namespace)
+
+    manifests = render.render_cached(runtime.store, app.name, sha, app.source, render_now, namespace=namespace)
+    return sha, _unseal(runtime, app, manifests)
+
+
+def _unseal(runtime: Runtime, app: Application, manifests: list[Manifest]) -> list[Manifest]:
+    """SealedSecrets become plain Secrets (target clusters need no controller) unless the app opts out."""
+    if app.annotation("tidecd.io/sealed-secrets") == "passthrough":
+        return manifests
+    sealed = [m for m in manifests if m.get("kind") == "SealedSecret"]
+    if not sealed:
+        return manifests
+    from tidecd.errors import SecretError
+    from tidecd.secrets import unseal
+
+    keys = runtime.private_keys()
+    if not keys:
+        raise SecretError(f"{ResourceKey.of(sealed[0])}: cannot unseal: no sealing key is configured "
+                          "(TIDECD_SEALING_KEYS)")
+    out = []
+    for obj in manifests:
+        if obj.get("kind") == "SealedSecret":
+            secret = unseal(obj, keys, default_namespace=app.destination.namespace)
+            # keep sync annotations of the SealedSecret itself (waves, options)
+            notes = {k: v for k, v in plan.annotations_of(obj).items() if k.startswith("argocd.argoproj.io/")}
+            if notes:
+                secret.setdefault("metadata", {}).setdefault("annotations", {}).update(notes)
+            out.append(secret)
+        else:
+            out.append(obj)
+    return out
+
+
+def policy_of(app: Application) -> decision.Policy:
+    policy = app.sync_policy
+    retry = policy.retry
+    return decision.Policy(
+        automated=policy.automated, prune=policy.prune, self_heal=policy.self_heal,
+        allow_empty=policy.allow_empty, retry_limit=retry.limit if retry else 0,
+        backoff_seconds=retry.backoff.duration_seconds if retry else 5.0,
+        backoff_factor=retry.backoff.factor if retry else 2.0,
+        backoff_max_seconds=retry.backoff.max_duration_seconds if retry else 180.0,
+        create_namespace=app.destination.namespace if policy.has_option("CreateNamespace=true") else "",
+    )
+
+
+class _Step:
+    """One reconcile call: observe once, then decide → execute → record until a wait outlasts the budget."""
+
+    def __init__(self, runtime: Runtime, name: str, reason: str, budget: float, automate: bool,
+                 clock: Clock) -> None:
+        self.runtime, self.name, self.reason, self.automate, self.clock = runtime, name, reason, automate, clock
+        self.deadline = clock.monotonic() + budget
         self.state, self.generation = app_state.load(runtime.store, name)
+        self.changes = ChangeSet()
+        self.continue_after: float | None = None
+        self.live: dict[ResourceKey, Manifest] = {}
+        self.written: dict[ResourceKey, str] = {}
+        self.app: Application | None = None
+        self.sha = ""
+        self.manifests: list[Manifest] = []
+        self.tasks: tuple[plan.Task, ...] = ()
+        self.comparison = Comparison()
+
+    # -- the step -------------------------------------------------------------------------------------
 
     def run(self) -> Outcome:
-        outcome = Outcome(self.name, self.state)
         try:
-            app = self.runtime.app(self.name)
-            project = self.runtime.config().projects[app.project]
-            self._check_project_scope(project, app)
-            sha, manifests = self._desired(app)
-            cluster = self.runtime.cluster(app.destination)
-            namespaced = scope_lookup(cluster, manifests)
-            manifests = _with_namespaces(namespaced, manifests, app.destination.namespace)
-            comparison, live = self._compare(cluster, app, manifests)
-            self._record(app, sha, comparison, live)
-            if self._should_sync(app, sha):
-                outcome.synced = True
-                outcome.changes = self._sync(cluster, app, project, sha, manifests, comparison, live, namespaced)
-                comparison, live = self._compare(cluster, app, manifests)
-                self._record(app, sha, comparison, live)
+            self._observe_and_advance()
         except TemporaryError as exc:
-            self._condition("ComparisonError", str(exc), unknown=True)
+            self._condition("ComparisonError", str(exc))
+            if self._running() and isinstance(exc, ClusterUnavailable):
+                self._fail_operation(f"{exc} (nothing pruned; will retry)")
+            elif self._running():
+                self.continue_after = exc.delay
         except PermanentError as exc:
-            self._condition("ComparisonError" if not isinstance(exc, ProjectViolation) else "InvalidSpecError",
-                            str(exc), unknown=True)
+            kind = "InvalidSpecError" if isinstance(exc, ProjectViolation) else "ComparisonError"
+            self._condition(kind, str(exc))
+            if self._running():
+                self._fail_operation(str(exc))
         self.state.reconciled_at = app_state.now_iso()
-        self.generation = app_state.save(self.runtime.store, self.state)
+        self._save()
         log.info("reconciled", app=self.name, reason=self.reason, sync=self.state.sync_status,
-                 health=self.state.health, revision=self.state.revision[:12])
-        return outcome
+                 health=self.state.health, revision=self.state.revision[:12],
+                 operation=self.state.operation.phase if self.state.operation else "",
+                 continue_after=self.continue_after)
+        return Outcome(self.name, self.state, changes=self.changes, continue_after=self.continue_after)
 
-    # -- desired state --------------------------------------------------------------------------------
+    @property
+    def _app(self) -> Application:
+        assert self.app is not None, "observed before the app was loaded"
+        return self.app
+
+    def _running(self) -> bool:
+        return self.state.operation is not None and self.state.operation.running
+
+    def _save(self) -> None:
+        """Record: a lost race raises PreconditionFailed, and `reconcile` re-reads and re-decides."""
+        self.generation = app_state.save(self.runtime.store, self.state, if_generation_match=self.generation)
+
+    def _observe_and_advance(self) -> None:
+        app: Application = self.runtime.app(self.name)
+        self.app = app
+        self.project = self.runtime.config().projects[app.project]
+        self._check_project_scope(self.project, app)
+        op = self.state.operation
+        sha, manifests = render_desired(self.runtime, app, op.revision if op is not None and op.running else "")
+        if op is not None and op.running and not op.revision:
+            op.revision = sha
+        self.sha = sha
+        self.cluster = self.runtime.cluster(app.destination)
+        namespaced = scope_lookup(self.cluster, manifests)
+        self.manifests = _with_namespaces(namespaced, manifests, app.destination.namespace)
+        self.tasks = tuple(plan.plan(self.manifests))
+        self.violations = ""
+        try:
+            from tidecd import project as rules
+
+            rules.enforce(self.project, app, self.manifests, namespaced)
+        except ProjectViolation as exc:
+            self.violations = str(exc)
+        self._refresh_comparison()
+        if self.state.rebuilt:
+            self.state.set_inventory([(k, 0) for k, obj in self.live.items()
+                                      if owned_by(obj, app.name) and k not in self._hook_keys()])
+        self.unserved = frozenset(gk for gk in {(t.key.group, t.key.kind) for t in self.tasks}
+                                  if not _served(self.cluster, *gk))
+        self.missing_namespaces = self._missing_namespaces()
+        policy = policy_of(app)
+        self._advance(policy if self.automate else dataclasses.replace(policy, automated=False))
+
+    def _advance(self, policy: decision.Policy) -> None:
+        first = True
+        while True:
+            found = decision.decide(self._observation(), self.state.operation, policy)
+            op = self.state.operation
+            if op is not None and op.running:
+                op.results, op.step = list(found.results), found.text
+                op.wave = found.step.wave if isinstance(found.step, decision.RunTasks) else op.wave
+            step = found.step
+            if isinstance(step, decision.Nothing):
+                if step.retry_at is not None:
+                    self.continue_after = max(0.0, step.retry_at - self.clock.now())
+                return
+            if isinstance(step, decision.Refuse):
+                self._condition("SyncError", step.message, unknown=False)
+                return
+            if isinstance(step, decision.Wait):
+                if self.clock.monotonic() + POLL_INTERVAL > self.deadline:
+                    self.continue_after = RECHECK_AFTER
+                    return
+                self.clock.pause(POLL_INTERVAL)
+                self._refresh(step.keys)
+                continue
+            if not first and self.clock.monotonic() > self.deadline:
+                self.continue_after = 0.0  # more work, no waiting: go on in the next call
+                return
+            first = False
+            self._execute(step)
+            if isinstance(step, decision.Finish | decision.Terminate):
+                if not self._operation_dry_run():
+                    self._refresh_comparison()
+                return
+
+    def _operation_dry_run(self) -> bool:
+        return self.state.operation is not None and self.state.operation.dry_run
+
+    def _observation(self) -> decision.Observation:
+        resources = self.comparison.resources
+        return decision.Observation(
+            app=self.name, revision=self.sha, marker=f"{self.sha}:{self._app.source.spec_hash()}",
+            tasks=self.tasks, live=dict(self.live),
+            out_of_sync=frozenset(r.key for r in resources if r.status is not SyncStatus.SYNCED),
+            dry_run_errors={r.key: r.error for r in resources if r.error.startswith("dry-run failed")},
+            inventory=tuple(self.state.inventory_keys()), unserved=self.unserved,
+            missing_namespaces=self.missing_namespaces, violations=self.violations,
+            synced=self.comparison.status is SyncStatus.SYNCED, auto_synced=self.state.auto_synced,
+            automated_disabled=self.state.automated_disabled, now=self.clock.now(),
+        )
+
+    # -- execute (cluster calls) and record -----------------------------------------------------------
+
+    def _execute(self, step: decision.Step) -> None:
+        op = self.state.operation
+        if isinstance(step, decision.StartOperation):
+            request = SyncRequest(prune=step.prune, initiated_by="automated")
+            self.state.operation = new_operation(self._app, request, automated=True, retry_count=step.retry_count,
+                                                 revision=self.sha)
+            log.info("automated sync", app=self.name, revision=self.sha[:12], retry=step.retry_count)
+            self._save()
+            return
+        assert op is not None
+        if isinstance(step, decision.CreateNamespace):
+            self.cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": step.namespace}})
+            self.missing_namespaces = self.missing_namespaces - {step.namespace}
+        elif isinstance(step, decision.DryRun):
+            self._dry_run(op, step)
+        elif isinstance(step, decision.DeleteHooks):
+            propagation = "Foreground" if step.reason == decision.BEFORE_HOOK_CREATION else "Background"
+            for key in step.keys:
+                self.cluster.delete(key, propagation=propagation)
+            self._refresh(step.keys)
+        elif isinstance(step, decision.RunTasks):
+            self._run_tasks(op, step)
+        elif isinstance(step, decision.Prune):
+            entries = prune(self.cluster, self.name, list(step.candidates), enabled=step.enabled,
+                            dry_run=step.dry_run)
+            waves = dict(step.candidates)
+            for entry in entries:
+                self.changes.add(entry)
+                op.results.append(TaskResult(entry.key, "Sync", waves.get(entry.key, 0), False, entry.action,
+                                             TaskPhase.FAILED if entry.action is Action.FAILED
+                                             else TaskPhase.SUCCEEDED, entry.message))
+            op.pruned = True
+        elif isinstance(step, decision.StartSyncFail):
+            op.failure = step.message
+        elif isinstance(step, decision.Terminate):
+            for key in step.hooks:
+                try:
+                    self.cluster.delete(key, propagation="Background")
+                except ApiError as exc:
+                    log.warning("terminate: hook not deleted", app=self.name, hook=str(key), error=explain(exc))
+            self._finish(op, OperationPhase.FAILED, "Operation terminated")
+        elif isinstance(step, decision.Finish):
+            self._finish(op, step.phase, step.message)
+        self._save()
+
+    def _dry_run(self, op: Operation, step: decision.DryRun) -> None:
+        def one(task: plan.Task) -> ChangeEntry:
+            if task.hook:
+                return dry_run_hook(self.cluster, task, self.name)
+            if op.dry_run and task.key in self.live and task.key not in self._out_of_sync():
+                return ChangeEntry(task.key, Action.UNCHANGED)
+            try:
+                return apply_task(self.cluster, task, self.name, dry_run=True, exists=self.live.__contains__)
+            except UnknownKind as exc:
+                return ChangeEntry(task.key, Action.FAILED, str(exc))
+
+        with ThreadPoolExecutor(max_workers=DRY_RUN_CONCURRENCY) as pool:
+            entries = list(pool.map(one, step.tasks))
+        failures = [e for e in entries if e.action is Action.FAILED]
+        failures += [ChangeEntry(key, Action.FAILED, message) for key, message in step.known_failures]
+        if op.dry_run:
+            for entry in entries:
+                self.changes.add(entry)
+        if failures:
+            for entry in failures:
+                if not op.dry_run or entry not in entries:
+                    self.changes.add(entry)
+                op.results.append(TaskResult(entry.key, "Sync", 0, False, Action.FAILED, TaskPhase.FAILED,
+                                             entry.message))
+            self._finish(op, OperationPhase.FAILED, "one or more objects failed to apply (dry run), nothing "
+                         "was written: " + "; ".join(f"{e.key}: {e.message}" for e in failures))
+            return
+        op.checked = True
+
+    def _run_tasks(self, op: Operation, step: decision.RunTasks) -> None:
+        hooks = [t for t in step.tasks if t.hook]
+        if hooks:  # the intent first: a step killed after creating finds its hook by name and mark
+            for task in hooks:
+                if op.result(task.key, task.phase.value) is None:
+                    op.results.append(TaskResult(task.key, task.phase.value, task.wave, True, Action.CREATED,
+                                                 TaskPhase.PENDING))
+            self._save()
+        out_of_sync = self._out_of_sync()
+
+        def one(task: plan.Task) -> tuple[plan.Task, ChangeEntry, str]:
+            if task.hook:
+                entry, uid = create_hook(self.cluster, task, self.name, op.id)
+                return task, entry, uid
+            if task.key in self.live and task.key not in out_of_sync:
+                return task, ChangeEntry(task.key, Action.UNCHANGED), ""
+            return task, apply_task(self.cluster, task, self.name, dry_run=False, exists=self.live.__contains__,
+                                    written=self._record_write), ""
+
+        with ThreadPoolExecutor(max_workers=min(APPLY_CONCURRENCY, max(1, len(step.tasks)))) as pool:
+            done = list(pool.map(one, step.tasks))
+        for task, entry, uid in done:
+            self.changes.add(entry)
+            phase = TaskPhase.FAILED if entry.action is Action.FAILED else TaskPhase.RUNNING
+            result = TaskResult(task.key, task.phase.value, task.wave, task.hook, entry.action, phase,
+                                entry.message, uid)
+            op.results = [r for r in op.results if r.id != result.id] + [result]
+        self._refresh([t.key for t in step.tasks])
+
+    def _record_write(self, key: ResourceKey, result: Manifest) -> None:
+        self.written[key] = str((result.get("metadata") or {}).get("resourceVersion", ""))
+
+    def _finish(self, op: Operation, phase: OperationPhase, message: str) -> None:
+        op.phase, op.message, op.finished_at = phase, message, app_state.now_iso()
+        op.step = message
+        for result in op.results:
+            if result.phase is TaskPhase.RUNNING and not result.hook and phase is OperationPhase.SUCCEEDED:
+                result.phase = TaskPhase.SUCCEEDED  # the last group: applied, not waited for (see sync.decide)
+        if op.dry_run:
+            return
+        inventory = dict(self.state.inventory_keys())
+        pruned = {r.key for r in op.results if r.action is Action.PRUNED}
+        if phase is OperationPhase.SUCCEEDED:
+            only = op.only_keys()
+            inventory.update({t.key: t.wave for t in self.tasks if not t.hook and (only is None or t.key in only)})
+        else:  # keep what it had, plus what it created before failing
+            waves = {t.key: t.wave for t in self.tasks if not t.hook}
+            inventory.update({r.key: waves[r.key] for r in op.results if not r.hook and r.key in waves
+                              and r.action in (Action.CREATED, Action.CONFIGURED) and r.phase is not TaskPhase.FAILED})
+        self.state.set_inventory([(k, w) for k, w in inventory.items() if k not in pruned])
+        self.state.add_history(op.revision, phase.value, str(op.source.get("path", "")),
+                               str(op.source.get("targetRevision", "")), op.id)
+        if op.automated and phase is OperationPhase.SUCCEEDED and self.app is not None:
+            self.state.auto_synced = f"{op.revision}:{self.app.source.spec_hash()}"
+        if op.automated and phase is not OperationPhase.SUCCEEDED and self.app is not None:
+            policy = policy_of(self.app)
+            if policy.may_retry(op.retry_count):
+                delay = policy.retry_delay(op.retry_count)
+                op.next_attempt_at = self.clock.now() + delay
+                self.continue_after = delay
+        if op.rollback:
+            self.state.automated_disabled = True
+        elif not op.automated and not op.source.get("revision"):
+            self.state.automated_disabled = False
+        self._remember_writes()
+        log.info("sync finished", app=self.name, operation=op.id, phase=op.phase, message=op.message,
+                 automated=op.automated)
+
+    def _fail_operation(self, message: str) -> None:
+        op = self.state.operation
+        assert op is not None
+        self._finish(op, OperationPhase.FAILED, message)
+
+    def _remember_writes(self) -> None:
+        """An object just applied is, until something else changes it, exactly what a dry-run of the same
+        apply would predict: record it as Synced so the comparison after the sync needs no dry-run for it."""
+        for obj in plan.resources(self.manifests):
+            key = ResourceKey.of(obj)
+            if key in self.written:
+                owned = with_ownership(obj, self.name)
+                self.state.comparison_cache[str(key)] = CachedComparison(fingerprint(owned), self.written[key],
+                                                                         SyncStatus.SYNCED)
+
+    # -- observe ---------------------------------------------------------------------------------------
 
     def _check_project_scope(self, project: AppProject, app: Application) -> None:
         from tidecd import project as rules
@@ -117,60 +524,60 @@ class _Reconciler:
         if problems:
             raise ProjectViolation(project.name, problems)
 
-    def _desired(self, app: Application) -> tuple[str, list[Manifest]]:
-        creds = self.runtime.repo_credentials(app.source.repo_url)
-        if self.request and self.request.revision:
-            sha = self.request.revision
-        else:
-            refs = git.ls_remote(app.source.repo_url, creds)
-            sha = git.resolve_revision(refs, app.source.target_revision, app.source.repo_url)
-        namespace = app.destination.namespace
+    def _hook_keys(self) -> set[ResourceKey]:
+        return {t.key for t in self.tasks if t.hook}
 
-        def render_now() -> list[Manifest]:
-            tarball = git.Snapshots(self.runtime.store).get_or_fetch(app.source.repo_url, sha, creds)
-            with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp:
-                git.extract(tarball, Path(tmp))
-                return render.render(Path(tmp), app.source, app_name=app.name, namespace=namespace)
+    def _out_of_sync(self) -> set[ResourceKey]:
+        return {r.key for r in self.comparison.resources if r.status is not SyncStatus.SYNCED}
 
-        manifests = render.render_cached(self.runtime.store, app.name, sha, app.source, render_now,
-                                         namespace=namespace)
-        return sha, self._unseal(app, manifests)
+    def _refresh_comparison(self) -> None:
+        self._remember_writes()
+        self.comparison, live = self._compare(self.cluster, self._app, self.manifests)
+        self.live = live
+        for key in self._hook_keys():
+            self.live.pop(key, None)
+        self._refresh(self._hook_keys())
+        self._record(self._app, self.sha, self.comparison, self.live)
 
-    def _unseal(self, app: Application, manifests: list[Manifest]) -> list[Manifest]:
-        """SealedSecrets become plain Secrets (target clusters need no controller) unless the app opts out."""
-        if app.annotation("tidecd.io/sealed-secrets") == "passthrough":
-            return manifests
-        sealed = [m for m in manifests if m.get("kind") == "SealedSecret"]
-        if not sealed:
-            return manifests
-        from tidecd.errors import SecretError
-        from tidecd.secrets import unseal
-
-        keys = self.runtime.private_keys()
+    def _refresh(self, keys: Any) -> None:
+        keys = list(dict.fromkeys(keys))
         if not keys:
-            raise SecretError(f"{ResourceKey.of(sealed[0])}: cannot unseal: no sealing key is configured "
-                              "(TIDECD_SEALING_KEYS)")
-        out = []
-        for obj in manifests:
-            if obj.get("kind") == "SealedSecret":
-                secret = unseal(obj, keys, default_namespace=app.destination.namespace)
-                # keep sync annotations of the SealedSecret itself (waves, options)
-                notes = {k: v for k, v in plan.annotations_of(obj).items() if k.startswith("argocd.argoproj.io/")}
-                if notes:
-                    secret.setdefault("metadata", {}).setdefault("annotations", {}).update(notes)
-                out.append(secret)
-            else:
-                out.append(obj)
-        return out
+            return
 
-    # -- live state and comparison --------------------------------------------------------------------
+        def get(key: ResourceKey) -> tuple[ResourceKey, Manifest | None]:
+            try:
+                return key, self.cluster.get(key)
+            except UnknownKind:
+                return key, None
+
+        with ThreadPoolExecutor(max_workers=min(DRY_RUN_CONCURRENCY, len(keys))) as pool:
+            for key, found in pool.map(get, keys):
+                if found is None:
+                    self.live.pop(key, None)
+                else:
+                    self.live[key] = found
+
+    def _missing_namespaces(self) -> frozenset[str]:
+        wanted = {t.key.namespace for t in self.tasks if t.key.namespace}
+        policy_ns = policy_of(self._app).create_namespace
+        if policy_ns:
+            wanted.add(policy_ns)
+        missing = set()
+        for ns in sorted(wanted):
+            key = ResourceKey("", "Namespace", "", ns)
+            if key in self.live:
+                continue
+            if self.cluster.get(key) is None:
+                missing.add(ns)
+        return frozenset(missing)
 
     def _compare(self, cluster: KubeCluster, app: Application,
                  manifests: list[Manifest]) -> tuple[Comparison, dict[ResourceKey, Manifest]]:
         desired = {ResourceKey.of(m): m for m in plan.resources(manifests)}
+        hooks = self._hook_keys()
         live = self._live(cluster, app, desired)
         cache = self.state.comparison_cache
-        new_cache: dict[str, list[object]] = {}
+        new_cache: dict[str, CachedComparison] = {}
 
         def one(item: tuple[ResourceKey, Manifest]) -> ResourceDiff:
             key, obj = item
@@ -178,21 +585,22 @@ class _Reconciler:
             current = live.get(key)
             if current is not None and (other := owner_of(current)) not in (None, app.name):
                 return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, error=f"owned by app {other!r}")
-            rv = (current or {}).get("metadata", {}).get("resourceVersion", "")
-            cache_key, print_ = str(key), [fingerprint(owned), rv]
+            rv = str((current or {}).get("metadata", {}).get("resourceVersion", ""))
+            cache_key, print_ = str(key), fingerprint(owned)
             hit = cache.get(cache_key)
-            if current is not None and hit and hit[:2] == print_:
+            if current is not None and hit and (hit.fingerprint, hit.resource_version) == (print_, rv):
                 new_cache[cache_key] = hit
-                return ResourceDiff(key, SyncStatus(hit[2]), tuple(hit[3]), hit[4])
+                return ResourceDiff(key, hit.status, hit.changed, hit.text)
             result = self._compare_one(cluster, app, key, owned, current)
             if current is not None and not result.error:
-                new_cache[cache_key] = [*print_, result.status.value, list(result.changed_paths), result.text]
+                new_cache[cache_key] = CachedComparison(print_, rv, result.status, tuple(result.changed_paths),
+                                                        result.text)
             return result
 
         with ThreadPoolExecutor(max_workers=DRY_RUN_CONCURRENCY) as pool:
             results = list(pool.map(one, sorted(desired.items())))
         for key, obj in sorted(live.items()):
-            if key not in desired and owned_by(obj, app.name) and not _ignores_extraneous(obj):
+            if key not in desired and key not in hooks and owned_by(obj, app.name) and not _ignores_extraneous(obj):
                 results.append(compare(key, obj, None))
         self.state.comparison_cache = new_cache
         return Comparison(results), live
@@ -203,7 +611,9 @@ class _Reconciler:
             return compare(key, None, owned)
         try:
             predicted = cluster.apply(owned, dry_run=True)
-        except (ApiError, UnknownKind) as exc:
+        except ApiError as exc:
+            return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), error=f"dry-run failed: {explain(exc)}")
+        except UnknownKind as exc:
             return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), error=f"dry-run failed: {exc}")
         return compare(key, current, predicted, app.ignore_differences)
 
@@ -237,110 +647,35 @@ class _Reconciler:
                 result = health.assess(live.get(res.key))
                 assessed.append((res.key, result))
             statuses.append(app_state.ResourceStatus(
-                res.key.group, res.key.kind, res.key.namespace, res.key.name, res.status.value,
-                result.status.value if result else "", result.message if result else "",
+                res.key.group, res.key.kind, res.key.namespace, res.key.name, res.status,
+                result.status if result else None, result.message if result else "",
                 list(res.changed_paths), res.requires_pruning, res.text or res.error,
             ))
         roll = health.app_health(assessed)
-        self.state.sync_status, self.state.revision = comparison.status.value, sha
-        self.state.health = roll.value
+        self.state.sync_status, self.state.revision = comparison.status, sha
+        self.state.health = roll
         self.state.health_message = next((f"{k}: {r.message}" for k, r in assessed if r and r.status is roll
                                           and r.message), "")
         self.state.resources = statuses
-        self.state.conditions = [c for c in self.state.conditions if c["type"] == "SyncError"]
+        self.state.conditions = self._kept_conditions()
 
-    def _condition(self, kind: str, message: str, *, unknown: bool) -> None:
-        self.state.conditions = [{"type": kind, "message": message, "at": app_state.now_iso()}]
+    def _kept_conditions(self) -> list[dict[str, str]]:
+        return [c for c in self.state.conditions if c["type"] == app_state.STATE_UNREADABLE and self.state.rebuilt]
+
+    def _condition(self, kind: str, message: str, *, unknown: bool = True) -> None:
+        self.state.conditions = [*self._kept_conditions(), {"type": kind, "message": message,
+                                                            "at": app_state.now_iso()}]
         if unknown:
-            self.state.sync_status = SyncStatus.UNKNOWN.value
+            self.state.sync_status = SyncStatus.UNKNOWN
         log.warning("reconcile problem", app=self.name, condition=kind, message=message)
 
-    # -- sync -----------------------------------------------------------------------------------------
 
-    def _should_sync(self, app: Application, sha: str) -> bool:
-        if self.request is not None:
-            return True
-        policy = app.sync_policy
-        if not self.automate or not policy.automated or self.state.automated_disabled:
-            return False
-        if self.state.sync_status == SyncStatus.SYNCED.value:
-            return False
-        marker = f"{sha}:{app.source.spec_hash()}"
-        op = self.state.operation
-        if op is not None and op.automated and op.phase == "Failed" and op.revision == sha:
-            limit = policy.retry.limit if policy.retry else 0
-            return op.retry_count < limit and time.time() >= op.next_attempt_at
-        return self.state.auto_synced != marker or policy.self_heal
-
-    def _sync(self, cluster: KubeCluster, app: Application, project: AppProject, sha: str,
-              manifests: list[Manifest], comparison: Comparison, live: dict[ResourceKey, Manifest],
-              namespaced: Callable[[str, str], bool]) -> ChangeSet:
-        from tidecd import project as rules
-
-        request = self.request or SyncRequest(prune=app.sync_policy.prune)
-        automated = self.request is None
-        op = app_state.Operation("Running", "", sha, app_state.now_iso(), automated=automated,
-                                 dry_run=request.dry_run, prune=request.prune)
-        previous = self.state.operation
-        if automated and previous and previous.automated and previous.revision == sha and previous.phase == "Failed":
-            op.retry_count = previous.retry_count + 1
-        self.state.operation = op
-        if not request.dry_run:
-            self.generation = app_state.save(self.runtime.store, self.state)
-        options = set(app.sync_policy.sync_options)
-        try:
-            rules.enforce(project, app, manifests, namespaced)
-            target_ns = ResourceKey("", "Namespace", "", app.destination.namespace)
-            if ("CreateNamespace=true" in options and app.destination.namespace and not request.dry_run
-                    and cluster.get(target_ns) is None):
-                cluster.apply({"apiVersion": "v1", "kind": "Namespace",
-                               "metadata": {"name": app.destination.namespace}})
-            settings = operation.SyncSettings(
-                prune=request.prune or (automated and app.sync_policy.prune), dry_run=request.dry_run,
-                only=request.resources,
-                wave_timeout=self.wave_timeout,
-            )
-            out_of_sync = {r.key for r in comparison.resources if r.status is not SyncStatus.SYNCED}
-            healthy = {key for key, obj in live.items()
-                       if (h := health.assess(obj)) is None or h.status is HealthStatus.HEALTHY}
-            result = operation.run(cluster, app.name, manifests, inventory=self.state.inventory_keys(),
-                                   out_of_sync=out_of_sync, live=set(live), healthy=healthy, settings=settings)
-        except (TidecdError, ApiError) as exc:
-            result = operation.OperationResult(False, str(exc))
-            if isinstance(exc, ClusterUnavailable):
-                result.message += " (nothing pruned; will retry)"
-        op.phase = "Succeeded" if result.succeeded else "Failed"
-        op.message, op.finished_at = result.message, app_state.now_iso()
-        op.resources = [e.to_dict() for e in result.changes.entries]
-        if not request.dry_run:
-            self.state.set_inventory(result.inventory)
-            self.state.add_history(sha, op.phase, app.source.path, app.source.target_revision)
-            if automated and result.succeeded:
-                self.state.auto_synced = f"{sha}:{app.source.spec_hash()}"
-            if not result.succeeded and automated and app.sync_policy.retry:
-                backoff = app.sync_policy.retry.backoff
-                delay = min(backoff.duration_seconds * backoff.factor ** op.retry_count,
-                            backoff.max_duration_seconds)
-                op.next_attempt_at = time.time() + delay
-            if request.rollback:
-                self.state.automated_disabled = True
-            elif not automated and not request.revision:
-                self.state.automated_disabled = False
-        self._remember_writes(app, manifests, result.written)
-        log.info("sync finished", app=app.name, phase=op.phase, message=op.message, automated=automated,
-                 changes=sum(1 for e in result.changes.entries if e.action is not Action.UNCHANGED))
-        return result.changes
-
-
-    def _remember_writes(self, app: Application, manifests: list[Manifest], written: dict[ResourceKey, str]) -> None:
-        """An object just applied is, until something else changes it, exactly what a dry-run of the same
-        apply would predict: record it as Synced so the comparison after the sync needs no dry-run for it."""
-        for obj in plan.resources(manifests):
-            key = ResourceKey.of(obj)
-            if key in written:
-                owned = with_ownership(obj, app.name)
-                self.state.comparison_cache[str(key)] = [fingerprint(owned), written[key],
-                                                         SyncStatus.SYNCED.value, [], ""]
+def _served(cluster: KubeCluster, group: str, kind: str) -> bool:
+    try:
+        cluster.resource(group, kind)
+    except UnknownKind:
+        return False
+    return True
 
 
 def _ignores_extraneous(obj: Manifest) -> bool:

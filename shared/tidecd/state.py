@@ -1,19 +1,40 @@
-"""What outlives one function call about an app: status, inventory, last operation, history.
+"""What outlives one function call about an app: status, inventory, the operation, history.
 
 Stored as JSON at `state/apps/<app>.json`. Everything here is plain data (no secret values ever: the diff
-texts are masked before they get here).
+texts are masked before they get here). Statuses are `str` enums (`SyncStatus`, `HealthStatus`,
+`OperationPhase`, `TaskPhase`), so they compare equal to their text and serialize as it.
+
+Every write carries a generation precondition (`save(..., if_generation_match=g)` with the generation
+`load` returned): of two writers that read the same state, the second one's write fails with
+`PreconditionFailed`, and it must re-read and re-decide, never overwrite.
+
+Forward compatibility of state files (the rule; readers of every tidecd version follow it):
+- A field a reader does not know is never an error. At the top level of the state and of its operation it
+  is kept and written back unchanged (`extra`), so an older reader does not erase what a newer writer
+  recorded; in nested records (resources, task results, history) it is ignored.
+- A field that is missing takes its default. A status a reader does not know reads as `Unknown` (sync and
+  health) or `Error` (an operation phase); a malformed record in a list is dropped, not fatal.
+- A file that cannot be read at all (truncated, not JSON, not an object) is reported as the condition
+  `StateUnreadable` on that app and the state is rebuilt from the cluster and git by the next reconcile,
+  which overwrites the broken file (with a precondition on its generation). Other apps are not affected.
+- The comparison cache is a typed record (`CachedComparison`); an entry in an older shape is dropped
+  (it is only a cache: the next reconcile recomputes it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import enum
 import json
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from tidecd.constants import HISTORY_LIMIT
-from tidecd.model import ResourceKey
+from tidecd.model import Action, HealthStatus, ResourceKey, SyncStatus
 from tidecd.store import ObjectStore
+
+STATE_UNREADABLE = "StateUnreadable"
 
 
 def now_iso() -> str:
@@ -24,37 +45,172 @@ def state_key(app: str) -> str:
     return f"state/apps/{app}.json"
 
 
+class OperationPhase(enum.StrEnum):
+    """Argo CD's `operationState.phase`."""
+
+    RUNNING = "Running"
+    TERMINATING = "Terminating"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    ERROR = "Error"
+
+    @property
+    def completed(self) -> bool:
+        return self in (OperationPhase.SUCCEEDED, OperationPhase.FAILED, OperationPhase.ERROR)
+
+
+class TaskPhase(enum.StrEnum):
+    """Where one task of an operation stands (Argo CD's per-resource `hookPhase`, for resources too).
+
+    PENDING is recorded before a hook is created, so a step killed between "create" and "record" finds the
+    hook on resume (by its name and operation mark) instead of creating it twice."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def completed(self) -> bool:
+        return self in (TaskPhase.SUCCEEDED, TaskPhase.FAILED)
+
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _enum(kind: type[E], value: Any, default: E) -> E:
+    try:
+        return kind(value)
+    except ValueError:
+        return default
+
+
 @dataclass
 class ResourceStatus:
     group: str
     kind: str
     namespace: str
     name: str
-    status: str  # Synced / OutOfSync / Unknown
-    health: str = ""
+    status: SyncStatus
+    health: HealthStatus | None = None  # None: the kind has no health (written as "")
     health_message: str = ""
     changed: list[str] = field(default_factory=list)
     requires_pruning: bool = False
     diff: str = ""
 
+    def __post_init__(self) -> None:  # callers may pass the statuses' text
+        self.status = _enum(SyncStatus, self.status, SyncStatus.UNKNOWN)
+        self.health = _enum(HealthStatus, self.health, HealthStatus.UNKNOWN) if self.health else None
+
     @property
     def key(self) -> ResourceKey:
         return ResourceKey(self.group, self.kind, self.namespace, self.name)
 
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["health"] = self.health.value if self.health else ""
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ResourceStatus:
+        known = _known(cls, data)[0]
+        known["status"] = _enum(SyncStatus, known.get("status"), SyncStatus.UNKNOWN)
+        health = known.get("health")
+        known["health"] = _enum(HealthStatus, health, HealthStatus.UNKNOWN) if health else None
+        return cls(**known)
+
+
+@dataclass
+class TaskResult:
+    """One task of an operation: a resource applied (or pruned) or a hook run, in one sync phase."""
+
+    key: ResourceKey
+    sync_phase: str = "Sync"  # PreSync / Sync / PostSync / SyncFail (a hook runs once per phase it names)
+    wave: int = 0
+    hook: bool = False
+    action: Action = Action.UNCHANGED
+    phase: TaskPhase = TaskPhase.RUNNING
+    message: str = ""
+    uid: str = ""  # a created hook's uid
+
+    @property
+    def id(self) -> tuple[ResourceKey, str]:
+        return self.key, self.sync_phase
+
+    @property
+    def hook_phase(self) -> str:
+        """Argo CD's `hookPhase` of a hook; empty for resources."""
+        return self.phase.value if self.hook else ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key.to_dict(), "resource": str(self.key), "sync_phase": self.sync_phase,
+                "wave": self.wave, "hook": self.hook, "action": self.action.value, "phase": self.phase.value,
+                "message": self.message, "uid": self.uid}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TaskResult:
+        return cls(ResourceKey.from_dict(data["key"]), str(data.get("sync_phase", "Sync")),
+                   int(data.get("wave", 0)), bool(data.get("hook", False)),
+                   _enum(Action, data.get("action"), Action.UNCHANGED),
+                   _enum(TaskPhase, data.get("phase"), TaskPhase.RUNNING), str(data.get("message", "")),
+                   str(data.get("uid", "")))
+
 
 @dataclass
 class Operation:
-    phase: str  # Running / Succeeded / Failed
-    message: str
+    """Argo CD's `operationState`: the running or last sync of the app, advanced one step at a time."""
+
+    id: str
     revision: str
-    started_at: str
+    phase: OperationPhase = OperationPhase.RUNNING
+    message: str = ""
+    started_at: str = ""
     finished_at: str = ""
+    initiated_by: str = ""
+    source: dict[str, Any] = field(default_factory=dict)  # path and targetRevision the revision came from
     automated: bool = False
     dry_run: bool = False
     prune: bool = False
-    resources: list[dict[str, Any]] = field(default_factory=list)
+    only: list[dict[str, str]] | None = None  # selective sync: these resources, no hooks
+    rollback: bool = False
     retry_count: int = 0
-    next_attempt_at: float = 0.0
+    next_attempt_at: float = 0.0  # unix seconds: a failed automated operation is retried from then on
+    step: str = ""  # what it is on or waits for, e.g. "wave 1: waiting for healthy state of ..."
+    wave: int | None = None
+    checked: bool = False  # the dry-run of everything it will apply passed (no write happens before)
+    pruned: bool = False
+    failure: str = ""  # why it failed, kept while its SyncFail hooks run
+    results: list[TaskResult] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # fields of newer versions, written back as read
+
+    def __post_init__(self) -> None:
+        self.phase = _enum(OperationPhase, self.phase, OperationPhase.ERROR)
+
+    @property
+    def running(self) -> bool:
+        return not self.phase.completed
+
+    def only_keys(self) -> frozenset[ResourceKey] | None:
+        return None if self.only is None else frozenset(ResourceKey.from_dict(k) for k in self.only)
+
+    def result(self, key: ResourceKey, sync_phase: str) -> TaskResult | None:
+        return next((r for r in self.results if r.id == (key, sync_phase)), None)
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("results", "extra")}
+        data["phase"] = self.phase.value
+        data["results"] = [r.to_json() for r in self.results]
+        return {**self.extra, **data}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Operation:
+        known, extra = _known(cls, data)
+        known.pop("extra", None)
+        known.setdefault("id", "")
+        known.setdefault("revision", "")
+        known["phase"] = _enum(OperationPhase, known.get("phase"), OperationPhase.ERROR)
+        known["results"] = _records(TaskResult.from_json, data.get("results"))
+        return cls(**known, extra=extra)
 
 
 @dataclass
@@ -65,14 +221,41 @@ class HistoryEntry:
     result: str
     source_path: str = ""
     target_revision: str = ""
+    operation_id: str = ""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HistoryEntry:
+        return cls(**_known(cls, data)[0])
+
+
+@dataclass(frozen=True)
+class CachedComparison:
+    """What the last comparison of one object found, valid while its fingerprint and resourceVersion hold."""
+
+    fingerprint: str
+    resource_version: str
+    status: SyncStatus
+    changed: tuple[str, ...] = ()
+    text: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fingerprint": self.fingerprint, "resource_version": self.resource_version,
+                "status": self.status.value, "changed": list(self.changed), "text": self.text}
+
+    @classmethod
+    def from_json(cls, data: Any) -> CachedComparison:
+        if not isinstance(data, dict):
+            raise TypeError("not an object")  # e.g. the positional list of older versions: dropped
+        return cls(str(data["fingerprint"]), str(data["resource_version"]), SyncStatus(data["status"]),
+                   tuple(str(p) for p in data.get("changed", ())), str(data.get("text", "")))
 
 
 @dataclass
 class AppState:
     app: str
-    sync_status: str = "Unknown"
+    sync_status: SyncStatus = SyncStatus.UNKNOWN
     revision: str = ""
-    health: str = "Unknown"
+    health: HealthStatus = HealthStatus.UNKNOWN
     health_message: str = ""
     resources: list[ResourceStatus] = field(default_factory=list)
     conditions: list[dict[str, str]] = field(default_factory=list)
@@ -82,22 +265,38 @@ class AppState:
     auto_synced: str = ""  # "<sha>:<source hash>" automated sync already applied (Argo CD's rule)
     automated_disabled: bool = False  # set by rollback
     reconciled_at: str = ""
-    comparison_cache: dict[str, list[Any]] = field(default_factory=dict)
+    comparison_cache: dict[str, CachedComparison] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # fields of newer versions, written back as read
+    rebuilt: bool = field(default=False, compare=False)  # not stored: this load found the file unreadable
+
+    def __post_init__(self) -> None:  # callers may pass the statuses' text
+        self.sync_status = _enum(SyncStatus, self.sync_status, SyncStatus.UNKNOWN)
+        self.health = _enum(HealthStatus, self.health, HealthStatus.UNKNOWN)
 
     def inventory_keys(self) -> list[tuple[ResourceKey, int]]:
         return [(ResourceKey.from_dict(item), int(item.get("wave", 0))) for item in self.inventory]
 
     def set_inventory(self, items: list[tuple[ResourceKey, int]]) -> None:
-        self.inventory = [{**key.to_dict(), "wave": wave} for key, wave in items]
+        self.inventory = [{**key.to_dict(), "wave": wave} for key, wave in sorted(items)]
 
-    def add_history(self, revision: str, result: str, source_path: str, target_revision: str) -> HistoryEntry:
+    def add_history(self, revision: str, result: str, source_path: str, target_revision: str,
+                    operation_id: str = "") -> HistoryEntry:
         next_id = (self.history[-1].id + 1) if self.history else 1
-        entry = HistoryEntry(next_id, revision, now_iso(), result, source_path, target_revision)
+        entry = HistoryEntry(next_id, revision, now_iso(), result, source_path, target_revision, operation_id)
         self.history = [*self.history, entry][-HISTORY_LIMIT:]
         return entry
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data: dict[str, Any] = {
+            "app": self.app, "sync_status": self.sync_status.value, "revision": self.revision,
+            "health": self.health.value, "health_message": self.health_message,
+            "resources": [r.to_json() for r in self.resources], "conditions": self.conditions,
+            "inventory": self.inventory, "operation": self.operation.to_json() if self.operation else None,
+            "history": [dataclasses.asdict(h) for h in self.history], "auto_synced": self.auto_synced,
+            "automated_disabled": self.automated_disabled, "reconciled_at": self.reconciled_at,
+            "comparison_cache": {k: v.to_json() for k, v in self.comparison_cache.items()},
+        }
+        return {**self.extra, **data}
 
     def summary(self) -> dict[str, Any]:
         """The status without cache internals or per-object diffs (api list answers, CLI tables)."""
@@ -109,20 +308,67 @@ class AppState:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AppState:
-        data = dict(data)
-        data["resources"] = [ResourceStatus(**r) for r in data.get("resources", [])]
-        data["history"] = [HistoryEntry(**h) for h in data.get("history", [])]
-        if data.get("operation"):
-            data["operation"] = Operation(**data["operation"])
-        return cls(**data)
+        known, extra = _known(cls, data)
+        known.pop("extra", None)
+        known.pop("rebuilt", None)
+        known["app"] = str(known.get("app", ""))
+        known["sync_status"] = _enum(SyncStatus, known.get("sync_status"), SyncStatus.UNKNOWN)
+        known["health"] = _enum(HealthStatus, known.get("health"), HealthStatus.UNKNOWN)
+        known["resources"] = _records(ResourceStatus.from_json, data.get("resources"))
+        known["history"] = _records(HistoryEntry.from_json, data.get("history"))
+        op = data.get("operation")
+        known["operation"] = _one(Operation.from_json, op) if isinstance(op, dict) else None
+        cache = data.get("comparison_cache")
+        known["comparison_cache"] = {
+            str(k): entry for k, v in (cache.items() if isinstance(cache, dict) else ())
+            if (entry := _one(CachedComparison.from_json, v)) is not None
+        }
+        return cls(**known, extra=extra)
+
+
+T = TypeVar("T")
+
+
+def _known(cls: type[Any], data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a record into the fields `cls` knows and the rest."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return ({k: v for k, v in data.items() if k in names}, {k: v for k, v in data.items() if k not in names})
+
+
+def _one(build: Any, value: Any) -> Any:
+    try:
+        return build(value)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None
+
+
+def _records(build: Any, values: Any) -> list[Any]:
+    """Records of a list; a malformed one is dropped (forward-compat rule), not fatal."""
+    if not isinstance(values, list):
+        return []
+    return [r for v in values if isinstance(v, dict) and (r := _one(build, v)) is not None]
 
 
 def load(store: ObjectStore, app: str) -> tuple[AppState, int]:
-    """The app's state and its store generation (0 when it has none yet)."""
+    """The app's state and its store generation (0 when it has none yet).
+
+    An unreadable file gives a fresh state carrying the condition `StateUnreadable` and the broken file's
+    generation, so the next save (with that precondition) replaces it."""
     blob = store.read(state_key(app))
     if blob is None:
         return AppState(app=app), 0
-    return AppState.from_json(json.loads(blob.data)), blob.generation
+    try:
+        data = json.loads(blob.data)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        state = AppState.from_json(data)
+    except (ValueError, TypeError, UnicodeDecodeError) as exc:
+        reason = str(exc).split("\n")[0][:120]
+        condition = {"type": STATE_UNREADABLE, "at": now_iso(),
+                     "message": f"{state_key(app)} could not be read ({reason}); rebuilt from the cluster and git"}
+        return AppState(app=app, conditions=[condition], rebuilt=True), blob.generation
+    state.app = app
+    return state, blob.generation
 
 
 def save(store: ObjectStore, state: AppState, *, if_generation_match: int | None = None) -> int:

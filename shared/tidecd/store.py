@@ -413,6 +413,7 @@ def update_json(store: ObjectStore, key: str, fn: Callable[[Any], Any], *, retri
 # --- leases ----------------------------------------------------------------------------------------------
 
 LEASES = "leases/"
+LEASE_TTL = 60.0  # seconds; a holder that dies (SIGKILL) blocks its app at most this long
 
 
 @dataclass(frozen=True)
@@ -477,6 +478,53 @@ def hold_lease(
     finally:
         with contextlib.suppress(StoreUnavailable):  # it expires anyway; keep the block's own error
             release_lease(store, name, holder)
+
+
+class LeaseKeeper:
+    """Renews a lease we hold every `ttl / 3` seconds on a daemon thread while a step works.
+
+    `lost` turns true when a renewal finds the lease taken over (it had expired: the step ran too long
+    or stalled); the step's own state writes are still safe, since they carry generation preconditions.
+    `close()` stops renewing and releases the lease."""
+
+    def __init__(self, store: ObjectStore, name: str, holder: str, ttl_seconds: float = LEASE_TTL, *,
+                 clock: Callable[[], float] = time.time, interval: float | None = None) -> None:
+        self.store, self.name, self.holder, self.ttl = store, name, holder, ttl_seconds
+        self.clock = clock
+        self.interval = ttl_seconds / 3 if interval is None else interval
+        self.lost = False
+        self.renewals = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{name}", daemon=True)
+
+    def start(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def renew(self) -> bool:
+        """Renew now; False (and `lost`) when someone else holds the lease."""
+        try:
+            ok = renew_lease(self.store, self.name, self.holder, self.ttl, self.clock())
+        except StoreUnavailable:
+            return True  # try again at the next interval; the lease is still ours until it expires
+        if ok:
+            self.renewals += 1
+        else:
+            self.lost = True
+        return ok
+
+    def close(self, *, release: bool = True) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if release and not self.lost:
+            with contextlib.suppress(StoreUnavailable):
+                release_lease(self.store, self.name, self.holder)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            if not self.renew():
+                return
 
 
 def _current_lease(store: ObjectStore, name: str) -> tuple[Lease | None, int]:

@@ -222,7 +222,7 @@ def test_api_server_stopped_mid_sync_fails_cleanly_and_the_retry_succeeds(gitops
     gitops.push({"app/web.yaml": deployment("web", replicas=1), "app/old.yaml": None,
                  "app/b.yaml": configmap("b", **{WAVE: "1"})})
     result: dict[str, Any] = {}
-    worker = threading.Thread(target=lambda: result.setdefault("outcome", gitops.reconcile(wave_timeout=60)))
+    worker = threading.Thread(target=lambda: result.setdefault("outcome", gitops.reconcile()))
     worker.start()
     deadline = time.monotonic() + 60
     while gitops.live("Deployment", "web", "apps") is None:
@@ -273,10 +273,10 @@ def test_a_sync_writes_each_changed_object_once(gitops: GitOps) -> None:
     runtime = gitops.runtime()
     gitops.reconcile(request=SyncRequest(), runtime=runtime)
     cluster = runtime.cluster(runtime.app(gitops.real("app")).destination)
-    assert cluster.writes == 2  # two applies; nothing existed, so no dry-run before either
+    assert cluster.writes == 4  # new objects: a dry-run of each before the first write, then two applies
     assert gitops.state().sync_status == "Synced"
     gitops.push({"app/a.yaml": configmap("a", {"k": "changed"})})
     cluster.writes = 0
     gitops.reconcile(request=SyncRequest(), runtime=runtime)
-    assert cluster.writes == 2  # one dry-run found the change, one apply made it
+    assert cluster.writes == 2  # one dry-run found the change (and checked it), one apply made it
     assert gitops.state().sync_status == "Synced"

@@ -6,6 +6,8 @@ case against the session's control plane and git server.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,8 @@ import yaml
 
 from tidecd import state as app_state
 from tidecd.cluster import KubeCluster
-from tidecd.reconcile import Outcome, SyncRequest, reconcile
+from tidecd.model import ChangeSet
+from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation
 from tidecd.runtime import Runtime, Settings
 from tidecd.store import LocalStore
 from tidecd_dev.devcluster import DevCluster
@@ -84,9 +87,23 @@ class GitOps:
         return Runtime(settings=Settings(**values), store=self.store)
 
     def reconcile(self, name: str = "app", request: SyncRequest | None = None, automate: bool = True,
-                  runtime: Runtime | None = None, wave_timeout: float = 120.0) -> Outcome:
-        return reconcile(runtime or self.runtime(), self.real(name), request=request, automate=automate,
-                         wave_timeout=wave_timeout)
+                  runtime: Runtime | None = None, budget: float = 10.0, follow: bool = True) -> Outcome:
+        """One reconcile as a user sees it: with `request`, start that operation; then step the app (as the
+        scheduled continuations would) until no operation runs, or just once without `follow`. A scheduled
+        retry is not followed. The returned outcome carries the changes of every step."""
+        runtime = runtime or self.runtime()
+        real = self.real(name)
+        if request is not None:
+            start_operation(runtime, real, request)
+        changes = ChangeSet()
+        while True:
+            outcome = reconcile(runtime, real, automate=automate, budget=budget)
+            changes.entries.extend(outcome.changes.entries)
+            op = outcome.state.operation if outcome.state else None
+            running = op is not None and op.running
+            if not follow or outcome.continue_after is None or (outcome.skipped and not running) or not running:
+                return dataclasses.replace(outcome, changes=changes)
+            time.sleep(min(outcome.continue_after, 1.0))
 
     def sync(self, name: str = "app", **kwargs: Any) -> Outcome:
         return self.reconcile(name, SyncRequest(**kwargs))

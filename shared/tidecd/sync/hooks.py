@@ -1,49 +1,39 @@
-"""Sync hooks (PreSync, Sync, PostSync, SyncFail): create, wait for completion, delete by policy."""
+"""Sync hooks (PreSync, Sync, PostSync, SyncFail): created once per operation, judged from their health.
+
+Every hook an operation creates carries the operation's id (`tidecd.io/operation-id`), so a resumed step
+recognises its own hook by name and mark and never creates it a second time. Old copies
+(BeforeHookCreation) and finished hooks (HookSucceeded / HookFailed) are deleted by separate steps; nothing
+here waits.
+"""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
+from tidecd import constants
 from tidecd.cluster import ApiError, Cluster
 from tidecd.model import Action, ChangeEntry, Manifest
 from tidecd.sync.apply import explain, with_ownership
 from tidecd.sync.plan import Task
 
 
-def start_hook(cluster: Cluster, task: Task, app: str, *, dry_run: bool) -> ChangeEntry:
-    """Create the hook; an old copy is deleted first under BeforeHookCreation (the default)."""
+def hook_object(task: Task, app: str, operation_id: str) -> Manifest:
     obj = with_ownership(task.obj, app)
+    obj["metadata"].setdefault("annotations", {})[constants.ANNOTATION_OPERATION] = operation_id
+    return obj
+
+
+def create_hook(cluster: Cluster, task: Task, app: str, operation_id: str) -> tuple[ChangeEntry, str]:
+    """Create the hook; the entry and the new object's uid ("" when it failed)."""
     try:
-        if dry_run:
-            cluster.apply(obj, dry_run=True)
-            return ChangeEntry(task.key, Action.CREATED, f"{task.phase.value} hook (dry run)")
-        if "BeforeHookCreation" in task.delete_policies and cluster.get(task.key) is not None:
-            cluster.delete(task.key, propagation="Foreground")
-            _wait_gone(cluster, task)
-        cluster.apply(obj)
+        created = cluster.apply(hook_object(task, app, operation_id))
+    except ApiError as exc:
+        return ChangeEntry(task.key, Action.FAILED, f"{task.phase.value} hook: {explain(exc)}"), ""
+    uid = str((created.get("metadata") or {}).get("uid", ""))
+    return ChangeEntry(task.key, Action.CREATED, f"{task.phase.value} hook"), uid
+
+
+def dry_run_hook(cluster: Cluster, task: Task, app: str) -> ChangeEntry:
+    try:
+        cluster.apply(with_ownership(task.obj, app), dry_run=True)
     except ApiError as exc:
         return ChangeEntry(task.key, Action.FAILED, f"{task.phase.value} hook: {explain(exc)}")
-    return ChangeEntry(task.key, Action.CREATED, f"{task.phase.value} hook")
-
-
-def hook_outcome(live: Manifest | None, done: Callable[[Manifest], tuple[bool, bool]]) -> tuple[bool, bool]:
-    """(finished, succeeded) of a hook; a hook that is gone counts as finished and succeeded."""
-    if live is None:
-        return True, True
-    return done(live)
-
-
-def finish_hook(cluster: Cluster, task: Task, succeeded: bool) -> None:
-    """Apply the hook's delete policy once it has finished."""
-    policy = "HookSucceeded" if succeeded else "HookFailed"
-    if policy in task.delete_policies:
-        cluster.delete(task.key, propagation="Background")
-
-
-def _wait_gone(cluster: Cluster, task: Task, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while cluster.get(task.key) is not None:
-        if time.monotonic() > deadline:
-            raise ApiError(task.key, 409, "Conflict", "previous hook object still being deleted")
-        time.sleep(0.2)
+    return ChangeEntry(task.key, Action.CREATED, f"{task.phase.value} hook (dry run)")

@@ -1,0 +1,456 @@
+"""The pure heart of an operation: given what was observed and what is recorded, the next step.
+
+`decide(observation, operation, policy)` never calls a cluster or a store and never waits. The reconcile
+step executes what it returns (cluster calls only), records the result, observes again and asks again,
+until the answer is to wait longer than its budget or to do nothing. Because the decision starts from the
+recorded task results every time, a step killed at any point is resumed by the next one.
+
+How an operation advances (gitops-engine's `sync_context.go`, matched):
+1. Before its first write, project rules and ownership are checked and every object it will apply is
+   dry-run on the server (`DryRun`): existing objects by the comparison's own dry-run, new ones now, except
+   kinds a CRD of the same sync introduces (or `SkipDryRunOnMissingResource=true`). Any failure fails the
+   operation with nothing written.
+2. Tasks run in groups: phase (PreSync, Sync, PostSync) → wave → Namespaces and CRDs before the rest of
+   their wave. A group starts when every earlier group has finished: hooks completed, and, when the sync
+   has more than one group, resources healthy (Healthy or Suspended, or no health check). Degraded fails.
+3. The last group is not waited for: once applied, the operation goes on to prune and succeeds, even if
+   those objects are still Progressing (gitops-engine: "successful EVEN if those objects subsequently
+   degraded"). So a sync with a single group never waits at all, and the last group's health does not
+   decide the result; the app's health shows it, and `app wait --health` waits for it.
+4. A failed task runs the SyncFail hooks, then fails the operation. Prune runs after every group
+   succeeded; the operation keeps its inventory whenever it fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tidecd import constants, health
+from tidecd.model import Action, HealthStatus, Manifest, ResourceKey
+from tidecd.state import Operation, OperationPhase, TaskPhase, TaskResult
+from tidecd.sync.apply import owner_of
+from tidecd.sync.plan import PHASE_ORDER, Phase, Task
+from tidecd.sync.prune import prune_candidates
+
+# Applied (and healthy) before the rest of their wave: custom resources need their CRD served first.
+FOUNDATION_KINDS = frozenset({"Namespace", "CustomResourceDefinition"})
+SKIP_DRY_RUN = "SkipDryRunOnMissingResource=true"
+ALLOW_TAKEOVER = "AllowTakeover=true"
+REPLACE = "Replace=true"
+BEFORE_HOOK_CREATION = "BeforeHookCreation"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The app's sync policy, as the decision needs it."""
+
+    automated: bool = False
+    prune: bool = False
+    self_heal: bool = False
+    allow_empty: bool = False
+    retry_limit: int = 0  # negative: forever
+    backoff_seconds: float = 5.0
+    backoff_factor: float = 2.0
+    backoff_max_seconds: float = 180.0
+    create_namespace: str = ""  # the destination namespace, when CreateNamespace=true
+
+    def retry_delay(self, retry_count: int) -> float:
+        return min(self.backoff_seconds * self.backoff_factor ** retry_count, self.backoff_max_seconds)
+
+    def may_retry(self, retry_count: int) -> bool:
+        return self.retry_limit < 0 or retry_count < self.retry_limit
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything one decision looks at, frozen: desired tasks, live objects, comparison, cluster facts."""
+
+    app: str
+    revision: str
+    marker: str  # "<sha>:<source hash>", what an automated sync of this revision records
+    tasks: tuple[Task, ...]  # the plan of the desired manifests (hooks included)
+    live: Mapping[ResourceKey, Manifest]  # live objects of desired resources, hooks and the inventory
+    out_of_sync: frozenset[ResourceKey] = frozenset()
+    dry_run_errors: Mapping[ResourceKey, str] = field(default_factory=dict)  # from the comparison
+    inventory: tuple[tuple[ResourceKey, int], ...] = ()
+    unserved: frozenset[tuple[str, str]] = frozenset()  # (group, kind) the cluster does not serve now
+    missing_namespaces: frozenset[str] = frozenset()  # namespaces desired objects name that do not exist
+    violations: str = ""  # project rules the desired objects break
+    synced: bool = False  # the comparison found everything Synced
+    auto_synced: str = ""
+    automated_disabled: bool = False
+    now: float = 0.0
+
+    @property
+    def crd_kinds(self) -> frozenset[tuple[str, str]]:
+        """Kinds introduced by CRDs among the desired objects."""
+        out = set()
+        for task in self.tasks:
+            if task.key.kind == "CustomResourceDefinition" and not task.hook:
+                spec = task.obj.get("spec") or {}
+                out.add((str(spec.get("group", "")), str((spec.get("names") or {}).get("kind", ""))))
+        return frozenset(out)
+
+
+# --- steps ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Nothing:
+    """No operation to advance and none to start."""
+
+    reason: str = ""
+    retry_at: float | None = None  # a failed automated operation will be retried from then on
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """The policy would start an operation, but it is unsafe; recorded as a condition, nothing runs."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class StartOperation:
+    """Record a new automated operation (the reconcile step then advances it)."""
+
+    retry_count: int = 0
+    prune: bool = False
+
+
+@dataclass(frozen=True)
+class CreateNamespace:
+    namespace: str
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """Server-side dry-run of `tasks`; the operation is marked checked only if every one passes."""
+
+    tasks: tuple[Task, ...]
+    known_failures: tuple[tuple[ResourceKey, str], ...] = ()  # failed already in the comparison's dry-run
+
+
+@dataclass(frozen=True)
+class DeleteHooks:
+    """Old copies of hooks (BeforeHookCreation) or finished hooks (HookSucceeded / HookFailed)."""
+
+    keys: tuple[ResourceKey, ...]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RunTasks:
+    """Apply the resources and create the hooks of one group (a hook is recorded Pending first)."""
+
+    phase: Phase
+    wave: int
+    tasks: tuple[Task, ...]
+    final: bool  # the last group: nothing waits for it
+
+
+@dataclass(frozen=True)
+class Prune:
+    candidates: tuple[tuple[ResourceKey, int], ...]
+    enabled: bool
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class Wait:
+    keys: tuple[ResourceKey, ...]
+    message: str
+
+
+@dataclass(frozen=True)
+class Finish:
+    phase: OperationPhase
+    message: str
+
+
+@dataclass(frozen=True)
+class StartSyncFail:
+    """A task failed: remember why and run the SyncFail hooks before failing the operation."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Terminate:
+    """Stop the operation: delete its running hooks, then fail it (as gitops-engine's Terminate)."""
+
+    hooks: tuple[ResourceKey, ...]
+
+
+Step = (Nothing | Refuse | StartOperation | CreateNamespace | DryRun | DeleteHooks | RunTasks | Prune | Wait
+        | Finish | StartSyncFail | Terminate)
+
+
+@dataclass(frozen=True)
+class Decision:
+    step: Step
+    results: tuple[TaskResult, ...] = ()  # the operation's task results, brought up to date with `live`
+    text: str = ""  # the operation's step line: what it is on or waits for
+
+
+# --- deciding -------------------------------------------------------------------------------------------
+
+
+def decide(obs: Observation, op: Operation | None, policy: Policy) -> Decision:
+    """The next step for the app's operation (or for starting one)."""
+    if op is None or op.phase.completed:
+        return Decision(_automated(obs, op, policy))
+    results = _assess(obs, op)
+    step = _advance(obs, op, policy, results)
+    return Decision(step, tuple(results.values()), describe(step))
+
+
+def _automated(obs: Observation, op: Operation | None, policy: Policy) -> Step:
+    if not policy.automated or obs.automated_disabled:
+        return Nothing("automated sync is off")
+    if obs.synced:
+        return Nothing("synced")
+    if op is not None and op.automated and op.phase is not OperationPhase.SUCCEEDED and op.revision == obs.revision:
+        if not policy.may_retry(op.retry_count):
+            return Nothing(f"automated sync of {obs.revision[:12]} failed; retries exhausted")
+        if obs.now < op.next_attempt_at:
+            return Nothing("waiting to retry", retry_at=op.next_attempt_at)
+        return _start(obs, policy, op.retry_count + 1)
+    if obs.auto_synced == obs.marker and not policy.self_heal:
+        return Nothing("this revision was synced automatically already")
+    return _start(obs, policy, 0)
+
+
+def _start(obs: Observation, policy: Policy, retry_count: int) -> Step:
+    resources = [t for t in obs.tasks if not t.hook]
+    desired = {t.key for t in resources}
+    if policy.prune and not policy.allow_empty and not resources and prune_candidates(obs.inventory, desired):
+        return Refuse("automated sync refused: it would prune every resource of the app (the source declares "
+                      "none); set syncPolicy.automated.allowEmpty: true to allow it, or sync by hand")
+    return StartOperation(retry_count=retry_count, prune=policy.prune)
+
+
+def selected(obs: Observation, op: Operation) -> list[Task]:
+    """The operation's tasks: a selective sync takes only its resources and no hooks."""
+    only = op.only_keys()
+    if only is None:
+        return list(obs.tasks)
+    return [t for t in obs.tasks if not t.hook and t.key in only]
+
+
+def group_of(task: Task) -> tuple[int, int, int]:
+    foundation = 0 if (task.key.kind in FOUNDATION_KINDS and not task.hook) else 1
+    return PHASE_ORDER.index(task.phase), task.wave, foundation
+
+
+def _is_ours(live: Manifest | None, op: Operation) -> bool:
+    notes = ((live or {}).get("metadata") or {}).get("annotations") or {}
+    return bool(live) and notes.get(constants.ANNOTATION_OPERATION) == op.id
+
+
+def _assess(obs: Observation, op: Operation) -> dict[tuple[ResourceKey, str], TaskResult]:
+    """The recorded results, with running tasks judged again from the live objects."""
+    out: dict[tuple[ResourceKey, str], TaskResult] = {}
+    for recorded in op.results:
+        result = dataclasses.replace(recorded)
+        live = obs.live.get(result.key)
+        if result.hook and result.phase is TaskPhase.PENDING and _is_ours(live, op):
+            result.phase, result.uid = TaskPhase.RUNNING, str(live["metadata"].get("uid", ""))  # type: ignore[index]
+        if result.phase is TaskPhase.RUNNING:
+            if result.hook:
+                _judge_hook(result, live, op)
+            elif result.action is not Action.PRUNED:
+                _judge_resource(result, live)
+        out[result.id] = result
+    return out
+
+
+def _judge_hook(result: TaskResult, live: Manifest | None, op: Operation) -> None:
+    if live is None or not _is_ours(live, op):
+        # gone (deleted by a policy or by hand) after we created it: finished, as the blocking engine had it
+        result.phase, result.message = TaskPhase.SUCCEEDED, result.message or "hook finished (gone)"
+        return
+    outcome = health.hook_outcome(live)
+    if outcome.finished:
+        result.phase = TaskPhase.SUCCEEDED if outcome.succeeded else TaskPhase.FAILED
+        result.message = outcome.message or (f"{result.sync_phase} hook failed" if not outcome.succeeded else "")
+
+
+def _judge_resource(result: TaskResult, live: Manifest | None) -> None:
+    if live is None:
+        return  # applied, not visible yet
+    assessed = health.assess(live)
+    if assessed is None or assessed.status in (HealthStatus.HEALTHY, HealthStatus.SUSPENDED):
+        result.phase = TaskPhase.SUCCEEDED
+    elif assessed.status is HealthStatus.DEGRADED:
+        result.phase, result.message = TaskPhase.FAILED, f"Degraded: {assessed.message}"
+    else:
+        result.message = assessed.message
+
+
+def _advance(obs: Observation, op: Operation, policy: Policy,
+             results: dict[tuple[ResourceKey, str], TaskResult]) -> Step:
+    if op.phase is OperationPhase.TERMINATING:
+        return Terminate(tuple(r.key for r in results.values()
+                               if r.hook and r.phase is TaskPhase.RUNNING and _is_ours(obs.live.get(r.key), op)))
+    tasks = selected(obs, op)
+    if not op.checked:
+        return _check(obs, op, policy, tasks)
+    if op.dry_run:
+        if not op.pruned:
+            return Prune(_candidates(obs, op), enabled=op.prune, dry_run=True)
+        return Finish(OperationPhase.SUCCEEDED, "dry run: nothing written")
+    cleanup = _finished_hooks_to_delete(obs, op, tasks, results)
+    if cleanup:
+        return DeleteHooks(cleanup, "hook delete policy")
+    if op.failure:
+        return _sync_fail(obs, op, tasks, results)
+    main = [t for t in tasks if t.phase is not Phase.SYNC_FAIL]
+    failed = [r for r in results.values() if r.phase is TaskPhase.FAILED and r.sync_phase != Phase.SYNC_FAIL]
+    if failed:
+        message = "; ".join(f"{r.key}: {r.message}" if r.message else f"{r.key} failed" for r in failed)
+        if any(t.phase is Phase.SYNC_FAIL for t in tasks):
+            return StartSyncFail(message)
+        return Finish(OperationPhase.FAILED, message)
+    groups = sorted({group_of(t) for t in main})
+    final = groups[-1] if groups else None
+    by_id = {(t.key, t.phase.value): t for t in main}
+    running = [r for r in results.values() if r.phase is TaskPhase.RUNNING and r.id in by_id
+               and (r.hook or group_of(by_id[r.id]) != final)]
+    if running:
+        return Wait(tuple(r.key for r in running), _waiting_text(running))
+    pending = [t for t in main if (r := results.get((t.key, t.phase.value))) is None or r.phase is TaskPhase.PENDING]
+    if pending:
+        first = min(group_of(t) for t in pending)
+        group = [t for t in pending if group_of(t) == first]
+        old = [t.key for t in group if t.hook and BEFORE_HOOK_CREATION in t.delete_policies
+               and (live := obs.live.get(t.key)) is not None and not _is_ours(live, op)]
+        if old:
+            if all((obs.live[k].get("metadata") or {}).get("deletionTimestamp") for k in old):
+                return Wait(tuple(old), f"waiting for deletion of {_keys_text(old, 'hooks')}")
+            return DeleteHooks(tuple(old), BEFORE_HOOK_CREATION)
+        is_final = first == final and not any(t.hook for t in pending)
+        return RunTasks(group[0].phase, group[0].wave, tuple(group), final=is_final)
+    if not op.pruned:
+        return Prune(_candidates(obs, op), enabled=op.prune)
+    pruned_failed = [r for r in results.values() if r.action is Action.FAILED]
+    if pruned_failed:
+        return Finish(OperationPhase.FAILED, "; ".join(f"{r.key}: {r.message}" for r in pruned_failed))
+    return Finish(OperationPhase.SUCCEEDED, "successfully synced (all tasks run)")
+
+
+def _check(obs: Observation, op: Operation, policy: Policy, tasks: list[Task]) -> Step:
+    """Before the first write: project rules, ownership, then a server-side dry-run of everything."""
+    if obs.violations:
+        return Finish(OperationPhase.FAILED, obs.violations)
+    conflicts = []
+    for task in tasks:
+        live = obs.live.get(task.key)
+        if task.hook or live is None or task.has_option(ALLOW_TAKEOVER):
+            continue
+        other = owner_of(live)
+        if other is not None and other != obs.app:
+            conflicts.append(f"{task.key}: owned by app {other!r}; not taken over (add the sync option "
+                             f"{ALLOW_TAKEOVER} to the object to move it to this app)")
+    if conflicts:
+        return Finish(OperationPhase.FAILED, "; ".join(conflicts))
+    if not op.dry_run and policy.create_namespace in obs.missing_namespaces:
+        return CreateNamespace(policy.create_namespace)
+    crd_kinds, declared_namespaces = obs.crd_kinds, {t.key.name for t in tasks if t.key.kind == "Namespace"}
+    to_run, known = [], []
+    for task in tasks:
+        if task.phase is Phase.SYNC_FAIL:
+            continue
+        group_kind = (task.key.group, task.key.kind)
+        live = obs.live.get(task.key)
+        if group_kind in obs.unserved and (group_kind in crd_kinds or task.has_option(SKIP_DRY_RUN)):
+            continue  # its CRD comes with this sync
+        if task.key.namespace in obs.missing_namespaces and task.key.namespace in declared_namespaces:
+            continue  # its Namespace comes with this sync
+        if task.hook:
+            if live is not None and BEFORE_HOOK_CREATION in task.delete_policies:
+                continue  # recreated, not patched: the old copy's immutable fields do not matter
+            to_run.append(task)
+        elif live is None or op.dry_run:
+            to_run.append(task)
+        elif task.key in obs.dry_run_errors and not task.has_option(REPLACE):
+            known.append((task.key, obs.dry_run_errors[task.key]))
+        # otherwise the comparison's dry-run of this object passed already
+    return DryRun(tuple(to_run), tuple(known))
+
+
+def _candidates(obs: Observation, op: Operation) -> tuple[tuple[ResourceKey, int], ...]:
+    only = op.only_keys()
+    inventory = [(k, w) for k, w in obs.inventory if only is None or k in only]
+    desired = {t.key for t in obs.tasks if not t.hook}
+    return tuple(prune_candidates(inventory, desired))
+
+
+def _finished_hooks_to_delete(obs: Observation, op: Operation, tasks: list[Task],
+                              results: dict[tuple[ResourceKey, str], TaskResult]) -> tuple[ResourceKey, ...]:
+    out = []
+    for task in tasks:
+        result = results.get((task.key, task.phase.value))
+        if not task.hook or result is None or not result.phase.completed:
+            continue
+        wanted = "HookSucceeded" if result.phase is TaskPhase.SUCCEEDED else "HookFailed"
+        live = obs.live.get(task.key)
+        if (wanted in task.delete_policies and _is_ours(live, op)
+                and not (live or {}).get("metadata", {}).get("deletionTimestamp")):
+            out.append(task.key)
+    return tuple(dict.fromkeys(out))
+
+
+def _sync_fail(obs: Observation, op: Operation, tasks: list[Task],
+               results: dict[tuple[ResourceKey, str], TaskResult]) -> Step:
+    hooks = [t for t in tasks if t.phase is Phase.SYNC_FAIL]
+    hook_results = [results.get((t.key, t.phase.value)) for t in hooks]
+    pending = [t for t, r in zip(hooks, hook_results, strict=True) if r is None or r.phase is TaskPhase.PENDING]
+    if pending:
+        return RunTasks(Phase.SYNC_FAIL, pending[0].wave, tuple(pending), final=False)
+    running = [r for r in hook_results if r is not None and r.phase is TaskPhase.RUNNING]
+    if running:
+        return Wait(tuple(r.key for r in running), _waiting_text(running))
+    failed = [r for r in hook_results if r is not None and r.phase is TaskPhase.FAILED]
+    suffix = "; one or more SyncFail hooks failed: " + ", ".join(str(r.key) for r in failed) if failed else ""
+    return Finish(OperationPhase.FAILED, op.failure + suffix)
+
+
+def _keys_text(keys: list[ResourceKey], more: str) -> str:
+    first = keys[0]
+    text = f"{first.group}/{first.kind}/{first.namespace}/{first.name}" if first.namespace else \
+        f"{first.group}/{first.kind}/{first.name}"
+    return f"{text} and {len(keys) - 1} more {more}" if len(keys) > 1 else text
+
+
+def _waiting_text(running: list[TaskResult]) -> str:
+    hooks = [r.key for r in running if r.hook]
+    if hooks:
+        return f"waiting for completion of hook {_keys_text(hooks, 'hooks')}"
+    return f"waiting for healthy state of {_keys_text([r.key for r in running], 'resources')}"
+
+
+def describe(step: Step) -> str:
+    """The operation's step line for `app get`."""
+    match step:
+        case Wait(message=message):
+            return message
+        case RunTasks(phase=phase, wave=wave, tasks=tasks):
+            return f"{phase.value} wave {wave}: applying {len(tasks)} task(s)"
+        case DryRun(tasks=tasks):
+            return f"dry-run of {len(tasks)} object(s) before the first write"
+        case Prune(candidates=candidates):
+            return f"pruning {len(candidates)} object(s)"
+        case DeleteHooks(keys=keys, reason=reason):
+            return f"deleting {_keys_text(list(keys), 'hooks')} ({reason})"
+        case StartSyncFail():
+            return "running SyncFail hooks"
+        case Finish(message=message):
+            return message
+        case CreateNamespace(namespace=ns):
+            return f"creating namespace {ns}"
+        case Terminate():
+            return "terminating"
+    return ""
