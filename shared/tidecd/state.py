@@ -139,13 +139,14 @@ class TaskResult:
 
     @property
     def hook_phase(self) -> str:
-        """Argo CD's `hookPhase` of a hook; empty for resources."""
-        return self.phase.value if self.hook else ""
+        """The sync phase a hook runs in (PreSync, ...; Argo CD's `hookType`); empty for resources. How far
+        the task got (Argo CD's `hookPhase`) is `phase`."""
+        return self.sync_phase if self.hook else ""
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key.to_dict(), "resource": str(self.key), "sync_phase": self.sync_phase,
                 "wave": self.wave, "hook": self.hook, "action": self.action.value, "phase": self.phase.value,
-                "message": self.message, "uid": self.uid}
+                "hook_phase": self.hook_phase, "message": self.message, "uid": self.uid}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TaskResult:

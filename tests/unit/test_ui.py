@@ -11,7 +11,7 @@ import yaml
 
 from tidecd import state as app_state
 from tidecd import ui
-from tidecd.model import Manifest
+from tidecd.model import Action, Manifest, ResourceKey
 from tidecd.runtime import Runtime, Settings
 from tidecd.store import MemoryStore
 from tidecd.ui import auth, diffview, tree, views
@@ -205,9 +205,9 @@ def test_app_page_tree_follows_owners_and_masks_secrets(runtime: Runtime) -> Non
 def test_tree_without_a_cluster_shows_the_stored_objects() -> None:
     current = app_state.AppState(app="a")
     current.resources = [app_state.ResourceStatus("apps", "Deployment", "n", "d", "Synced")]
-    current.operation = app_state.Operation("Succeeded", "", "s", "t", resources=[
-        {"key": {"group": "batch", "kind": "Job", "namespace": "n", "name": "migrate"}, "action": "created",
-         "hook_phase": "PreSync", "wave": -1}])
+    current.operation = app_state.Operation("o1", "s", app_state.OperationPhase.SUCCEEDED, results=[
+        app_state.TaskResult(ResourceKey("batch", "Job", "n", "migrate"), "PreSync", -1, True, Action.CREATED,
+                             app_state.TaskPhase.SUCCEEDED)])
 
     class Broken:
         def list(self, group: str, kind: str, *, namespace: str = "", label_selector: str = "") -> list[Manifest]:

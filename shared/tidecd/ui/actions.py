@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidecd import state as app_state
-from tidecd.errors import NotFound, PermanentError, TidecdError
-from tidecd.reconcile import SyncRequest, reconcile
+from tidecd.errors import NotFound, OperationInProgress, PermanentError, TidecdError
+from tidecd.reconcile import SyncRequest, reconcile, start_operation, terminate_operation
 from tidecd.runtime import Runtime
 
 
@@ -74,17 +74,24 @@ def terminate(runtime: Runtime, name: str) -> Done:
         current = app_state.load(runtime.store, name)[0]
     except TidecdError as exc:
         return _error(exc)
-    if current.operation is None or current.operation.phase != "Running":
+    if current.operation is None or not current.operation.running:
         return Done(409, message=f"app {name!r} has no running operation to terminate")
-    return Done(409, message="this version of tidecd runs each operation to its end within one call")
+    try:
+        terminate_operation(runtime, name)
+    except TidecdError as exc:
+        return _error(exc)
+    return Done(303, "terminated")
 
 
 def _sync(runtime: Runtime, name: str, request: SyncRequest, notice: str) -> Done:
     try:
+        from tidecd.api import drive
+
         runtime.app(name)
-        outcome = reconcile(runtime, name, request=request, reason=f"ui {notice}")
+        operation_id = start_operation(runtime, name, request)
+        drive(runtime, name, f"ui {notice}", operation_id)
+    except OperationInProgress as exc:
+        return Done(409, message=str(exc))
     except TidecdError as exc:
         return _error(exc)
-    if outcome.skipped:
-        return Done(409, message=f"app {name!r}: {outcome.skipped}")
     return Done(303, notice)

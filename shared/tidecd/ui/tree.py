@@ -100,7 +100,7 @@ def app_nodes(current: app_state.AppState) -> list[Node]:
     waves = _waves(current)
     nodes: dict[ResourceKey, Node] = {}
     for res in current.resources:
-        nodes[res.key] = Node(res.key, res.status, res.health, res.health_message, waves.get(res.key, "0"),
+        nodes[res.key] = Node(res.key, res.status, res.health or "", res.health_message, waves.get(res.key, "0"),
                               diff=res.diff, changed=tuple(res.changed), requires_pruning=res.requires_pruning)
     for result in _results(current.operation):
         key = _result_key(result)

@@ -63,6 +63,8 @@ def operation_view(op: Any) -> OperationView | None:
 
 
 def _result_dict(result: Any) -> dict[str, Any]:
+    if hasattr(result, "to_json"):
+        result = result.to_json()
     data: dict[str, Any] = dict(result) if isinstance(result, dict) else dict(vars(result))
     key = data.get("key")
     if isinstance(key, dict):
