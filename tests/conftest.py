@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.support.pubsub",
     "tests.support.apps",
     "tests.support.functions",
+    "tests.support.github_standin",
 ]
 
 

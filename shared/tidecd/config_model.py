@@ -13,9 +13,16 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tidecd.constants import SECRET_TYPE_CLUSTER, SECRET_TYPE_REPO_CREDS, SECRET_TYPE_REPOSITORY
+from tidecd.constants import (
+    SECRET_TYPE_CLUSTER,
+    SECRET_TYPE_GITHUB,
+    SECRET_TYPE_NOTIFICATIONS,
+    SECRET_TYPE_REPO_CREDS,
+    SECRET_TYPE_REPOSITORY,
+)
 
-SECRET_TYPES = (SECRET_TYPE_CLUSTER, SECRET_TYPE_REPOSITORY, SECRET_TYPE_REPO_CREDS)
+SECRET_TYPES = (SECRET_TYPE_CLUSTER, SECRET_TYPE_REPOSITORY, SECRET_TYPE_REPO_CREDS, SECRET_TYPE_GITHUB,
+                SECRET_TYPE_NOTIFICATIONS)
 DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")  # an object name; also a label value (<= 63)
 
 
