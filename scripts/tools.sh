@@ -14,6 +14,13 @@ BIN="$CACHE/bin"
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 export GOPATH="$CACHE/go" GOMODCACHE="$CACHE/go/pkg/mod" GOCACHE="$CACHE/go-build"
 mkdir -p "$BIN" "$CACHE/versions" "$CACHE/work"
+# One build at a time: concurrent runs (parallel test sessions, CI beside a demo) would delete each other's
+# work directories. A second run waits here, then finds the tools built and skips them.
+if [ -z "${TIDECD_TOOLS_LOCKED:-}" ]; then
+  exec 9>"$CACHE/tools.lock"
+  flock 9
+  export TIDECD_TOOLS_LOCKED=1
+fi
 
 ETCD_VERSION=v3.6.5
 KUBE_VERSION=v1.34.4
