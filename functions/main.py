@@ -19,12 +19,27 @@ from flask import Request, Response
 
 from tidecd import logs
 
-MAX_BODY = 25 * 1024 * 1024
 logs.configure()
 
 
 def _json(status: int, body: dict[str, Any]) -> Response:
     return Response(json.dumps(body, indent=1), status=status, mimetype="application/json")
+
+
+def _body(request: Request, limit: int) -> bytes | None:
+    """The body, streamed and stopped at `limit` bytes whatever the transfer encoding (chunked too);
+    None when it is larger. A declared Content-Length over the limit is refused before reading."""
+    from werkzeug.exceptions import RequestEntityTooLarge
+
+    request.max_content_length = limit
+    try:
+        return request.get_data(cache=False)
+    except RequestEntityTooLarge:
+        return None
+
+
+def _too_large(limit: int, variable: str) -> Response:
+    return _json(413, {"error": "too_large", "message": f"body over {limit:,} bytes ({variable})"})
 
 
 def _runtime() -> Any:
@@ -35,12 +50,13 @@ def _runtime() -> Any:
 
 @functions_framework.http
 def webhook(request: Request) -> Response:
-    from tidecd import dispatch
+    from tidecd import dispatch, limits
     from tidecd import webhook as hooks
 
-    if (request.content_length or 0) > MAX_BODY:
-        return _json(413, {"error": "too_large", "message": "payload over 25 MB"})
-    body = request.get_data(cache=False)
+    limit = limits.current().webhook_bytes
+    body = _body(request, limit)
+    if body is None:
+        return _too_large(limit, "TIDECD_MAX_WEBHOOK_BYTES")
     runtime = _runtime()
     answer = hooks.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime))
     return _json(answer.status, answer.body)
@@ -82,11 +98,17 @@ def reconcile(cloud_event: Any) -> None:
 @functions_framework.http
 def api(request: Request) -> Response:
     from tidecd import api as use_case
+    from tidecd import limits
 
+    limit = limits.current().api_bytes
     if request.path == "/ui" or request.path.startswith("/ui/"):  # the dashboard (tidecd.ui)
         from tidecd.ui import web
 
+        request.max_content_length = limit  # it reads its own (form) body: werkzeug refuses more
         return web.respond(request, _runtime())  # type: ignore[no-any-return]
-    answer = use_case.handle(request.method, request.path, dict(request.headers), request.get_data(),
+    body = _body(request, limit)
+    if body is None:
+        return _too_large(limit, "TIDECD_MAX_API_BYTES")
+    answer = use_case.handle(request.method, request.path, dict(request.headers), body,
                              _runtime(), query=dict(request.args))
     return _json(answer.status, answer.body)

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from tidecd import limits
 from tidecd.config_model import (
     DEFAULT_PROJECT,
     DNS_NAME,
@@ -45,7 +46,7 @@ from tidecd.config_model import (
 )
 from tidecd.config_schema import PARSERS, Errors, Node, parse_duration, type_name
 from tidecd.constants import ARGO_VERSION, LABEL_SECRET_TYPE
-from tidecd.errors import ConfigError
+from tidecd.errors import ConfigError, LimitExceeded
 from tidecd.paths import check_tree, inside
 
 __all__ = [
@@ -153,12 +154,24 @@ def _read_documents(path: Path, origin: str, errors: list[str]) -> list[tuple[in
         return []
     if path.suffix == ".json":
         try:
-            return [(1, json.loads(text))]
+            doc = json.loads(text)
+            limits.check_depth(doc, origin)
+            return [(1, doc)]
         except json.JSONDecodeError as exc:
             errors.append(f"{origin}:{exc.lineno}: JSON syntax error: {exc.msg}")
             return []
+        except RecursionError:
+            errors.append(str(limits.exceeded(f"{origin}: nesting depth", "depth", limits.current().depth)))
+            return []
+        except LimitExceeded as exc:
+            errors.append(str(exc))
+            return []
     try:
+        limits.check_yaml(text, origin)
         docs = list(yaml.load_all(text, Loader=_StrictLoader))  # noqa: S506 - a SafeLoader subclass
+    except LimitExceeded as exc:
+        errors.append(str(exc))
+        return []
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark is not None else 0
         errors.append(f"{origin}:{line}: YAML syntax error: {exc.problem}")

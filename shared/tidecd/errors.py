@@ -5,6 +5,7 @@
     │   ├── ConfigError         a user-written file or field is wrong (names the file and field)
     │   ├── UnsafePathError     a path, symlink or archive member would leave a repository checkout
     │   ├── RenderError         a manifest source could not be rendered
+    │   ├── LimitExceeded       input over a configured bound (tidecd.limits): size, depth, aliases
     │   ├── ProjectViolation    desired objects break their AppProject's rules (lists each object)
     │   ├── SecretError         a sealed secret cannot be sealed or opened (never includes the value)
     │   ├── NotFound            an app, revision or history entry does not exist
@@ -39,6 +40,11 @@ class UnsafePathError(PermanentError):
 
 class RenderError(PermanentError):
     """Manifests could not be rendered from the source."""
+
+
+class LimitExceeded(PermanentError):
+    """Input is over one of the bounds of `tidecd.limits`; the message names the file or object and the
+    variable that raises the limit. Content-determined: the same input always fails the same way."""
 
 
 class ProjectViolation(PermanentError):

@@ -33,9 +33,10 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from tidecd import limits
 from tidecd.config import normalize_repo_url, redact_repo_url, repo_key
 from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_REPO_CREDS, SECRET_TYPE_REPOSITORY
-from tidecd.errors import ConfigError, NotFound, SourceUnavailable, UnsafePathError
+from tidecd.errors import ConfigError, LimitExceeded, NotFound, SourceUnavailable, UnsafePathError
 from tidecd.store import ObjectStore, PreconditionFailed
 
 if TYPE_CHECKING:
@@ -373,10 +374,14 @@ def _peel(repo: MemoryRepo, object_id: ObjectID) -> Commit | None:
 
 
 def tar_tree(repo: MemoryRepo, tree_id: ObjectID) -> bytes:
-    """A tar.gz of one tree: sorted members, mtime 0, owner root, so equal trees give equal bytes."""
+    """A tar.gz of one tree: sorted members, mtime 0, owner root, so equal trees give equal bytes.
+
+    The tree is checked against the snapshot limits (files, path depth, uncompressed size) entry by
+    entry, before each blob is read."""
     from dulwich.objects import Blob
 
     entries = sorted(repo.object_store.iter_tree_contents(tree_id), key=lambda e: e.path or b"")
+    budget = _SnapshotBudget(limits.current())
     buffer = io.BytesIO()
     with (
         gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0, compresslevel=6) as gz,
@@ -388,7 +393,7 @@ def tar_tree(repo: MemoryRepo, tree_id: ObjectID) -> bytes:
             if stat.S_ISDIR(entry.mode) or (entry.mode & 0o170000) == 0o160000:
                 continue  # submodules (gitlinks) are not part of the snapshot
             name = os.fsdecode(entry.path)
-            _check_name(name)
+            budget.add(_check_name(name), 0)
             blob = repo.object_store[entry.sha]
             assert isinstance(blob, Blob)
             info = tarfile.TarInfo(name)
@@ -398,8 +403,31 @@ def tar_tree(repo: MemoryRepo, tree_id: ObjectID) -> bytes:
                 tar.addfile(info)
             else:
                 info.size, info.mode = len(blob.data), 0o755 if entry.mode & 0o111 else 0o644
+                budget.add_bytes(name, info.size)
                 tar.addfile(info, io.BytesIO(blob.data))
     return buffer.getvalue()
+
+
+class _SnapshotBudget:
+    """Counts files, path depth and bytes of one snapshot against `tidecd.limits` (LimitExceeded)."""
+
+    def __init__(self, bound: limits.Limits) -> None:
+        self.bound, self.files, self.bytes = bound, 0, 0
+
+    def add(self, pure: PurePosixPath, size: int) -> None:
+        self.files += 1
+        if self.files > self.bound.files:
+            raise limits.exceeded("snapshot: number of files", "files", self.bound.files)
+        if len(pure.parts) > self.bound.path_depth:
+            raise limits.exceeded(f"snapshot member {str(pure)[:200]!r}: {len(pure.parts)} path levels",
+                                  "path_depth", self.bound.path_depth)
+        self.add_bytes(str(pure), size)
+
+    def add_bytes(self, name: str, size: int) -> None:
+        self.bytes += size
+        if self.bytes > self.bound.snapshot_bytes:
+            raise limits.exceeded(f"snapshot: uncompressed size (at {name[:200]!r})", "snapshot_bytes",
+                                  self.bound.snapshot_bytes, " bytes")
 
 
 def _check_name(name: str) -> PurePosixPath:
@@ -441,7 +469,12 @@ def extract(tar_bytes: bytes, dest: Path) -> None:
         raise UnsafePathError(f"extraction target {dest} is not empty")
     try:
         with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:*") as tar:
-            members = [(m, _check_member(m)) for m in tar.getmembers()]
+            budget = _SnapshotBudget(limits.current())
+            members = []
+            for member in tar:  # each member is checked as the archive is read, before it is written
+                pure = _check_member(member)
+                budget.add(pure, member.size if member.isreg() else 0)
+                members.append((member, pure))
             names = [str(p) for _, p in members if str(p) != "."]
             if len(names) != len(set(names)):
                 raise UnsafePathError("archive has duplicate members")
@@ -463,7 +496,7 @@ def extract(tar_bytes: bytes, dest: Path) -> None:
                 created.append((target, member.name))
             for target, name in created:  # after all links exist: a later link can redirect an earlier one
                 _verify_link(root, target, name)
-    except UnsafePathError:
+    except (UnsafePathError, LimitExceeded):
         shutil.rmtree(dest, ignore_errors=True)
         raise
     except (tarfile.TarError, OSError, EOFError) as exc:

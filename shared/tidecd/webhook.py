@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("tidecd.webhook")
 
-MAX_BODY_BYTES = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
 DELIVERIES = "deliveries/"
 GITHUB_MAX_COMMITS = 2048  # GitHub lists at most this many commits; beyond, the file list is incomplete
 _ZERO_SHA = "0" * 40
@@ -123,11 +122,14 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
 
 
 def _check_size(headers: Mapping[str, str], body: bytes) -> None:
+    from tidecd import limits
+
+    limit = limits.current().webhook_bytes
     declared = headers.get("content-length", "").strip()
     if declared and not declared.isdigit():
         raise _Refused(400, "Content-Length header is not a number")
-    if (declared and int(declared) > MAX_BODY_BYTES) or len(body) > MAX_BODY_BYTES:
-        raise _Refused(413, f"body larger than {MAX_BODY_BYTES // (1024 * 1024)} MB")
+    if (declared and int(declared) > limit) or len(body) > limit:
+        raise _Refused(413, f"body larger than {limit:,} bytes (TIDECD_MAX_WEBHOOK_BYTES)")
 
 
 def _provider(headers: Mapping[str, str]) -> tuple[str, str]:

@@ -12,6 +12,7 @@ import os
 import re
 from pathlib import Path
 
+from tidecd import limits
 from tidecd.config import DirectorySpec
 from tidecd.errors import RenderError
 from tidecd.globs import compile_glob
@@ -57,6 +58,10 @@ def _walk_order(paths: list[str]) -> list[str]:
 
 
 def _read(path: Path, source: str) -> str:
+    bound = limits.current()
+    size = path.stat().st_size
+    if size > bound.file_bytes:
+        raise limits.exceeded(f"{source} is {size:,} bytes", "file_bytes", bound.file_bytes, " bytes")
     try:
         return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from tidecd import limits
 from tidecd.errors import RenderError
 from tidecd.model import Manifest, ResourceKey
 
@@ -56,7 +57,8 @@ class Document:
 
 def load_yaml(text: str, source: str, *, start: int = 1) -> list[Document]:
     """Every non-empty document of a YAML stream; `source` names the file (or tool output) in errors,
-    `start` is the number of its first document."""
+    `start` is the number of its first document. Alias bombs and deep nesting are refused first."""
+    limits.check_yaml(text, source)
     try:
         raw = list(yaml.load_all(text, Loader=ManifestLoader))
     except yaml.MarkedYAMLError as exc:
@@ -74,6 +76,9 @@ def load_json(text: str, source: str) -> list[Document]:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RenderError(f"{source} line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}") from exc
+    except RecursionError:
+        raise limits.exceeded(f"{source}: nesting depth", "depth", limits.current().depth) from None
+    limits.check_depth(raw, source)
     return _documents([raw], source, 1)
 
 
@@ -105,15 +110,26 @@ def expand_lists(doc: Document) -> list[Document]:
 
 
 def check(docs: list[Document]) -> list[Manifest]:
-    """The objects, once each has an identity and no object is declared twice."""
+    """The objects, once each has an identity, none is over the object size limit, and no object is
+    declared twice."""
     seen: dict[ResourceKey, str] = {}
+    bound = limits.current()
     for doc in docs:
         _check_identity(doc)
+        _check_size(doc, bound)
         key = ResourceKey.of(doc.obj)
         if key in seen:
             raise RenderError(f"{key} is declared twice: in {seen[key]} and in {doc.origin}")
         seen[key] = doc.origin
     return [doc.obj for doc in docs]
+
+
+def _check_size(doc: Document, bound: limits.Limits) -> None:
+    size = len(json.dumps(doc.obj, separators=(",", ":")))
+    if size > bound.object_bytes:
+        key = ResourceKey.of(doc.obj)
+        raise limits.exceeded(f"{key} ({doc.origin}) is {size:,} bytes as JSON", "object_bytes",
+                              bound.object_bytes, " bytes")
 
 
 def _check_identity(doc: Document) -> None:

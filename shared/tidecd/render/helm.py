@@ -3,9 +3,11 @@
 Argo CD's command line: release name (default: the app's name), destination namespace, `--include-crds`,
 each value file (relative to the chart; a leading `/` means the repository root), the inline values as
 one more file, then `--set`/`--set-string` parameters with unescaped commas escaped. Value files must
-stay inside the repository. Helm runs with throwaway config/cache/data homes and no network: chart
-dependencies must be vendored under `charts/`. Hooks are kept (with their `helm.sh/hook` annotations)
-for the sync engine to map.
+stay inside the repository. Helm runs with throwaway config/cache/data homes, no repositories file, no
+registry login, no plugins and no network (`render.tool`): chart dependencies must be vendored under
+`charts/` (or fetched into the snapshot by a chart source). Value files, the chart's values.yaml and
+the inline values pass the YAML bounds of `tidecd.limits` before helm reads them. Hooks are kept (with
+their `helm.sh/hook` annotations) for the sync engine to map.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from tidecd import tools
+from tidecd import limits, tools
 from tidecd.config import HelmParameter, HelmSpec
 from tidecd.errors import RenderError, UnsafePathError
 from tidecd.paths import inside
@@ -47,6 +49,10 @@ def render_helm(
     """Objects of `helm template` for the chart at `chart_dir` (the app's `path` inside `checkout`)."""
     spec = spec or HelmSpec()
     value_files = [value_file_path(checkout, app_path, name, i) for i, name in enumerate(spec.value_files)]
+    for index, path in enumerate(value_files):
+        check_values_file(path, f"spec.source.helm.valueFiles[{index}] {spec.value_files[index]!r}")
+    if (chart_dir / "values.yaml").is_file():
+        check_values_file(chart_dir / "values.yaml", f"{app_path}/values.yaml")
     _check_inline_values(spec.values)
     with tempfile.TemporaryDirectory(prefix="tidecd-helm-") as tmp:
         work = Path(tmp)
@@ -122,8 +128,26 @@ def helm_env(work: Path) -> dict[str, str]:
         "HELM_CACHE_HOME": str(work / "cache"),
         "HELM_CONFIG_HOME": str(work / "config"),
         "HELM_DATA_HOME": str(work / "data"),
+        "HELM_REPOSITORY_CONFIG": str(work / "config" / "no-repositories.yaml"),
+        "HELM_REPOSITORY_CACHE": str(work / "cache" / "no-repository-cache"),
+        "HELM_REGISTRY_CONFIG": str(work / "config" / "no-registry.json"),
+        "HELM_PLUGINS": str(work / "no-plugins"),
+        "HELM_NO_PLUGINS": "1",
         "KUBECONFIG": str(work / "no-kubeconfig"),
     }
+
+
+def check_values_file(path: Path, what: str) -> None:
+    """A values file within the file size limit whose YAML passes the alias and depth bounds."""
+    bound = limits.current()
+    size = path.stat().st_size
+    if size > bound.file_bytes:
+        raise limits.exceeded(f"{what} is {size:,} bytes", "file_bytes", bound.file_bytes, " bytes")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise RenderError(f"{what}: not UTF-8 text") from None
+    limits.check_yaml(text, what)
 
 
 def parse_output(text: str) -> list[Document]:
@@ -144,6 +168,7 @@ def _check_inline_values(values: str) -> None:
     """Name the field for bad inline values, rather than helm naming our temp file. Never echo them."""
     if not values.strip():
         return
+    limits.check_yaml(values, "spec.source.helm.values")
     try:
         parsed = yaml.safe_load(values)
     except yaml.MarkedYAMLError as exc:

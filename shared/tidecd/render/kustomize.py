@@ -3,7 +3,8 @@
 Argo CD runs `kustomize edit set nameprefix|namesuffix|image` and `kustomize edit add label` in the app
 directory before building. We do the same in a copy of the checkout, because the checkout is a shared
 cache that other renders read. Without overrides nothing is copied and the checkout is built in place.
-Remote bases (URLs) would need the network: kustomize fails on them and the error says to vendor them.
+Before kustomize runs, `render.confine` checks every path the kustomizations name against the checkout
+(nothing remote, nothing outside); kustomize itself then runs with no network (`render.tool`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from tidecd import tools
 from tidecd.config import KustomizeSpec
 from tidecd.errors import RenderError
 from tidecd.render import tool
+from tidecd.render.confine import KUSTOMIZATION_FILES, confine
 from tidecd.render.documents import Document, load_yaml
 
-KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 REMOTE_HINTS = ("://", "git@", "github.com", "git clone", "no such host", "ssh:")
 
 
@@ -56,6 +57,7 @@ def render_kustomize(
     timeout: float = tool.DEFAULT_TIMEOUT,
 ) -> list[Document]:
     """Objects of `kustomize build` on `app_dir` (inside `checkout`), with the overrides of `spec`."""
+    confine(checkout, app_dir)
     with tempfile.TemporaryDirectory(prefix="tidecd-kustomize-") as tmp:
         work = Path(tmp)
         home = work / "home"
