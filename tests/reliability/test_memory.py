@@ -1,0 +1,150 @@
+"""Memory bounds on hostile input, shown by the peak RSS of the process doing the work.
+
+Each case runs in a child process (a fresh interpreter, or the real functions-framework server) and
+prints its peak resident set size, so the bound is visible in the test output (`pytest -s`, or the
+assertion message when it fails):
+- the YAML alias bomb (342 bytes, 9**9 strings expanded) through the real render path: under 150 MiB;
+- a repository tree 1,100 directories deep through snapshot extraction: under 150 MiB, no RecursionError;
+- a 400 MiB chunked, unsigned POST to the webhook function: the worker stays under 150 MiB (it stops
+  reading at TIDECD_MAX_WEBHOOK_BYTES, 25 MiB).
+Before the fixes these were 2.6 GB + MemoryError, a RecursionError, and 566 MB.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from tests.support.functions import ROOT, Function
+
+BOUND_MIB = 150
+
+
+def run_child(code: str, tmp: Path) -> tuple[str, float]:
+    """Run `code` in a fresh interpreter; it prints a result line, then we add its peak RSS (MiB)."""
+    script = tmp / "child.py"
+    script.write_text(textwrap.dedent(code) + textwrap.dedent("""
+        import resource
+        print("PEAK_RSS_KIB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        """))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "shared") + os.pathsep + str(ROOT)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    peak = int(lines[-1].split()[1]) / 1024
+    return "\n".join(lines[:-1]), peak
+
+
+def test_alias_bomb_render_stays_small(tmp_path: Path) -> None:
+    result, peak = run_child("""
+        from pathlib import Path
+        from tests.unit.test_limits import alias_bomb
+        from tidecd.config import ApplicationSource
+        from tidecd.errors import LimitExceeded
+        from tidecd.render import render
+        root = Path("checkout")
+        (root / "app").mkdir(parents=True)
+        (root / "app" / "bomb.yaml").write_text("apiVersion: v1\\nkind: ConfigMap\\nmetadata: {name: x}\\n"
+                                                 + "data:\\n" + "".join("  " + l + "\\n" for l in
+                                                                        alias_bomb().splitlines()))
+        try:
+            render(root, ApplicationSource(repo_url="https://g.example/x", path="app"), app_name="a", namespace="")
+            print("RENDERED")
+        except LimitExceeded as exc:
+            print("REFUSED", exc)
+        """, tmp_path)
+    print(f"\nalias bomb: peak RSS {peak:.0f} MiB (bound {BOUND_MIB} MiB): {result}")
+    assert result.startswith("REFUSED app/bomb.yaml document 1: YAML aliases expand"), result
+    assert peak < BOUND_MIB, f"peak RSS {peak:.0f} MiB"
+
+
+def test_deep_tree_extraction_stays_small(tmp_path: Path) -> None:
+    result, peak = run_child("""
+        import io, tarfile
+        from pathlib import Path
+        from tidecd.errors import LimitExceeded
+        from tidecd.source import extract
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            for depth in range(1, 1101):
+                info = tarfile.TarInfo("/".join(["d"] * depth))
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            data = b"apiVersion: v1\\nkind: ConfigMap\\nmetadata: {name: deep}\\n"
+            info = tarfile.TarInfo("/".join(["d"] * 1100) + "/cm.yaml")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        try:
+            extract(buffer.getvalue(), Path("out"))
+            print("EXTRACTED")
+        except LimitExceeded as exc:
+            print("REFUSED", str(exc)[-80:])
+        print("LEFT", Path("out").exists())
+        """, tmp_path)
+    print(f"\ndeep tree: peak RSS {peak:.0f} MiB (bound {BOUND_MIB} MiB): {result}")
+    assert "REFUSED" in result and "over the limit of 64 (TIDECD_MAX_PATH_DEPTH)" in result, result
+    assert "LEFT False" in result
+    assert peak < BOUND_MIB, f"peak RSS {peak:.0f} MiB"
+
+
+def _peak_rss_mib(pid: int) -> float:
+    """VmHWM (peak RSS) of the process and its children, the largest one, in MiB."""
+    procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    peaks = []
+    for proc in procs:
+        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peaks.append(int(line.split()[1]) / 1024)
+    return max(peaks)
+
+
+@pytest.fixture
+def webhook(tmp_path: Path) -> Iterator[Function]:
+    (tmp_path / "config").mkdir()
+    env = {**os.environ, "TIDECD_CONFIG": str(tmp_path / "config"), "TIDECD_STORE": str(tmp_path / "store"),
+           "TIDECD_WEBHOOK_SECRET": "s3cret", "PYTHONPATH": str(ROOT / "shared") + os.pathsep + str(ROOT)}
+    function = Function("webhook", env, tmp_path)
+    try:
+        yield function
+    finally:
+        function.stop()
+
+
+def test_400_mib_chunked_webhook_body_is_cut_at_the_limit(webhook: Function) -> None:
+    # warm up: the first request imports the library
+    first = requests.post(webhook.url, data=b"{}", timeout=60, headers={"X-GitHub-Event": "ping"})
+    assert first.status_code == 401
+    before = _peak_rss_mib(webhook.proc.pid)
+    chunk = b"x" * (1024 * 1024)
+    sent = 0
+
+    def body() -> Iterator[bytes]:
+        nonlocal sent
+        for _ in range(400):
+            sent += len(chunk)
+            yield chunk
+
+    try:  # a generator body is sent with Transfer-Encoding: chunked
+        answer = requests.post(webhook.url, data=body(), timeout=120, headers={
+            "X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + "0" * 64, "Content-Type": "application/json"})
+        status: int | str = answer.status_code
+        assert answer.status_code == 413, answer.text
+        assert "TIDECD_MAX_WEBHOOK_BYTES" in answer.json()["message"]
+    except requests.ConnectionError:
+        status = "connection closed by the server"  # it answered 413 and stopped reading mid-body
+    peak = _peak_rss_mib(webhook.proc.pid)
+    print(f"\nwebhook, 400 MiB chunked body offered, {sent // 2**20} MiB taken before the answer ({status}); "
+          f"worker peak RSS {before:.0f} MiB "
+          f"before, {peak:.0f} MiB after (bound {BOUND_MIB} MiB)")
+    assert peak < BOUND_MIB, f"peak RSS {peak:.0f} MiB"
+    # reading stops at the 25 MiB limit: werkzeug holds that much twice (buffer, then bytes), never more
+    assert peak - before < 80, f"the body grew the worker by {peak - before:.0f} MiB"
