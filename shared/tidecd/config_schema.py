@@ -378,8 +378,13 @@ def _group_kinds(spec: Node, key: str) -> tuple[GroupKind, ...] | None:
                  for n in spec.children(key, _GROUP_KIND))
 
 
+DOCKER_CONFIG_JSON = "kubernetes.io/dockerconfigjson"
+
+
 def _parse_secret(top: Node) -> dict[str, Any] | None:
     """Kept raw for unsealing elsewhere; only the name and the secret-type label are checked here.
+
+    A `kubernetes.io/dockerconfigjson` Secret needs no label: it holds registry credentials.
 
     A SealedSecret may carry the label on itself or on `spec.template.metadata` (what kubeseal writes).
     Nothing of the data is ever read or echoed.
@@ -394,9 +399,13 @@ def _parse_secret(top: Node) -> dict[str, Any] | None:
         inner = Node(template["metadata"], "spec.template.metadata", top.errs)
         labels = dict(inner.pairs("labels")) | labels
     secret_type = labels.get(LABEL_SECRET_TYPE)
+    data_type = (template if isinstance(template, dict) else top.data).get("type")
+    if secret_type is None and data_type == DOCKER_CONFIG_JSON:
+        return dict(top.data)  # registry credentials for the image updater (pull-secret)
     if secret_type not in SECRET_TYPES:
         found = "missing" if secret_type is None else f"{secret_type!r} is not allowed"
-        meta_node.error(f"labels.{LABEL_SECRET_TYPE}", f"{found}; expected one of {', '.join(SECRET_TYPES)}")
+        meta_node.error(f"labels.{LABEL_SECRET_TYPE}", f"{found}; expected one of {', '.join(SECRET_TYPES)} "
+                        f"(or type {DOCKER_CONFIG_JSON} for registry credentials)")
     return dict(top.data)
 
 

@@ -42,6 +42,7 @@ from tidecd.errors import (
     ProjectViolation,
     TemporaryError,
 )
+from tidecd.images.state import render_override as image_override
 from tidecd.model import Action, ChangeEntry, ChangeSet, HealthResult, Manifest, ResourceKey, SyncStatus
 from tidecd.runtime import Runtime
 from tidecd.state import CachedComparison, Operation, OperationPhase, TaskPhase, TaskResult
@@ -170,14 +171,17 @@ def render_desired(runtime: Runtime, app: Application, revision: str = "") -> tu
         refs = git.ls_remote(app.source.repo_url, creds)
         sha = git.resolve_revision(refs, app.source.target_revision, app.source.repo_url)
     namespace = app.destination.namespace
+    override = image_override(runtime.store, app.name)  # the image updater's `argocd` write-back
 
     def render_now() -> list[Manifest]:
         tarball = git.Snapshots(runtime.store).get_or_fetch(app.source.repo_url, sha, creds)
         with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp:
             git.extract(tarball, Path(tmp))
-            return render.render(Path(tmp), app.source, app_name=app.name, namespace=namespace)
+            return render.render(Path(tmp), app.source, app_name=app.name, namespace=namespace,
+                                 override=override)
 
-    manifests = render.render_cached(runtime.store, app.name, sha, app.source, render_now, namespace=namespace)
+    manifests = render.render_cached(runtime.store, app.name, sha, app.source, render_now, namespace=namespace,
+                                     override=override)
     return sha, _unseal(runtime, app, manifests)
 
 

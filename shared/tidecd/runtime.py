@@ -33,6 +33,10 @@ class Settings:
     sealing_keys: str = ""
     refresh_topic: str = ""
     kubeconfig: str = ""
+    # the image updater: committer of git write-backs, registries spoken to over plain http (host[:port])
+    git_commit_user: str = "tidecd-image-updater"
+    git_commit_email: str = "noreply@tidecd.invalid"
+    plain_http_registries: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -46,6 +50,9 @@ class Settings:
             sealing_keys=env.get("TIDECD_SEALING_KEYS", ""),
             refresh_topic=env.get("TIDECD_REFRESH_TOPIC", ""),
             kubeconfig=env.get("KUBECONFIG", ""),
+            git_commit_user=env.get("TIDECD_GIT_COMMIT_USER", cls.git_commit_user),
+            git_commit_email=env.get("TIDECD_GIT_COMMIT_EMAIL", cls.git_commit_email),
+            plain_http_registries=env.get("TIDECD_PLAIN_HTTP_REGISTRIES", ""),
         )
 
     def __repr__(self) -> str:  # never print the secrets

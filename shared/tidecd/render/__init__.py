@@ -28,6 +28,7 @@ from tidecd.render.directory import render_directory
 from tidecd.render.documents import Document, check
 from tidecd.render.helm import is_chart, render_helm
 from tidecd.render.kustomize import is_kustomization, render_kustomize
+from tidecd.render.overrides import SourceOverride, apply, read_source_files
 from tidecd.store import ObjectStore, PreconditionFailed
 
 __all__ = ["Tool", "choose_tool", "manifest_key", "render", "render_cached"]
@@ -42,8 +43,13 @@ class Tool(enum.StrEnum):
     HELM = "Helm"
 
 
-def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespace: str) -> list[Manifest]:
-    """The app's desired objects, in the tool's (stable) output order."""
+def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespace: str,
+           override: SourceOverride | None = None) -> list[Manifest]:
+    """The app's desired objects, in the tool's (stable) output order.
+
+    The app path's `.argocd-source*.yaml` files and then `override` (the image updater's `argocd`
+    write-back) are applied to the source first (`render.overrides`).
+    """
     if source.chart:
         raise RenderError(
             f"spec.source.chart {source.chart!r}: charts from helm repositories are not supported; "
@@ -54,6 +60,10 @@ def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespac
     label = posixpath.normpath(source.path or ".")
     if not app_dir.is_dir():
         raise RenderError(f"spec.source.path {source.path!r} is not a directory in the repository")
+    tool = choose_tool(app_dir, source)
+    for where, from_file in read_source_files(app_dir, app_name, label):
+        source = apply(source, tool.value, from_file, replace=True, what=where)
+    source = apply(source, tool.value, override, replace=False)
     return check(_render_documents(checkout, app_dir, label, source, app_name=app_name, namespace=namespace))
 
 
@@ -87,12 +97,17 @@ def choose_tool(app_dir: Path, source: ApplicationSource) -> Tool:
     return Tool.DIRECTORY
 
 
-def manifest_key(app_name: str, sha: str, source: ApplicationSource, namespace: str) -> str:
-    """`manifests/<app>/<sha>-<hash>.json`; the hash covers the source spec and destination namespace."""
+def manifest_key(app_name: str, sha: str, source: ApplicationSource, namespace: str,
+                 override: SourceOverride | None = None) -> str:
+    """`manifests/<app>/<sha>-<hash>.json`; the hash covers the source spec, destination namespace and
+    image override."""
     for what, value in (("application name", app_name), ("revision", sha)):
         if not _STORE_NAME.match(value):
             raise ConfigError(f"{what} {value!r} cannot name a cache entry")
-    text = json.dumps({"source": source.spec_hash(), "namespace": namespace, "format": CACHE_FORMAT})
+    fields = {"source": source.spec_hash(), "namespace": namespace, "format": CACHE_FORMAT}
+    if override:
+        fields["override"] = override.digest()
+    text = json.dumps(fields)
     return f"manifests/{app_name}/{sha}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
 
 
@@ -104,9 +119,10 @@ def render_cached(
     render_fn: Callable[[], list[Manifest]],
     *,
     namespace: str,
+    override: SourceOverride | None = None,
 ) -> list[Manifest]:
     """The manifests of this revision from the store, calling `render_fn` only the first time."""
-    key = manifest_key(app_name, sha, source, namespace)
+    key = manifest_key(app_name, sha, source, namespace, override)
     blob = store.read(key)
     if blob is not None and (cached := _decode(blob.data)) is not None:
         return cached
