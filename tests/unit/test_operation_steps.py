@@ -1,0 +1,323 @@
+"""The reconcile step end to end on a fake cluster: observe → decide → execute → record, step by step.
+
+Each test drives `reconcile()` one call at a time with a fake clock (a call's health poll costs no real
+time) and moves the fake cluster's objects along by hand, the way controllers would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
+from tidecd import reconcile as engine
+from tidecd import state as app_state
+from tidecd.clock import FakeClock
+from tidecd.errors import NotFound, OperationInProgress
+from tidecd.model import Action, ResourceKey
+from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation, terminate_operation
+from tidecd.runtime import Runtime
+from tidecd.state import OperationPhase, TaskPhase
+from tidecd.store import LEASE_TTL, MemoryStore, acquire_lease
+
+WAVE = "argocd.argoproj.io/sync-wave"
+HOOK = "argocd.argoproj.io/hook"
+POLICY = "argocd.argoproj.io/hook-delete-policy"
+OPTIONS = "argocd.argoproj.io/sync-options"
+
+
+def deployment(name: str, **notes: str) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "annotations": notes},
+            "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": name, "image": "nginx"}]}}}}
+
+
+def configmap(name: str, value: str = "v", **notes: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "annotations": notes},
+            "data": {"k": value}}
+
+
+def job(name: str, **notes: str) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "annotations": notes},
+            "spec": {"template": {"spec": {"containers": [{"name": "run", "image": "busybox"}]}}}}
+
+
+def service(name: str, port: int = 80) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"ports": [{"port": port}]}}
+
+
+def key(kind: str, name: str) -> ResourceKey:
+    group = {"Deployment": "apps", "Job": "batch", "Ingress": "networking.k8s.io"}.get(kind, "")
+    return ResourceKey(group, kind, "ns", name)
+
+
+@dataclass
+class Harness:
+    cluster: FakeCluster
+    store: MemoryStore
+    git: FakeGit
+    clock: FakeClock
+    runtime: Runtime
+    name: str = "app"
+
+    def step(self, **kwargs: Any) -> Outcome:
+        return reconcile(self.runtime, self.name, clock=self.clock, **kwargs)
+
+    def sync(self, **request: Any) -> str:
+        return start_operation(self.runtime, self.name, SyncRequest(**request))
+
+    def state(self) -> app_state.AppState:
+        return app_state.load(self.store, self.name)[0]
+
+    def op(self) -> app_state.Operation:
+        op = self.state().operation
+        assert op is not None
+        return op
+
+    def until_done(self, limit: int = 20) -> Outcome:
+        for _ in range(limit):
+            outcome = self.step()
+            if outcome.continue_after is None:
+                return outcome
+        raise AssertionError(f"still running after {limit} steps: {self.op().step}")
+
+    def configure(self, **policy: Any) -> None:
+        app = application(**policy)
+        self.runtime = fake_runtime(self.cluster, self.store, app)
+
+
+@pytest.fixture()
+def h(monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    cluster, store, git, clock = FakeCluster(), MemoryStore(), FakeGit(), FakeClock()
+    cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
+    monkeypatch.setattr(engine, "render_desired", git.render)
+    yield Harness(cluster, store, git, clock, fake_runtime(cluster, store, application()))
+
+
+def test_a_sync_without_waves_never_waits_and_succeeds_while_still_progressing(h: Harness) -> None:
+    ingress = {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "web"},
+               "spec": {"rules": []}}
+    h.git.push([deployment("web"), ingress])
+    h.sync()
+    outcome = h.step()
+    assert outcome.continue_after is None
+    op = h.op()
+    assert op.phase is OperationPhase.SUCCEEDED, op.message
+    assert h.clock.pauses == []  # no health poll at all: a single-step sync does not wait
+    state = h.state()
+    assert state.health == "Progressing" and state.sync_status == "Synced"
+
+
+def test_waves_wait_for_health_across_steps_and_hooks_run_once(h: Harness) -> None:
+    h.git.push([job("pre", **{HOOK: "PreSync"}), deployment("db", **{WAVE: "0"}), deployment("web", **{WAVE: "1"}),
+                job("post", **{HOOK: "PostSync", POLICY: "HookSucceeded"})])
+    h.sync()
+    first = h.step()
+    assert first.continue_after is not None and h.op().step.startswith("waiting for completion of hook")
+    assert h.cluster.created("Job") == ["pre"]
+    h.step()  # still running: no second create
+    assert h.cluster.created("Job") == ["pre"]
+    h.cluster.complete(key("Job", "pre"))
+    h.step()
+    assert h.op().step.startswith("waiting for healthy state of apps/Deployment/ns/db")
+    assert h.cluster.created("Deployment") == ["db"]
+    h.cluster.ready(key("Deployment", "db"))
+    h.step()
+    assert h.cluster.created("Deployment") == ["db", "web"]
+    h.cluster.ready(key("Deployment", "web"))
+    h.step()
+    assert h.cluster.created("Job") == ["pre", "post"]
+    h.cluster.complete(key("Job", "post"))
+    outcome = h.until_done()
+    op = h.op()
+    assert op.phase is OperationPhase.SUCCEEDED and outcome.continue_after is None
+    assert key("Job", "post") not in h.cluster.objects  # HookSucceeded
+    assert h.cluster.created("Job") == ["pre", "post"]
+    assert [e.result for e in h.state().history] == ["Succeeded"]
+    assert {r.key.name: r.phase for r in op.results} == {n: TaskPhase.SUCCEEDED for n in ("pre", "db", "web", "post")}
+
+
+def test_a_step_killed_after_creating_a_hook_finds_it_instead_of_creating_another(h: Harness) -> None:
+    h.git.push([job("pre", **{HOOK: "PreSync"}), deployment("web")])
+    h.sync()
+
+    class Killed(BaseException):
+        pass
+
+    original = h.cluster.apply
+
+    def apply_then_die(obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        result = original(obj, dry_run=dry_run)
+        if not dry_run and obj["kind"] == "Job":
+            raise Killed
+        return result
+
+    h.cluster.apply = apply_then_die  # type: ignore[method-assign]
+    with pytest.raises(Killed):
+        h.step()
+    h.cluster.apply = original  # type: ignore[method-assign]
+    assert h.op().results[0].phase is TaskPhase.PENDING  # the intent was recorded before creating
+    # a SIGKILLed step leaves its lease behind (no finally runs): the app waits until it expires
+    assert acquire_lease(h.store, "app", "killed-step", LEASE_TTL, h.clock.now())
+    assert h.step().skipped == "already running"
+    h.clock.advance(LEASE_TTL + 1)
+    assert not h.step().skipped
+    assert h.cluster.created("Job") == ["pre"]
+    h.cluster.complete(key("Job", "pre"))
+    h.until_done()
+    assert h.op().phase is OperationPhase.SUCCEEDED
+    assert h.cluster.created("Job") == ["pre"]
+
+
+def test_an_invalid_new_object_fails_the_operation_before_any_write(h: Harness) -> None:
+    h.git.push([configmap("ok"), service("bad", port=99999), deployment("later", **{WAVE: "1"})])
+    h.sync()
+    h.step()
+    op = h.op()
+    assert op.phase is OperationPhase.FAILED
+    assert "Service ns/bad" in op.message and "99999" in op.message and "nothing was written" in op.message
+    assert [v for v, _ in h.cluster.calls if v != "dry-run"] == []
+    assert key("ConfigMap", "ok") not in h.cluster.objects
+
+
+def test_a_failed_operation_keeps_its_inventory_and_later_prunes(h: Harness) -> None:
+    h.git.push([configmap("a"), configmap("old")])
+    h.sync()
+    h.until_done()
+    inventory = h.state().inventory
+    assert {i["name"] for i in inventory} == {"a", "old"}
+    h.git.push([configmap("a"), {"apiVersion": "example.com/v1", "kind": "Nope", "metadata": {"name": "x"}}])
+    h.sync(prune=True)
+    h.until_done()
+    assert h.op().phase is OperationPhase.FAILED
+    assert h.state().inventory == inventory
+    assert key("ConfigMap", "old") in h.cluster.objects
+    h.git.push([configmap("a")])
+    h.sync(prune=True)
+    h.until_done()
+    assert h.op().phase is OperationPhase.SUCCEEDED
+    assert key("ConfigMap", "old") not in h.cluster.objects
+    assert {i["name"] for i in h.state().inventory} == {"a"}
+
+
+def test_automated_prune_of_everything_needs_allow_empty(h: Harness) -> None:
+    h.configure(automated=True, prune=True)
+    h.git.push([configmap("a"), configmap("b")])
+    h.until_done()
+    assert h.op().phase is OperationPhase.SUCCEEDED
+    h.git.push([])
+    outcome = h.until_done()
+    assert key("ConfigMap", "a") in h.cluster.objects and key("ConfigMap", "b") in h.cluster.objects
+    conditions = outcome.state.conditions if outcome.state else []
+    assert [c["type"] for c in conditions] == ["SyncError"] and "allowEmpty" in conditions[0]["message"]
+    assert [e.result for e in h.state().history] == ["Succeeded"]
+    h.configure(automated=True, prune=True, allow_empty=True)
+    h.until_done()
+    assert key("ConfigMap", "a") not in h.cluster.objects
+    assert [e.result for e in h.state().history] == ["Succeeded", "Succeeded"]
+
+
+def test_an_object_of_another_app_is_not_taken_over(h: Harness) -> None:
+    h.cluster.add({**configmap("shared"), "metadata": {
+        "name": "shared", "namespace": "ns", "labels": {"app.kubernetes.io/instance": "other"},
+        "annotations": {"argocd.argoproj.io/tracking-id": "other:/ConfigMap:ns/shared"}}})
+    h.git.push([configmap("shared"), configmap("mine")])
+    h.sync()
+    h.until_done()
+    op = h.op()
+    assert op.phase is OperationPhase.FAILED and "owned by app 'other'" in op.message
+    assert h.cluster.objects[key("ConfigMap", "shared")]["metadata"]["labels"]["app.kubernetes.io/instance"] == "other"
+    assert key("ConfigMap", "mine") not in h.cluster.objects
+    h.git.push([configmap("shared", **{OPTIONS: "AllowTakeover=true"}), configmap("mine")])
+    h.sync()
+    h.until_done()
+    assert h.op().phase is OperationPhase.SUCCEEDED
+    assert h.cluster.objects[key("ConfigMap", "shared")]["metadata"]["labels"]["app.kubernetes.io/instance"] == "app"
+
+
+def test_a_degraded_wave_runs_syncfail_and_fails(h: Harness) -> None:
+    h.git.push([job("migrate", **{WAVE: "0"}), deployment("web", **{WAVE: "1"}),
+                job("cleanup", **{HOOK: "SyncFail"})])
+    h.sync()
+    h.step()
+    h.cluster.fail(key("Job", "migrate"))
+    h.step()
+    assert h.cluster.created("Job") == ["migrate", "cleanup"]
+    assert h.op().running and h.op().failure
+    h.cluster.complete(key("Job", "cleanup"))
+    h.until_done()
+    op = h.op()
+    assert op.phase is OperationPhase.FAILED and "migrate" in op.message
+    assert h.cluster.created("Deployment") == []
+
+
+def test_terminate_deletes_running_hooks_and_fails(h: Harness) -> None:
+    h.git.push([job("pre", **{HOOK: "PreSync"}), deployment("web")])
+    op_id = h.sync()
+    h.step()
+    assert terminate_operation(h.runtime, "app") == op_id
+    h.step()
+    op = h.op()
+    assert op.phase is OperationPhase.FAILED and op.message == "Operation terminated"
+    assert key("Job", "pre") not in h.cluster.objects and h.cluster.created("Deployment") == []
+    with pytest.raises(NotFound):
+        terminate_operation(h.runtime, "app")
+
+
+def test_a_second_operation_while_one_runs_is_refused(h: Harness) -> None:
+    h.git.push([job("pre", **{HOOK: "PreSync"})])
+    first = h.sync()
+    with pytest.raises(OperationInProgress) as refused:
+        h.sync()
+    assert refused.value.operation_id == first
+
+
+def test_before_hook_creation_deletes_the_old_copy_and_waits_for_it_to_go(h: Harness) -> None:
+    h.git.push([job("pre", **{HOOK: "PreSync"}), configmap("c")])
+    h.sync()
+    h.step()
+    h.cluster.complete(key("Job", "pre"))
+    h.until_done()
+    old_uid = h.cluster.objects[key("Job", "pre")]["metadata"]["uid"]
+    h.cluster.slow_delete = True
+    h.sync()
+    h.step()
+    assert h.op().step.startswith("waiting for deletion of batch/Job/ns/pre")
+    h.cluster.finish_deletes()
+    h.step()
+    assert h.cluster.objects[key("Job", "pre")]["metadata"]["uid"] != old_uid
+    h.cluster.complete(key("Job", "pre"))
+    h.until_done()
+    assert h.op().phase is OperationPhase.SUCCEEDED
+
+
+def test_retries_are_scheduled_continuations(h: Harness) -> None:
+    h.configure(automated=True, retry=__import__("tidecd.config", fromlist=["Retry"]).Retry(limit=2))
+    h.git.push([service("bad", port=99999)])
+    outcome = h.step()
+    assert h.op().phase is OperationPhase.FAILED and outcome.continue_after == 5.0
+    assert h.step().continue_after == pytest.approx(5.0)  # not yet: the backoff holds
+    h.clock.advance(5)
+    outcome = h.step()
+    assert h.op().retry_count == 1 and outcome.continue_after == 10.0
+    h.clock.advance(10)
+    h.step()
+    assert h.op().retry_count == 2
+    h.clock.advance(100)
+    assert h.step().continue_after is None  # limit reached
+    assert [e.result for e in h.state().history] == ["Failed"] * 3
+
+
+def test_a_dry_run_operation_writes_nothing_and_reports(h: Harness) -> None:
+    h.git.push([configmap("a")])
+    h.sync()
+    h.until_done()
+    h.git.push([configmap("a", "changed"), configmap("b")])
+    h.sync(dry_run=True)
+    outcome = h.until_done()
+    assert {e.key.name: e.action for e in outcome.changes.entries} == {"a": Action.CONFIGURED, "b": Action.CREATED}
+    assert key("ConfigMap", "b") not in h.cluster.objects
+    assert len(h.state().history) == 1

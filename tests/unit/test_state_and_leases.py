@@ -1,0 +1,161 @@
+"""State files across versions, generation-precondition races and leases (with a fake clock)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from tests.unit.test_operation_steps import Harness, configmap, h  # noqa: F401 - h is the fixture
+from tidecd import state as app_state
+from tidecd.clock import FakeClock
+from tidecd.model import HealthStatus, ResourceKey, SyncStatus
+from tidecd.state import AppState, CachedComparison, OperationPhase
+from tidecd.store import (
+    LEASE_TTL,
+    LeaseKeeper,
+    MemoryStore,
+    PreconditionFailed,
+    acquire_lease,
+    read_lease,
+    renew_lease,
+)
+
+
+def write(store: MemoryStore, app: str, data: bytes) -> int:
+    return store.write(app_state.state_key(app), data)
+
+
+def test_unknown_fields_are_kept_at_the_top_and_ignored_in_records() -> None:
+    store = MemoryStore()
+    doc = {"app": "a", "sync_status": "Synced", "health": "Healthy", "future_field": {"x": 1},
+           "resources": [{"group": "", "kind": "ConfigMap", "namespace": "n", "name": "c", "status": "Synced",
+                          "new_in_v9": True}],
+           "operation": {"id": "o", "revision": "r", "phase": "Succeeded", "planned_by": "v9",
+                         "results": [{"key": {"group": "", "kind": "ConfigMap", "namespace": "n", "name": "c"},
+                                      "phase": "Succeeded", "later": 1}]}}
+    write(store, "a", json.dumps(doc).encode())
+    state, generation = app_state.load(store, "a")
+    assert state.sync_status is SyncStatus.SYNCED and state.health is HealthStatus.HEALTHY
+    assert state.resources[0].key == ResourceKey("", "ConfigMap", "n", "c")
+    assert state.operation is not None and state.operation.phase is OperationPhase.SUCCEEDED
+    app_state.save(store, state, if_generation_match=generation)
+    again = json.loads(store.read(app_state.state_key("a")).data)  # type: ignore[union-attr]
+    assert again["future_field"] == {"x": 1} and again["operation"]["planned_by"] == "v9"
+    assert "new_in_v9" not in again["resources"][0]
+
+
+def test_unknown_statuses_and_older_shapes_read_without_failing() -> None:
+    store = MemoryStore()
+    doc = {"app": "a", "sync_status": "Sideways", "health": "Glowing",
+           "operation": {"phase": "Paused", "message": "m", "revision": "r", "started_at": "t",
+                         "resources": [{"key": "old change entry"}], "automated": True},
+           "history": [{"id": 1, "revision": "r", "deployed_at": "t", "result": "Succeeded"}, {"broken": True}],
+           "comparison_cache": {"/ConfigMap n/c": ["fp", "12", "Synced", [], ""],
+                                "/ConfigMap n/d": {"fingerprint": "fp", "resource_version": "3",
+                                                   "status": "OutOfSync"}}}
+    write(store, "a", json.dumps(doc).encode())
+    state, _ = app_state.load(store, "a")
+    assert (state.sync_status, state.health) == (SyncStatus.UNKNOWN, HealthStatus.UNKNOWN)
+    assert state.operation is not None and state.operation.phase is OperationPhase.ERROR
+    assert state.operation.automated and state.operation.extra["resources"] == [{"key": "old change entry"}]
+    assert [entry.id for entry in state.history] == [1]
+    assert state.comparison_cache == {"/ConfigMap n/d": CachedComparison("fp", "3", SyncStatus.OUT_OF_SYNC)}
+
+
+@pytest.mark.parametrize("data", [b'{"app": "a", "sync_st', b"", b"\xff\xfe", b"[1, 2]", b"null"])
+def test_an_unreadable_state_file_is_a_condition_not_an_error(data: bytes) -> None:
+    store = MemoryStore()
+    generation = write(store, "a", data)
+    state, found = app_state.load(store, "a")
+    assert found == generation and state.rebuilt
+    assert [c["type"] for c in state.conditions] == [app_state.STATE_UNREADABLE]
+    assert "state/apps/a.json" in state.conditions[0]["message"]
+    app_state.save(store, state, if_generation_match=found)  # replaces the broken file
+    assert not app_state.load(store, "a")[0].rebuilt
+
+
+def test_a_broken_state_file_is_rebuilt_by_the_next_reconcile(h: Harness) -> None:  # noqa: F811
+    h.git.push([configmap("a"), configmap("b")])
+    h.sync()
+    h.until_done()
+    write(h.store, "app", b'{"app": "app", "inventory": [{"gro')
+    outcome = h.step()
+    state = h.state()
+    assert [c["type"] for c in state.conditions] == [app_state.STATE_UNREADABLE]
+    assert {i["name"] for i in state.inventory} == {"a", "b"}  # from the live objects it owns
+    assert state.sync_status is SyncStatus.SYNCED and outcome.continue_after is None
+    h.step()
+    assert h.state().conditions == []
+
+
+def test_two_writers_cannot_both_write_from_the_same_generation() -> None:
+    store = MemoryStore()
+    generation = app_state.save(store, AppState(app="a"))
+    first, g1 = app_state.load(store, "a")
+    second, g2 = app_state.load(store, "a")
+    first.add_history("r1", "Succeeded", "p", "main")
+    app_state.save(store, first, if_generation_match=g1)
+    second.add_history("r2", "Succeeded", "p", "main")
+    with pytest.raises(PreconditionFailed):
+        app_state.save(store, second, if_generation_match=g2)
+    assert g1 == g2 == generation
+
+
+def test_a_step_that_loses_a_race_re_reads_and_keeps_the_other_writers_history(h: Harness) -> None:  # noqa: F811
+    h.git.push([configmap("a")])
+    h.sync()
+    raced = []
+
+    def other_writer(verb: str, k: ResourceKey) -> None:
+        if verb == "apply" and not raced:  # another writer records while this step works
+            raced.append(k)
+            current, generation = app_state.load(h.store, "app")
+            current.add_history("elsewhere", "Succeeded", "p", "main")
+            app_state.save(h.store, current, if_generation_match=generation)
+
+    h.cluster.before_call = other_writer
+    h.until_done()
+    assert raced
+    assert [e.revision for e in h.state().history][:1] == ["elsewhere"]
+    assert [e.result for e in h.state().history] == ["Succeeded", "Succeeded"]
+    assert h.op().phase is OperationPhase.SUCCEEDED
+
+
+def test_a_lease_blocks_others_until_it_expires_then_is_taken_over() -> None:
+    store, clock = MemoryStore(), FakeClock()
+    assert LEASE_TTL == 60.0
+    assert acquire_lease(store, "app", "first", LEASE_TTL, clock.now())
+    clock.advance(59)
+    assert not acquire_lease(store, "app", "second", LEASE_TTL, clock.now())
+    assert renew_lease(store, "app", "first", LEASE_TTL, clock.now())  # renewed: good for 60 s more
+    clock.advance(59)
+    assert not acquire_lease(store, "app", "second", LEASE_TTL, clock.now())
+    clock.advance(2)
+    assert acquire_lease(store, "app", "second", LEASE_TTL, clock.now())  # expired: taken over
+    assert not renew_lease(store, "app", "first", LEASE_TTL, clock.now())
+    lease = read_lease(store, "app")
+    assert lease is not None and lease.holder == "second"
+
+
+def test_the_lease_keeper_renews_while_a_step_works_and_notices_a_takeover() -> None:
+    store, clock = MemoryStore(), FakeClock()
+    assert acquire_lease(store, "app", "me", LEASE_TTL, clock.now())
+    keeper = LeaseKeeper(store, "app", "me", LEASE_TTL, clock=clock.now, interval=0.01).start()
+    renewed = threading.Event()
+    for _ in range(200):
+        if keeper.renewals >= 2:
+            renewed.set()
+            break
+        clock.advance(10)
+        threading.Event().wait(0.01)
+    assert renewed.is_set()
+    assert read_lease(store, "app").expires_at > clock.now()  # type: ignore[union-attr]
+    keeper.close(release=False)
+    idle = LeaseKeeper(store, "app", "me", LEASE_TTL, clock=clock.now, interval=3600).start()
+    clock.advance(LEASE_TTL + 1)  # the step stalled past its TTL
+    assert acquire_lease(store, "app", "other", LEASE_TTL, clock.now())
+    assert not idle.renew() and idle.lost
+    idle.close()
+    assert read_lease(store, "app").holder == "other"  # type: ignore[union-attr]  # not released by the loser
