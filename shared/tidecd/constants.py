@@ -20,6 +20,10 @@ ANNOTATION_SYNC_OPTIONS: Final = "argocd.argoproj.io/sync-options"
 ANNOTATION_COMPARE_OPTIONS: Final = "argocd.argoproj.io/compare-options"
 ANNOTATION_MANIFEST_GENERATE_PATHS: Final = "argocd.argoproj.io/manifest-generate-paths"
 
+# Notifications (Argo CD Notifications' annotation) and GitHub write-back (tidecd's own).
+NOTIFICATIONS_SUBSCRIBE_PREFIX: Final = "notifications.argoproj.io/subscribe."
+ANNOTATION_GITHUB_DEPLOYMENT: Final = "tidecd.io/github-deployment"  # value: the GitHub environment name
+
 HELM_HOOK: Final = "helm.sh/hook"
 HELM_HOOK_WEIGHT: Final = "helm.sh/hook-weight"
 HELM_HOOK_DELETE_POLICY: Final = "helm.sh/hook-delete-policy"

@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from tidecd import health, render
+from tidecd import health, notify, render
 from tidecd import source as git
 from tidecd import state as app_state
 from tidecd.clock import SYSTEM, Clock
@@ -99,7 +99,7 @@ def reconcile(runtime: Runtime, name: str, *, reason: str = "", budget: float = 
     try:
         for _ in range(RACE_ATTEMPTS):
             try:
-                return _Step(runtime, name, reason, budget, automate, clock).run()
+                return notify.after_step(runtime, _Step(runtime, name, reason, budget, automate, clock).run())
             except PreconditionFailed:
                 if keeper.lost:
                     return Outcome(name, app_state.load(runtime.store, name)[0], skipped="lease lost")

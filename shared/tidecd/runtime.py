@@ -37,6 +37,8 @@ class Settings:
     git_commit_user: str = "tidecd-image-updater"
     git_commit_email: str = "noreply@tidecd.invalid"
     plain_http_registries: str = ""
+    public_url: str = ""  # the dashboard's public base URL (links in GitHub statuses and notifications)
+    github_api_url: str = ""  # GitHub's API base URL; empty: https://api.github.com (or the github Secret's url)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -53,6 +55,8 @@ class Settings:
             git_commit_user=env.get("TIDECD_GIT_COMMIT_USER", cls.git_commit_user),
             git_commit_email=env.get("TIDECD_GIT_COMMIT_EMAIL", cls.git_commit_email),
             plain_http_registries=env.get("TIDECD_PLAIN_HTTP_REGISTRIES", ""),
+            public_url=env.get("TIDECD_PUBLIC_URL", ""),
+            github_api_url=env.get("TIDECD_GITHUB_API_URL", ""),
         )
 
     def __repr__(self) -> str:  # never print the secrets
