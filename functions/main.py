@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import functions_framework
+import structlog
 from flask import Request, Response
 
 from tidecd import logs
@@ -80,7 +81,7 @@ def poll(request: Request) -> Response:
 @functions_framework.cloud_event
 def reconcile(cloud_event: Any) -> None:
     from tidecd import dispatch
-    from tidecd.errors import LeaseHeld, PermanentError
+    from tidecd.errors import LeaseHeld, disposition
     from tidecd.reconcile import reconcile as run
 
     try:
@@ -91,7 +92,9 @@ def reconcile(cloud_event: Any) -> None:
         while outcome.continue_after is not None and not outcome.skipped and outcome.continue_after < 30:
             time.sleep(min(outcome.continue_after, 1.0))
             outcome = run(runtime, refresh.app, reason=f"{refresh.reason} (continued)")
-    except PermanentError:
+    except Exception as exc:
+        if disposition(exc).retry:
+            raise  # Temporary (or a bug): fail the call so Pub/Sub redelivers it, with its backoff
         return  # a bad message or config: recorded where it can be; retrying cannot help, so acknowledge it
     if outcome.skipped:
         # Another call holds the app's lease: fail so Pub/Sub redelivers and this push is not lost.
@@ -112,6 +115,12 @@ def api(request: Request) -> Response:
     body = _body(request, limit)
     if body is None:
         return _too_large(limit, "TIDECD_MAX_API_BYTES")
-    answer = use_case.handle(request.method, request.path, dict(request.headers), body,
-                             _runtime(), query=dict(request.args))
+    try:
+        runtime = _runtime()
+    except Exception as exc:  # noqa: BLE001 - a bad TIDECD_* setting: a JSON answer, no detail before auth
+        structlog.get_logger("tidecd.api").error("api misconfigured", error=f"{type(exc).__name__}: {exc}")
+        answer = use_case.error(503, "unavailable", "the api is misconfigured; see the function's log")
+    else:
+        answer = use_case.handle(request.method, request.path, dict(request.headers), body, runtime,
+                                 query=dict(request.args))
     return _json(answer.status, answer.body)

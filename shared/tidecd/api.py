@@ -14,13 +14,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+
 from tidecd import state as app_state
-from tidecd.errors import NotFound, OperationInProgress, PermanentError, TidecdError
+from tidecd.errors import NotFound, OperationInProgress, PermanentError, TidecdError, disposition
 from tidecd.model import ChangeSet, ResourceKey
 from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation
 from tidecd.runtime import Runtime
 
 PREFIX = "/api/v1"
+log = structlog.get_logger("tidecd.api")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,19 @@ class Response:
 
 def error(status: int, code: str, message: str) -> Response:
     return Response(status, {"error": code, "message": message})
+
+
+def failure(exc: BaseException) -> Response:
+    """The JSON answer of an exception, by `errors.disposition`; outside the tree (a bug) the message is not
+    echoed, only the type (it could hold anything), and it is logged."""
+    verdict = disposition(exc)
+    if not isinstance(exc, TidecdError):
+        log.error("api failure", error=type(exc).__name__, exc_info=exc)
+        return error(verdict.status, verdict.code, f"internal error ({type(exc).__name__}); see the function's log")
+    answer = error(verdict.status, verdict.code, str(exc))
+    if verdict.delay is not None:
+        answer.body["retryAfter"] = round(verdict.delay)
+    return answer
 
 
 def authorized(headers: Mapping[str, str], token: str) -> bool:
@@ -69,12 +85,8 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, runt
         if match and route_method == method:
             try:
                 return fn(runtime, match.groupdict().get("name", ""), payload, query or {})
-            except NotFound as exc:
-                return error(404, "not_found", str(exc))
-            except PermanentError as exc:
-                return error(400, "bad_request", str(exc))
-            except TidecdError as exc:
-                return error(503, "unavailable", str(exc))
+            except Exception as exc:  # noqa: BLE001 - every failure is answered as JSON, by the one table
+                return failure(exc)
         if match:
             return error(405, "method_not_allowed", f"{method} is not allowed on {path}")
     return error(404, "not_found", f"no such endpoint: {path}")

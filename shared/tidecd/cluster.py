@@ -12,20 +12,40 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from tidecd import constants
-from tidecd.errors import ClusterUnavailable, PermanentError, TidecdError
+from tidecd.errors import ClusterUnavailable, ConfigError, PermanentError, TemporaryError, TidecdError
 from tidecd.model import Manifest, ResourceKey
 
 
 class ApiError(TidecdError):
-    """The API server refused a request; `status` is the HTTP code, `reason` Kubernetes' reason."""
+    """The API server refused a request (HTTP >= 400). Never raised as itself: `ApiError(key, status, ...)`
+    builds the class of that status (`ApiForbidden`, `ApiTooManyRequests`, ...), each either Permanent or
+    Temporary, so `except ApiError` catches every refusal and the entry points know whether to retry.
 
-    def __init__(self, key: ResourceKey | None, status: int, reason: str, message: str) -> None:
+    `status` is the HTTP code, `reason` the Status' reason (`Forbidden`, `Invalid`, ...); the message is the
+    Status' message, shortened (`shorten_values`) and prefixed by the object's key. No request body is kept.
+    """
+
+    status: int
+    delay: float
+
+    def __new__(cls, key: ResourceKey | None, status: int, reason: str, message: str, *,
+                delay: float | None = None) -> ApiError:
+        chosen = api_error_class(status) if cls is ApiError else cls
+        return super().__new__(chosen)
+
+    def __init__(self, key: ResourceKey | None, status: int, reason: str, message: str, *,
+                 delay: float | None = None) -> None:
         self.key, self.status, self.reason = key, status, reason
+        self.delay = delay if delay is not None else 5.0
         prefix = f"{key}: " if key else ""
-        super().__init__(f"{prefix}{message}")
+        Exception.__init__(self, f"{prefix}{message}{self.hint(message)}")
+
+    def hint(self, message: str) -> str:
+        """What the user can do about it, appended to the message ("" when nothing useful)."""
+        return ""
 
     @property
     def is_invalid(self) -> bool:
@@ -34,6 +54,77 @@ class ApiError(TidecdError):
     @property
     def is_conflict(self) -> bool:
         return self.status == 409
+
+
+class ApiBadRequest(ApiError, PermanentError):
+    """400: the request (usually the object) is malformed."""
+
+
+class ApiUnauthorized(ApiError, PermanentError):
+    """401: the cluster's credentials were not accepted (expired token, wrong certificate)."""
+
+    def hint(self, message: str) -> str:
+        return " (check the credentials of the cluster secret or kubeconfig)"
+
+
+class ApiForbidden(ApiError, PermanentError):
+    """403: the credentials are valid, but RBAC does not allow this verb on this resource."""
+
+
+class ApiNotFound(ApiError, PermanentError):
+    """404: no such object (or namespace)."""
+
+
+class ApiTooLarge(ApiError, PermanentError):
+    """413: the object is larger than the API server accepts (about 3 MiB of JSON; etcd stores 1.5 MiB)."""
+
+    def hint(self, message: str) -> str:
+        return " (split the object, or keep large data out of it, e.g. in a volume or an image)"
+
+
+class ApiInvalid(ApiError, PermanentError):
+    """422: the object fails validation; an immutable field needs `Replace=true`."""
+
+    def hint(self, message: str) -> str:
+        if any(marker in message for marker in IMMUTABLE):
+            return " (the field cannot change in place; add the sync option Replace=true to recreate the object)"
+        return ""
+
+
+# How the API server says a field cannot change: most kinds, and Service clusterIP(s) / Job selectors.
+IMMUTABLE = ("immutable", "may not change once set", "may not be changed")
+
+
+class ApiConflict(ApiError, TemporaryError):
+    """409: the object changed meanwhile, or is still being deleted; a later try sees the new state."""
+
+
+class ApiGone(ApiError, TemporaryError):
+    """410: a list or watch position expired; listing again from scratch works."""
+
+
+class ApiTooManyRequests(ApiError, TemporaryError):
+    """429: the API server (or its priority and fairness) throttles us; `delay` is its Retry-After."""
+
+
+class ApiServerError(ApiError, TemporaryError):
+    """5xx: the API server, an aggregated API or an admission webhook failed; it may work later."""
+
+
+class ClusterTlsError(PermanentError):
+    """The API server's certificate does not verify against the cluster's CA data."""
+
+
+_API_ERRORS: dict[int, type[ApiError]] = {
+    400: ApiBadRequest, 401: ApiUnauthorized, 403: ApiForbidden, 404: ApiNotFound, 409: ApiConflict,
+    410: ApiGone, 413: ApiTooLarge, 422: ApiInvalid, 429: ApiTooManyRequests,
+}
+
+
+def api_error_class(status: int) -> type[ApiError]:
+    """The ApiError subclass for an HTTP status: the table above, any other 5xx a server error, any other
+    4xx a bad request (permanent: a retry would send the same request)."""
+    return _API_ERRORS.get(status) or (ApiServerError if status >= 500 else ApiBadRequest)
 
 
 class UnknownKind(PermanentError):
@@ -91,11 +182,16 @@ class KubeCluster:
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, *, context: str | None = None) -> KubeCluster:
+        """A client from a kubeconfig (`path`, else $KUBECONFIG, else ~/.kube/config); a missing or broken
+        one is a ConfigError of one line naming the file, never the kubernetes client's traceback."""
         from kubernetes import config
 
         _keep_credentials_in_memory()
-        return cls(config.new_client_from_config(config_file=path, context=context),  # type: ignore[no-untyped-call]
-                   name=context or "in-cluster")
+        try:
+            client = config.new_client_from_config(config_file=path, context=context)  # type: ignore[no-untyped-call]
+        except Exception as exc:  # noqa: BLE001 - every failure of reading it is the same user problem
+            raise ConfigError(_kubeconfig_problem(path, exc)) from None
+        return cls(client, name=context or "in-cluster")
 
     @property
     def server(self) -> str:
@@ -121,12 +217,9 @@ class KubeCluster:
                                      _request_timeout=(5, 60))
             data = resp.read()
         except (ApiException, HTTPError, OSError) as exc:
-            if "CERTIFICATE_VERIFY_FAILED" in repr(exc) or "SSLError" in repr(exc):
-                raise ClusterUnavailable(f"API server {self.server}: TLS verification failed (check the "
-                                         "cluster's CA data)") from None
-            raise ClusterUnavailable(f"API server {self.server} unreachable: {type(exc).__name__}") from None
+            raise _transport_error(self.server, key, exc, body) from None
         if resp.status >= 400:
-            raise _api_error(key, resp.status, resp.reason, data)
+            raise _api_error(key, resp.status, resp.reason, data, resp.headers.get("Retry-After"))
         return json.loads(data) if data else None
 
     # -- discovery -------------------------------------------------------------------------------------
@@ -245,17 +338,59 @@ def _parse_discovery(doc: dict[str, Any]) -> dict[tuple[str, str], ApiResource]:
     return found
 
 
-def _api_error(key: ResourceKey | None, status: int, reason: str | None, data: bytes) -> Exception:
-    """Map an error answer to our exceptions; only the Status `reason` and `message` are kept."""
-    if status in (502, 503, 504):
-        return ClusterUnavailable(f"{key or 'API server'}: {reason or 'unavailable'} (HTTP {status})")
-    kind, message = str(reason or ""), ""
+def _api_error(key: ResourceKey | None, status: int, reason: str | None, data: bytes,
+               retry_after: str | None = None) -> ApiError:
+    """The ApiError subclass of an error answer; only the Status' `reason` and `message` are kept (and for
+    429 its Retry-After), never the request."""
+    kind, message, details = str(reason or ""), "", cast(dict[str, Any], {})
     try:
         status_body = json.loads(data)
-        kind, message = str(status_body.get("reason", kind)), str(status_body.get("message", ""))
+        kind, message = str(status_body.get("reason") or kind), str(status_body.get("message") or "")
+        details = status_body.get("details") or {}
     except (TypeError, ValueError, AttributeError):
         pass
-    return ApiError(key, status, kind, shorten_values(message) or kind or f"HTTP {status}")
+    delay = _seconds(retry_after) or _seconds(details.get("retryAfterSeconds") if isinstance(details, dict) else None)
+    text = shorten_values(message) or kind or f"HTTP {status}"
+    if status >= 500 and not message:
+        text = f"API server {kind or 'failed'} (HTTP {status})"
+    return ApiError(key, status, kind, text, delay=delay)
+
+
+def _seconds(value: object) -> float | None:
+    try:
+        seconds = float(str(value))
+    except ValueError:
+        return None
+    return min(max(seconds, 1.0), 600.0)
+
+
+# The API server's default limit on a request body (`--max-request-bytes` of etcd is 1.5 MiB more strictly).
+MAX_REQUEST_BYTES = 3 * 1024 * 1024
+
+
+def _transport_error(server: str, key: ResourceKey | None, exc: Exception, body: Any) -> TidecdError:
+    """A failure below HTTP: TLS verification (permanent), a connection broken while sending an oversized
+    object (the server refused it: permanent), anything else unreachable (temporary)."""
+    text = repr(exc)
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return ClusterTlsError(f"API server {server}: TLS verification failed (check the cluster's CA data)")
+    size = _body_size(body)
+    if size > MAX_REQUEST_BYTES:
+        return ApiError(key, 413, "RequestEntityTooLarge",
+                        f"request entity too large: the object is {size / 1e6:.1f} MB, the API server accepts "
+                        f"about {MAX_REQUEST_BYTES / 2**20:.0f} MiB (the connection closed while sending)")
+    return ClusterUnavailable(f"API server {server} unreachable: {type(exc).__name__}")
+
+
+def _body_size(body: Any) -> int:
+    if body is None:
+        return 0
+    if isinstance(body, str | bytes):
+        return len(body)
+    try:
+        return len(json.dumps(body))
+    except (TypeError, ValueError):
+        return 0
 
 
 def shorten_values(message: str, limit: int = 60) -> str:
@@ -290,6 +425,27 @@ def _value_end(text: str, start: int) -> int:
         return len(text)
     end = text.find(": ", start)
     return len(text) if end < 0 else end
+
+
+def _kubeconfig_problem(path: str | None, exc: Exception) -> str:
+    """One line naming the kubeconfig and what is wrong; a YAML error gives no text of the file (tokens)."""
+    import os
+
+    import yaml
+
+    where = path or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    files = [os.path.expanduser(f) for f in where.split(os.pathsep) if f]
+    if isinstance(exc, FileNotFoundError) or not any(os.path.isfile(f) for f in files):
+        what = "not found" if path or os.environ.get("KUBECONFIG") else "not found (set KUBECONFIG)"
+    elif "No configuration found" in str(exc):
+        what = "empty"
+    elif isinstance(exc, yaml.YAMLError):
+        mark = getattr(exc, "problem_mark", None)
+        what = f"not valid YAML{f' (line {mark.line + 1})' if mark is not None else ''}"
+    else:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        what = shorten_values(first)[:200]
+    return f"kubeconfig {where}: {what}"
 
 
 def managed_selector(app: str) -> str:

@@ -1,25 +1,51 @@
-"""The exception tree of tidecd.
+"""The exception tree of tidecd: every public exception, each under Permanent or Temporary.
 
     TidecdError
-    ├── PermanentError          retrying will not help: the entry point gives up and reports it
-    │   ├── ConfigError         a user-written file or field is wrong (names the file and field)
-    │   ├── UnsafePathError     a path, symlink or archive member would leave a repository checkout
-    │   ├── RenderError         a manifest source could not be rendered
-    │   ├── LimitExceeded       input over a configured bound (tidecd.limits): size, depth, aliases
-    │   ├── ProjectViolation    desired objects break their AppProject's rules (lists each object)
-    │   ├── SecretError         a sealed secret cannot be sealed or opened (never includes the value)
-    │   ├── NotFound            an app, revision or history entry does not exist
-    │   └── OperationInProgress an operation of the app is running already (`.operation_id`)
-    └── TemporaryError(delay)   may succeed later: the entry point retries after `delay` seconds
-        ├── SourceUnavailable   a repository could not be reached
-        ├── ClusterUnavailable  the API server could not be reached
-        └── LeaseHeld           another call is reconciling the same app
+    ├── PermanentError                retrying will not help: events are acknowledged, HTTP answers 4xx
+    │   ├── ConfigError               a user-written file or field is wrong (names the file and field);
+    │   │                             also a missing or broken kubeconfig (cluster.KubeCluster.from_kubeconfig)
+    │   ├── UnsafePathError           a path, symlink or archive member would leave a repository checkout
+    │   │   └── store.InvalidKey      an object-store key with `..`, empty or clashing segments
+    │   ├── RenderError               a manifest source could not be rendered
+    │   ├── LimitExceeded             input over a configured bound (tidecd.limits): size, depth, aliases
+    │   ├── ProjectViolation          desired objects break their AppProject's rules (lists each object)
+    │   ├── SecretError               a sealed secret cannot be sealed or opened (never includes the value)
+    │   ├── NotFound                  an app, revision or history entry does not exist
+    │   ├── OperationInProgress       an operation of the app is running already (`.operation_id`)
+    │   ├── tools.MissingTool         a binary tidecd runs (helm, kustomize) is not installed
+    │   ├── dispatch.BadRefreshMessage  a refresh message that cannot be decoded
+    │   ├── cluster.UnknownKind       the API server serves no such group/kind
+    │   ├── cluster.ClusterTlsError   the API server's certificate does not verify against the CA data
+    │   └── cluster.ApiError ∧ PermanentError    the API server refused, and would refuse again:
+    │       ├── cluster.ApiBadRequest       400 (and any other 4xx not below)
+    │       ├── cluster.ApiUnauthorized     401 credentials not accepted
+    │       ├── cluster.ApiForbidden        403 RBAC forbids the verb
+    │       ├── cluster.ApiNotFound         404 no such object or namespace
+    │       ├── cluster.ApiTooLarge         413 request entity too large
+    │       └── cluster.ApiInvalid          422 fails validation (an immutable field: hint Replace=true)
+    └── TemporaryError(delay)         may succeed later: retried, or continued, after `delay` seconds
+        ├── SourceUnavailable         a repository could not be reached
+        ├── ClusterUnavailable        the API server could not be reached (connection, timeout)
+        ├── LeaseHeld                 another call is reconciling the same app
+        ├── store.StoreUnavailable    the object store could not be reached or failed
+        ├── store.Contended           a document kept changing under `update_json`
+        ├── store.PreconditionFailed  a document changed since it was read (re-read and decide again)
+        └── cluster.ApiError ∧ TemporaryError    the API server refused for now:
+            ├── cluster.ApiConflict         409 changed meanwhile, or still being deleted
+            ├── cluster.ApiGone             410 a list position expired
+            ├── cluster.ApiTooManyRequests  429 throttled; `delay` is the server's Retry-After
+            └── cluster.ApiServerError      5xx the API server, an aggregated API or a webhook failed
 
-Foreign exceptions are translated at the boundary (`raise ... from exc`) and never echo request bodies,
-so no secret value can leak through an error message.
+`cluster.ApiError` is the base of every refusal (`except ApiError`); `ApiError(key, status, reason, message)`
+builds the subclass of that status. Each carries the server Status' reason and message (shortened), never
+the request body. `disposition` below is the one table the entry points use: acknowledge, retry later, or
+answer 4xx/5xx. Foreign exceptions are translated at the boundary (`raise ... from exc`) and never echo
+request bodies, so no secret value can leak through an error message.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 
 class TidecdError(Exception):
@@ -90,3 +116,34 @@ class ClusterUnavailable(TemporaryError):
 
 class LeaseHeld(TemporaryError):
     """Another call holds the app's lease."""
+
+
+@dataclass(frozen=True)
+class Disposition:
+    """What an entry point does with an error: the HTTP answer (status, code) and, for an event (a Pub/Sub
+    push), whether to fail the call so it is redelivered (`retry`) or to acknowledge it; `delay` is the
+    seconds after which a retry can help (HTTP `Retry-After`, a continuation), None when it cannot."""
+
+    status: int
+    code: str
+    retry: bool
+    delay: float | None = None
+
+
+_DISPOSITIONS: tuple[tuple[type[BaseException], int, str], ...] = (  # first match wins: specific first
+    (NotFound, 404, "not_found"),
+    (OperationInProgress, 409, "conflict"),
+    (LeaseHeld, 409, "busy"),
+    (PermanentError, 400, "bad_request"),
+    (TemporaryError, 503, "unavailable"),
+)
+
+
+def disposition(exc: BaseException) -> Disposition:
+    """The exception tree as acknowledge / retry later / answer 4xx-5xx. Anything outside the tree is a bug:
+    500, retried (a redelivery may meet a fixed version; Pub/Sub's retry policy bounds it)."""
+    for cls, status, code in _DISPOSITIONS:
+        if isinstance(exc, cls):
+            delay = exc.delay if isinstance(exc, TemporaryError) else None
+            return Disposition(status, code, retry=isinstance(exc, TemporaryError), delay=delay)
+    return Disposition(500, "internal", retry=True)

@@ -249,6 +249,8 @@ class _Step:
     def run(self) -> Outcome:
         try:
             self._observe_and_advance()
+        except PreconditionFailed:
+            raise  # a lost race on the state itself: `reconcile` re-reads and re-decides
         except TemporaryError as exc:
             self._condition("ComparisonError", str(exc))
             if self._running() and isinstance(exc, ClusterUnavailable):

@@ -28,11 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tidecd.errors import ConfigError, LeaseHeld, PermanentError, TemporaryError, TidecdError, UnsafePathError
+from tidecd.errors import ConfigError, LeaseHeld, PermanentError, TemporaryError, UnsafePathError
 
 
-class PreconditionFailed(TidecdError):
-    """The object changed (or exists, or is gone) since the caller read it."""
+class PreconditionFailed(TemporaryError):
+    """The object changed (or exists, or is gone) since the caller read it: re-read and decide again."""
+
+    def __init__(self, message: str, delay: float = 1.0) -> None:
+        super().__init__(message, delay)
 
 
 class InvalidKey(UnsafePathError):

@@ -68,8 +68,6 @@ def _kind_known(cluster: Cluster, key: ResourceKey) -> bool:
 
 
 def explain(exc: ApiError) -> str:
-    """The API server's message, with advice where a user can act on it."""
-    text = str(exc).split(": ", 1)[-1] if exc.key else str(exc)
-    if exc.is_invalid and "immutable" in text:
-        text += " (the field cannot change in place; add the sync option Replace=true to recreate the object)"
-    return text
+    """The API server's message without the object's key (the change entry names it); the advice where a
+    user can act on it (Replace=true for an immutable field, ...) is added by the ApiError class itself."""
+    return str(exc).split(": ", 1)[-1] if exc.key else str(exc)
