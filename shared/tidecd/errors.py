@@ -14,6 +14,7 @@
     │   ├── OperationInProgress       an operation of the app is running already (`.operation_id`)
     │   ├── tools.MissingTool         a binary tidecd runs (helm, kustomize) is not installed
     │   ├── dispatch.BadRefreshMessage  a refresh message that cannot be decoded
+    │   ├── github.Rejected           GitHub refused a request (4xx other than rate limiting)
     │   ├── cluster.UnknownKind       the API server serves no such group/kind
     │   ├── cluster.ClusterTlsError   the API server's certificate does not verify against the CA data
     │   └── cluster.ApiError ∧ PermanentError    the API server refused, and would refuse again:
@@ -30,6 +31,10 @@
         ├── store.StoreUnavailable    the object store could not be reached or failed
         ├── store.Contended           a document kept changing under `update_json`
         ├── store.PreconditionFailed  a document changed since it was read (re-read and decide again)
+        ├── github.Unavailable        GitHub could not be reached or answered 5xx
+        ├── github.RateLimited        GitHub's rate limit is used up; `delay` lasts until its reset
+        ├── images.registry.RegistryUnavailable  an image registry could not be reached
+        ├── images.writeback.PushRejected        the branch moved while committing a write-back
         └── cluster.ApiError ∧ TemporaryError    the API server refused for now:
             ├── cluster.ApiConflict         409 changed meanwhile, or still being deleted
             ├── cluster.ApiGone             410 a list position expired

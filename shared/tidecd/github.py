@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import structlog
 
 from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_GITHUB
-from tidecd.errors import ConfigError
+from tidecd.errors import ConfigError, PermanentError, TemporaryError
 from tidecd.store import ObjectStore, PreconditionFailed, read_json, write_json
 
 log = structlog.get_logger("tidecd.github")
@@ -141,13 +141,15 @@ def _auth_of(secret: dict[str, Any], api_url: str) -> GitHubAuth:
 # --- the API seam ----------------------------------------------------------------------------------------
 
 
-class RateLimited(Exception):
+class RateLimited(TemporaryError):
+    """GitHub's rate limit is used up until `reset_at` (epoch seconds); `delay` waits until then."""
+
     def __init__(self, reset_at: float) -> None:
-        super().__init__(f"rate limited until {reset_at:.0f}")
+        super().__init__(f"rate limited until {reset_at:.0f}", delay=max(1.0, reset_at - time.time()))
         self.reset_at = reset_at
 
 
-class Rejected(Exception):
+class Rejected(PermanentError):
     """GitHub refused the request (4xx other than rate limiting): retrying the same request cannot help."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -155,7 +157,7 @@ class Rejected(Exception):
         self.status = status
 
 
-class Unavailable(Exception):
+class Unavailable(TemporaryError):
     """GitHub could not be reached or answered 5xx."""
 
 

@@ -22,7 +22,7 @@ import yaml
 
 from tidecd import source as git
 from tidecd.config import redact_repo_url
-from tidecd.errors import ConfigError, SourceUnavailable, TidecdError, UnsafePathError
+from tidecd.errors import ConfigError, SourceUnavailable, TemporaryError, UnsafePathError
 from tidecd.images.state import ImageValue
 from tidecd.render.overrides import _image_name
 
@@ -34,8 +34,8 @@ PUSH_ATTEMPTS = 4
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 
 
-class PushRejected(TidecdError):
-    """The branch moved while we committed (or the server refused the update)."""
+class PushRejected(TemporaryError):
+    """The branch moved while we committed (or the server refused the update): fetch again and retry."""
 
 
 @dataclass(frozen=True)
