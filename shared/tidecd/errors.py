@@ -35,6 +35,7 @@
         ├── github.RateLimited        GitHub's rate limit is used up; `delay` lasts until its reset
         ├── images.registry.RegistryUnavailable  an image registry could not be reached
         ├── images.writeback.PushRejected        the branch moved while committing a write-back
+        ├── notify.DeliveryFailed     a notification did not go through (retried with backoff)
         └── cluster.ApiError ∧ TemporaryError    the API server refused for now:
             ├── cluster.ApiConflict         409 changed meanwhile, or still being deleted
             ├── cluster.ApiGone             410 a list position expired

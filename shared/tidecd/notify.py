@@ -53,6 +53,7 @@ from tidecd.constants import (
     NOTIFICATIONS_SUBSCRIBE_PREFIX,
     SECRET_TYPE_NOTIFICATIONS,
 )
+from tidecd.errors import TemporaryError
 from tidecd.model import HealthStatus, SyncStatus
 from tidecd.state import AppState, OperationPhase
 from tidecd.store import read_json, write_json
@@ -183,8 +184,9 @@ def subscriptions(annotations: Mapping[str, str]) -> tuple[list[Subscription], l
 # --- delivery --------------------------------------------------------------------------------------------
 
 
-class DeliveryFailed(Exception):
-    """One delivery did not go through (the message is safe to record: no URL, key or body)."""
+class DeliveryFailed(TemporaryError):
+    """One delivery did not go through (the message is safe to record: no URL, key or body); it is retried
+    with backoff up to MAX_ATTEMPTS."""
 
 
 @dataclass(frozen=True)
