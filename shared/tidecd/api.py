@@ -108,7 +108,10 @@ def list_apps(runtime: Runtime, _: str, __: dict[str, Any], ___: Mapping[str, st
     for name, problem in sorted(config.invalid.items()):
         apps.append({"name": name, "sync": "Unknown", "health": "Unknown", "revision": "",
                      "reconciledAt": "", "error": problem})
-    return Response(200, {"apps": apps})
+    body: dict[str, Any] = {"apps": apps}
+    if config.problems:
+        body["configProblems"] = list(config.problems)
+    return Response(200, body)
 
 
 @route("GET", "/apps/(?P<name>[^/]+)")

@@ -68,42 +68,148 @@ def load_config(directory: Path, *, display: str | None = None, strict: bool = T
     """Read every `.yaml/.yml/.json` file under `directory` (recursively, sorted, dot-files skipped).
 
     `display` replaces the directory in file names of errors (e.g. `REPO#REF:PATH`). Raises ConfigError
-    listing every problem found, one per line. With `strict=False` (what the functions use), an invalid
-    Application is set aside in `Config.invalid` so the other apps keep working.
+    listing every problem found, one per line. With `strict=False` (what the functions use) a bad file
+    sets aside only what it defines, so everything else keeps working: an invalid Application, or one
+    defined twice, or one in a file that cannot be parsed (its name is still read from the text where it
+    can be), goes to `Config.invalid`; an invalid or duplicated AppProject sets aside the apps that use
+    it; anything else (an unknown kind, a bad Secret, a symlink leaving the directory) is listed in
+    `Config.problems`.
     """
     if not directory.is_dir():
         raise ConfigError(f"config source {display or directory}: not a directory")
-    check_tree(directory)
+    if strict:
+        check_tree(directory)
     prefix = str(directory) if display is None else display
     if prefix and not prefix.endswith(("/", ":")):
         prefix += "/"
     errors: list[str] = []
     found: list[ConfigItem] = []
     invalid: dict[str, list[str]] = {}
+    bad_projects: dict[str, list[str]] = {}
     for path in config_files(directory):
         origin = prefix + path.relative_to(directory).as_posix()
-        for index, doc in _read_documents(path, origin, errors):
+        if not strict and (escape := _escaping_symlink(directory, path)):
+            errors.append(f"{origin}: {escape}")
+            continue
+        before = len(errors)
+        docs = _read_documents(path, origin, errors)
+        if not strict and len(errors) > before:  # the file could not be parsed: set aside what it names
+            app_names, project_names = _names_in_text(path, "Application"), _names_in_text(path, "AppProject")
+            for name in app_names:
+                invalid.setdefault(name, []).extend(errors[before:])
+            for name in project_names:
+                bad_projects.setdefault(name, []).extend(errors[before:])
+            if app_names or project_names:
+                del errors[before:]
+        for index, doc in docs:
             before = len(errors)
             item = _parse_document(doc, origin, index, errors)
             if item is not None:
                 found.append(item)
-            elif not strict and (name := _application_name(doc)) and name not in invalid:
-                invalid[name] = errors[before:]
+            elif not strict and (name := _object_name(doc, "Application")):
+                invalid.setdefault(name, []).extend(errors[before:])
                 del errors[before:]
-    config = _assemble(found, errors, invalid if not strict else None)
-    if errors:
-        raise ConfigError(_summary(errors))
-    config.invalid = {name: _summary(problems) for name, problems in invalid.items()}
+            elif not strict and (name := _object_name(doc, "AppProject")):
+                bad_projects.setdefault(name, []).extend(errors[before:])
+                del errors[before:]
+    if strict:
+        config = _assemble(found, errors)
+        if errors:
+            raise ConfigError(_summary(errors))
+        return config
+    config = _assemble_isolated(found, invalid, bad_projects)
+    config.problems = errors
     return config
 
 
-def _application_name(doc: Any) -> str:
-    """The name of an Application document whose errors can be set aside for that app alone."""
-    if not isinstance(doc, dict) or (doc.get("apiVersion"), doc.get("kind")) != (ARGO_VERSION, "Application"):
+def _escaping_symlink(directory: Path, path: Path) -> str:
+    """Why a config file is not read when it is a symlink leaving the directory, else ""."""
+    if not path.is_symlink():
+        return ""
+    root = directory.resolve()
+    target = path.resolve()
+    return "" if root in target.parents else "symlink pointing outside the config directory: not read"
+
+
+_KIND_LINE = re.compile(r"^kind:\s*['\"]?(\w+)['\"]?\s*$", re.MULTILINE)
+_NAME_LINE = re.compile(r"^\s+name:\s*['\"]?([a-z0-9][-a-z0-9.]*)['\"]?\s*$", re.MULTILINE)
+_DOC_START = re.compile(r"^---", re.MULTILINE)
+_JSON_KIND = re.compile(r'"kind"\s*:\s*"(\w+)"')
+_JSON_NAME = re.compile(r'"metadata"\s*:\s*\{[^{}]*?"name"\s*:\s*"([a-z0-9][-a-z0-9.]*)"')
+
+
+def _names_in_text(path: Path, kind: str) -> list[str]:
+    """Names of `kind` objects in a file that could not be parsed, read from its raw lines (best effort),
+    so that what the broken file defines is set aside by name rather than silently forgotten."""
+    try:
+        text = path.read_bytes()[: limits.current().file_bytes].decode("utf-8", "replace")
+    except OSError:
+        return []
+    if path.suffix == ".json":
+        kind_json = _JSON_KIND.search(text)
+        name_json = _JSON_NAME.search(text)
+        found = kind_json is not None and kind_json[1] == kind and name_json is not None
+        return [name_json[1]] if found and name_json and DNS_NAME.fullmatch(name_json[1]) else []
+    names = []
+    for chunk in _DOC_START.split(text):
+        kinds = _KIND_LINE.findall(chunk)
+        if kinds[:1] == [kind] and (match := _NAME_LINE.search(chunk)) and DNS_NAME.fullmatch(match[1]):
+            names.append(match[1])
+    return names
+
+
+def _object_name(doc: Any, kind: str) -> str:
+    """The name of an Argo CD `kind` document whose errors can be set aside for that object alone."""
+    if not isinstance(doc, dict) or (doc.get("apiVersion"), doc.get("kind")) != (ARGO_VERSION, kind):
         return ""
     meta = doc.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     return name if isinstance(name, str) and DNS_NAME.fullmatch(name) else ""
+
+
+def _assemble_isolated(found: list[ConfigItem], invalid: dict[str, list[str]],
+                       bad_projects: dict[str, list[str]]) -> Config:
+    """Cross-object rules, setting aside only what breaks them: a name defined twice sets aside every
+    definition; an app whose project is invalid, duplicated or missing is set aside with the reason."""
+    apps: dict[str, list[Application]] = {}
+    projects: dict[str, list[AppProject]] = {}
+    secrets: list[dict[str, Any]] = []
+    for item in found:
+        if isinstance(item, Application):
+            apps.setdefault(item.name, []).append(item)
+        elif isinstance(item, AppProject):
+            projects.setdefault(item.name, []).append(item)
+        else:
+            secrets.append(item)
+    good_projects: dict[str, AppProject] = {}
+    for name, defined in projects.items():
+        if len(defined) > 1:
+            origins = ", ".join(p.origin for p in defined)
+            bad_projects.setdefault(name, []).append(f"AppProject/{name}: metadata.name: defined more than once "
+                                                     f"({origins})")
+        elif name not in bad_projects:
+            good_projects[name] = defined[0]
+    good_projects.setdefault("default", DEFAULT_PROJECT)
+    good_apps: dict[str, Application] = {}
+    for name, defined_apps in apps.items():
+        if len(defined_apps) > 1 or name in invalid:
+            origins = ", ".join(a.origin for a in defined_apps)
+            also = ", and an invalid one" if name in invalid else ""
+            invalid.setdefault(name, []).append(f"Application/{name}: metadata.name: defined more than once "
+                                                f"({origins}{also})")
+            continue
+        app = defined_apps[0]
+        if app.project in bad_projects:
+            invalid[name] = [f"{app.origin}: Application/{name}: spec.project: project {app.project!r} is "
+                             "invalid, so this app is set aside: " + "; ".join(bad_projects[app.project])]
+        elif app.project not in good_projects:
+            invalid[name] = [f"{app.origin}: Application/{name}: spec.project: project {app.project!r} "
+                             "is not defined in the config source"]
+        else:
+            good_apps[name] = app
+    config = Config(applications=good_apps, projects=good_projects, secrets=secrets)
+    config.invalid = {name: _summary(problems) for name, problems in invalid.items()}
+    return config
 
 
 def config_files(directory: Path) -> list[Path]:
@@ -204,8 +310,8 @@ def _parse_document(doc: Any, origin: str, index: int, errors: list[str]) -> Con
     return item if len(errors) == before else None
 
 
-def _assemble(found: list[ConfigItem], errors: list[str], invalid: dict[str, list[str]] | None = None) -> Config:
-    """Cross-object rules: unique names, and every Application's project defined."""
+def _assemble(found: list[ConfigItem], errors: list[str]) -> Config:
+    """Cross-object rules (strict loading): unique names, and every Application's project defined."""
     apps: dict[str, Application] = {}
     projects: dict[str, AppProject] = {}
     secrets: list[dict[str, Any]] = []
@@ -219,16 +325,8 @@ def _assemble(found: list[ConfigItem], errors: list[str], invalid: dict[str, lis
     projects.setdefault("default", DEFAULT_PROJECT)
     for app in list(apps.values()):
         if app.project not in projects:
-            problem = (f"{app.origin}: Application/{app.name}: spec.project: project {app.project!r} "
-                       "is not defined in the config source")
-            if invalid is None:
-                errors.append(problem)
-            else:
-                invalid[app.name] = [problem]
-                del apps[app.name]
-    for name in invalid or {}:
-        if name in apps:  # a valid and an invalid Application of the same name
-            errors.append(f"Application/{name}: metadata.name: duplicate name, also defined in {apps[name].origin}")
+            errors.append(f"{app.origin}: Application/{app.name}: spec.project: project {app.project!r} "
+                          "is not defined in the config source")
     return Config(applications=apps, projects=projects, secrets=secrets)
 
 

@@ -186,6 +186,9 @@ class Config:
     secrets: list[dict[str, Any]] = field(default_factory=list)  # (sealed) cluster/repository Secrets
     # Applications that failed validation, name → every error: one bad app must not stop the others.
     invalid: dict[str, str] = field(default_factory=dict)
+    # Problems that set aside no application by name (an unknown kind, a bad Secret, a file that could
+    # not be read at all): reported by `app list`, the api and the webhook, while every app keeps working.
+    problems: list[str] = field(default_factory=list)
 
     def project_of(self, app: Application) -> AppProject:
         return self.projects[app.project]

@@ -79,7 +79,10 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
         sleep((rng or random.Random()).uniform(0, jitter_seconds))  # noqa: S311 (jitter, not crypto)
     try:
         config_source = parse_config_source(runtime.settings.config)
-        apps = list(runtime.config().applications.values())
+        config = runtime.config()
+        apps = list(config.applications.values())
+        summary.errors.extend(f"config source: {p}" for p in config.problems)  # everything else keeps working
+        summary.errors.extend(f"config source: app {n} set aside: {m}" for n, m in sorted(config.invalid.items()))
     except TidecdError as exc:
         summary.errors.append(f"config source: {exc}")
         summary.elapsed = now() - start

@@ -100,6 +100,7 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
         return Response(200, answer | {"note": f"{push.ref} was deleted: nothing to refresh"})
     config = _config(runtime)
     apps = matching_apps(config.applications.values(), push)
+    answer |= config_report(config)
     if config_source_matches(runtime.settings.config, push):
         answer["config_source"] = "changed: the next call loads the new configuration"
     generation = _claim(runtime, delivery, provider, push) if delivery else 0
@@ -329,6 +330,16 @@ def config_source_matches(spec: str, push: Push) -> bool:
 
 
 # --- store and config ------------------------------------------------------------------------------------
+
+
+def config_report(config: Config) -> dict[str, Any]:
+    """What the config source sets aside (bad apps by name, other problems), for answers and listings."""
+    report: dict[str, Any] = {}
+    if config.invalid:
+        report["set_aside"] = dict(sorted(config.invalid.items()))
+    if config.problems:
+        report["config_problems"] = list(config.problems)
+    return report
 
 
 def _config(runtime: Runtime) -> Config:

@@ -293,13 +293,14 @@ def test_jitter_sleeps_a_random_time_within_the_bound(tmp_path: Path) -> None:
     assert slept[0] == random.Random(4).uniform(0, 7)
 
 
-def test_an_invalid_config_source_is_an_error_not_an_exception(tmp_path: Path) -> None:
+def test_a_broken_config_file_is_reported_and_the_other_apps_are_still_polled(tmp_path: Path) -> None:
     runtime = make_runtime(tmp_path, [application("web", REPO_A)])
     (tmp_path / "config" / "broken.yaml").write_text("kind: Application\n")
 
-    summary = run(runtime, FakeGit({}), sent := Recorder())
+    summary = run(runtime, FakeGit({REPO_A: {"refs/heads/main": "a" * 40}}), sent := Recorder())
 
-    assert sent.refreshes == [] and "broken.yaml" in summary.errors[0]
+    assert [r.app for r in sent.refreshes] == ["web"]
+    assert "broken.yaml" in summary.errors[0] and "unsupported object" in summary.errors[0]
 
 
 # --- config source in git --------------------------------------------------------------------------------

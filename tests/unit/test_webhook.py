@@ -411,14 +411,20 @@ def test_a_request_from_neither_forge_is_refused(runtime: Runtime) -> None:
     assert response.status == 400 and "X-GitHub-Event" in response.body["error"]
 
 
-def test_invalid_config_source_is_a_500_naming_it(tmp_path: Path) -> None:
+def test_a_broken_config_file_is_reported_and_the_push_still_refreshes_the_others(tmp_path: Path) -> None:
     runtime = make_runtime(tmp_path)
     (tmp_path / "config" / "broken.yaml").write_text("apiVersion: argoproj.io/v1alpha1\nkind: Application\n")
+    (tmp_path / "config" / "bad-app.yaml").write_text(
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: bad-app\nspec: [unclosed\n")
     body = fixture("github-push-branch.json")
 
-    response = handle(github(body), body, runtime, Recorder())
+    response = handle(github(body), body, runtime, sent := Recorder())
 
-    assert response.status == 500 and "broken.yaml" in response.body["error"]
+    assert response.status == 202 and response.body["refreshed"] == ["everything", "guestbook", "pinned"]
+    assert [r.app for r in sent.refreshes] == response.body["refreshed"]
+    assert "broken.yaml" in response.body["config_problems"][0]
+    assert "bad-app.yaml" in response.body["set_aside"]["bad-app"]
+    assert "YAML syntax error" in response.body["set_aside"]["bad-app"]
 
 
 # --- the matching rules ----------------------------------------------------------------------------------

@@ -86,11 +86,21 @@ def list_apps(server: str = SERVER, token: str = TOKEN, output: str = OUTPUT,
     body = _checked(*_call("GET", "/apps", server, token))
     if not cached and not server:
         for item in body["apps"]:
-            _refreshed(item["name"], server, token, cached)
+            if "error" not in item:  # an app the config sets aside has nothing to refresh
+                _refreshed(item["name"], server, token, cached)
         body = _checked(*_call("GET", "/apps", server, token))
-    _emit(body, output, lambda b: _print_table(
-        ["NAME", "SYNC", "HEALTH", "REVISION"],
-        [[a["name"], a["sync"], a["health"], a["revision"][:12]] for a in b["apps"]]))
+
+    def table(b: dict[str, Any]) -> None:
+        _print_table(["NAME", "SYNC", "HEALTH", "REVISION"],
+                     [[a["name"], a["sync"] if "error" not in a else "Invalid", a["health"], a["revision"][:12]]
+                      for a in b["apps"]])
+        for a in b["apps"]:
+            if "error" in a:
+                typer.echo(f"invalid: {a['name']}: {a['error']}", err=True)
+        for problem in b.get("configProblems", []):
+            typer.echo(f"config problem: {problem}", err=True)
+
+    _emit(body, output, table)
 
 
 @app.command("get")
