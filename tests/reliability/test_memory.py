@@ -31,9 +31,11 @@ BOUND_MIB = 150
 def run_child(code: str, tmp: Path) -> tuple[str, float]:
     """Run `code` in a fresh interpreter; it prints a result line, then we add its peak RSS (MiB)."""
     script = tmp / "child.py"
+    # VmHWM, not getrusage's ru_maxrss: Linux carries the forking parent's peak (pytest's) over an exec
     script.write_text(textwrap.dedent(code) + textwrap.dedent("""
-        import resource
-        print("PEAK_RSS_KIB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        from pathlib import Path as _Path
+        _hwm = [l for l in _Path("/proc/self/status").read_text().splitlines() if l.startswith("VmHWM:")]
+        print("PEAK_RSS_KIB", _hwm[0].split()[1])
         """))
     env = {**os.environ, "PYTHONPATH": str(ROOT / "shared") + os.pathsep + str(ROOT)}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env,
