@@ -54,7 +54,7 @@ def _runtime() -> Any:
 
 @functions_framework.http
 def webhook(request: Request) -> Response:
-    from tidecd import dispatch, limits
+    from tidecd import dispatch, limits, metrics
     from tidecd import webhook as hooks
 
     limit = limits.current().webhook_bytes
@@ -63,6 +63,7 @@ def webhook(request: Request) -> Response:
         return _too_large(limit, "TIDECD_MAX_WEBHOOK_BYTES")
     runtime = _runtime()
     answer = hooks.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime))
+    metrics.count_webhook(request.headers, answer.status)
     return _json(answer.status, answer.body)
 
 
@@ -107,6 +108,12 @@ def api(request: Request) -> Response:
     from tidecd import limits
 
     limit = limits.current().api_bytes
+    if request.path == "/metrics":  # Prometheus text (tidecd.metrics)
+        from tidecd import metrics
+
+        runtime = _runtime()
+        status, text = metrics.handle(dict(request.headers), runtime.store, runtime.settings.api_token)
+        return Response(text, status=status, mimetype="text/plain", content_type=metrics.CONTENT_TYPE)
     if request.path == "/ui" or request.path.startswith("/ui/"):  # the dashboard (tidecd.ui)
         from tidecd.ui import web
 

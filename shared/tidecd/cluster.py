@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from tidecd import constants
+from tidecd import constants, metrics
 from tidecd.errors import ClusterUnavailable, ConfigError, PermanentError, TemporaryError, TidecdError
 from tidecd.model import Manifest, ResourceKey
 
@@ -281,8 +281,9 @@ class KubeCluster:
         query = {"fieldManager": constants.FIELD_MANAGER, "force": "true"}
         if dry_run:
             query["dryRun"] = "All"
-        return dict(self.request("PATCH", res.path(key.namespace, key.name), body=json.dumps(obj), query=query,
-                                 content_type="application/apply-patch+yaml", key=key))
+        with metrics.timed("dry_run" if dry_run else "apply"):
+            return dict(self.request("PATCH", res.path(key.namespace, key.name), body=json.dumps(obj), query=query,
+                                     content_type="application/apply-patch+yaml", key=key))
 
     def replace(self, obj: Manifest) -> Manifest:
         """Sync option Replace=true: PUT the object whole (POST when absent). When a field is immutable,

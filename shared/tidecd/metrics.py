@@ -5,7 +5,8 @@ started (as a Prometheus client in any multi-process server does): a scrape of t
 instance's own counters plus what that instance ran (reconciles run in-process locally, and in the api's
 own sync/refresh calls). For installation-wide totals across instances, `tidecd_store_*` gauges are
 read from the aggregate counters kept in the object store (`metrics/totals.json`, bumped once per
-reconcile step and per webhook delivery with a generation precondition; see `bump_totals`).
+finished sync with a generation precondition; see `bump_totals`). Webhook deliveries are counted in
+process only: a store write per delivery would contend at the rates GitHub delivers.
 
 Names follow Prometheus conventions; the structured log lines carry the same fields (`event`, `result`,
 `phase`, `service`, ...), so Cloud Logging can count the same things across instances.
@@ -90,6 +91,24 @@ class _StoreTotals:
             family = GaugeMetricFamily(f"tidecd_store_{name}", f"installation-wide total of {name} (all instances)")
             family.add_metric([], float(value))
             yield family
+
+
+def count_webhook(headers: Mapping[str, str], status: int) -> None:
+    """One webhook delivery answered: by forge event (`X-GitHub-Event` / `X-Gitlab-Event`) and HTTP status.
+    In-process only: a store write per delivery would contend at the webhook's delivery rates."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    event = (lowered.get("x-github-event") or lowered.get("x-gitlab-event") or "none")[:40]
+    result = "accepted" if status < 300 else "refused" if status < 500 else "failed"
+    WEBHOOKS.labels(event=event, result=result).inc()
+
+
+def handle(headers: Mapping[str, str], store: ObjectStore | None, token: str) -> tuple[int, bytes]:
+    """GET /metrics on the api function, behind the api's bearer token (Prometheus: `authorization`)."""
+    from tidecd.api import authorized
+
+    if not authorized(headers, token):
+        return 401, b"a valid bearer token is required (Authorization: Bearer ...)\n"
+    return 200, render(store)
 
 
 def render(store: ObjectStore | None = None) -> bytes:

@@ -387,6 +387,8 @@ def after_step(runtime: Runtime, outcome: Outcome, *, ctx: Context | None = None
     """Deliver what the step's new state makes due; never raises, never blocks the sync beyond the budget.
 
     Returns the outcome, with `continue_after` shortened when a failed delivery is due for a retry."""
+    metrics.RECONCILES.labels(result="skipped" if outcome.skipped else
+                              "continuing" if outcome.continue_after is not None else "done").inc()
     if outcome.state is None or outcome.skipped:
         return outcome
     try:
@@ -429,6 +431,9 @@ def notify_state(runtime: Runtime, state: AppState, *, ctx: Context | None = Non
     for event in due:
         if event.trigger in ("on-sync-running", "on-sync-succeeded", "on-sync-failed"):
             metrics.OPERATIONS.labels(phase="Running" if event.trigger == "on-sync-running" else event.phase).inc()
+        if event.trigger in ("on-sync-succeeded", "on-sync-failed"):
+            metrics.SYNCS.labels(result=event.phase).inc()
+            metrics.bump_totals(store, {f"syncs_{event.phase.lower()}": 1})
         for delivery in write_back(ctx, app, event, record):
             history.append({"id": "", "trigger": event.trigger, "service": "github-status", "recipient": "",
                             "result": delivery.result, "detail": delivery.detail or delivery.what, "attempts": 1,

@@ -193,8 +193,12 @@ def test_an_automated_sync_posts_statuses_and_each_subscription_once(
     receiver.key = ""  # slack does not sign; the webhook target's signature is checked below
     sha = git.push([CONFIGMAP])
     before = metrics.NOTIFICATIONS.labels(service="webhook", trigger="on-sync-succeeded", result="sent")._value.get()
+    syncs = metrics.SYNCS.labels(result="Succeeded")._value.get()
+    reconciles = metrics.RECONCILES.labels(result="done")._value.get()
     _steps(runtime)
     _steps(runtime)  # more reconciles of the same state notify nothing more
+    assert metrics.SYNCS.labels(result="Succeeded")._value.get() == syncs + 1
+    assert metrics.RECONCILES.labels(result="done")._value.get() >= reconciles + 2
     assert github_standin.status_states("octo/web", sha, "tidecd/web") == ["pending", "success"]
     [status] = [s for s in github_standin.statuses[("octo/web", sha)] if s["context"] == "tidecd/web"][:1]
     assert status["target_url"] == "https://cd.example/ui/apps/web"

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tidecd import metrics
 from tidecd.config import ApplicationSource, DirectorySpec
 from tidecd.errors import ConfigError, RenderError
 from tidecd.model import Manifest
@@ -126,7 +127,8 @@ def render_cached(
     blob = store.read(key)
     if blob is not None and (cached := _decode(blob.data)) is not None:
         return cached
-    manifests = render_fn()
+    with metrics.timed("render"):
+        manifests = render_fn()
     data = json.dumps({"format": CACHE_FORMAT, "manifests": manifests}, separators=(",", ":")).encode()
     with contextlib.suppress(PreconditionFailed):  # another call stored the same revision meanwhile
         store.write(key, data, if_generation_match=blob.generation if blob else 0)

@@ -1,0 +1,42 @@
+"""/metrics: Prometheus text that prometheus_client's parser reads, with counters that move."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tidecd import metrics
+from tidecd.store import MemoryStore
+
+
+def _samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text.decode()) for s in family.samples}
+
+
+def test_counters_and_histograms_parse_and_move() -> None:
+    store = MemoryStore()
+    before = _samples(metrics.render(store))
+    metrics.count_webhook({"X-GitHub-Event": "push"}, 202)
+    metrics.count_webhook({"X-GitHub-Event": "push"}, 401)
+    with metrics.timed("render"):
+        pass
+    metrics.bump_totals(store, {"syncs_succeeded": 2})
+    metrics.bump_totals(store, {"syncs_succeeded": 1})
+    after = _samples(metrics.render(store))
+
+    def delta(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert delta("tidecd_webhook_deliveries_total", event="push", result="accepted") == 1
+    assert delta("tidecd_webhook_deliveries_total", event="push", result="refused") == 1
+    assert delta("tidecd_stage_duration_seconds_count", stage="render") == 1
+    assert after[("tidecd_store_syncs_succeeded", ())] == 3
+
+
+def test_metrics_need_the_api_token() -> None:
+    assert metrics.handle({}, None, "tok")[0] == 401
+    assert metrics.handle({"Authorization": "Bearer nope"}, None, "tok")[0] == 401
+    assert metrics.handle({}, None, "")[0] == 401
+    status, text = metrics.handle({"Authorization": "Bearer tok"}, None, "tok")
+    assert status == 200 and b"# HELP tidecd_reconciles" in text
