@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from bench import cli, diff, functions, render, sync
+from bench import cli, diff, functions, render, sync, ui
 from bench.harness import Bench, Row, fmt_time, print_plain, print_table, say
 from tidecd import logs
 
@@ -28,6 +28,7 @@ GROUPS: dict[str, Callable[[Bench], list[Row]]] = {
     "sync": sync.run,
     "functions": functions.run,
     "cli": cli.run,
+    "ui": ui.run,
 }
 
 

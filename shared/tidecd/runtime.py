@@ -6,6 +6,7 @@ written anywhere.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -63,6 +64,37 @@ class Settings:
         return f"Settings(config={self.config!r}, store={self.store!r}, refresh_topic={self.refresh_topic!r})"
 
 
+# A warm function instance serves many calls: a config directory whose files did not change (same names,
+# same bytes) is not parsed again. Hashing is ~100x cheaper than parsing: 1,000 Applications take
+# 0.3-1 s to load on two cores, their sha256 a few ms.
+_DIRECTORY_CONFIGS: dict[str, tuple[str, Config]] = {}
+
+
+def _fingerprint(directory: Path) -> str:
+    digest = hashlib.sha256()
+    for folder, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            path = os.path.join(folder, name)
+            digest.update(path.encode() + b"\0")
+            if os.path.islink(path):
+                digest.update(b"link:" + os.readlink(path).encode())
+            elif os.path.isfile(path):
+                with open(path, "rb") as f:
+                    digest.update(hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()
+
+
+def _directory_config(directory: Path) -> Config:
+    stamp = _fingerprint(directory)
+    cached = _DIRECTORY_CONFIGS.get(str(directory))
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    config = load_config(directory, strict=False)
+    _DIRECTORY_CONFIGS[str(directory)] = (stamp, config)
+    return config
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -86,7 +118,7 @@ class Runtime:
     def _load_config(self) -> Config:
         source = parse_config_source(self.settings.config)
         if isinstance(source, Path):
-            return load_config(source, strict=False)
+            return _directory_config(source)
         return self._load_config_from_git(source)
 
     def _load_config_from_git(self, ref: ConfigSourceRef) -> Config:

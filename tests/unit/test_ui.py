@@ -170,7 +170,7 @@ def test_actions_need_csrf_same_origin_and_the_admin_role(runtime: Runtime) -> N
 
 def test_apps_page_counts_filters_search_and_pages(runtime: Runtime) -> None:
     config = runtime.config()
-    rows = views.app_rows(config, views.load_states(runtime.store, sorted(config.applications)))
+    rows = views.app_rows(config, views.load_summaries(runtime.store, sorted(config.applications)))
     assert [(r.name[:4], r.sync, r.health) for r in rows] == [("api-", "Unknown", "Unknown"),
                                                               ("web", "OutOfSync", "Healthy")]
     page = views.apps_page(rows, {})
@@ -270,3 +270,23 @@ def test_the_vendored_script_is_the_pinned_one() -> None:
     static = Path(ui.__file__).parent / "static"
     digest = hashlib.sha256((static / "htmx.min.js").read_bytes()).hexdigest()
     assert digest in (static / "VENDORED.md").read_text() and (static / "htmx.LICENSE").is_file()
+
+
+def test_a_warm_instance_reparses_only_what_changed(tmp_path: Path) -> None:
+    from tidecd import runtime as runtime_module
+
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(application("web")))
+    first = Runtime(settings=Settings(config=str(tmp_path)), store=MemoryStore()).config()
+    again = Runtime(settings=Settings(config=str(tmp_path)), store=MemoryStore()).config()
+    assert again is first  # same bytes: not parsed again
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(application("web", namespace="xyz")))  # same size
+    changed = Runtime(settings=Settings(config=str(tmp_path)), store=MemoryStore()).config()
+    assert changed.applications["web"].destination.namespace == "xyz"
+    assert str(tmp_path) in runtime_module._DIRECTORY_CONFIGS
+
+    store = MemoryStore()
+    app_state.save(store, app_state.AppState(app="web", sync_status="Synced"))
+    assert views.load_summaries(store, ["web"])["web"].sync == "Synced"
+    app_state.save(store, app_state.AppState(app="web", sync_status="OutOfSync"))
+    assert views.load_summaries(store, ["web", "none"]) == {"web": views.Summary(sync="OutOfSync"),
+                                                            "none": views.Summary()}

@@ -202,8 +202,8 @@ def _next(target: str) -> str:
 @route("GET", "/")
 def apps(ctx: Context) -> Page:
     config = ctx.runtime.config()
-    states = views.load_states(ctx.runtime.store, sorted(config.applications))
-    page = views.apps_page(views.app_rows(config, states), ctx.request.query)
+    summaries = views.load_summaries(ctx.runtime.store, sorted(config.applications))
+    page = views.apps_page(views.app_rows(config, summaries), ctx.request.query)
     return render("apps.html", ctx, active="apps", page=page, statuses=(views.SYNC_STATUSES, views.HEALTH_STATUSES))
 
 

@@ -6,6 +6,7 @@ The resource tree, which needs the cluster, lives in `tree.py`.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -16,7 +17,7 @@ from urllib.parse import urlencode
 
 from tidecd import state as app_state
 from tidecd.config import Application, AppProject, Config, redact_repo_url
-from tidecd.store import ObjectStore
+from tidecd.store import LocalStore, MemoryStore, ObjectStore
 
 PAGE_SIZE = 50
 SYNC_STATUSES = ("Synced", "OutOfSync", "Unknown")
@@ -109,24 +110,66 @@ def destination_name(app: Application) -> str:
     return app.destination.name or app.destination.server
 
 
-def load_states(store: ObjectStore, names: Iterable[str]) -> dict[str, app_state.AppState]:
-    """Every named app's stored state, read concurrently (an object store answers in parallel)."""
+@dataclass(frozen=True)
+class Summary:
+    """What the apps page shows of one stored state (the rest of it is never parsed twice)."""
+
+    sync: str = "Unknown"
+    health: str = "Unknown"
+    revision: str = ""
+    reconciled_at: str = ""
+    error: str = ""
+    operation: OperationView | None = None
+
+    @classmethod
+    def of(cls, current: app_state.AppState) -> Summary:
+        op = operation_view(current.operation)
+        if op is not None:
+            op = OperationView(op.phase, op.message[:300], op.step[:300], op.wave, op.started_at, op.finished_at,
+                               op.initiated_by, op.revision, op.dry_run, op.prune)
+        error = "; ".join(c.get("message", "") for c in current.conditions if c.get("type", "").endswith("Error"))
+        return cls(current.sync_status, current.health, current.revision, current.reconciled_at, error[:500], op)
+
+
+# (store, key) → (generation, summary): a warm instance parses a state again only when it changed.
+_SUMMARIES: dict[tuple[str, str], tuple[int, Summary]] = {}
+_SUMMARY_LIMIT = 50_000
+
+
+def load_summaries(store: ObjectStore, names: Iterable[str]) -> dict[str, Summary]:
+    """Every named app's summary, its state read concurrently (an object store answers in parallel)."""
+    where = repr(store)
+    if len(_SUMMARIES) > _SUMMARY_LIMIT:
+        _SUMMARIES.clear()
+
+    def one(name: str) -> Summary:
+        key = app_state.state_key(name)
+        blob = store.read(key)
+        if blob is None:
+            return Summary()
+        cached = _SUMMARIES.get((where, key))
+        if cached is not None and cached[0] == blob.generation:
+            return cached[1]
+        summary = Summary.of(app_state.AppState.from_json(json.loads(blob.data)))
+        _SUMMARIES[(where, key)] = (blob.generation, summary)
+        return summary
+
     ordered = list(names)
+    if isinstance(store, LocalStore | MemoryStore):  # local reads: threads would only add GIL contention
+        return {name: one(name) for name in ordered}
     with ThreadPoolExecutor(max_workers=READ_CONCURRENCY) as pool:
-        states = list(pool.map(lambda n: app_state.load(store, n)[0], ordered))
-    return dict(zip(ordered, states, strict=True))
+        return dict(zip(ordered, pool.map(one, ordered), strict=True))
 
 
-def app_rows(config: Config, states: Mapping[str, app_state.AppState]) -> list[AppRow]:
+def app_rows(config: Config, summaries: Mapping[str, Summary]) -> list[AppRow]:
     rows = []
     for name in sorted(config.applications):
-        app, current = config.applications[name], states.get(name) or app_state.AppState(app=name)
+        app, current = config.applications[name], summaries.get(name) or Summary()
         rows.append(AppRow(
             name=name, project=app.project, cluster=destination_name(app), namespace=app.destination.namespace,
             repo=redact_repo_url(app.source.repo_url), path=app.source.path,
-            target_revision=app.source.target_revision, revision=current.revision, sync=current.sync_status,
-            health=current.health, operation=operation_view(current.operation),
-            error="; ".join(c.get("message", "") for c in current.conditions if c.get("type", "").endswith("Error")),
+            target_revision=app.source.target_revision, revision=current.revision, sync=current.sync,
+            health=current.health, operation=current.operation, error=current.error,
             reconciled_at=current.reconciled_at,
         ))
     for name, problem in sorted(config.invalid.items()):
