@@ -2,6 +2,7 @@
 
     webhook    HTTP        GitHub/GitLab push events → refresh the affected apps
     poll       HTTP        Cloud Scheduler every three minutes → changed repos + drift sweep
+    images     HTTP        Cloud Scheduler every two minutes → new image tags become commits / overrides
     reconcile  CloudEvent  one Pub/Sub message per app → refresh, and sync when due
     api        HTTP        status, diff, history; sync, refresh, rollback (bearer token); /ui/ dashboard
 
@@ -77,6 +78,16 @@ def poll(request: Request) -> Response:
     runtime = _runtime()
     summary = poller.poll(runtime, dispatch.dispatcher_for(runtime))
     return _json(200, asdict(summary))
+
+
+@functions_framework.http
+def images(request: Request) -> Response:
+    from tidecd import dispatch
+    from tidecd.images.update import check
+
+    runtime = _runtime()
+    summary = check(runtime, dispatcher=dispatch.dispatcher_for(runtime))
+    return _json(200, summary.to_json())
 
 
 @functions_framework.cloud_event

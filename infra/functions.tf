@@ -78,7 +78,7 @@ resource "google_artifact_registry_repository_iam_member" "build" {
 }
 
 resource "google_cloudfunctions2_function" "this" {
-  #checkov:skip=CKV_GCP_124:webhook and api must accept calls from GitHub and the CLI (ALLOW_ALL); poll and reconcile are ALLOW_INTERNAL_ONLY (tests/unit/test_infra.py checks both).
+  #checkov:skip=CKV_GCP_124:webhook and api must accept calls from GitHub and the CLI (ALLOW_ALL); poll, images and reconcile are ALLOW_INTERNAL_ONLY (tests/unit/test_infra.py checks both).
   for_each = local.functions
 
   project     = var.project_id
@@ -156,7 +156,7 @@ resource "google_cloudfunctions2_function" "this" {
 }
 
 # Who may call each function: anyone for webhook and api (they authenticate each request themselves),
-# the scheduler's identity for poll, the push subscription's identity for reconcile.
+# the scheduler's identity for poll and images, the push subscription's identity for reconcile.
 resource "google_cloud_run_service_iam_member" "public" {
   #checkov:skip=CKV_GCP_102:Only webhook (HMAC-signed by GitHub) and api (bearer token) are public: their callers cannot send Google ID tokens, so each authenticates the request itself.
   for_each = local.public_functions
@@ -171,6 +171,7 @@ resource "google_cloud_run_service_iam_member" "public" {
 locals {
   invokers = {
     poll      = google_service_account.scheduler.member
+    images    = google_service_account.scheduler.member
     reconcile = google_service_account.push.member
   }
 }

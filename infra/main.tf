@@ -1,7 +1,8 @@
-# tidecd on Google Cloud: four functions sharing one source archive, one state bucket and one refresh topic.
+# tidecd on Google Cloud: five functions sharing one source archive, one state bucket and one refresh topic.
 #
 #   GitHub push ──► webhook ─┐                              ┌─► reconcile (push subscription, OIDC,
 #   Scheduler */3 ─► poll ───┼─► Pub/Sub topic "refresh" ───┤    retries with backoff, dead letters)
+#   Scheduler */2 ─► images ─┤  (new image tags → git commits / overrides, then refreshes)
 #   CLI / UI ──────► api ────┘                              └─► dead-letter topic + subscription
 #
 # wiring.tf says what each function is and needs; every resource below is derived from it.

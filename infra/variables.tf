@@ -52,10 +52,11 @@ variable "store_prefix" {
 
 variable "function_sizes" {
   description = <<-EOT
-    Per-function overrides, keyed by webhook, poll, reconcile or api: memory ("512M", "1Gi", ...), cpu
+    Per-function overrides, keyed by webhook, poll, images, reconcile or api: memory ("512M", "1Gi", ...), cpu
     ("0.583", "1", "2"), timeout_seconds (1-540) and max_instances. Fields left out keep the defaults, which
     are sized for rendering: reconcile 2Gi / 1 CPU / 540 s, api 1Gi / 300 s, poll 512M / 170 s (under the
-    three-minute schedule), webhook 256M / 60 s. Min instances are always 0.
+    three-minute schedule), images 512M / 110 s (under two minutes), webhook 256M / 60 s. Min instances are
+    always 0.
   EOT
   type = map(object({
     memory          = optional(string)
@@ -66,8 +67,8 @@ variable "function_sizes" {
   default = {}
 
   validation {
-    condition     = alltrue([for name in keys(var.function_sizes) : contains(["webhook", "poll", "reconcile", "api"], name)])
-    error_message = "function_sizes keys must be among webhook, poll, reconcile, api."
+    condition     = alltrue([for name in keys(var.function_sizes) : contains(["webhook", "poll", "images", "reconcile", "api"], name)])
+    error_message = "function_sizes keys must be among webhook, poll, images, reconcile, api."
   }
 
   validation {

@@ -23,6 +23,14 @@ locals {
       secret_env   = {}
       sealing_keys = true # unseals repository credentials
     }
+    images = {
+      entry_point  = "images"
+      description  = "Called every two minutes by Cloud Scheduler: one tags list per image repo, new tags become commits."
+      public       = false
+      publishes    = true
+      secret_env   = {}
+      sealing_keys = true # unseals registry pull secrets and repository credentials (git write-back)
+    }
     reconcile = {
       entry_point  = "reconcile"
       description  = "Pub/Sub push target: renders, diffs and syncs one application."
@@ -45,6 +53,7 @@ locals {
   size_defaults = {
     webhook   = { memory = "256M", cpu = "0.167", timeout_seconds = 60, max_instances = 10 }
     poll      = { memory = "512M", cpu = "0.333", timeout_seconds = 170, max_instances = 1 }
+    images    = { memory = "512M", cpu = "0.333", timeout_seconds = 110, max_instances = 1 }
     reconcile = { memory = "2Gi", cpu = "1", timeout_seconds = 540, max_instances = 20 }
     api       = { memory = "1Gi", cpu = "0.583", timeout_seconds = 300, max_instances = 10 }
   }

@@ -18,6 +18,7 @@ import structlog
 
 from tidecd import state as app_state
 from tidecd.errors import NotFound, OperationInProgress, PermanentError, TidecdError, disposition
+from tidecd.images import state as images_state
 from tidecd.model import ChangeSet, ResourceKey
 from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation
 from tidecd.runtime import Runtime
@@ -118,7 +119,35 @@ def list_apps(runtime: Runtime, _: str, __: dict[str, Any], ___: Mapping[str, st
 def get_app(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, str]) -> Response:
     if query.get("refresh") in ("true", "1"):
         reconcile(runtime, name, automate=False, reason="api refresh")
-    return Response(200, _state(runtime, name).summary())
+    body = _state(runtime, name).summary()
+    held = images_state.summary(runtime.store, name)
+    if held:
+        body["images"] = held
+        if held["check"].get("status") in ("invalid", "unavailable", "error"):
+            body["conditions"] = [*body.get("conditions", []), {
+                "type": "ImageUpdaterError", "message": held["check"].get("message", ""),
+                "at": held["check"].get("at", "")}]
+    return Response(200, body)
+
+
+@route("POST", "/images/check")
+def check_images(runtime: Runtime, _: str, payload: dict[str, Any], __: Mapping[str, str]) -> Response:
+    """One image updater tick (every managed app, or `{"app": NAME}`), the same code the function runs."""
+    from tidecd import dispatch
+    from tidecd.images.update import check
+
+    app = payload.get("app")
+    if app is not None and not isinstance(app, str):
+        raise PermanentError("field app must be an application name")
+    return Response(200, check(runtime, app or None, dispatcher=dispatch.dispatcher_for(runtime)).to_json())
+
+
+@route("POST", "/apps/(?P<name>[^/]+)/images/unpin")
+def unpin_images(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
+    runtime.app(name)
+    lifted = images_state.unpin(runtime.store, name)
+    return Response(200, {"app": name, "unpinned": lifted,
+                          "message": "pin lifted" if lifted else "the app was not pinned"})
 
 
 @route("GET", "/apps/(?P<name>[^/]+)/diff")
@@ -158,7 +187,7 @@ def rollback(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[st
     if entry is None:
         raise NotFound(f"app {name!r} has no history entry {wanted}")
     request = SyncRequest(prune=bool(payload.get("prune", False)), revision=entry.revision, rollback=True,
-                          initiated_by="rollback")
+                          initiated_by="rollback", history_id=entry.id)
     return _outcome(runtime, name, request, f"rollback to {wanted}")
 
 

@@ -42,6 +42,7 @@ from tidecd.errors import (
     ProjectViolation,
     TemporaryError,
 )
+from tidecd.images import state as images_state
 from tidecd.images.state import render_override as image_override
 from tidecd.model import Action, ChangeEntry, ChangeSet, HealthResult, Manifest, ResourceKey, SyncStatus
 from tidecd.runtime import Runtime
@@ -72,6 +73,7 @@ class SyncRequest:
     revision: str = ""  # a sha from history (rollback); empty means the app's targetRevision
     rollback: bool = False
     initiated_by: str = ""  # "api", "cli", "automated", "rollback", a user name...
+    history_id: int = 0  # the history entry a rollback goes back to
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,9 @@ def start_operation(runtime: Runtime, name: str, request: SyncRequest) -> str:
         except PreconditionFailed:
             continue
         log.info("operation started", app=name, operation=op.id, initiated_by=op.initiated_by)
+        deployed = next((h.deployed_at for h in current.history if h.id == request.history_id), "")
+        images_state.on_operation_started(runtime.store, name, rollback=request.rollback, revision=request.revision,
+                                          dry_run=request.dry_run, deployed_at=deployed)
         return op.id
 
 

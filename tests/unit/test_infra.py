@@ -29,13 +29,14 @@ INFRA = ROOT / "infra"
 EXAMPLE = INFRA / "examples" / "basic"
 MAIN_PY = ROOT / "functions" / "main.py"
 
-FUNCTIONS = ("webhook", "poll", "reconcile", "api")
+FUNCTIONS = ("webhook", "poll", "images", "reconcile", "api")
 
 # What each function reads (DESIGN.md section 8): env var -> Secret Manager secret. A secret may reach the
 # function as a secret env var, or as a mounted volume whose path is the env var's value.
 REQUIRED_SECRETS: dict[str, dict[str, str]] = {
     "webhook": {"TIDECD_WEBHOOK_SECRET": "webhook-secret"},
     "poll": {"TIDECD_SEALING_KEYS": "sealing-keys"},
+    "images": {"TIDECD_SEALING_KEYS": "sealing-keys"},
     "reconcile": {"TIDECD_SEALING_KEYS": "sealing-keys"},
     "api": {"TIDECD_API_TOKEN": "api-token", "TIDECD_API_READONLY_TOKEN": "api-readonly-token",
             "TIDECD_SEALING_KEYS": "sealing-keys"},
@@ -56,6 +57,9 @@ def webhook(request): ...
 
 @functions_framework.http
 def poll(request): ...
+
+@functions_framework.http
+def images(request): ...
 
 @functions_framework.cloud_event
 def reconcile(event): ...
@@ -252,27 +256,33 @@ def cron_minutes(schedule: str) -> set[int] | None:
     return minutes
 
 
+# Which function each Cloud Scheduler job calls, and every how many minutes.
+SCHEDULES = {"poll": 3, "images": 2}
+
+
 def check_schedule(tf: Module) -> list[str]:
     jobs = tf["resource"].get("google_cloud_scheduler_job", {})
-    if len(jobs) != 1:
-        return [f"expected one google_cloud_scheduler_job, found {sorted(jobs)}"]
-    name, job = next(iter(jobs.items()))
+    if set(jobs) != set(SCHEDULES):
+        return [f"expected google_cloud_scheduler_job {sorted(SCHEDULES)}, found {sorted(jobs)}"]
     problems = []
-    if cron_minutes(job.get("schedule", "")) != set(range(0, 60, 3)):
-        problems.append(f"google_cloud_scheduler_job.{name}: schedule {job.get('schedule')!r} is not every 3 min")
-    target = one(job.get("http_target"), "http_target")
-    if not re.search(r'google_cloudfunctions2_function\.this\["poll"\]', target.get("uri", "")):
-        problems.append(f"google_cloud_scheduler_job.{name}: uri {target.get('uri')!r} is not poll's URL")
-    oidc = target.get("oidc_token")
-    if not oidc:
-        problems.append(f"google_cloud_scheduler_job.{name}: no oidc_token")
-        return problems
-    token = one(oidc, "oidc_token")
-    if token.get("audience") != target.get("uri"):
-        problems.append(f"google_cloud_scheduler_job.{name}: oidc audience differs from the uri")
-    member = token.get("service_account_email", "").replace(".email}", ".member}")
-    if tf["locals"].get("invokers", {}).get("poll") != member:
-        problems.append(f"google_cloud_scheduler_job.{name}: {member} may not invoke poll")
+    for name, job in sorted(jobs.items()):
+        every = SCHEDULES[name]
+        if cron_minutes(job.get("schedule", "")) != set(range(0, 60, every)):
+            problems.append(f"google_cloud_scheduler_job.{name}: schedule {job.get('schedule')!r} is not every "
+                            f"{every} min")
+        target = one(job.get("http_target"), "http_target")
+        if not re.search(rf'google_cloudfunctions2_function\.this\["{name}"\]', target.get("uri", "")):
+            problems.append(f"google_cloud_scheduler_job.{name}: uri {target.get('uri')!r} is not {name}'s URL")
+        oidc = target.get("oidc_token")
+        if not oidc:
+            problems.append(f"google_cloud_scheduler_job.{name}: no oidc_token")
+            continue
+        token = one(oidc, "oidc_token")
+        if token.get("audience") != target.get("uri"):
+            problems.append(f"google_cloud_scheduler_job.{name}: oidc audience differs from the uri")
+        member = token.get("service_account_email", "").replace(".email}", ".member}")
+        if tf["locals"].get("invokers", {}).get(name) != member:
+            problems.append(f"google_cloud_scheduler_job.{name}: {member} may not invoke {name}")
     return problems
 
 
@@ -525,7 +535,7 @@ def test_every_tf_file_parses() -> None:
         assert load_module(directory)["resource"] or load_module(directory)["module"], directory
 
 
-def test_poll_is_scheduled_every_three_minutes_with_oidc(tf: Module) -> None:
+def test_poll_every_three_minutes_and_images_every_two_with_oidc(tf: Module) -> None:
     assert check_schedule(tf) == []
 
 
@@ -644,7 +654,7 @@ def test_check_secrets_fails_when_the_volume_block_is_gone(tf: Module) -> None:
     service = broken["resource"]["google_cloudfunctions2_function"]["this"]["service_config"][0]
     service["dynamic"] = [d for d in service["dynamic"] if "secret_volumes" not in d]
     problems = check_secrets(broken, REQUIRED_SECRETS)
-    assert {p.split(":")[0] for p in problems} == {"poll", "reconcile", "api"}
+    assert {p.split(":")[0] for p in problems} == {"poll", "images", "reconcile", "api"}
 
 
 def test_check_secrets_fails_on_a_missing_secret_env(tf: Module) -> None:
@@ -711,3 +721,11 @@ def test_every_skipped_security_check_is_explained() -> None:
         m = re.fullmatch(r"#checkov:skip=(CKV2?_[A-Z]+_\d+):(.+)", line)
         assert m, f"{where}: write `#checkov:skip=CKV_..._N:reason` ({line})"
         assert len(m.group(2).split()) >= 6, f"{where}: {m.group(1)} needs a real reason"
+
+
+def test_check_schedule_fails_when_images_is_not_every_two_minutes(tf: Module) -> None:
+    broken = copy.deepcopy(tf)
+    broken["resource"]["google_cloud_scheduler_job"]["images"]["schedule"] = "*/3 * * * *"
+    assert check_schedule(broken) == ["google_cloud_scheduler_job.images: schedule '*/3 * * * *' is not every 2 min"]
+    del broken["resource"]["google_cloud_scheduler_job"]["images"]
+    assert check_schedule(broken) == ["expected google_cloud_scheduler_job ['images', 'poll'], found ['poll']"]

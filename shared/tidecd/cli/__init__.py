@@ -12,9 +12,11 @@ import importlib
 import typer
 
 from tidecd.cli import app as apps
+from tidecd.cli import image as images
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="GitOps continuous delivery, serverless.")
 app.add_typer(apps.app, name="app")
+app.add_typer(images.app, name="image")
 
 DEV_CLI = "tidecd_dev.cli"  # named, not imported: the product never depends on the dev tooling
 

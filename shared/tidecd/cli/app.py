@@ -117,6 +117,13 @@ def get(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPU
         if b.get("operation"):
             op = b["operation"]
             typer.echo(f"Operation:  {op['phase']}: {op['message']}")
+        images = b.get("images") or {}
+        if images.get("override"):
+            typer.echo(f"Images:     {', '.join(images['override'])}  (image updater, argocd write-back)")
+        if images.get("pinned"):
+            typer.echo(f"Images:     {images['pinned']} (tidecd image unpin {b['app']})")
+        elif images.get("check"):
+            typer.echo(f"Images:     {images['check'].get('status')}: {images['check'].get('message')}")
         typer.echo("")
         _print_table(["KIND", "NAMESPACE", "NAME", "STATUS", "HEALTH", "MESSAGE"], [
             [(r["group"] + "/" if r["group"] else "") + r["kind"], r["namespace"], r["name"],

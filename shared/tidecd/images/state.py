@@ -151,7 +151,10 @@ def pin(store: ObjectStore, app: str, *, by: str, revision: str, deployed_at: st
 
 
 def unpin(store: ObjectStore, app: str) -> bool:
-    """Lift the pin; False when there was none."""
+    """Lift the pin; False when there was none (then nothing is written)."""
+    found = read_json(store, key(app))
+    if not found or not (found[0] or {}).get("pin"):
+        return False
     had: list[bool] = []
 
     def change(state: ImagesState) -> None:
@@ -170,3 +173,15 @@ def summary(store: ObjectStore, app: str) -> dict[str, Any]:
     state = ImagesState.from_json(found[0], app)
     return {"override": [v.reference for v in state.override], "pinned": state.pin_message(),
             "check": state.check}
+
+
+def on_operation_started(store: ObjectStore, app: str, *, rollback: bool, revision: str, dry_run: bool,
+                         deployed_at: str) -> None:
+    """Rollback holds: a rollback pins the app's images at the rolled-back deployment's; a manual sync of
+    the app's target revision lifts the pin. Called where every operation starts."""
+    if dry_run:
+        return
+    if rollback:
+        pin(store, app, by="rollback", revision=revision, deployed_at=deployed_at or now_iso())
+    elif not revision:
+        unpin(store, app)
