@@ -29,6 +29,7 @@ tools-if-missing:
 lint: venv
 	$(VENV)/bin/ruff check shared functions tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 test: venv tools-if-missing lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider $(PYTEST_ARGS)

@@ -23,8 +23,9 @@ from tidecd import limits, tools
 from tidecd.config import HelmParameter, HelmSpec
 from tidecd.errors import RenderError, UnsafePathError
 from tidecd.paths import inside
-from tidecd.render import tool
 from tidecd.render.documents import Document, load_yaml
+from tidecd.render.tool import DEFAULT_TIMEOUT
+from tidecd.render.tool import run as run_tool
 
 KUBE_VERSION = "1.34"  # the Capabilities.KubeVersion charts see, pinned so a render is reproducible
 
@@ -44,7 +45,7 @@ def render_helm(
     *,
     app_name: str,
     namespace: str,
-    timeout: float = tool.DEFAULT_TIMEOUT,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> list[Document]:
     """Objects of `helm template` for the chart at `chart_dir` (the app's `path` inside `checkout`)."""
     spec = spec or HelmSpec()
@@ -64,7 +65,7 @@ def render_helm(
             release=spec.release_name or app_name, namespace=namespace,
         )
         try:
-            out = tool.run(
+            out = run_tool(
                 argv, what=f"helm template {app_path}", cwd=chart_dir, home=work, env=helm_env(work),
                 timeout=timeout, strip=[checkout.resolve(), checkout, work],
             )

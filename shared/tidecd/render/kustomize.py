@@ -16,9 +16,10 @@ from pathlib import Path
 from tidecd import tools
 from tidecd.config import KustomizeSpec
 from tidecd.errors import RenderError
-from tidecd.render import tool
 from tidecd.render.confine import KUSTOMIZATION_FILES, confine
 from tidecd.render.documents import Document, load_yaml
+from tidecd.render.tool import DEFAULT_TIMEOUT
+from tidecd.render.tool import run as run_tool
 
 REMOTE_HINTS = ("://", "git@", "github.com", "git clone", "no such host", "ssh:")
 
@@ -54,7 +55,7 @@ def render_kustomize(
     spec: KustomizeSpec | None,
     *,
     label: str,
-    timeout: float = tool.DEFAULT_TIMEOUT,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> list[Document]:
     """Objects of `kustomize build` on `app_dir` (inside `checkout`), with the overrides of `spec`."""
     confine(checkout, app_dir)
@@ -70,11 +71,11 @@ def render_kustomize(
             build_dir = _private_copy(root, app_dir, work / "repo")
             for argv in edit_commands(spec):
                 what = f"kustomize {' '.join(argv[:3])} in {label}"
-                tool.run([kustomize, *argv], what=what, cwd=build_dir, home=home, timeout=timeout,
+                run_tool([kustomize, *argv], what=what, cwd=build_dir, home=home, timeout=timeout,
                          strip=strip)
         what = f"kustomize build {label}"
         try:
-            out = tool.run(build_argv(build_dir), what=what, cwd=build_dir, home=home, timeout=timeout,
+            out = run_tool(build_argv(build_dir), what=what, cwd=build_dir, home=home, timeout=timeout,
                            strip=strip)
         except RenderError as exc:
             raise _with_remote_hint(exc) from exc
