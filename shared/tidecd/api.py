@@ -6,7 +6,6 @@ bearer token; with no token configured every call is refused. Errors are `{"erro
 
 from __future__ import annotations
 
-import hmac
 import json
 import re
 import time
@@ -17,6 +16,7 @@ from typing import Any
 import structlog
 
 from tidecd import state as app_state
+from tidecd.bearer import authorized
 from tidecd.errors import NotFound, OperationInProgress, PermanentError, TidecdError, disposition
 from tidecd.images import state as images_state
 from tidecd.model import ChangeSet, ResourceKey
@@ -48,15 +48,6 @@ def failure(exc: BaseException) -> Response:
     if verdict.delay is not None:
         answer.body["retryAfter"] = round(verdict.delay)
     return answer
-
-
-def authorized(headers: Mapping[str, str], token: str) -> bool:
-    """Constant-time bearer token check; no configured token means nobody is authorized."""
-    if not token:
-        return False
-    given = headers.get("Authorization") or headers.get("authorization") or ""
-    scheme, _, value = given.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
 
 
 Handler = Callable[[Runtime, str, dict[str, Any], Mapping[str, str]], Response]

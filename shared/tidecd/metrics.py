@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 
+from tidecd.bearer import authorized
 from tidecd.store import ObjectStore, PreconditionFailed
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -104,8 +105,6 @@ def count_webhook(headers: Mapping[str, str], status: int) -> None:
 
 def handle(headers: Mapping[str, str], store: ObjectStore | None, token: str) -> tuple[int, bytes]:
     """GET /metrics on the api function, behind the api's bearer token (Prometheus: `authorization`)."""
-    from tidecd.api import authorized
-
     if not authorized(headers, token):
         return 401, b"a valid bearer token is required (Authorization: Bearer ...)\n"
     return 200, render(store)
