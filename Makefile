@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools tools-if-missing test unit e2e lint demo bench package infra-check clean
+.PHONY: all venv tools tools-if-missing test unit e2e lint demo bench screenshots package infra-check clean
 
 all: test
 
@@ -45,6 +45,10 @@ demo: venv tools-if-missing
 
 bench: venv tools-if-missing
 	$(PY) -m bench
+
+# The dashboard's screenshots in docs/screenshots/ (README), taken by its browser test against the examples.
+screenshots: venv tools-if-missing
+	TIDECD_SCREENSHOTS=$(CURDIR)/docs/screenshots $(VENV)/bin/pytest -q -p no:cacheprovider tests/e2e/test_ui.py -k examples
 
 package: venv
 	bash scripts/package.sh

@@ -18,6 +18,7 @@ import yaml
 from bench.harness import Bench, Row, median, say, spread, timed
 from tidecd import api, ui
 from tidecd import state as app_state
+from tidecd.model import Action
 from tidecd.runtime import Runtime, Settings
 from tidecd.store import LocalStore
 
@@ -49,11 +50,11 @@ def _state(name: str, i: int) -> app_state.AppState:
                                  f"ns-{i % 40}", f"obj-{k}", "OutOfSync" if k == 0 else "Synced", "Healthy",
                                  changed=["data"] if k == 0 else [], diff=f"--- live\n+++ desired\n{diff}")
         for k in range(12)]
-    current.operation = app_state.Operation("Succeeded", "successfully synced (all tasks run)", current.revision,
-                                            "2026-12-01T09:59:00Z", "2026-12-01T09:59:07Z", automated=True,
-                                            resources=[{"key": r.key.to_dict(), "resource": str(r.key),
-                                                        "action": "configured", "message": ""}
-                                                       for r in current.resources])
+    current.operation = app_state.Operation(
+        f"op-{i}", current.revision, app_state.OperationPhase.SUCCEEDED, "successfully synced (all tasks run)",
+        "2026-12-01T09:59:00Z", "2026-12-01T09:59:07Z", initiated_by="automated", automated=True,
+        results=[app_state.TaskResult(r.key, "Sync", 0, False, Action.CONFIGURED, app_state.TaskPhase.SUCCEEDED)
+                 for r in current.resources])
     for h in range(10):
         current.add_history(f"{i + h:040x}", "Succeeded", f"deploy/app-{i:04}", "main")
     return current

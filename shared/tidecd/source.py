@@ -319,8 +319,24 @@ def changed_refs(old: dict[str, str], new: dict[str, str]) -> set[str]:
 
 def fetch_snapshot(repo_url: str, sha: str, credentials: RepoCredentials | None = None) -> bytes:
     """The tree of commit `sha` as a deterministic tar.gz (files, exec bits, symlinks; no submodules)."""
+    return fetch_snapshot_and_commit(repo_url, sha, credentials)[0]
+
+
+def fetch_snapshot_and_commit(repo_url: str, sha: str,
+                              credentials: RepoCredentials | None = None) -> tuple[bytes, dict[str, str]]:
+    """`fetch_snapshot`, plus what the dashboard shows of the commit: subject, author, time (bounded)."""
     repo, commit = _fetch_commit(repo_url, sha, credentials)
-    return tar_tree(repo, commit.tree)
+    return tar_tree(repo, commit.tree), commit_info(commit)
+
+
+def commit_info(commit: Commit) -> dict[str, str]:
+    import datetime
+
+    message = commit.message.decode("utf-8", "replace").strip()
+    author = commit.author.decode("utf-8", "replace").split("<", 1)[0].strip()
+    when = datetime.datetime.fromtimestamp(commit.commit_time, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"subject": message.splitlines()[0][:200] if message else "", "message": message[:2000],
+            "author": author[:100], "time": when}
 
 
 def _fetch_commit(repo_url: str, sha: str, credentials: RepoCredentials | None) -> tuple[MemoryRepo, Commit]:
@@ -539,13 +555,30 @@ class Snapshots:
     def key(repo_url: str, sha: str) -> str:
         return f"snapshots/{repo_key(repo_url)}/{sha}.tar.gz"
 
+    @staticmethod
+    def commit_key(repo_url: str, sha: str) -> str:
+        return f"snapshots/{repo_key(repo_url)}/{sha}.commit.json"
+
+    def commit(self, repo_url: str, sha: str) -> dict[str, str] | None:
+        """What `commit_info` recorded when the snapshot of `sha` was fetched (None for older snapshots)."""
+        blob = self.store.read(self.commit_key(repo_url, sha)) if _HEX.match(sha or "") else None
+        if blob is None:
+            return None
+        try:
+            data = json.loads(blob.data)
+        except ValueError:
+            return None
+        return {k: str(v) for k, v in data.items()} if isinstance(data, dict) else None
+
     def get_or_fetch(self, repo_url: str, sha: str, credentials: RepoCredentials | None = None) -> bytes:
         sha = expand_sha(repo_url, sha.strip().lower(), credentials)
         key = self.key(repo_url, sha)
         if (blob := self.store.read(key)) is not None:
             return blob.data
-        data = fetch_snapshot(repo_url, sha, credentials)
+        data, info = fetch_snapshot_and_commit(repo_url, sha, credentials)
         with contextlib.suppress(PreconditionFailed):  # a racing caller stored the same immutable bytes
+            self.store.write(self.commit_key(repo_url, sha), json.dumps(info).encode(), if_generation_match=0)
+        with contextlib.suppress(PreconditionFailed):
             self.store.write(key, data, if_generation_match=0)
         return data
 

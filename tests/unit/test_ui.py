@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,15 @@ def runtime(tmp_path: Path) -> Runtime:
     ]
     web.set_inventory([(web.resources[0].key, 2)])
     web.add_history("b" * 40, "Succeeded", "deploy", "main")
+    web.operation = app_state.Operation("o1", "a" * 40, app_state.OperationPhase.RUNNING, started_at="t0",
+                                        step="wave 2: waiting for healthy state of apps/Deployment web/web", wave=2,
+                                        results=[app_state.TaskResult(web.resources[0].key, "Sync", 2, False,
+                                                                      Action.CONFIGURED, app_state.TaskPhase.RUNNING)])
     app_state.save(store, web)
+    from tidecd.source import Snapshots
+
+    store.write(Snapshots.commit_key("https://github.com/o/r.git", "a" * 40),
+                json.dumps({"subject": "web: two replicas <b>", "author": "Dev", "time": "t"}).encode())
     runtime = Runtime(settings=Settings(config=str(tmp_path), api_token=ADMIN, api_readonly_token=READ), store=store)
     runtime._clusters["in-cluster"] = FakeLister()  # type: ignore[assignment]
     return runtime
@@ -157,7 +166,7 @@ def test_actions_need_csrf_same_origin_and_the_admin_role(runtime: Runtime) -> N
                                                                      "Sec-Fetch-Site": "same-site"},
                                      form={"csrf": csrf}), runtime)
     assert same_site.status == 403
-    assert app_state.load(runtime.store, "web")[0].operation is None  # nothing was started by any of them
+    assert app_state.load(runtime.store, "web")[0].operation.id == "o1"  # type: ignore[union-attr]  # none started
 
     read_cookie, read_csrf = login(runtime, READ)
     read_page = ui.handle(ui.Request("GET", "/ui/apps/web", {"Host": HOST, "Cookie": read_cookie}), runtime)
@@ -198,6 +207,11 @@ def test_app_page_tree_follows_owners_and_masks_secrets(runtime: Runtime) -> Non
     assert "wave 2" in html
     assert "aHVudGVyMg==" not in html and "c2VjcmV0" not in html and diffview.MASK in html
     assert "https://github.com/o/r/commit/" + "a" * 40 in html
+    assert "web: two replicas &lt;b&gt;" in html  # the commit subject, escaped
+    assert 'data-phase="Running"' in html and 'hx-trigger="every 2s"' in html and "wave 2: waiting" in html
+    assert 'data-task="apps/Deployment web/web"' in html
+    assert "web: two replicas" in get(runtime, "/ui/").body.decode()
+    assert "HX-Refresh" not in dict(get(runtime, "/ui/apps/web/live", was="running").headers)
     split = get(runtime, "/ui/apps/web", diff="split").body.decode()
     assert split.count("replicas: 1") == 1 and split.count("replicas: 2") == 1
 
@@ -290,3 +304,17 @@ def test_a_warm_instance_reparses_only_what_changed(tmp_path: Path) -> None:
     app_state.save(store, app_state.AppState(app="web", sync_status="OutOfSync"))
     assert views.load_summaries(store, ["web", "none"]) == {"web": views.Summary(sync="OutOfSync"),
                                                             "none": views.Summary()}
+
+
+def test_commit_info_is_bounded_text() -> None:
+    from dulwich.objects import Commit
+
+    from tidecd.source import commit_info
+
+    commit = Commit()
+    commit.message = ("scale web to 2\n\n" + "x" * 5000).encode()
+    commit.author = commit.committer = b"Dev Eloper <dev@example.com>"
+    commit.commit_time = commit.author_time = 1_764_590_400
+    info = commit_info(commit)
+    assert info["subject"] == "scale web to 2" and info["author"] == "Dev Eloper" and len(info["message"]) == 2000
+    assert info["time"] == "2025-12-01T12:00:00Z"

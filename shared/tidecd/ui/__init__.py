@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -204,6 +204,7 @@ def apps(ctx: Context) -> Page:
     config = ctx.runtime.config()
     summaries = views.load_summaries(ctx.runtime.store, sorted(config.applications))
     page = views.apps_page(views.app_rows(config, summaries), ctx.request.query)
+    page = replace(page, rows=views.with_commits(ctx.runtime.store, config, page.rows))
     return render("apps.html", ctx, active="apps", page=page, statuses=(views.SYNC_STATUSES, views.HEALTH_STATUSES))
 
 
@@ -213,7 +214,10 @@ def _app_context(ctx: Context) -> dict[str, Any]:
     name = ctx.match["name"]
     app = ctx.runtime.app(name)
     current = app_state.load(ctx.runtime.store, name)[0]
-    return {"app": app, "state": current, "operation": views.operation_view(current.operation),
+    from tidecd.source import Snapshots
+
+    commit = Snapshots(ctx.runtime.store).commit(app.source.repo_url, current.revision) if current.revision else None
+    return {"app": app, "state": current, "operation": views.operation_view(current.operation), "commit": commit,
             "notice": actions.NOTICES.get(ctx.request.query.get("notice", ""), "")}
 
 

@@ -11,7 +11,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -100,6 +100,7 @@ class AppRow:
     operation: OperationView | None
     error: str = ""
     reconciled_at: str = ""
+    commit: str = ""  # the subject of the deployed commit, when its snapshot recorded one
 
     def matches(self, text: str) -> bool:
         hay = f"{self.name} {self.project} {self.cluster} {self.namespace} {self.repo} {self.path}".lower()
@@ -199,6 +200,19 @@ class AppsPage:
             else:
                 query[key] = value
         return "?" + urlencode(query) if query else "?"
+
+
+def with_commits(store: ObjectStore, config: Config, rows: list[AppRow]) -> list[AppRow]:
+    """The rows of one page with their commit subjects (one small read each, never a git fetch)."""
+    from tidecd.source import Snapshots
+
+    snapshots = Snapshots(store)
+    out = []
+    for row in rows:
+        app = config.applications.get(row.name)
+        info = snapshots.commit(app.source.repo_url, row.revision) if app and row.revision else None
+        out.append(replace(row, commit=info.get("subject", "")) if info else row)
+    return out
 
 
 def apps_page(rows: list[AppRow], query: Mapping[str, str]) -> AppsPage:
