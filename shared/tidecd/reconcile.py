@@ -179,9 +179,8 @@ def render_desired(runtime: Runtime, app: Application, revision: str = "") -> tu
     override = image_override(runtime.store, app.name)  # the image updater's `argocd` write-back
 
     def render_now() -> list[Manifest]:
-        tarball = git.Snapshots(runtime.store).get_or_fetch(app.source.repo_url, sha, creds)
         with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp:
-            git.extract(tarball, Path(tmp))
+            git.Snapshots(runtime.store).checkout(app.source.repo_url, sha, Path(tmp), creds)  # streamed, checked
             return render.render(Path(tmp), app.source, app_name=app.name, namespace=namespace,
                                  override=override)
 

@@ -128,9 +128,8 @@ class Runtime:
         creds = git.credentials_for(ref.repo_url, self.plain_secrets_unsealed_later())
         refs = git.ls_remote(ref.repo_url, creds)
         sha = git.resolve_revision(refs, ref.ref, ref.repo_url)
-        tarball = git.Snapshots(self.store).get_or_fetch(ref.repo_url, sha, creds)
         with tempfile.TemporaryDirectory(prefix="tidecd-config-") as tmp:
-            git.extract(tarball, Path(tmp))
+            git.Snapshots(self.store).checkout(ref.repo_url, sha, Path(tmp), creds)
             return load_config(inside(Path(tmp), ref.path or ".", what="TIDECD_CONFIG path"), display=str(ref),
                                strict=False)
 

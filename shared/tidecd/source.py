@@ -30,8 +30,10 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import urlsplit, urlunsplit
+
+import structlog
 
 from tidecd import limits
 from tidecd.config import normalize_repo_url, redact_repo_url, repo_key
@@ -43,8 +45,9 @@ if TYPE_CHECKING:
     from dulwich.client import GitClient
     from dulwich.objects import Commit, ObjectID
     from dulwich.refs import Ref
-    from dulwich.repo import MemoryRepo
+    from dulwich.repo import BaseRepo, MemoryRepo
 
+log = structlog.get_logger("tidecd.source")
 HTTP_TIMEOUT = 60.0
 _HEX = re.compile(r"^[0-9a-f]+$")
 _SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9][A-Za-z0-9.-]*:(?!//)[^:\s]")
@@ -305,8 +308,8 @@ def expand_sha(repo_url: str, sha: str, credentials: RepoCredentials | None = No
     """A full sha as is; a short one expanded by fetching the remote's history (rare, so costly)."""
     if len(sha) == 40:
         return sha
-    _repo, commit = _fetch_commit(repo_url, sha, credentials)
-    return commit.id.decode()
+    with _fetched_commit(repo_url, sha, credentials) as (_repo, commit):
+        return commit.id.decode()
 
 
 def changed_refs(old: dict[str, str], new: dict[str, str]) -> set[str]:
@@ -319,14 +322,20 @@ def changed_refs(old: dict[str, str], new: dict[str, str]) -> set[str]:
 
 def fetch_snapshot(repo_url: str, sha: str, credentials: RepoCredentials | None = None) -> bytes:
     """The tree of commit `sha` as a deterministic tar.gz (files, exec bits, symlinks; no submodules)."""
-    return fetch_snapshot_and_commit(repo_url, sha, credentials)[0]
+    with tempfile.TemporaryDirectory(prefix="tidecd-snapshot-") as tmp:
+        archive = Path(tmp) / "snapshot.tar.gz"
+        fetch_snapshot_to(repo_url, sha, archive, credentials)
+        return archive.read_bytes()
 
 
-def fetch_snapshot_and_commit(repo_url: str, sha: str,
-                              credentials: RepoCredentials | None = None) -> tuple[bytes, dict[str, str]]:
-    """`fetch_snapshot`, plus what the dashboard shows of the commit: subject, author, time (bounded)."""
-    repo, commit = _fetch_commit(repo_url, sha, credentials)
-    return tar_tree(repo, commit.tree), commit_info(commit)
+def fetch_snapshot_to(repo_url: str, sha: str, archive: Path,
+                      credentials: RepoCredentials | None = None) -> dict[str, str]:
+    """`fetch_snapshot` written to the file `archive` (the fetched pack and the tar both live on disk, so
+    memory holds one blob at a time, never the repository or the archive); returns what the dashboard
+    shows of the commit: subject, author, time (bounded)."""
+    with _fetched_commit(repo_url, sha, credentials) as (repo, commit), archive.open("wb") as out:
+        write_tar(repo, commit.tree, out)
+        return commit_info(commit)
 
 
 def commit_info(commit: Commit) -> dict[str, str]:
@@ -340,15 +349,30 @@ def commit_info(commit: Commit) -> dict[str, str]:
 
 
 def _fetch_commit(repo_url: str, sha: str, credentials: RepoCredentials | None) -> tuple[MemoryRepo, Commit]:
-    """Fetch one commit (depth 1 for a full sha; all history to expand a short one) into memory."""
-    from dulwich.objects import Commit, ObjectID
+    """Fetch one commit (depth 1 for a full sha; all history to expand a short one) into memory (for a
+    small write-back; snapshots use `_fetched_commit`, on disk)."""
     from dulwich.repo import MemoryRepo
+
+    repo = MemoryRepo()
+    return repo, _fetch_into(repo, repo_url, sha, credentials)
+
+
+@contextlib.contextmanager
+def _fetched_commit(repo_url: str, sha: str, credentials: RepoCredentials | None) -> Iterator[tuple[BaseRepo, Commit]]:
+    """`_fetch_commit` into a bare repository in a temp directory (removed on exit): packs go to disk."""
+    from dulwich.repo import Repo
+
+    with tempfile.TemporaryDirectory(prefix="tidecd-fetch-") as tmp, Repo.init_bare(tmp) as repo:
+        yield repo, _fetch_into(repo, repo_url, sha, credentials)
+
+
+def _fetch_into(repo: BaseRepo, repo_url: str, sha: str, credentials: RepoCredentials | None) -> Commit:
+    from dulwich.objects import Commit, ObjectID
 
     sha = sha.strip().lower()
     if not _HEX.match(sha) or not 7 <= len(sha) <= 40:
         raise NotFound(f"revision {sha!r} not found in {redact_repo_url(repo_url)}: not a commit sha")
     full = len(sha) == 40
-    repo = MemoryRepo()
     wanted = ObjectID(sha.encode())
     advertised: dict[Ref, ObjectID] = {}
 
@@ -376,10 +400,10 @@ def _fetch_commit(repo_url: str, sha: str, credentials: RepoCredentials | None) 
     obj = _peel(repo, matches[0])
     if not isinstance(obj, Commit):
         raise NotFound(f"revision {sha!r} in {redact_repo_url(repo_url)} is not a commit")
-    return repo, obj
+    return obj
 
 
-def _peel(repo: MemoryRepo, object_id: ObjectID) -> Commit | None:
+def _peel(repo: BaseRepo, object_id: ObjectID) -> Commit | None:
     """The commit an object id names (through annotated tags), or None for trees and blobs."""
     from dulwich.objects import Commit, Tag
 
@@ -389,18 +413,22 @@ def _peel(repo: MemoryRepo, object_id: ObjectID) -> Commit | None:
     return obj if isinstance(obj, Commit) else None
 
 
-def tar_tree(repo: MemoryRepo, tree_id: ObjectID) -> bytes:
-    """A tar.gz of one tree: sorted members, mtime 0, owner root, so equal trees give equal bytes.
+def tar_tree(repo: BaseRepo, tree_id: ObjectID) -> bytes:
+    """A tar.gz of one tree: sorted members, mtime 0, owner root, so equal trees give equal bytes."""
+    buffer = io.BytesIO()
+    write_tar(repo, tree_id, buffer)
+    return buffer.getvalue()
 
-    The tree is checked against the snapshot limits (files, path depth, uncompressed size) entry by
-    entry, before each blob is read."""
+
+def write_tar(repo: BaseRepo, tree_id: ObjectID, out: BinaryIO) -> None:
+    """`tar_tree` written to `out`. The tree is checked against the snapshot limits (files, path depth,
+    uncompressed size) entry by entry, before each blob is read."""
     from dulwich.objects import Blob
 
     entries = sorted(repo.object_store.iter_tree_contents(tree_id), key=lambda e: e.path or b"")
     budget = _SnapshotBudget(limits.current())
-    buffer = io.BytesIO()
     with (
-        gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0, compresslevel=6) as gz,
+        gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=6) as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
         for entry in entries:
@@ -410,18 +438,19 @@ def tar_tree(repo: MemoryRepo, tree_id: ObjectID) -> bytes:
                 continue  # submodules (gitlinks) are not part of the snapshot
             name = os.fsdecode(entry.path)
             budget.add(_check_name(name), 0)
-            blob = repo.object_store[entry.sha]
-            assert isinstance(blob, Blob)
+            type_num, data = repo.object_store.get_raw(entry.sha)  # one copy of the content, no Blob object
+            if type_num != Blob.type_num:
+                raise UnsafePathError(f"tree entry {name!r} is not a blob")
             info = tarfile.TarInfo(name)
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
             if stat.S_ISLNK(entry.mode):
-                info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.fsdecode(blob.data), 0o777
+                info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.fsdecode(data), 0o777
                 tar.addfile(info)
             else:
-                info.size, info.mode = len(blob.data), 0o755 if entry.mode & 0o111 else 0o644
+                info.size, info.mode = len(data), 0o755 if entry.mode & 0o111 else 0o644
                 budget.add_bytes(name, info.size)
-                tar.addfile(info, io.BytesIO(blob.data))
-    return buffer.getvalue()
+                tar.addfile(info, io.BytesIO(data))
+            del data
 
 
 class _SnapshotBudget:
@@ -473,7 +502,7 @@ def _check_member(member: tarfile.TarInfo) -> PurePosixPath:
     return pure
 
 
-def extract(tar_bytes: bytes, dest: Path) -> None:
+def extract(tar_bytes: bytes | Path, dest: Path) -> None:
     """Extract a snapshot into `dest` (created, must be empty), refusing any member that would leave it.
 
     Every member is checked before anything is written; files are written before any symlink exists,
@@ -484,7 +513,8 @@ def extract(tar_bytes: bytes, dest: Path) -> None:
     if any(dest.iterdir()):
         raise UnsafePathError(f"extraction target {dest} is not empty")
     try:
-        with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:*") as tar:
+        source = {"name": str(tar_bytes)} if isinstance(tar_bytes, Path) else {"fileobj": io.BytesIO(tar_bytes)}
+        with tarfile.open(mode="r:*", **source) as tar:
             budget = _SnapshotBudget(limits.current())
             members = []
             for member in tar:  # each member is checked as the archive is read, before it is written
@@ -546,7 +576,12 @@ def _verify_link(root: Path, link: Path, name: str) -> None:
 
 
 class Snapshots:
-    """Repository snapshots cached in the object store; a commit is fetched at most once."""
+    """Repository snapshots cached in the object store; a commit is fetched at most once.
+
+    Each snapshot is fetched, stored and read as a file (never whole in memory), with its SHA-256 in a
+    `<key>.sha256` object beside it. A cached snapshot whose checksum does not match, or that cannot be
+    extracted when it has no checksum yet, is taken as corrupt: it is fetched again and replaced.
+    """
 
     def __init__(self, store: ObjectStore) -> None:
         self.store = store
@@ -571,24 +606,74 @@ class Snapshots:
         return {k: str(v) for k, v in data.items()} if isinstance(data, dict) else None
 
     def get_or_fetch(self, repo_url: str, sha: str, credentials: RepoCredentials | None = None) -> bytes:
-        sha = expand_sha(repo_url, sha.strip().lower(), credentials)
-        key = self.key(repo_url, sha)
-        if (blob := self.store.read(key)) is not None:
-            return blob.data
-        data, info = fetch_snapshot_and_commit(repo_url, sha, credentials)
-        with contextlib.suppress(PreconditionFailed):  # a racing caller stored the same immutable bytes
-            self.store.write(self.commit_key(repo_url, sha), json.dumps(info).encode(), if_generation_match=0)
-        with contextlib.suppress(PreconditionFailed):
-            self.store.write(key, data, if_generation_match=0)
-        return data
+        with tempfile.TemporaryDirectory(prefix="tidecd-snapshot-") as tmp:
+            return self._archive(repo_url, sha, Path(tmp), credentials, None)[0].read_bytes()
 
     @staticmethod
-    def extract(tar_bytes: bytes, dest: Path) -> None:
+    def extract(tar_bytes: bytes | Path, dest: Path) -> None:
         extract(tar_bytes, dest)
 
     def checkout(self, repo_url: str, sha: str, dest: Path, credentials: RepoCredentials | None = None) -> None:
-        """Snapshot of `sha` extracted into `dest`."""
-        extract(self.get_or_fetch(repo_url, sha, credentials), dest)
+        """Snapshot of `sha` extracted into `dest` (a corrupt cached copy is fetched again)."""
+        with tempfile.TemporaryDirectory(prefix="tidecd-snapshot-") as tmp:
+            archive, extracted = self._archive(repo_url, sha, Path(tmp), credentials, dest)
+            if not extracted:
+                extract(archive, dest)
+
+    def _archive(self, repo_url: str, sha: str, tmp: Path, credentials: RepoCredentials | None,
+                 extract_into: Path | None) -> tuple[Path, bool]:
+        """The snapshot as a file in `tmp`, from the store when intact, else fetched and stored; and
+        whether it was extracted into `extract_into` already (a cached copy is, to prove it readable)."""
+        from tidecd.store import read_file
+
+        sha = expand_sha(repo_url, sha.strip().lower(), credentials)
+        key = self.key(repo_url, sha)
+        archive = tmp / "snapshot.tar.gz"
+        generation = read_file(self.store, key, archive)
+        if generation is not None:
+            problem = self._problem(key, archive, extract_into)
+            if not problem:
+                return archive, extract_into is not None
+            log.warning("snapshot corrupt, fetching it again", key=key, problem=problem)
+        self._fetch_and_store(repo_url, sha, key, archive, credentials, generation or 0)
+        return archive, False
+
+    def _problem(self, key: str, archive: Path, extract_into: Path | None) -> str:
+        """Why the cached archive cannot be used ("" when it can, and is extracted if asked)."""
+        recorded = self.store.read(key + ".sha256")
+        if recorded is not None and recorded.data.decode(errors="replace").strip() != _sha256(archive):
+            return "checksum mismatch"
+        if extract_into is None:
+            return ""
+        try:
+            extract(archive, extract_into)
+        except (UnsafePathError, LimitExceeded) as exc:
+            if recorded is None:  # no checksum to tell tampering from a real refusal: fetch to find out
+                return f"unreadable ({exc})"
+            raise
+        return ""
+
+    def _fetch_and_store(self, repo_url: str, sha: str, key: str, archive: Path,
+                         credentials: RepoCredentials | None, generation: int) -> None:
+        from tidecd.store import write_file
+
+        info = fetch_snapshot_to(repo_url, sha, archive, credentials)
+        digest = _sha256(archive)
+        with contextlib.suppress(PreconditionFailed):  # a racing caller stored the same immutable bytes
+            self.store.write(self.commit_key(repo_url, sha), json.dumps(info).encode(), if_generation_match=0)
+        with contextlib.suppress(PreconditionFailed):
+            write_file(self.store, key, archive, if_generation_match=generation)
+        self.store.write(key + ".sha256", digest.encode())
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1024 * 1024), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 class RefCache:

@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import random
+import shutil
 import tempfile
 import threading
 import time
@@ -148,6 +149,10 @@ class LocalStore:
             fd, tmp = self._temp_file(data)
         except OSError as exc:
             raise StoreUnavailable(f"{path}: cannot write ({exc.strerror})") from exc
+        return self._commit(key, path, fd, tmp, if_generation_match)
+
+    def _commit(self, key: str, path: Path, fd: int, tmp: str, if_generation_match: int | None) -> int:
+        """Rename the temp file `tmp` (open as `fd`, header first) over the object, under the lock."""
         try:
             with self._locked():
                 current = _local_generation(path)
@@ -166,6 +171,33 @@ class LocalStore:
             os.close(fd)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+
+    def read_file(self, key: str, dest: Path) -> int | None:
+        """Copy the object into `dest` in chunks (no whole copy in memory); its generation, None if absent."""
+        path = self._path(key)
+        try:
+            with path.open("rb") as src:
+                generation = _parse_header(path, src.read(_HEADER_LEN))
+                with dest.open("wb") as out:
+                    shutil.copyfileobj(src, out, 1024 * 1024)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        except OSError as exc:
+            raise StoreUnavailable(f"{path}: cannot read ({exc.strerror})") from exc
+        return generation
+
+    def write_file(self, key: str, source: Path, *, if_generation_match: int | None = None) -> int:
+        """`write` with the content streamed from the file `source`."""
+        path = self._path(key)
+        try:
+            (self.root / _META / "tmp").mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root / _META / "tmp", prefix=f"{os.getpid()}-")
+            with os.fdopen(os.dup(fd), "wb") as out, source.open("rb") as src:
+                out.write(_header(0))
+                shutil.copyfileobj(src, out, 1024 * 1024)
+        except OSError as exc:
+            raise StoreUnavailable(f"{path}: cannot write ({exc.strerror})") from exc
+        return self._commit(key, path, fd, tmp, if_generation_match)
 
     def delete(self, key: str, *, if_generation_match: int | None = None) -> None:
         path = self._path(key)
@@ -300,6 +332,28 @@ class GcsStore:
             blob.upload_from_string(data, content_type=content_type, if_generation_match=if_generation_match)
         return int(blob.generation)
 
+    def read_file(self, key: str, dest: Path) -> int | None:
+        """Download the object into `dest` (streamed to disk); its generation, None if absent."""
+        from google.api_core.exceptions import NotFound
+
+        blob = self._blob(key)
+        with self._errors(key):
+            try:
+                blob.download_to_filename(str(dest))
+            except NotFound:
+                dest.unlink(missing_ok=True)
+                return None
+            if blob.generation is None:
+                blob.reload()
+        return int(blob.generation)
+
+    def write_file(self, key: str, source: Path, *, if_generation_match: int | None = None) -> int:
+        blob = self._blob(key)
+        with self._errors(key):
+            blob.upload_from_filename(str(source), content_type="application/octet-stream",
+                                      if_generation_match=if_generation_match)
+        return int(blob.generation)
+
     def delete(self, key: str, *, if_generation_match: int | None = None) -> None:
         from google.api_core.exceptions import NotFound
 
@@ -371,6 +425,31 @@ def open_store(url: str | None = None) -> ObjectStore:
             raise ConfigError(f"TIDECD_STORE {url!r}: no bucket name after gs://")
         return GcsStore(bucket, prefix)
     return LocalStore(Path(url).expanduser())
+
+
+# --- large objects as files ------------------------------------------------------------------------------
+
+
+def read_file(store: ObjectStore, key: str, dest: Path) -> int | None:
+    """The object copied into the file `dest`, streamed where the backend can (local, GCS); its generation,
+    or None when absent. Other stores (fakes) go through memory."""
+    method = getattr(store, "read_file", None)
+    if method is not None:
+        generation = method(key, dest)
+        return None if generation is None else int(generation)
+    blob = store.read(key)
+    if blob is None:
+        return None
+    dest.write_bytes(blob.data)
+    return blob.generation
+
+
+def write_file(store: ObjectStore, key: str, source: Path, *, if_generation_match: int | None = None) -> int:
+    """`store.write` with the content of the file `source`, streamed where the backend can."""
+    method = getattr(store, "write_file", None)
+    if method is not None:
+        return int(method(key, source, if_generation_match=if_generation_match))
+    return store.write(key, source.read_bytes(), if_generation_match=if_generation_match)
 
 
 # --- JSON documents --------------------------------------------------------------------------------------

@@ -6,8 +6,12 @@ assertion message when it fails):
 - the YAML alias bomb (342 bytes, 9**9 strings expanded) through the real render path: under 150 MiB;
 - a repository tree 1,100 directories deep through snapshot extraction: under 150 MiB, no RecursionError;
 - a 400 MiB chunked, unsigned POST to the webhook function: the worker stays under 150 MiB (it stops
-  reading at TIDECD_MAX_WEBHOOK_BYTES, 25 MiB).
-Before the fixes these were 2.6 GB + MemoryError, a RecursionError, and 566 MB.
+  reading at TIDECD_MAX_WEBHOOK_BYTES, 25 MiB);
+- a repository holding a 64 MiB blob (150 MiB under `make fuzz`), fetched from the real git server,
+  snapshotted and extracted: peak anonymous memory under 2.5× the blob + 50 MiB (the pack and the
+  archive go through disk; what is left is dulwich's pack verification holding that one object
+  compressed and decompressed).
+Before the fixes these were 2.6 GB + MemoryError, a RecursionError, 566 MB and ~3.3× the blob.
 """
 
 from __future__ import annotations
@@ -150,3 +154,48 @@ def test_400_mib_chunked_webhook_body_is_cut_at_the_limit(webhook: Function) -> 
     assert peak < BOUND_MIB, f"peak RSS {peak:.0f} MiB"
     # reading stops at the 25 MiB limit: werkzeug holds that much twice (buffer, then bytes), never more
     assert peak - before < 80, f"the body grew the worker by {peak - before:.0f} MiB"
+
+
+BIG_BLOB_MIB = int(os.environ.get("TIDECD_TEST_BIG_BLOB_MIB", "64"))  # `make fuzz` runs the issue's 150
+
+
+def test_a_big_blob_is_held_at_most_twice(git_repo: object, tmp_path: Path) -> None:
+    from tests.support.gitserver import GitRepo
+
+    assert isinstance(git_repo, GitRepo)
+    mib = BIG_BLOB_MIB
+    blob = git_repo.workdir / "assets" / "big.bin"
+    blob.parent.mkdir()
+    with blob.open("wb") as out:  # incompressible, so neither git nor gzip can shrink it
+        for _ in range(mib):
+            out.write(os.urandom(1024 * 1024))
+    git_repo.write("app/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: small}\n")
+    sha = git_repo.commit("a big blob")
+    git_repo.push()
+    blob.unlink()
+    result, peak = run_child(f"""
+        import threading, time
+        from pathlib import Path
+        anon = [0]
+        def sample() -> None:  # anonymous memory only: the mmapped pack file is page cache, not heap
+            while True:
+                for line in Path("/proc/self/status").read_text().splitlines():
+                    if line.startswith("RssAnon:"):
+                        anon[0] = max(anon[0], int(line.split()[1]))
+                time.sleep(0.002)
+        threading.Thread(target=sample, daemon=True).start()
+        from tidecd.source import Snapshots
+        from tidecd.store import LocalStore
+        snapshots = Snapshots(LocalStore(Path("store")))
+        snapshots.checkout({git_repo.url!r}, {sha!r}, Path("out"))
+        print("SIZE", Path("out/assets/big.bin").stat().st_size // 2**20, "MiB")
+        print("ANON", anon[0] // 1024)
+        """, tmp_path)
+    size, anon_line = result.splitlines()
+    anon = int(anon_line.split()[1])
+    bound = 2.5 * mib + 50  # + the interpreter and libraries
+    print(f"\n{mib} MiB blob: fetch + snapshot + store + extract: peak anonymous RSS {anon} MiB (bound "
+          f"{bound:.0f} MiB: 2.5x the blob + 50), VmHWM {peak:.0f} MiB (includes the mmapped pack file)")
+    assert size == f"SIZE {mib} MiB"
+    # dulwich's pack verification holds one object compressed and decompressed (~2x); nothing else is whole
+    assert anon < bound, f"peak anonymous RSS {anon} MiB"

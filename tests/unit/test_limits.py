@@ -216,3 +216,52 @@ def test_a_tool_cannot_reach_a_loopback_server(tmp_path: Path) -> None:
         server.shutdown()
         server.server_close()
     assert seen == []
+
+
+# --- the manifest cache: checksums and stored refusals --------------------------------------------------
+
+
+def test_a_corrupt_manifest_cache_entry_is_rendered_again(tmp_path: Path) -> None:
+    from tidecd.config import ApplicationSource
+    from tidecd.render import manifest_key, render_cached
+    from tidecd.store import MemoryStore
+
+    store, src = MemoryStore(), ApplicationSource(repo_url="https://g.example/x", path="app")
+    calls: list[int] = []
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}}
+
+    def render_fn() -> list[dict[str, object]]:
+        calls.append(1)
+        return [obj]
+
+    assert render_cached(store, "app", "a" * 40, src, render_fn, namespace="n") == [obj]
+    key = manifest_key("app", "a" * 40, src, "n")
+    blob = store.read(key)
+    assert blob is not None
+    store.write(key, blob.data.replace(b'"a":"1"', b'"a":"2"'))  # valid JSON, wrong content
+    assert render_cached(store, "app", "a" * 40, src, render_fn, namespace="n") == [obj]
+    assert len(calls) == 2
+    assert render_cached(store, "app", "a" * 40, src, render_fn, namespace="n") == [obj]
+    assert len(calls) == 2, "the repaired entry is used"
+
+
+def test_a_refusal_is_stored_and_not_rendered_again_until_a_limit_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidecd.config import ApplicationSource
+    from tidecd.render import render_cached
+    from tidecd.store import MemoryStore
+
+    store, src = MemoryStore(), ApplicationSource(repo_url="https://g.example/x", path="app")
+    calls: list[int] = []
+
+    def render_fn() -> list[dict[str, object]]:
+        calls.append(1)
+        return [d.obj for d in load_yaml(alias_bomb(), "app/bomb.yaml")]
+
+    for _ in range(3):
+        with pytest.raises(LimitExceeded, match="app/bomb.yaml document 1: YAML aliases expand"):
+            render_cached(store, "app", "b" * 40, src, render_fn, namespace="n")
+    assert len(calls) == 1
+    monkeypatch.setenv("TIDECD_MAX_YAML_ALIAS_NODES", "200000")
+    with pytest.raises(LimitExceeded):
+        render_cached(store, "app", "b" * 40, src, render_fn, namespace="n")
+    assert len(calls) == 2

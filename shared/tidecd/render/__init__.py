@@ -20,9 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tidecd import metrics
+import structlog
+
+from tidecd import limits, metrics
 from tidecd.config import ApplicationSource, DirectorySpec
-from tidecd.errors import ConfigError, RenderError
+from tidecd.errors import ConfigError, LimitExceeded, RenderError, UnsafePathError
 from tidecd.model import Manifest
 from tidecd.paths import check_tree, inside
 from tidecd.render.directory import render_directory
@@ -34,6 +36,7 @@ from tidecd.store import ObjectStore, PreconditionFailed
 
 __all__ = ["Tool", "choose_tool", "manifest_key", "render", "render_cached"]
 
+log = structlog.get_logger("tidecd.render")
 CACHE_FORMAT = 1  # bump when the stored shape or the rendering rules change
 _STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -122,27 +125,60 @@ def render_cached(
     namespace: str,
     override: SourceOverride | None = None,
 ) -> list[Manifest]:
-    """The manifests of this revision from the store, calling `render_fn` only the first time."""
+    """The manifests of this revision from the store, calling `render_fn` only the first time.
+
+    An entry carries the SHA-256 of its manifests: a corrupt one is detected and rendered again. A
+    refusal that the content alone decides (over a limit, a path leaving the checkout) is stored too, with
+    the limits in force, and raised again without rendering: the same input fails the same way, so a
+    hostile revision costs one render, not one per trigger. Changing a limit renders it again.
+    """
     key = manifest_key(app_name, sha, source, namespace, override)
     blob = store.read(key)
     if blob is not None and (cached := _decode(blob.data)) is not None:
         return cached
-    with metrics.timed("render"):
-        manifests = render_fn()
-    data = json.dumps({"format": CACHE_FORMAT, "manifests": manifests}, separators=(",", ":")).encode()
+    try:
+        with metrics.timed("render"):
+            manifests = render_fn()
+    except (LimitExceeded, UnsafePathError) as exc:
+        refusal = {"format": CACHE_FORMAT, "refused": {"type": type(exc).__name__, "message": str(exc)},
+                   "limits": _limits_key()}
+        with contextlib.suppress(PreconditionFailed):
+            store.write(key, json.dumps(refusal).encode(), if_generation_match=blob.generation if blob else 0)
+        raise
+    raw = json.dumps(manifests, separators=(",", ":")).encode()
+    data = _HEADER % (CACHE_FORMAT, hashlib.sha256(raw).hexdigest().encode()) + raw + b"}"
     with contextlib.suppress(PreconditionFailed):  # another call stored the same revision meanwhile
         store.write(key, data, if_generation_match=blob.generation if blob else 0)
     return manifests
 
 
+_HEADER = b'{"format":%d,"sha256":"%s","manifests":'
+_CHECKED = re.compile(rb'^\{"format":(\d+),"sha256":"([0-9a-f]{64})","manifests":')
+
+
+def _limits_key() -> dict[str, int]:
+    from dataclasses import asdict
+
+    return asdict(limits.current())
+
+
 def _decode(data: bytes) -> list[Manifest] | None:
-    """The cached manifests, or None for an entry we cannot use (corrupt, or an older format)."""
+    """The cached manifests, or None for an entry we cannot use (corrupt, or an older format). A stored
+    refusal is raised again while the limits are the ones it was decided under."""
+    if (match := _CHECKED.match(data)) and (
+            not data.endswith(b"}") or hashlib.sha256(data[match.end():-1]).hexdigest().encode() != match[2]):
+        log.warning("manifest cache entry corrupt (checksum mismatch): rendering again")
+        return None
     try:
         payload: Any = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(payload, dict) or payload.get("format") != CACHE_FORMAT:
         return None
+    refused = payload.get("refused")
+    if isinstance(refused, dict) and payload.get("limits") == _limits_key():
+        error = LimitExceeded if refused.get("type") == "LimitExceeded" else UnsafePathError
+        raise error(str(refused.get("message", "")))
     manifests = payload.get("manifests")
     if not isinstance(manifests, list) or not all(isinstance(m, dict) for m in manifests):
         return None
