@@ -173,7 +173,8 @@ def test_short_sha_that_is_no_ref_tip(git_repo: GitRepo) -> None:
     snapshots = Snapshots(MemoryStore())
     snapshots.checkout(git_repo.url, old[:8], git_repo.workdir.parent / "out")
     assert (git_repo.workdir.parent / "out/f").read_text() == "old\n"
-    assert snapshots.store.list("snapshots/")[0].endswith(f"/{old}.tar.gz")  # cached under the full sha
+    keys = snapshots.store.list("snapshots/")  # cached under the full sha, with its checksum and commit info
+    assert [k.rsplit("/", 1)[1] for k in keys] == [f"{old}.commit.json", f"{old}.tar.gz", f"{old}.tar.gz.sha256"]
 
 
 def test_unknown_revision(git_repo: GitRepo, history: dict[str, str]) -> None:
