@@ -174,6 +174,8 @@ class GitHubApi(Protocol):
 
     def upsert_comment(self, repo: Repo, number: int, marker: str, body: str) -> int: ...
 
+    def pull_files(self, repo: Repo, number: int) -> list[str]: ...
+
 
 class PyGithubApi:
     """`GitHubApi` through PyGithub; no retries inside (PyGithub's own would sleep on a rate limit)."""
@@ -232,6 +234,10 @@ class PyGithubApi:
                     comment.edit(body)
                     return int(comment.id)
             return int(issue.create_comment(body).id)
+
+    def pull_files(self, repo: Repo, number: int) -> list[str]:
+        with _translated():
+            return [f.filename for f in self._repo(repo).get_pull(number).get_files()]
 
 
 @contextmanager
@@ -313,6 +319,13 @@ class GitHub:
     def comment(self, repo: Repo, number: int, marker: str, body: str) -> Delivery:
         return self._call(f"comment on {repo.full_name}#{number}",
                           lambda: self.api.upsert_comment(repo, number, marker, cut(body, COMMENT_LIMIT)))
+
+    def pull_files(self, repo: Repo, number: int) -> list[str] | None:
+        """The files a pull request changes (None when GitHub cannot say: rate limited, down, refused)."""
+        found: list[list[str]] = []
+        delivery = self._call(f"files of {repo.full_name}#{number}",
+                              lambda: found.append(self.api.pull_files(repo, number)))
+        return found[0] if delivery.ok and found else None
 
     # -- the one path every call takes ------------------------------------------------------------------
 

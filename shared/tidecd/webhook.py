@@ -90,6 +90,10 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
     verify(provider, headers, body, runtime.settings.webhook_secret)
     if provider == "github" and event == "ping":
         return Response(200, {"msg": "pong"})
+    if provider == "github" and event == "pull_request":  # previews (tidecd.preview)
+        from tidecd import preview
+
+        return Response(*preview.on_pull_request(_payload(headers, body), runtime, _delivery_id(provider, headers)))
     if event not in _PUSH_EVENTS[provider]:
         return Response(200, {"ignored": f"{provider} event {event!r} is not a push"})
     payload = _payload(headers, body)

@@ -171,6 +171,7 @@ class GitHubStandIn:
     comments: dict[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)
     deployments: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     deployment_statuses: dict[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)
+    pull_files: dict[tuple[str, int], list[str]] = field(default_factory=dict)  # set by tests: a PR's files
     base_url: str = ""
     _faults: list[_Fault] = field(default_factory=list)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1001))
@@ -216,6 +217,9 @@ class GitHubStandIn:
             self._server = None
 
     # -- test helpers ---------------------------------------------------------------------------------
+
+    def comment_bodies(self, repo: str, number: int) -> list[str]:
+        return [c["body"] for c in self.comments.get((repo, number), [])]
 
     def fail_next(self, operation_id: str, status: int, *, body: Any = None, headers: dict[str, str] | None = None,
                   times: int = 1) -> None:
@@ -451,6 +455,15 @@ class GitHubStandIn:
     def _on_repos_list_deployment_statuses(self, example: Any, repo: str, params: dict[str, str],
                                            query: Any, body: Any) -> Any:
         return _page(list(reversed(self.deployment_statuses.get((repo, int(params["deployment_id"])), []))), query)
+
+
+    def _on_pulls_list_files(self, example: Any, repo: str, params: dict[str, str], query: Any,
+                             body: Any) -> Any:
+        files = self.pull_files.get((repo, int(params["pull_number"])))
+        if files is None:
+            return example
+        template = example[0] if isinstance(example, list) and example else {}
+        return _page([template | {"filename": name, "sha": "0" * 40} for name in files], query)
 
 
 def _now() -> str:
