@@ -99,12 +99,8 @@ def pull_request_of(doc: Mapping[str, Any], api_url: str = gh.DEFAULT_API_URL) -
                        str((base or {}).get("default_branch") or ""))
 
 
-def affected_apps(apps: Iterable[Application], pr: PullRequest, files: tuple[str, ...] | None) -> list[Application]:
-    from tidecd.webhook import Push, matching_apps
-
-    push = Push(repo_urls=pr.repo_urls, ref=f"refs/heads/{pr.base_ref}", after=pr.head_sha,
-                default_branch=pr.default_branch, deleted=False, changed_files=files)
-    return sorted(matching_apps(apps, push), key=lambda a: a.name)
+Select = Callable[[Iterable[Application], PullRequest, "tuple[str, ...] | None"], list[Application]]
+"""Which apps a PR can affect: the webhook's own push matching (`webhook.pr_apps`), passed in."""
 
 
 # --- the webhook side ------------------------------------------------------------------------------------
@@ -186,9 +182,10 @@ def runner_for(runtime: Runtime) -> Runner:
     return PubSubRunner(runtime.settings.refresh_topic) if runtime.settings.refresh_topic else LOCAL
 
 
-def on_pull_request(doc: Mapping[str, Any], runtime: Runtime, delivery: str = "",
+def on_pull_request(doc: Mapping[str, Any], runtime: Runtime, select: Select, delivery: str = "",
                     runner: Runner | None = None) -> tuple[int, dict[str, Any]]:
-    """The webhook's answer to a `pull_request` event (signature already checked)."""
+    """The webhook's answer to a `pull_request` event (signature already checked); `select` picks the apps
+    the PR can affect (repo, base branch, manifest-generate-paths against the changed files)."""
     api_url = runtime.settings.github_api_url or gh.DEFAULT_API_URL
     try:
         pr = pull_request_of(doc, api_url)
@@ -204,7 +201,7 @@ def on_pull_request(doc: Mapping[str, Any], runtime: Runtime, delivery: str = ""
         return 200, {"closed": f"{pr.repo.full_name}#{pr.number}: preview results dropped"}
     client = gh.client_for(runtime.secrets(), runtime.store, api_url)
     files = _changed_files(client, pr)
-    apps = affected_apps(runtime.config().applications.values(), pr, files)[:MAX_APPS]
+    apps = sorted(select(runtime.config().applications.values(), pr, files), key=lambda a: a.name)[:MAX_APPS]
     names = [a.name for a in apps]
     write_json(runtime.store, pr.folder + "request.json",
                {"head_sha": pr.head_sha, "apps": names, "number": pr.number, "repo": pr.repo.full_name,

@@ -33,6 +33,7 @@ from tidecd.globs import compile_glob
 from tidecd.store import PreconditionFailed, write_json
 
 if TYPE_CHECKING:
+    from tidecd.preview import PullRequest
     from tidecd.runtime import Runtime
 
 log = structlog.get_logger("tidecd.webhook")
@@ -93,7 +94,8 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
     if provider == "github" and event == "pull_request":  # previews (tidecd.preview)
         from tidecd import preview
 
-        return Response(*preview.on_pull_request(_payload(headers, body), runtime, _delivery_id(provider, headers)))
+        return Response(*preview.on_pull_request(_payload(headers, body), runtime, pr_apps,
+                                                 _delivery_id(provider, headers)))
     if event not in _PUSH_EVENTS[provider]:
         return Response(200, {"ignored": f"{provider} event {event!r} is not a push"})
     payload = _payload(headers, body)
@@ -265,6 +267,12 @@ def matching_apps(apps: Iterable[Application], push: Push) -> list[Application]:
             if normalize_repo_url(app.source.repo_url) in push.repo_urls
             and revision_matches(app.source.target_revision, push)
             and files_match(refresh_paths(app), push.changed_files)]
+
+
+def pr_apps(apps: Iterable[Application], pr: PullRequest, files: tuple[str, ...] | None) -> list[Application]:
+    """The apps a pull request can affect: matched like a push of its head to its base branch."""
+    return matching_apps(apps, Push(repo_urls=pr.repo_urls, ref=f"refs/heads/{pr.base_ref}", after=pr.head_sha,
+                                    default_branch=pr.default_branch, deleted=False, changed_files=files))
 
 
 def revision_matches(target_revision: str, push: Push) -> bool:

@@ -17,6 +17,7 @@ from tidecd.cluster import ApiResource
 from tidecd.config import AppProject, Config
 from tidecd.runtime import Runtime
 from tidecd.store import MemoryStore
+from tidecd.webhook import pr_apps
 
 REPO = "octo/web"
 CONFIGMAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web"}, "data": {"k": "v1"}}
@@ -70,6 +71,11 @@ def _setup(standin: GitHubStandIn, names: list[str], project: AppProject | None 
     return runtime, git, cluster
 
 
+def _pr(doc: dict[str, Any], runtime: Runtime, delivery: str = "",
+        runner: preview.Runner | None = None) -> tuple[int, dict[str, Any]]:
+    return preview.on_pull_request(doc, runtime, pr_apps, delivery, runner=runner)
+
+
 @pytest.fixture
 def patched(monkeypatch: pytest.MonkeyPatch) -> Any:
     def install(git: FakeGit) -> None:
@@ -93,7 +99,7 @@ def test_one_comment_per_pr_updated_on_push(github_standin: GitHubStandIn, webho
     head1 = git.push([{**CONFIGMAP, "data": {"k": "v2"}}, SECRET])
     git.head = main_head  # the PR is not merged
     writes = cluster.writes
-    status, body = preview.on_pull_request(_payload(webhook_examples, github_standin, "opened", 7, head1),
+    status, body = _pr(_payload(webhook_examples, github_standin, "opened", 7, head1),
                                            runtime, "d-1", runner=Inline())
     assert status == 202 and body["preview"] == ["web"]
     assert cluster.writes == writes  # nothing written to the cluster
@@ -104,18 +110,16 @@ def test_one_comment_per_pr_updated_on_push(github_standin: GitHubStandIn, webho
 
     head2 = git.push([{**CONFIGMAP, "data": {"k": "v3"}}])
     git.head = main_head
-    preview.on_pull_request(_payload(webhook_examples, github_standin, "synchronize", 7, head2), runtime, "d-2",
+    _pr(_payload(webhook_examples, github_standin, "synchronize", 7, head2), runtime, "d-2",
                             runner=Inline())
     [comment] = github_standin.comment_bodies(REPO, 7)  # the same comment, updated
     assert "+  k: v3" in comment and "Secret ns/creds" not in comment and head2[:12] in comment
     assert len(github_standin.calls_to("issues/create-comment")) == 1
     assert len(github_standin.calls_to("issues/update-comment")) == 1
     # a redelivery does nothing
-    again = preview.on_pull_request(_payload(webhook_examples, github_standin, "synchronize", 7, head2), runtime,
-                                    "d-2", runner=Inline())
+    again = _pr(_payload(webhook_examples, github_standin, "synchronize", 7, head2), runtime, "d-2", runner=Inline())
     assert again[1].get("duplicate") is True
-    closed = preview.on_pull_request(_payload(webhook_examples, github_standin, "closed", 7, head2), runtime,
-                                     "d-3", runner=Inline())
+    closed = _pr(_payload(webhook_examples, github_standin, "closed", 7, head2), runtime, "d-3", runner=Inline())
     assert closed[0] == 200 and runtime.store.list("previews/") == []
 
 
@@ -125,7 +129,7 @@ def test_forbidden_clusterrole_fails_the_preview_status(github_standin: GitHubSt
     patched(git)
     git.push([CONFIGMAP])
     head = git.push([CONFIGMAP, CLUSTERROLE])
-    preview.on_pull_request(_payload(webhook_examples, github_standin, "opened", 8, head), runtime, "",
+    _pr(_payload(webhook_examples, github_standin, "opened", 8, head), runtime, "",
                             runner=Inline())
     assert github_standin.status_states(REPO, head, "tidecd/preview/web") == ["failure"]
     [comment] = github_standin.comment_bodies(REPO, 8)
@@ -142,7 +146,7 @@ def test_render_error_fails_the_preview(github_standin: GitHubStandIn, webhook_e
 
     monkeypatch.setattr(reconcile, "render_desired", broken)
     head = "c" * 40
-    preview.on_pull_request(_payload(webhook_examples, github_standin, "reopened", 9, head), runtime, "",
+    _pr(_payload(webhook_examples, github_standin, "reopened", 9, head), runtime, "",
                             runner=Inline())
     assert github_standin.status_states(REPO, head, "tidecd/preview/web") == ["failure"]
     assert "file not found" in github_standin.comment_bodies(REPO, 9)[0]
@@ -157,8 +161,7 @@ def test_changed_files_narrow_the_apps(github_standin: GitHubStandIn, webhook_ex
             ("argocd.argoproj.io/manifest-generate-paths", "."),))
     head = git.push([CONFIGMAP])
     github_standin.pull_files[(REPO, 10)] = ["apps/api/deploy.yaml", "README.md"]
-    status, body = preview.on_pull_request(_payload(webhook_examples, github_standin, "opened", 10, head), runtime,
-                                           "", runner=Inline())
+    status, body = _pr(_payload(webhook_examples, github_standin, "opened", 10, head), runtime, "", runner=Inline())
     assert status == 202 and body["preview"] == ["api"]
 
 
@@ -171,8 +174,7 @@ def test_fifty_apps_fan_out_and_the_comment_stays_under_the_limit(
     head = git.push([big])
     runner = preview.ThreadRunner(workers=4, runtime_factory=lambda rt: rt)
     started = time.monotonic()
-    status, body = preview.on_pull_request(_payload(webhook_examples, github_standin, "opened", 11, head), runtime,
-                                           "", runner=runner)
+    status, body = _pr(_payload(webhook_examples, github_standin, "opened", 11, head), runtime, "", runner=runner)
     answered = time.monotonic() - started
     assert status == 202 and len(body["preview"]) == 50
     assert answered < 2.0  # the webhook hands the work over; GitHub gives a delivery 10 s
