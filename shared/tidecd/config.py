@@ -39,6 +39,8 @@ from tidecd.config_model import (
     HelmParameter,
     HelmSpec,
     IgnoreDifference,
+    JsonnetSpec,
+    JsonnetVar,
     KustomizeSpec,
     ProjectDestination,
     Retry,
@@ -52,7 +54,8 @@ from tidecd.paths import check_tree, inside
 __all__ = [
     "CONFIG_SUFFIXES", "DEFAULT_PROJECT", "DNS_NAME", "SECRET_TYPES", "Application", "ApplicationSource",
     "AppProject", "Backoff", "Config", "ConfigItem", "ConfigSourceRef", "Destination", "DirectorySpec",
-    "GroupKind", "HelmParameter", "HelmSpec", "IgnoreDifference", "KustomizeSpec", "ProjectDestination", "Retry",
+    "GroupKind", "HelmParameter", "HelmSpec", "IgnoreDifference", "JsonnetSpec", "JsonnetVar", "KustomizeSpec",
+    "ProjectDestination", "Retry",
     "SyncPolicy", "config_files", "load_config", "load_config_source", "normalize_repo_url",
     "parse_config_source", "parse_duration", "redact_repo_url", "repo_key",
 ]

@@ -27,10 +27,27 @@ DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")  # an object name;
 
 
 @dataclass(frozen=True)
+class JsonnetVar:
+    """One jsonnet top-level argument or external variable; `code` means the value is jsonnet code."""
+
+    name: str
+    value: str
+    code: bool = False
+
+
+@dataclass(frozen=True)
+class JsonnetSpec:
+    tlas: tuple[JsonnetVar, ...] = ()
+    ext_vars: tuple[JsonnetVar, ...] = ()
+    libs: tuple[str, ...] = ()  # library directories, relative to the repository root
+
+
+@dataclass(frozen=True)
 class DirectorySpec:
     recurse: bool = False
     include: str = ""
     exclude: str = ""
+    jsonnet: JsonnetSpec = JsonnetSpec()
 
 
 @dataclass(frozen=True)
@@ -39,6 +56,13 @@ class KustomizeSpec:
     name_suffix: str = ""
     images: tuple[str, ...] = ()
     common_labels: tuple[tuple[str, str], ...] = ()
+    common_annotations: tuple[tuple[str, str], ...] = ()
+    force_common_labels: bool = False
+    force_common_annotations: bool = False
+    namespace: str = ""
+    replicas: tuple[tuple[str, int], ...] = ()
+    patches: tuple[str, ...] = ()  # each patch as JSON text (a kustomize `patches` entry)
+    components: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -52,8 +76,13 @@ class HelmParameter:
 class HelmSpec:
     release_name: str = ""
     value_files: tuple[str, ...] = ()
-    values: str = ""  # YAML text; `valuesObject` is dumped to it
+    values: str = ""  # YAML text; `valuesObject`, which wins over `values` as in Argo CD, is dumped to it
     parameters: tuple[HelmParameter, ...] = ()
+    file_parameters: tuple[tuple[str, str], ...] = ()  # (name, path in the repository)
+    skip_crds: bool = False
+    ignore_missing_value_files: bool = False
+    pass_credentials: bool = False
+    namespace: str = ""  # overrides the destination namespace for `helm template`
 
 
 @dataclass(frozen=True)
@@ -102,6 +131,9 @@ class SyncPolicy:
     sync_options: tuple[str, ...] = ()
     retry: Retry | None = None
     allow_empty: bool = False  # automated sync may prune down to zero objects
+    # `managedNamespaceMetadata`: set on the namespace CreateNamespace=true creates
+    namespace_labels: tuple[tuple[str, str], ...] = ()
+    namespace_annotations: tuple[tuple[str, str], ...] = ()
 
     def has_option(self, option: str) -> bool:
         return option in self.sync_options
@@ -115,6 +147,7 @@ class IgnoreDifference:
     namespace: str = ""
     json_pointers: tuple[str, ...] = ()
     managed_fields_managers: tuple[str, ...] = ()
+    jq_path_expressions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

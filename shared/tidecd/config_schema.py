@@ -9,6 +9,7 @@ of a document. Values of Secrets are never echoed.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from tidecd.config_model import (
     HelmParameter,
     HelmSpec,
     IgnoreDifference,
+    JsonnetSpec,
+    JsonnetVar,
     KustomizeSpec,
     ProjectDestination,
     Retry,
@@ -154,20 +157,26 @@ _APP_SPEC = _Keys(("project", "source", "destination", "syncPolicy", "ignoreDiff
 _SOURCE = _Keys(("repoURL", "targetRevision", "path", "chart", "directory", "kustomize", "helm"),
                 ("plugin", "ref", "name"))
 _DIRECTORY = _Keys(("recurse", "include", "exclude", "jsonnet"))
-_KUSTOMIZE = _Keys(("namePrefix", "nameSuffix", "images", "commonLabels"),
-                   ("commonAnnotations", "version", "forceCommonLabels", "namespace", "replicas", "patches",
-                    "components"))
-_HELM = _Keys(("releaseName", "valueFiles", "values", "valuesObject", "parameters"),
-              ("fileParameters", "passCredentials", "ignoreMissingValueFiles", "skipCrds", "version",
-               "namespace"))
+_JSONNET = _Keys(("tlas", "extVars", "libs"))
+_JSONNET_VAR = _Keys(("name", "value", "code"))
+_KUSTOMIZE = _Keys(("namePrefix", "nameSuffix", "images", "commonLabels", "commonAnnotations",
+                    "forceCommonLabels", "forceCommonAnnotations", "namespace", "replicas", "patches",
+                    "components"),
+                   ("version",))
+_KUSTOMIZE_REPLICA = _Keys(("name", "count"))
+_HELM = _Keys(("releaseName", "valueFiles", "values", "valuesObject", "parameters", "fileParameters",
+               "passCredentials", "ignoreMissingValueFiles", "skipCrds", "namespace"),
+              ("version",))
 _HELM_PARAMETER = _Keys(("name", "value", "forceString"))
+_HELM_FILE_PARAMETER = _Keys(("name", "path"))
+_MANAGED_NAMESPACE = _Keys(("labels", "annotations"))
 _DESTINATION = _PROJECT_DESTINATION = _Keys(("server", "name", "namespace"))
-_SYNC_POLICY = _Keys(("automated", "syncOptions", "retry"), ("managedNamespaceMetadata",))
+_SYNC_POLICY = _Keys(("automated", "syncOptions", "retry", "managedNamespaceMetadata"))
 _AUTOMATED = _Keys(("prune", "selfHeal", "allowEmpty", "enabled"))
 _RETRY = _Keys(("limit", "backoff"), ("refresh",))
 _BACKOFF = _Keys(("duration", "factor", "maxDuration"))
-_IGNORE = _Keys(("group", "kind", "name", "namespace", "jsonPointers", "managedFieldsManagers"),
-                ("jqPathExpressions",))
+_IGNORE = _Keys(("group", "kind", "name", "namespace", "jsonPointers", "managedFieldsManagers",
+                 "jqPathExpressions"))
 _PROJECT_SPEC = _Keys(("description", "sourceRepos", "destinations", "clusterResourceWhitelist",
                        "clusterResourceBlacklist", "namespaceResourceWhitelist",
                        "namespaceResourceBlacklist"),
@@ -231,17 +240,52 @@ def _source(node: Node | None) -> ApplicationSource | None:
 def _directory(node: Node | None) -> DirectorySpec | None:
     if node is None:
         return None
-    if node.data.get("jsonnet") not in (None, {}):  # `jsonnet: {}` is what Argo CD exports; harmless
-        node.error("jsonnet", "not supported by tidecd")
     return DirectorySpec(recurse=node.flag("recurse"), include=node.text("include"),
-                         exclude=node.text("exclude"))
+                         exclude=node.text("exclude"), jsonnet=_jsonnet(node.child("jsonnet", _JSONNET)))
+
+
+def _jsonnet(node: Node | None) -> JsonnetSpec:
+    if node is None:
+        return JsonnetSpec()
+    libs = node.texts("libs")
+    for i, lib in enumerate(libs):
+        if PurePosixPath(lib).is_absolute() or ".." in PurePosixPath(lib).parts:
+            node.error(f"libs[{i}]", "must be a relative path inside the repository")
+
+    def variables(key: str) -> tuple[JsonnetVar, ...]:
+        return tuple(JsonnetVar(name=n.text("name", required=True), value=n.text("value"), code=n.flag("code"))
+                     for n in node.children(key, _JSONNET_VAR))
+
+    return JsonnetSpec(tlas=variables("tlas"), ext_vars=variables("extVars"), libs=libs)
 
 
 def _kustomize(node: Node | None) -> KustomizeSpec | None:
     if node is None:
         return None
+    replicas = []
+    for n in node.children("replicas", _KUSTOMIZE_REPLICA):
+        count = n.get("count", (int, str), "an integer", required=True)
+        if isinstance(count, str) and not count.isdigit():
+            n.error("count", f"{count!r} is not an integer")
+            count = None
+        replicas.append((n.text("name", required=True), int(count or 0)))
+    patches = []
+    for i, patch in enumerate(node.get("patches", (list,), "a list of patches") or []):
+        if not isinstance(patch, dict):
+            node.error(f"patches[{i}]", f"expected a mapping, got {type_name(patch)}")
+        elif not isinstance(patch.get("patch"), str) and not isinstance(patch.get("path"), str):
+            node.error(f"patches[{i}]", "set patch (inline text) or path")
+        elif isinstance(patch.get("path"), str) and (PurePosixPath(patch["path"]).is_absolute()):
+            node.error(f"patches[{i}].path", "must be a relative path inside the repository")
+        else:
+            patches.append(json.dumps(patch, sort_keys=True))
     return KustomizeSpec(name_prefix=node.text("namePrefix"), name_suffix=node.text("nameSuffix"),
-                         images=node.texts("images"), common_labels=node.pairs("commonLabels"))
+                         images=node.texts("images"), common_labels=node.pairs("commonLabels"),
+                         common_annotations=node.pairs("commonAnnotations"),
+                         force_common_labels=node.flag("forceCommonLabels"),
+                         force_common_annotations=node.flag("forceCommonAnnotations"),
+                         namespace=node.text("namespace"), replicas=tuple(replicas), patches=tuple(patches),
+                         components=node.texts("components"))
 
 
 def _helm(node: Node | None) -> HelmSpec | None:
@@ -253,13 +297,19 @@ def _helm(node: Node | None) -> HelmSpec | None:
     else:
         values = node.text("values")
     values_object = node.get("valuesObject", (dict,), "a mapping")
-    if values_object is not None:
-        if values:
-            node.error("valuesObject", "set only one of values and valuesObject")
+    if values_object is not None:  # Argo CD: valuesObject wins over values when both are set
         values = yaml.safe_dump(values_object, sort_keys=False, default_flow_style=False)
     parameters = tuple(_helm_parameter(n) for n in node.children("parameters", _HELM_PARAMETER))
+    file_parameters = []
+    for n in node.children("fileParameters", _HELM_FILE_PARAMETER):
+        name, path = n.text("name", required=True), n.text("path", required=True)
+        if "://" in path or ".." in PurePosixPath(path.lstrip("/")).parts:
+            n.error("path", "must be a path inside the repository")
+        file_parameters.append((name, path))
     return HelmSpec(release_name=node.text("releaseName"), value_files=node.texts("valueFiles"),
-                    values=values, parameters=parameters)
+                    values=values, parameters=parameters, file_parameters=tuple(file_parameters),
+                    skip_crds=node.flag("skipCrds"), ignore_missing_value_files=node.flag("ignoreMissingValueFiles"),
+                    pass_credentials=node.flag("passCredentials"), namespace=node.text("namespace"))
 
 
 def _helm_parameter(node: Node) -> HelmParameter:
@@ -288,7 +338,10 @@ def _sync_policy(node: Node | None) -> SyncPolicy:
             node.error(f"syncOptions[{i}]", f"{option!r} is not of the form Name=value")
     auto = node.child("automated", _AUTOMATED)
     retry = node.child("retry", _RETRY)
+    managed = node.child("managedNamespaceMetadata", _MANAGED_NAMESPACE)
     return SyncPolicy(
+        namespace_labels=managed.pairs("labels") if managed else (),
+        namespace_annotations=managed.pairs("annotations") if managed else (),
         automated=auto is not None and auto.flag("enabled", True),  # `automated: {}` turns it on
         prune=auto is not None and auto.flag("prune"),
         self_heal=auto is not None and auto.flag("selfHeal"),
@@ -341,7 +394,22 @@ def _ignore_difference(node: Node) -> IgnoreDifference:
     return IgnoreDifference(group=node.text("group"), kind=node.text("kind", required=True),
                             name=node.text("name"), namespace=node.text("namespace"),
                             json_pointers=pointers,
-                            managed_fields_managers=node.texts("managedFieldsManagers"))
+                            managed_fields_managers=node.texts("managedFieldsManagers"),
+                            jq_path_expressions=_jq_expressions(node))
+
+
+def _jq_expressions(node: Node) -> tuple[str, ...]:
+    """jq path expressions, each compiled now so a typo is reported at load time, naming the field."""
+    expressions = node.texts("jqPathExpressions")
+    if expressions:
+        from tidecd.jqpaths import compile_path
+
+        for i, expression in enumerate(expressions):
+            try:
+                compile_path(expression)
+            except ValueError as exc:
+                node.error(f"jqPathExpressions[{i}]", str(exc))
+    return expressions
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -69,17 +69,55 @@ def normalize(obj: Manifest, ignore: Iterable[IgnoreDifference] = ()) -> Manifes
     for holder, name in ((meta, "annotations"), (meta, "labels")):
         if not holder.get(name):
             holder.pop(name, None)
-    key = ResourceKey.of(obj)
     managed = obj.get("metadata", {}).get("managedFields") or []
+    return drop_ignored(out, ResourceKey.of(obj), ignore, managed)
+
+
+def drop_ignored(obj: Manifest, key: ResourceKey, ignore: Iterable[IgnoreDifference],
+                 managed: list[Any] | None = None) -> Manifest:
+    """`obj` (changed in place, and returned) without the fields the app's ignoreDifferences rules name."""
     for rule in ignore:
         if not _rule_matches(rule, key):
             continue
         for pointer in rule.json_pointers:
-            _remove_pointer(out, pointer)
-        for entry in managed:
+            _remove_pointer(obj, pointer)
+        for entry in managed or []:
             if entry.get("manager") in rule.managed_fields_managers:
-                _remove_fields(out, entry.get("fieldsV1") or {})
-    return out
+                _remove_fields(obj, entry.get("fieldsV1") or {})
+        if rule.jq_path_expressions:
+            from tidecd.jqpaths import delete_paths
+
+            obj = delete_paths(obj, rule.jq_path_expressions)
+    return obj
+
+
+def respect_ignored(desired: Manifest, live: Manifest | None, ignore: Iterable[IgnoreDifference]) -> Manifest:
+    """`RespectIgnoreDifferences=true`: the object to apply keeps the live values of ignored fields.
+
+    As Argo CD does it: the ignored fields are dropped from the desired object, then what dropping them
+    from the live object removed is copied back from the live object (lists as a whole, as a JSON merge
+    patch would). Without a live object the desired object is applied unchanged.
+    """
+    rules = [r for r in ignore if _rule_matches(r, ResourceKey.of(desired))]
+    if live is None or not rules:
+        return desired
+    managed = (live.get("metadata") or {}).get("managedFields") or []
+    target = drop_ignored(copy.deepcopy(desired), ResourceKey.of(desired), rules, managed)
+    live_kept = drop_ignored(copy.deepcopy(live), ResourceKey.of(live), rules, managed)
+    restored: Manifest = _restore(target, live, live_kept)
+    return restored
+
+
+def _restore(target: Any, live: Any, kept: Any) -> Any:
+    """Put back into `target` what `live` has and `kept` (live without the ignored fields) lost."""
+    if isinstance(live, dict) and isinstance(kept, dict) and isinstance(target, dict):
+        for name, value in live.items():
+            if name not in kept:
+                target[name] = copy.deepcopy(value)
+            elif value != kept[name]:
+                target[name] = _restore(target.get(name), value, kept[name])
+        return target
+    return copy.deepcopy(live) if live != kept else target
 
 
 def _rule_matches(rule: IgnoreDifference, key: ResourceKey) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -27,13 +28,13 @@ from typing import Any
 
 import structlog
 
-from tidecd import health, notify, render
+from tidecd import health, notify, render, syncoptions
 from tidecd import source as git
 from tidecd import state as app_state
 from tidecd.clock import SYSTEM, Clock
 from tidecd.cluster import ApiError, KubeCluster, UnknownKind, managed_selector
 from tidecd.config import Application, AppProject
-from tidecd.diff import Comparison, ResourceDiff, compare, fingerprint
+from tidecd.diff import Comparison, ResourceDiff, compare, fingerprint, respect_ignored
 from tidecd.errors import (
     ClusterUnavailable,
     NotFound,
@@ -51,7 +52,7 @@ from tidecd.store import LEASE_TTL, LeaseKeeper, PreconditionFailed, acquire_lea
 from tidecd.sync import decide as decision
 from tidecd.sync import plan
 from tidecd.sync.apply import apply_task, explain, owned_by, owner_of, with_ownership
-from tidecd.sync.hooks import create_hook, dry_run_hook
+from tidecd.sync.hooks import create_hook, delete_earlier_copies, dry_run_hook
 from tidecd.sync.prune import prune
 
 log = structlog.get_logger("tidecd.reconcile")
@@ -299,7 +300,7 @@ class _Step:
         self.cluster = self.runtime.cluster(app.destination)
         namespaced = scope_lookup(self.cluster, manifests)
         self.manifests = _with_namespaces(namespaced, manifests, app.destination.namespace)
-        self.tasks = tuple(plan.plan(self.manifests))
+        self.tasks = self._plan()
         self.violations = ""
         try:
             from tidecd import project as rules
@@ -316,6 +317,15 @@ class _Step:
         self.missing_namespaces = self._missing_namespaces()
         policy = policy_of(app)
         self._advance(policy if self.automate else dataclasses.replace(policy, automated=False))
+
+    def _plan(self) -> tuple[plan.Task, ...]:
+        """The tasks, with the app's per-object sync options and generateName hooks named for the running
+        operation (outside an operation they get names no object has)."""
+        op = self.state.operation
+        started = _unix(op.started_at) if op is not None and op.running else 0
+        naming = plan.HookNaming(op.revision if op is not None and op.running and op.revision else self.sha,
+                                 int(started))
+        return tuple(plan.plan(self.manifests, app_options=self._app.sync_policy.sync_options, naming=naming))
 
     def _advance(self, policy: decision.Policy) -> None:
         first = True
@@ -375,11 +385,12 @@ class _Step:
             self.state.operation = new_operation(self._app, request, automated=True, retry_count=step.retry_count,
                                                  revision=self.sha)
             log.info("automated sync", app=self.name, revision=self.sha[:12], retry=step.retry_count)
+            self.tasks = self._plan()  # generateName hooks are named for this operation
             self._save()
             return
         assert op is not None
         if isinstance(step, decision.CreateNamespace):
-            self.cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": step.namespace}})
+            self.cluster.apply(managed_namespace(self._app, step.namespace))
             self.missing_namespaces = self.missing_namespaces - {step.namespace}
         elif isinstance(step, decision.DryRun):
             self._dry_run(op, step)
@@ -392,7 +403,8 @@ class _Step:
             self._run_tasks(op, step)
         elif isinstance(step, decision.Prune):
             entries = prune(self.cluster, self.name, list(step.candidates), enabled=step.enabled,
-                            dry_run=step.dry_run)
+                            dry_run=step.dry_run,
+                            propagation=syncoptions.prune_propagation(self._app.sync_policy.sync_options))
             waves = dict(step.candidates)
             for entry in entries:
                 self.changes.add(entry)
@@ -451,13 +463,19 @@ class _Step:
                                                  TaskPhase.PENDING))
             self._save()
         out_of_sync = self._out_of_sync()
+        respect = self._app.sync_policy.has_option("RespectIgnoreDifferences=true")
 
         def one(task: plan.Task) -> tuple[plan.Task, ChangeEntry, str]:
             if task.hook:
+                if task.generate_name and decision.BEFORE_HOOK_CREATION in task.delete_policies:
+                    delete_earlier_copies(self.cluster, task, self.name, op.id)
                 entry, uid = create_hook(self.cluster, task, self.name, op.id)
                 return task, entry, uid
             if task.key in self.live and task.key not in out_of_sync:
                 return task, ChangeEntry(task.key, Action.UNCHANGED), ""
+            if respect:
+                obj = respect_ignored(task.obj, self.live.get(task.key), self._app.ignore_differences)
+                task = dataclasses.replace(task, obj=obj)
             return task, apply_task(self.cluster, task, self.name, dry_run=False, exists=self.live.__contains__,
                                     written=self._record_write), ""
 
@@ -667,7 +685,8 @@ class _Step:
         self.state.health_message = next((f"{k}: {r.message}" for k, r in assessed if r and r.status is roll
                                           and r.message), "")
         self.state.resources = statuses
-        self.state.conditions = self._kept_conditions()
+        self.state.conditions = self._kept_conditions() + syncoptions.conditions(app.sync_policy.sync_options,
+                                                                                 app_state.now_iso())
 
     def _kept_conditions(self) -> list[dict[str, str]]:
         return [c for c in self.state.conditions if c["type"] == app_state.STATE_UNREADABLE and self.state.rebuilt]
@@ -678,6 +697,23 @@ class _Step:
         if unknown:
             self.state.sync_status = SyncStatus.UNKNOWN
         log.warning("reconcile problem", app=self.name, condition=kind, message=message)
+
+
+def _unix(iso: str) -> int:
+    try:
+        return int(datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return 0
+
+
+def managed_namespace(app: Application, namespace: str) -> Manifest:
+    """The namespace CreateNamespace=true creates, with the app's `managedNamespaceMetadata`."""
+    meta: dict[str, Any] = {"name": namespace}
+    if app.sync_policy.namespace_labels:
+        meta["labels"] = dict(app.sync_policy.namespace_labels)
+    if app.sync_policy.namespace_annotations:
+        meta["annotations"] = dict(app.sync_policy.namespace_annotations)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
 def _served(cluster: KubeCluster, group: str, kind: str) -> bool:

@@ -218,10 +218,14 @@ BAD_APPS = [
                  id="destination-both"),
     pytest.param(APP.replace("    server: https://kubernetes.default.svc\n", ""),
                  "spec.destination: set exactly one of server and name", id="destination-none"),
-    pytest.param(app_with(source_extra="directory:\n  jsonnet:\n    tlas: [{name: a, value: b}]\n"),
-                 "spec.source.directory.jsonnet: not supported by tidecd", id="jsonnet"),
-    pytest.param(app_with("ignoreDifferences:\n- kind: Deployment\n  jqPathExpressions: ['.spec']\n"),
-                 "spec.ignoreDifferences[0].jqPathExpressions: not supported by tidecd", id="jq"),
+    pytest.param(app_with(source_extra="directory:\n  jsonnet:\n    libs: [../outside]\n"),
+                 "spec.source.directory.jsonnet.libs[0]: must be a relative path inside the repository",
+                 id="jsonnet-lib-outside"),
+    pytest.param(app_with(source_extra="directory:\n  jsonnet:\n    tlas: [{value: b}]\n"),
+                 "spec.source.directory.jsonnet.tlas[0].name: required field is missing", id="jsonnet-tla"),
+    pytest.param(app_with("ignoreDifferences:\n- kind: Deployment\n  jqPathExpressions: ['.spec[']\n"),
+                 "spec.ignoreDifferences[0].jqPathExpressions[0]: invalid jq path expression '.spec['",
+                 id="jq"),
     pytest.param(app_with("ignoreDifferences:\n- group: apps\n"),
                  "spec.ignoreDifferences[0].kind: required field is missing", id="ignore-no-kind"),
     pytest.param(app_with("ignoreDifferences:\n- kind: Deployment\n  jsonPointers: [spec/replicas]\n"),
@@ -236,8 +240,13 @@ BAD_APPS = [
     pytest.param(app_with(source_extra="helm:\n  values: {replicas: 2}\n"),
                  "spec.source.helm.values: expected a string (YAML text); use valuesObject for a mapping",
                  id="helm-values-mapping"),
-    pytest.param(app_with(source_extra="helm:\n  values: 'a: 1'\n  valuesObject: {a: 2}\n"),
-                 "spec.source.helm.valuesObject: set only one of values and valuesObject", id="helm-both"),
+    pytest.param(app_with(source_extra="helm:\n  fileParameters: [{name: a, path: ../../etc/passwd}]\n"),
+                 "spec.source.helm.fileParameters[0].path: must be a path inside the repository",
+                 id="helm-file-parameter"),
+    pytest.param(app_with(source_extra="kustomize:\n  replicas: [{name: web, count: many}]\n"),
+                 "spec.source.kustomize.replicas[0].count: 'many' is not an integer", id="kustomize-replicas"),
+    pytest.param(app_with(source_extra="kustomize:\n  patches: [{target: {kind: Deployment}}]\n"),
+                 "spec.source.kustomize.patches[0]: set patch (inline text) or path", id="kustomize-patch"),
     pytest.param(app_with(source_extra="helm:\n  parameters:\n  - value: x\n"),
                  "spec.source.helm.parameters[0].name: required field is missing", id="helm-param-name"),
     pytest.param(app_with(source_extra="helm:\n  parameters: [just-a-string]\n"),
@@ -557,3 +566,59 @@ def test_lenient_loading_sets_an_invalid_application_aside(tmp_path: Path) -> No
     assert "spec.source.repoURL" in config.invalid["bad"] and "nowhere" in config.invalid["orphan"]
     with pytest.raises(ConfigError, match="repoURL"):
         load_config(tmp_path)
+
+
+def test_rendering_fields_argo_cd_documents_are_read(tmp_path: Path) -> None:
+    text = app_with("syncPolicy:\n  managedNamespaceMetadata:\n    labels: {team: a}\n    annotations: {x: y}\n"
+                    "ignoreDifferences:\n- kind: Deployment\n  jqPathExpressions: ['.spec.replicas']\n",
+                    source_extra="""\
+        helm:
+          values: 'a: 1'
+          valuesObject: {a: 2}
+          skipCrds: true
+          ignoreMissingValueFiles: true
+          passCredentials: true
+          namespace: other
+          fileParameters: [{name: config, path: files/config.txt}]
+        """)
+    write(tmp_path, {"app.yaml": text})
+    app = load_config(tmp_path).applications["guestbook"]
+    helm = app.source.helm
+    assert helm is not None
+    assert yaml.safe_load(helm.values) == {"a": 2}  # valuesObject wins, as in Argo CD
+    assert (helm.skip_crds, helm.ignore_missing_value_files, helm.pass_credentials, helm.namespace) == (
+        True, True, True, "other")
+    assert helm.file_parameters == (("config", "files/config.txt"),)
+    assert app.sync_policy.namespace_labels == (("team", "a"),)
+    assert app.sync_policy.namespace_annotations == (("x", "y"),)
+    assert app.ignore_differences[0].jq_path_expressions == (".spec.replicas",)
+
+
+def test_kustomize_and_jsonnet_fields_are_read(tmp_path: Path) -> None:
+    kust = app_with(source_extra="""\
+        kustomize:
+          namespace: team
+          commonAnnotations: {owner: me}
+          replicas: [{name: web, count: 3}, {name: db, count: "2"}]
+          components: [../components/extra]
+          patches: [{target: {kind: Deployment}, patch: "- op: add"}]
+        """)
+    jsonnet = app_with(source_extra="""\
+        directory:
+          jsonnet:
+            tlas: [{name: replicas, value: "2", code: true}]
+            extVars: [{name: env, value: prod}]
+            libs: [vendor]
+        """).replace("guestbook", "jsonnet-app")
+    write(tmp_path, {"a.yaml": kust, "b.yaml": jsonnet})
+    config = load_config(tmp_path)
+    spec = config.applications["guestbook"].source.kustomize
+    assert spec is not None
+    assert (spec.namespace, spec.common_annotations, spec.replicas, spec.components) == (
+        "team", (("owner", "me"),), (("web", 3), ("db", 2)), ("../components/extra",))
+    assert [yaml.safe_load(p) for p in spec.patches] == [{"target": {"kind": "Deployment"}, "patch": "- op: add"}]
+    directory = config.applications["jsonnet-app"].source.directory
+    assert directory is not None
+    assert [(v.name, v.value, v.code) for v in directory.jsonnet.tlas] == [("replicas", "2", True)]
+    assert [(v.name, v.value) for v in directory.jsonnet.ext_vars] == [("env", "prod")]
+    assert directory.jsonnet.libs == ("vendor",)

@@ -79,7 +79,7 @@ def _render_documents(
         return render_helm(checkout, label, app_dir, source.helm, app_name=app_name, namespace=namespace)
     if tool is Tool.KUSTOMIZE:
         return render_kustomize(checkout, app_dir, source.kustomize, label=label)
-    return render_directory(app_dir, source.directory or DirectorySpec(), label=label)
+    return render_directory(app_dir, source.directory or DirectorySpec(), label=label, checkout=checkout)
 
 
 def choose_tool(app_dir: Path, source: ApplicationSource) -> Tool:

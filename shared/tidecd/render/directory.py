@@ -3,7 +3,7 @@
 Files are visited in Argo CD's walk order (names sorted within each directory). `recurse` descends into
 subdirectories; `include` and `exclude` are globs matched against the path relative to the app
 directory, where `*` also crosses `/`, `{a,b}` means either (Argo CD's gobwas/glob syntax), and a bare
-`a,b` list is read as `{a,b}`.
+`a,b` list is read as `{a,b}`. `.jsonnet` files are evaluated (see `tidecd.render.jsonnet`).
 """
 
 from __future__ import annotations
@@ -16,17 +16,25 @@ from tidecd import limits
 from tidecd.config import DirectorySpec
 from tidecd.errors import RenderError
 from tidecd.globs import compile_glob
-from tidecd.render.documents import Document, load_json, load_yaml
+from tidecd.render.documents import Document, expand_lists, load_json, load_yaml
+from tidecd.render.jsonnet import JSONNET_SUFFIX, render_jsonnet
 
-MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json", JSONNET_SUFFIX)
 SKIPPED_DIRS = frozenset({".git"})
 
 
-def render_directory(app_dir: Path, spec: DirectorySpec, *, label: str = "") -> list[Document]:
-    """Every object in the app directory's manifest files; `label` prefixes file names in errors."""
+def render_directory(app_dir: Path, spec: DirectorySpec, *, label: str = "",
+                     checkout: Path | None = None) -> list[Document]:
+    """Every object in the app directory's manifest files; `label` prefixes file names in errors.
+    `checkout` (the repository root; default the app directory) bounds jsonnet imports and libs."""
     docs: list[Document] = []
     for rel in manifest_files(app_dir, spec):
         source = f"{label}/{rel}" if label and label != "." else rel
+        if rel.endswith(JSONNET_SUFFIX):
+            items = render_jsonnet(checkout or app_dir, app_dir, rel, spec.jsonnet, source=source)
+            for index, item in enumerate(items, 1):
+                docs.extend(expand_lists(Document(f"{source} (jsonnet) item {index}", item)))
+            continue
         text = _read(app_dir / rel, source)
         docs.extend(load_json(text, source) if rel.endswith(".json") else load_yaml(text, source))
     return docs

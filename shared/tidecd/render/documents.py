@@ -109,15 +109,21 @@ def expand_lists(doc: Document) -> list[Document]:
     return out
 
 
+HOOK_ANNOTATIONS = ("argocd.argoproj.io/hook", "helm.sh/hook")
+
+
 def check(docs: list[Document]) -> list[Manifest]:
     """The objects, once each has an identity, none is over the object size limit, and no object is
-    declared twice."""
+    declared twice. A hook may have `metadata.generateName` instead of a name (the sync names it per
+    operation)."""
     seen: dict[ResourceKey, str] = {}
     bound = limits.current()
     for doc in docs:
         _check_identity(doc)
         _check_size(doc, bound)
         key = ResourceKey.of(doc.obj)
+        if not key.name:  # a generateName hook: two of them with one generateName would collide
+            key = ResourceKey(key.group, key.kind, key.namespace, doc.obj["metadata"]["generateName"] + "*")
         if key in seen:
             raise RenderError(f"{key} is declared twice: in {seen[key]} and in {doc.origin}")
         seen[key] = doc.origin
@@ -142,7 +148,15 @@ def _check_identity(doc: Document) -> None:
         raise RenderError(f"{doc.origin}: {doc.obj['kind']} has no metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
-        raise RenderError(f"{doc.origin}: {doc.obj['kind']} has no metadata.name")
+        generate = meta.get("generateName")
+        annotations = meta.get("annotations")
+        hook = isinstance(annotations, dict) and any(a in annotations for a in HOOK_ANNOTATIONS)
+        if not (name is None and isinstance(generate, str) and generate):
+            raise RenderError(f"{doc.origin}: {doc.obj['kind']} has no metadata.name")
+        if not hook:
+            raise RenderError(f"{doc.origin}: {doc.obj['kind']} has only metadata.generateName: that is "
+                              "allowed for hooks (argocd.argoproj.io/hook), other objects need metadata.name")
+        name = generate
     namespace = meta.get("namespace")
     if namespace is not None and not isinstance(namespace, str):
         raise RenderError(f"{doc.origin}: {doc.obj['kind']} {name}: metadata.namespace is not a string")

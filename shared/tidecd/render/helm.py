@@ -1,13 +1,15 @@
 """Helm charts committed to the repository, rendered with `helm template` as Argo CD renders them.
 
-Argo CD's command line: release name (default: the app's name), destination namespace, `--include-crds`,
-each value file (relative to the chart; a leading `/` means the repository root), the inline values as
-one more file, then `--set`/`--set-string` parameters with unescaped commas escaped. Value files must
-stay inside the repository. Helm runs with throwaway config/cache/data homes, no repositories file, no
-registry login, no plugins and no network (`render.tool`): chart dependencies must be vendored under
-`charts/` (or fetched into the snapshot by a chart source). Value files, the chart's values.yaml and
-the inline values pass the YAML bounds of `tidecd.limits` before helm reads them. Hooks are kept (with
-their `helm.sh/hook` annotations) for the sync engine to map.
+Argo CD's command line: release name (default: the app's name), namespace (`helm.namespace`, else the
+destination's), `--include-crds` (`--skip-crds` with `skipCrds`), each value file (relative to the chart;
+a leading `/` means the repository root; missing ones skipped with `ignoreMissingValueFiles`), the inline
+values (`valuesObject` or `values`) as one more file, then `--set`/`--set-string` parameters with
+unescaped commas escaped, then `--set-file` for `fileParameters` (files inside the repository). Value
+files must stay inside the repository. Helm runs with throwaway config/cache/data homes, no repositories
+file, no registry login, no plugins and no network (`render.tool`): chart dependencies must be vendored
+under `charts/` (or fetched into the snapshot by a chart source). Value files, the chart's values.yaml
+and the inline values pass the YAML bounds of `tidecd.limits` before helm reads them. Hooks are kept
+(with their `helm.sh/hook` annotations) for the sync engine to map.
 """
 
 from __future__ import annotations
@@ -49,11 +51,15 @@ def render_helm(
 ) -> list[Document]:
     """Objects of `helm template` for the chart at `chart_dir` (the app's `path` inside `checkout`)."""
     spec = spec or HelmSpec()
-    value_files = [value_file_path(checkout, app_path, name, i) for i, name in enumerate(spec.value_files)]
-    for index, path in enumerate(value_files):
+    numbered = _value_files(checkout, app_path, spec)
+    for index, path in numbered:
         check_values_file(path, f"spec.source.helm.valueFiles[{index}] {spec.value_files[index]!r}")
+    value_files = [path for _, path in numbered]
     if (chart_dir / "values.yaml").is_file():
         check_values_file(chart_dir / "values.yaml", f"{app_path}/values.yaml")
+    file_parameters = [
+        (name, value_file_path(checkout, app_path, path, i, what=f"spec.source.helm.fileParameters[{i}].path"))
+        for i, (name, path) in enumerate(spec.file_parameters)]
     _check_inline_values(spec.values)
     with tempfile.TemporaryDirectory(prefix="tidecd-helm-") as tmp:
         work = Path(tmp)
@@ -62,8 +68,10 @@ def render_helm(
             inline.write_text(spec.values, encoding="utf-8")
         argv = template_argv(
             tools.binary("helm"), spec, chart_dir, value_files, inline if spec.values else None,
-            release=spec.release_name or app_name, namespace=namespace,
+            release=spec.release_name or app_name, namespace=spec.namespace or namespace,
         )
+        for name, path in file_parameters:
+            argv += ["--set-file", f"{name}={path}"]
         try:
             out = run_tool(
                 argv, what=f"helm template {app_path}", cwd=chart_dir, home=work, env=helm_env(work),
@@ -84,7 +92,8 @@ def template_argv(
     release: str,
     namespace: str,
 ) -> list[str]:
-    argv = [helm, "template", release, str(chart_dir), "--include-crds", "--kube-version", KUBE_VERSION]
+    crds = "--skip-crds" if spec.skip_crds else "--include-crds"
+    argv = [helm, "template", release, str(chart_dir), crds, "--kube-version", KUBE_VERSION]
     if namespace:
         argv += ["--namespace", namespace]
     for path in value_files:
@@ -108,9 +117,24 @@ def escape_set_value(value: str) -> str:
     return re.sub(r"(?<!\\),", r"\\,", value)
 
 
-def value_file_path(checkout: Path, app_path: str, value_file: str, index: int) -> Path:
+def _value_files(checkout: Path, app_path: str, spec: HelmSpec) -> list[tuple[int, Path]]:
+    """The value files to pass (with their index in valueFiles); with `ignoreMissingValueFiles`, those that
+    do not exist are left out."""
+    out = []
+    for index, name in enumerate(spec.value_files):
+        try:
+            out.append((index, value_file_path(checkout, app_path, name, index)))
+        except UnsafePathError:
+            raise
+        except RenderError:
+            if not (spec.ignore_missing_value_files and "://" not in name):
+                raise
+    return out
+
+
+def value_file_path(checkout: Path, app_path: str, value_file: str, index: int, *, what: str = "") -> Path:
     """The value file inside the checkout: relative to the chart, or to the repository with a leading `/`."""
-    what = f"spec.source.helm.valueFiles[{index}]"
+    what = what or f"spec.source.helm.valueFiles[{index}]"
     if "://" in value_file:
         raise RenderError(f"{what} {value_file!r}: remote value files are not fetched; commit it to the repo")
     relative = value_file.lstrip("/") if value_file.startswith("/") else posixpath.join(app_path, value_file)

@@ -1,7 +1,8 @@
 """Kustomize apps: the Application's overrides applied as Argo CD applies them, then `kustomize build`.
 
-Argo CD runs `kustomize edit set nameprefix|namesuffix|image` and `kustomize edit add label` in the app
-directory before building. We do the same in a copy of the checkout, because the checkout is a shared
+Argo CD runs `kustomize edit set nameprefix|namesuffix|image|replicas|namespace`, `kustomize edit add
+label|annotation|component` in the app directory, and appends the app's `patches` to the kustomization
+file, before building. We do the same in a copy of the checkout, because the checkout is a shared
 cache that other renders read. Without overrides nothing is copied and the checkout is built in place.
 Before kustomize runs, `render.confine` checks every path the kustomizations name against the checkout
 (nothing remote, nothing outside); kustomize itself then runs with no network (`render.tool`).
@@ -9,13 +10,18 @@ Before kustomize runs, `render.confine` checks every path the kustomizations nam
 
 from __future__ import annotations
 
+import json
+import posixpath
 import shutil
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from tidecd import tools
 from tidecd.config import KustomizeSpec
-from tidecd.errors import RenderError
+from tidecd.errors import RenderError, UnsafePathError
+from tidecd.paths import inside
 from tidecd.render.confine import KUSTOMIZATION_FILES, confine
 from tidecd.render.documents import Document, load_yaml
 from tidecd.render.tool import DEFAULT_TIMEOUT
@@ -31,7 +37,8 @@ def is_kustomization(app_dir: Path) -> bool:
 def has_overrides(spec: KustomizeSpec | None) -> bool:
     if spec is None:
         return False
-    return bool(spec.name_prefix or spec.name_suffix or spec.images or spec.common_labels)
+    return bool(spec.name_prefix or spec.name_suffix or spec.images or spec.common_labels
+                or spec.common_annotations or spec.namespace or spec.replicas or spec.patches or spec.components)
 
 
 def edit_commands(spec: KustomizeSpec) -> list[list[str]]:
@@ -43,10 +50,46 @@ def edit_commands(spec: KustomizeSpec) -> list[list[str]]:
         commands.append(["edit", "set", "namesuffix", "--", spec.name_suffix])
     if spec.images:
         commands.append(["edit", "set", "image", *spec.images])
+    if spec.replicas:
+        commands.append(["edit", "set", "replicas", *(f"{name}={count}" for name, count in spec.replicas)])
     if spec.common_labels:
         labels = [f"{key}:{value}" for key, value in sorted(spec.common_labels)]
-        commands.append(["edit", "add", "label", "--force", *labels])
+        commands.append(["edit", "add", "label", "--force", *labels])  # tidecd always overrode labels
+    if spec.common_annotations:
+        notes = [f"{key}:{value}" for key, value in sorted(spec.common_annotations)]
+        force = ["--force"] if spec.force_common_annotations else []
+        commands.append(["edit", "add", "annotation", *force, *notes])
+    if spec.namespace:
+        commands.append(["edit", "set", "namespace", "--", spec.namespace])
+    if spec.components:
+        commands.append(["edit", "add", "component", *spec.components])
     return commands
+
+
+def check_paths(checkout: Path, app_dir: Path, spec: KustomizeSpec) -> None:
+    """Components and patch files the app names must lie inside the checkout."""
+    base = app_dir.resolve().relative_to(checkout.resolve()).as_posix()
+    named = [("components", c) for c in spec.components]
+    named += [("patches", p["path"]) for p in map(json.loads, spec.patches) if isinstance(p.get("path"), str)]
+    for field, path in named:
+        if "://" in path or path.startswith("/"):
+            raise RenderError(f"spec.source.kustomize.{field} {path!r}: only paths inside the repository")
+        try:
+            inside(checkout, posixpath.normpath(posixpath.join(base, path)), what=f"spec.source.kustomize.{field}")
+        except UnsafePathError as exc:
+            raise UnsafePathError(f"spec.source.kustomize.{field} {path!r} leaves the repository checkout") from exc
+
+
+def add_patches(build_dir: Path, spec: KustomizeSpec) -> None:
+    """Append the app's `patches` to the kustomization file, as Argo CD does (it has no `kustomize edit`)."""
+    if not spec.patches:
+        return
+    file = next(build_dir / name for name in KUSTOMIZATION_FILES if (build_dir / name).is_file())
+    doc = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    if not isinstance(doc, dict):
+        raise RenderError(f"{file.name}: expected a mapping")
+    doc["patches"] = [*(doc.get("patches") or []), *(json.loads(p) for p in spec.patches)]
+    file.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
 
 
 def render_kustomize(
@@ -68,7 +111,9 @@ def render_kustomize(
         build_dir = app_dir
         if spec is not None and has_overrides(spec):
             kustomize = tools.binary("kustomize")  # `kubectl kustomize` cannot edit
+            check_paths(root, app_dir, spec)
             build_dir = _private_copy(root, app_dir, work / "repo")
+            add_patches(build_dir, spec)
             for argv in edit_commands(spec):
                 what = f"kustomize {' '.join(argv[:3])} in {label}"
                 run_tool([kustomize, *argv], what=what, cwd=build_dir, home=home, timeout=timeout,

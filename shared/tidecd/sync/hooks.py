@@ -9,9 +9,9 @@ here waits.
 from __future__ import annotations
 
 from tidecd import constants
-from tidecd.cluster import ApiError, Cluster
-from tidecd.model import Action, ChangeEntry, Manifest
-from tidecd.sync.apply import explain, with_ownership
+from tidecd.cluster import ApiError, Cluster, managed_selector
+from tidecd.model import Action, ChangeEntry, Manifest, ResourceKey
+from tidecd.sync.apply import explain, owned_by, with_ownership
 from tidecd.sync.plan import Task
 
 
@@ -29,6 +29,23 @@ def create_hook(cluster: Cluster, task: Task, app: str, operation_id: str) -> tu
         return ChangeEntry(task.key, Action.FAILED, f"{task.phase.value} hook: {explain(exc)}"), ""
     uid = str((created.get("metadata") or {}).get("uid", ""))
     return ChangeEntry(task.key, Action.CREATED, f"{task.phase.value} hook"), uid
+
+
+def delete_earlier_copies(cluster: Cluster, task: Task, app: str, operation_id: str) -> list[ResourceKey]:
+    """A `generateName` hook gets a new name in every operation, so BeforeHookCreation cannot find its old
+    copy by name: delete this app's copies of the same kind, namespace and generateName that another
+    operation created (this operation's own copy stays, so a step that runs again never creates it twice)."""
+    deleted = []
+    for live in cluster.list(task.key.group, task.key.kind, namespace=task.key.namespace,
+                             label_selector=managed_selector(app)):
+        meta = live.get("metadata") or {}
+        notes = meta.get("annotations") or {}
+        if (meta.get("generateName") == task.generate_name and owned_by(live, app)
+                and notes.get(constants.ANNOTATION_OPERATION) != operation_id and not meta.get("deletionTimestamp")):
+            key = ResourceKey.of(live)
+            cluster.delete(key, propagation="Background")
+            deleted.append(key)
+    return deleted
 
 
 def dry_run_hook(cluster: Cluster, task: Task, app: str) -> ChangeEntry:

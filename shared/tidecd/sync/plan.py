@@ -1,12 +1,18 @@
 """The plan of one sync: a sorted list of small task records, as Argo CD orders them.
 
 Order: phase (PreSync → Sync → PostSync) → wave → kind → name. Hooks come from
-`argocd.argoproj.io/hook` or Helm's `helm.sh/hook` (mapped the way Argo CD maps them). Pure functions only:
-the plan is tested without a cluster.
+`argocd.argoproj.io/hook` or Helm's `helm.sh/hook` (mapped the way Argo CD maps them). The wave is
+`argocd.argoproj.io/sync-wave`, else `helm.sh/hook-weight` (hooks and plain objects alike, as gitops-engine's
+`syncwaves.Wave`). A hook with only `metadata.generateName` is named per operation as gitops-engine names it
+(`<generateName><revision[:7]>-<phase>-<started unix time>`), so re-running a step of the same operation
+finds the hook it created instead of creating another. App-level sync options that act per object
+(`Replace=true`, ...) are merged into every task's options; an object's own annotation wins for the same
+option name. Pure functions only: the plan is tested without a cluster.
 """
 
 from __future__ import annotations
 
+import copy
 import enum
 import itertools
 from collections.abc import Iterable, Iterator
@@ -44,6 +50,9 @@ HELM_DELETE_POLICIES = {
     "before-hook-creation": "BeforeHookCreation", "hook-succeeded": "HookSucceeded", "hook-failed": "HookFailed",
 }
 DELETE_POLICIES = {"BeforeHookCreation", "HookSucceeded", "HookFailed"}
+# App-level sync options that apply to each object as if it carried them in its own annotation.
+PER_OBJECT_OPTIONS = frozenset({"Replace", "Force", "ServerSideApply", "Validate", "SkipDryRunOnMissingResource",
+                                "PruneLast"})
 
 
 def kind_rank(kind: str) -> int:
@@ -61,6 +70,7 @@ class Task:
     hook: bool = False
     delete_policies: frozenset[str] = frozenset()
     options: frozenset[str] = frozenset()
+    generate_name: str = ""  # a hook named by the operation (see `HookNaming`)
 
     @property
     def sort_key(self) -> tuple[int, int, int, str, str]:
@@ -83,16 +93,45 @@ def sync_options(obj: Manifest) -> frozenset[str]:
 
 def wave_of(obj: Manifest) -> int:
     notes = annotations_of(obj)
-    raw = notes.get(constants.ANNOTATION_SYNC_WAVE)
-    if raw is None and constants.HELM_HOOK in notes:
-        raw = notes.get(constants.HELM_HOOK_WEIGHT)
+    name = constants.ANNOTATION_SYNC_WAVE
+    raw = notes.get(name)
+    if raw is None:
+        name, raw = constants.HELM_HOOK_WEIGHT, notes.get(constants.HELM_HOOK_WEIGHT)
     if raw is None or raw.strip() == "":
         return 0
     try:
         return int(raw)
     except ValueError:
-        raise ConfigError(f"{ResourceKey.of(obj)}: annotation {constants.ANNOTATION_SYNC_WAVE}={raw!r} "
-                          "is not an integer") from None
+        raise ConfigError(f"{ResourceKey.of(obj)}: annotation {name}={raw!r} is not an integer") from None
+
+
+@dataclass(frozen=True)
+class HookNaming:
+    """What names a `generateName` hook within one operation: its revision and start time."""
+
+    revision: str
+    started_at: int  # unix seconds
+
+    def name(self, generate_name: str, phase: Phase) -> str:
+        return f"{generate_name}{self.revision[:7]}-{phase.value}-{self.started_at}".lower()
+
+
+def generate_name_of(obj: Manifest) -> str:
+    """`metadata.generateName` of an object that has no `metadata.name`, else ""."""
+    meta = obj.get("metadata") or {}
+    return "" if meta.get("name") else str(meta.get("generateName") or "")
+
+
+def merged_options(app_options: Iterable[str], obj: Manifest) -> frozenset[str]:
+    """The object's sync options with the app's per-object ones added; the object's own value wins."""
+    merged: dict[str, str] = {}
+    for option in app_options:
+        name = option.split("=", 1)[0]
+        if name in PER_OBJECT_OPTIONS:
+            merged[name] = option
+    for option in sync_options(obj):
+        merged[option.split("=", 1)[0]] = option
+    return frozenset(merged.values())
 
 
 def hook_phases(obj: Manifest) -> list[Phase] | None:
@@ -129,18 +168,29 @@ def delete_policies(obj: Manifest) -> frozenset[str]:
     return frozenset(policies or {"BeforeHookCreation"})
 
 
-def plan(manifests: Iterable[Manifest]) -> list[Task]:
-    """Every task of a sync, sorted. Hooks get one task per phase they name."""
+def plan(manifests: Iterable[Manifest], *, app_options: Iterable[str] = (),
+         naming: HookNaming | None = None) -> list[Task]:
+    """Every task of a sync, sorted. Hooks get one task per phase they name.
+
+    `generateName` hooks are named with `naming`; without it (a plan that is only inspected, never run)
+    their key keeps an empty name."""
+    app_options = tuple(app_options)
     tasks: list[Task] = []
     for obj in manifests:
-        key, wave, options = ResourceKey.of(obj), wave_of(obj), sync_options(obj)
+        key, wave, options = ResourceKey.of(obj), wave_of(obj), merged_options(app_options, obj)
         phases = hook_phases(obj)
         if phases is None:
             tasks.append(Task(key, obj, Phase.SYNC, wave, options=options))
             continue
+        generate = generate_name_of(obj)
         for phase in phases:
-            tasks.append(Task(key, obj, phase, wave, hook=True, delete_policies=delete_policies(obj),
-                              options=options))
+            named, hook_key = obj, key
+            if generate and naming is not None:
+                named = copy.deepcopy(obj)
+                named["metadata"]["name"] = naming.name(generate, phase)
+                hook_key = ResourceKey.of(named)
+            tasks.append(Task(hook_key, named, phase, wave, hook=True, delete_policies=delete_policies(obj),
+                              options=options, generate_name=generate))
     return sorted(tasks, key=lambda t: t.sort_key)
 
 

@@ -22,7 +22,7 @@ def prune_candidates(inventory: Iterable[tuple[ResourceKey, int]],
 
 
 def prune(cluster: Cluster, app: str, candidates: list[tuple[ResourceKey, int]], *, enabled: bool,
-          dry_run: bool) -> list[ChangeEntry]:
+          dry_run: bool, propagation: str = "Background") -> list[ChangeEntry]:
     entries = []
     for key in prune_order(candidates):
         try:
@@ -42,7 +42,7 @@ def prune(cluster: Cluster, app: str, candidates: list[tuple[ResourceKey, int]],
             entries.append(ChangeEntry(key, Action.PRUNED, "dry run"))
         else:
             try:
-                cluster.delete(key, propagation="Background")
+                cluster.delete(key, propagation=propagation)
             except ApiError as exc:
                 entries.append(ChangeEntry(key, Action.FAILED, f"prune: {explain(exc)}"))
                 continue

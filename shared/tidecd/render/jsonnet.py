@@ -1,0 +1,128 @@
+"""`.jsonnet` files of a directory source, evaluated as Argo CD evaluates them (`directory.jsonnet`).
+
+Each `.jsonnet` file among the directory's manifest files (same walk order, recurse, include and
+exclude) is evaluated with the PyPI `jsonnet` package, with the app's top-level arguments (`tlas`) and
+external variables (`extVars`), each a string or, with `code: true`, jsonnet code. `libs` are library
+directories relative to the repository root, searched after the importing file's own directory, as
+go-jsonnet's FileImporter does. Every import is resolved inside the checkout: an absolute path, `..`
+leaving it, or a symlink pointing out is an error naming the file. The result must be an object (a
+`kind: List` is expanded) or an array of objects.
+
+Evaluation runs in a child process with a time limit and an address-space limit, so a hostile or
+runaway program (jsonnet is Turing-complete) costs bounded time and memory and cannot take the function
+down with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tidecd.config import JsonnetSpec
+from tidecd.errors import RenderError
+
+JSONNET_SUFFIX = ".jsonnet"
+TIMEOUT = 60.0
+MEMORY_BYTES = 1024 * 1024 * 1024
+OUTPUT_LIMIT = 64 * 1024 * 1024
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding the `tidecd` package
+
+
+def render_jsonnet(checkout: Path, app_dir: Path, rel: str, spec: JsonnetSpec, *, source: str,
+                   timeout: float = TIMEOUT) -> list[Any]:
+    """The objects one `.jsonnet` file (at `rel` under `app_dir`) evaluates to."""
+    request = {
+        "root": str(checkout.resolve()),
+        "file": str((app_dir / rel).resolve()),
+        "libs": [str((checkout.resolve() / lib).resolve()) for lib in spec.libs],
+        "tlas": [[v.name, v.value, v.code] for v in spec.tlas],
+        "ext_vars": [[v.name, v.value, v.code] for v in spec.ext_vars],
+    }
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "import sys; from tidecd.render.jsonnet import _child; sys.exit(_child())"],
+            input=json.dumps(request), capture_output=True, text=True, timeout=timeout, check=False,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": _PACKAGE_ROOT},
+            preexec_fn=_limit_memory,  # noqa: PLW1509 - no threads are started between fork and exec here
+        )
+    except subprocess.TimeoutExpired:
+        raise RenderError(f"{source}: jsonnet evaluation timed out after {timeout:g}s") from None
+    if done.returncode != 0:
+        message = done.stderr.strip() or f"exit status {done.returncode}"
+        if done.returncode < 0 or "MemoryError" in message:
+            message = f"jsonnet evaluation stopped (memory limit {MEMORY_BYTES // 2**20} MiB or signal)"
+        raise RenderError(f"{source}: {_strip(message, checkout)}")
+    if len(done.stdout) > OUTPUT_LIMIT:
+        raise RenderError(f"{source}: jsonnet output larger than {OUTPUT_LIMIT // 2**20} MiB")
+    value = json.loads(done.stdout)
+    items = value if isinstance(value, list) else [value]
+    for index, item in enumerate(items, 1):
+        if not isinstance(item, dict):
+            raise RenderError(f"{source}: jsonnet output item {index} is not an object")
+    return items
+
+
+def _limit_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+
+
+def _strip(message: str, checkout: Path) -> str:
+    root = str(checkout.resolve())
+    message = message.replace(root + "/", "").replace(root, ".")
+    return message if len(message) <= 2000 else message[:2000] + "..."
+
+
+# --- the child process --------------------------------------------------------------------------------
+
+
+def _inside(root: Path, candidate: Path) -> bool:
+    return candidate == root or root in candidate.parents
+
+
+def _importer(root: Path, libs: list[Path]) -> Any:
+    def import_callback(base: str, rel: str) -> tuple[str, bytes]:
+        if os.path.isabs(rel):
+            raise RuntimeError(f"import {rel!r}: absolute imports are not allowed")
+        for directory in [Path(base), *libs]:
+            candidate = (directory / rel).resolve()
+            if not _inside(root, candidate):
+                raise RuntimeError(f"import {rel!r} leaves the repository checkout")
+            if candidate.is_file():
+                return str(candidate), candidate.read_bytes()
+        raise RuntimeError(f"import {rel!r}: file not found")
+
+    return import_callback
+
+
+def _child() -> int:
+    import _jsonnet
+
+    request = json.loads(sys.stdin.read())
+    root = Path(request["root"])
+    libs = [Path(p) for p in request["libs"]]
+    if not all(_inside(root, lib) for lib in libs):
+        print("spec.source.directory.jsonnet.libs: a library directory leaves the checkout", file=sys.stderr)
+        return 2
+
+    def split(items: list[list[Any]]) -> tuple[dict[str, str], dict[str, str]]:
+        return ({n: v for n, v, code in items if not code}, {n: v for n, v, code in items if code})
+
+    tla_vars, tla_codes = split(request["tlas"])
+    ext_vars, ext_codes = split(request["ext_vars"])
+    try:
+        out = _jsonnet.evaluate_file(
+            request["file"], import_callback=_importer(root, libs),
+            tla_vars=tla_vars, tla_codes=tla_codes, ext_vars=ext_vars, ext_codes=ext_codes, max_stack=500,
+        )
+    except RuntimeError as exc:
+        print(str(exc).strip(), file=sys.stderr)
+        return 1
+    sys.stdout.write(out)
+    return 0
+

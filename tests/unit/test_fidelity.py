@@ -1,0 +1,228 @@
+"""Rendering fidelity with Argo CD: generateName hooks, hook-weight waves, app-level sync options,
+jsonnet directories, jq ignore rules and RespectIgnoreDifferences (issue 12, pure parts)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tidecd import syncoptions
+from tidecd.config import ApplicationSource, DirectorySpec, IgnoreDifference, JsonnetSpec, JsonnetVar
+from tidecd.diff import compare, respect_ignored
+from tidecd.errors import RenderError, UnsafePathError
+from tidecd.model import ResourceKey, SyncStatus
+from tidecd.render import render
+from tidecd.sync.plan import HookNaming, Phase, merged_options, plan, resources, wave_of
+
+REPO = "https://git.example/team/app"
+HOOK = "argocd.argoproj.io/hook"
+
+
+def obj(kind: str, name: str | None, api: str = "v1", **annotations: str) -> dict[str, object]:
+    meta: dict[str, object] = {"namespace": "ns", "annotations": dict(annotations)}
+    if name is not None:
+        meta["name"] = name
+    return {"apiVersion": api, "kind": kind, "metadata": meta}
+
+
+def generated(kind: str, prefix: str, phase: str) -> dict[str, object]:
+    job = obj(kind, None, "batch/v1", **{HOOK: phase})
+    job["metadata"]["generateName"] = prefix  # type: ignore[index]
+    return job
+
+
+# --- generateName hooks ----------------------------------------------------------------------------
+
+
+def test_generate_name_hooks_are_named_per_operation_as_gitops_engine_names_them() -> None:
+    manifests = [generated("Job", "migrate-", "PreSync,PostSync"), obj("ConfigMap", "c")]
+    naming = HookNaming("0123456789abcdef", 1_700_000_000)
+    tasks = plan(manifests, naming=naming)
+    hooks = [(t.phase, t.key.name, t.obj["metadata"]["name"]) for t in tasks if t.hook]
+    assert hooks == [(Phase.PRE_SYNC, "migrate-0123456-presync-1700000000", "migrate-0123456-presync-1700000000"),
+                     (Phase.POST_SYNC, "migrate-0123456-postsync-1700000000", "migrate-0123456-postsync-1700000000")]
+    # The same operation (same revision and start) names them the same: a re-run step finds its hook.
+    assert [t.key for t in plan(manifests, naming=naming)] == [t.key for t in tasks]
+    # The next operation gets new names.
+    later = plan(manifests, naming=HookNaming("0123456789abcdef", 1_700_000_060))
+    assert {t.key.name for t in later if t.hook}.isdisjoint({t.key.name for t in tasks if t.hook})
+    assert all(t.generate_name == "migrate-" for t in tasks if t.hook)
+    assert manifests[0]["metadata"].get("name") is None  # type: ignore[attr-defined]  # input untouched
+    assert [ResourceKey.of(m).name for m in resources(manifests)] == ["c"]
+
+
+def test_render_accepts_generate_name_only_on_hooks(tmp_path: Path) -> None:
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "hooks.yaml").write_text(textwrap.dedent("""\
+        apiVersion: batch/v1
+        kind: Job
+        metadata:
+          generateName: migrate-
+          annotations: {argocd.argoproj.io/hook: PreSync}
+        ---
+        apiVersion: batch/v1
+        kind: Job
+        metadata:
+          generateName: smoke-
+          annotations: {helm.sh/hook: post-install}
+        """))
+    got = render(tmp_path, ApplicationSource(repo_url=REPO, path="app"), app_name="a", namespace="ns")
+    assert [m["metadata"]["generateName"] for m in got] == ["migrate-", "smoke-"]
+    (tmp_path / "app" / "plain.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {generateName: x-}\n")
+    with pytest.raises(RenderError, match="ConfigMap has only metadata.generateName: that is allowed for hooks"):
+        render(tmp_path, ApplicationSource(repo_url=REPO, path="app"), app_name="a", namespace="ns")
+
+
+def test_two_generate_name_hooks_with_one_prefix_are_a_duplicate(tmp_path: Path) -> None:
+    one = "kind: Job\napiVersion: batch/v1\nmetadata: {generateName: x-, annotations: {argocd.argoproj.io/hook: S}}\n"
+    (tmp_path / "a.yaml").write_text(one + "---\n" + one)
+    with pytest.raises(RenderError, match=r"batch/Job x-\* is declared twice"):
+        render(tmp_path, ApplicationSource(repo_url=REPO, path="."), app_name="a", namespace="")
+
+
+# --- waves ------------------------------------------------------------------------------------------
+
+
+def test_hook_weight_is_the_wave_of_plain_objects_too() -> None:
+    assert wave_of(obj("ConfigMap", "a", **{"helm.sh/hook-weight": "-3"})) == -3
+    assert wave_of(obj("ConfigMap", "a", **{"helm.sh/hook-weight": "5", "argocd.argoproj.io/sync-wave": "1"})) == 1
+    tasks = plan([obj("ConfigMap", "late", **{"helm.sh/hook-weight": "2"}), obj("ConfigMap", "early")])
+    assert [(t.key.name, t.wave) for t in tasks] == [("early", 0), ("late", 2)]
+
+
+# --- app-level sync options -------------------------------------------------------------------------
+
+
+def test_app_level_per_object_options_reach_every_task_and_the_object_wins() -> None:
+    plain = obj("ConfigMap", "a")
+    own = obj("ConfigMap", "b", **{"argocd.argoproj.io/sync-options": "Replace=false"})
+    options = ("Replace=true", "CreateNamespace=true", "ServerSideApply=true")
+    assert merged_options(options, plain) == frozenset({"Replace=true", "ServerSideApply=true"})
+    assert merged_options(options, own) == frozenset({"Replace=false", "ServerSideApply=true"})
+    [a, b] = plan([plain, own], app_options=options)
+    assert a.has_option("Replace=true") and not b.has_option("Replace=true")
+
+
+def test_every_documented_app_sync_option_is_honoured_or_reported() -> None:
+    documented = ["CreateNamespace=true", "Replace=true", "ServerSideApply=true", "ApplyOutOfSyncOnly=true",
+                  "PruneLast=true", "Validate=false", "SkipDryRunOnMissingResource=true",
+                  "RespectIgnoreDifferences=true", "PrunePropagationPolicy=orphan", "FailOnSharedResource=true",
+                  "Force=true", "ClientSideApplyMigration=false"]
+    assert syncoptions.problems(documented) == []
+    assert syncoptions.problems(["Prune=confirm", "Replce=true"]) == [
+        "spec.syncPolicy.syncOptions: 'Prune=confirm' is not supported by tidecd: confirmation of prunes is not "
+        "implemented; sync with --prune instead",
+        "spec.syncPolicy.syncOptions: 'Replce=true' is not supported by tidecd: not a sync option Argo CD "
+        "documents at app level"]
+    assert [c["type"] for c in syncoptions.conditions(["Delete=confirm"], "now")] == ["UnsupportedSyncOption"]
+    assert syncoptions.prune_propagation(["PrunePropagationPolicy=foreground"]) == "Foreground"
+    assert syncoptions.prune_propagation([]) == "Background"
+
+
+# --- ignoreDifferences: jq, and RespectIgnoreDifferences --------------------------------------------
+
+
+def deployment(replicas: int, init: list[str]) -> dict[str, object]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"replicas": replicas, "template": {"spec": {
+                "initContainers": [{"name": n, "image": "busybox"} for n in init],
+                "containers": [{"name": "web", "image": "nginx"}]}}}}
+
+
+JQ_RULE = IgnoreDifference(group="apps", kind="Deployment", jq_path_expressions=(
+    '.spec.template.spec.initContainers[] | select(.name == "injected")', ".spec.replicas"))
+
+
+def test_jq_path_expressions_are_ignored_in_the_comparison() -> None:
+    key = ResourceKey("apps", "Deployment", "ns", "web")
+    live, desired = deployment(5, ["setup", "injected"]), deployment(1, ["setup"])
+    assert compare(key, live, desired).status is SyncStatus.OUT_OF_SYNC
+    assert compare(key, live, desired, [JQ_RULE]).status is SyncStatus.SYNCED
+    changed = deployment(1, ["other"])
+    assert compare(key, live, changed, [JQ_RULE]).changed_paths == (
+        "spec.template.spec.initContainers[0].name",)
+
+
+def test_respect_ignore_differences_keeps_live_values_of_ignored_fields() -> None:
+    live, desired = deployment(5, ["setup", "injected"]), deployment(1, ["setup"])
+    applied = respect_ignored(desired, live, [JQ_RULE])
+    assert applied["spec"]["replicas"] == 5  # type: ignore[index]
+    assert [c["name"] for c in applied["spec"]["template"]["spec"]["initContainers"]] == [  # type: ignore[index]
+        "setup", "injected"]
+    assert desired["spec"]["replicas"] == 1  # type: ignore[index]  # input untouched
+    pointer = IgnoreDifference(kind="Deployment", json_pointers=("/spec/replicas",))
+    assert respect_ignored(desired, live, [pointer])["spec"]["replicas"] == 5  # type: ignore[index]
+    assert respect_ignored(desired, None, [pointer]) is desired  # nothing live: applied as written
+    other = IgnoreDifference(kind="StatefulSet", json_pointers=("/spec/replicas",))
+    assert respect_ignored(desired, live, [other]) is desired
+
+
+# --- jsonnet ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def jsonnet_repo(tmp_path: Path) -> Path:
+    (tmp_path / "vendor").mkdir()
+    (tmp_path / "app").mkdir()
+    (tmp_path / "vendor" / "k.libsonnet").write_text(
+        "{ cm(name, data):: { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: name }, data: data } }\n")
+    (tmp_path / "app" / "local.libsonnet").write_text("{ suffix: '-x' }\n")
+    (tmp_path / "app" / "main.jsonnet").write_text(textwrap.dedent("""\
+        local k = import 'k.libsonnet';
+        local l = import 'local.libsonnet';
+        function(replicas=1, tier='web') [
+          k.cm('env' + l.suffix, { env: std.extVar('env'), tier: tier }),
+          k.cm('count', { n: std.toString(replicas * 2), flag: std.toString(std.extVar('flag')) }),
+        ]
+        """))
+    (tmp_path / "app" / "plain.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain}\n")
+    return tmp_path
+
+
+def jsonnet_source(**kwargs: object) -> ApplicationSource:
+    spec = JsonnetSpec(tlas=(JsonnetVar("replicas", "3", code=True), JsonnetVar("tier", "db")),
+                       ext_vars=(JsonnetVar("env", "prod"), JsonnetVar("flag", "true", code=True)),
+                       libs=("vendor",))
+    return ApplicationSource(repo_url=REPO, path="app", directory=DirectorySpec(jsonnet=spec, **kwargs))  # type: ignore[arg-type]
+
+
+def test_jsonnet_files_render_with_tlas_ext_vars_and_libs(jsonnet_repo: Path) -> None:
+    got = render(jsonnet_repo, jsonnet_source(), app_name="a", namespace="ns")
+    assert [(m["metadata"]["name"], m.get("data")) for m in got] == [
+        ("env-x", {"env": "prod", "tier": "db"}), ("count", {"n": "6", "flag": "true"}), ("plain", None)]
+
+
+def test_jsonnet_respects_include_and_exclude(jsonnet_repo: Path) -> None:
+    got = render(jsonnet_repo, jsonnet_source(exclude="*.jsonnet"), app_name="a", namespace="ns")
+    assert [m["metadata"]["name"] for m in got] == ["plain"]
+
+
+@pytest.mark.parametrize("target", ["../../etc/passwd", "/etc/passwd"])
+def test_jsonnet_imports_stay_inside_the_checkout(jsonnet_repo: Path, target: str) -> None:
+    (jsonnet_repo / "app" / "main.jsonnet").write_text(f"importstr '{target}'\n")
+    with pytest.raises(RenderError, match="app/main.jsonnet: .*(leaves the repository checkout|absolute imports)"):
+        render(jsonnet_repo, jsonnet_source(), app_name="a", namespace="ns")
+
+
+def test_jsonnet_symlink_out_of_the_checkout_is_refused(jsonnet_repo: Path) -> None:
+    (jsonnet_repo / "app" / "main.jsonnet").write_text("import 'link.libsonnet'\n")
+    (jsonnet_repo / "app" / "link.libsonnet").symlink_to("/etc/hostname")
+    with pytest.raises(UnsafePathError, match="points outside the repository checkout"):
+        render(jsonnet_repo, jsonnet_source(), app_name="a", namespace="ns")
+
+
+def test_jsonnet_errors_and_runaway_programs_are_bounded(jsonnet_repo: Path) -> None:
+    from tidecd.render.jsonnet import render_jsonnet
+
+    (jsonnet_repo / "app" / "main.jsonnet").write_text("error 'boom'\n")
+    with pytest.raises(RenderError, match="app/main.jsonnet: RUNTIME ERROR: boom"):
+        render(jsonnet_repo, jsonnet_source(), app_name="a", namespace="ns")
+    slow = jsonnet_repo / "slow.jsonnet"
+    slow.write_text("std.foldl(function(a, b) a + b, std.range(0, 1000000000), 0)\n")
+    with pytest.raises(RenderError, match="slow: jsonnet evaluation timed out after 2s"):
+        render_jsonnet(jsonnet_repo, jsonnet_repo, "slow.jsonnet", JsonnetSpec(), source="slow", timeout=2)
+    (jsonnet_repo / "app" / "main.jsonnet").write_text("[1]\n")
+    with pytest.raises(RenderError, match="jsonnet output item 1 is not an object"):
+        render(jsonnet_repo, jsonnet_source(), app_name="a", namespace="ns")
