@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.support.apps",
     "tests.support.functions",
     "tests.support.github_standin",
+    "tests.support.charts",
 ]
 
 

@@ -93,6 +93,10 @@ class SecretError(PermanentError):
     """A sealed secret could not be sealed or unsealed."""
 
 
+class SourceRefused(PermanentError):
+    """A fetched chart or artifact failed verification (its digest differs from the one it was pinned to)."""
+
+
 class NotFound(PermanentError):
     """The named app, revision or history entry does not exist."""
 

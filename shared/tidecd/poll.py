@@ -1,12 +1,14 @@
 """The poll use case (Cloud Scheduler every few minutes): find what changed in git and refresh only that.
 
 One `ls-remote` per distinct repository (apps are grouped by their normalized repoURL; the config source
-repo joins the group it belongs to), compared with the heads the previous tick saw (`RefCache`). An app
-is refreshed when the commit its targetRevision resolves to moved, or its repository was never seen, or
-it was never reconciled at all (no `state/apps/<app>.json`: a new app); when the config source itself
-moved, every app is refreshed (its spec may have changed). Then the drift sweep: every automated or
-self-healing app not refreshed yet is refreshed too, since drift happens in the cluster, not in git, and
-a reconcile with nothing changed is cheap.
+repo joins the group it belongs to; a helm chart repository costs one `index.yaml` call and an OCI
+repository one tags call instead, and their "refs" are the chart versions and tags), compared with the
+heads the previous tick saw (`RefCache`). An app is refreshed when the commit (or chart version) its
+targetRevision resolves to moved, or its repository was never seen, or it was never reconciled at all
+(no `state/apps/<app>.json`: a new app); when the config source itself moved, every app is refreshed
+(its spec may have changed). Then the drift sweep: every automated or self-healing app not refreshed yet
+is refreshed too, since drift happens in the cluster, not in git, and a reconcile with nothing changed
+is cheap.
 
 The tick is time-bound (a function has a deadline): it stops dispatching after `max_seconds` and reports
 what was left. New heads are saved after dispatching; a change-driven refresh that was cut off or could
@@ -29,6 +31,7 @@ from tidecd import source as git
 from tidecd.config import Application, ConfigSourceRef, normalize_repo_url, parse_config_source, redact_repo_url
 from tidecd.dispatch import Dispatcher, Refresh
 from tidecd.errors import TidecdError
+from tidecd.source import charts
 from tidecd.state import state_key
 from tidecd.store import PreconditionFailed, read_json, write_json
 
@@ -64,6 +67,8 @@ class _Repo:
     apps: list[Application] = field(default_factory=list)
     config_ref: str = ""  # the config source's ref when the config source lives here
     refs: dict[str, str] | None = None  # this tick's ls-remote, None when it failed
+    kind: str = charts.GIT  # or a chart repository: charts.HELM (index.yaml), charts.OCI (tags)
+    chart: str = ""  # the chart of Argo CD's schemeless OCI form (part of the OCI repository)
 
     @property
     def url(self) -> str:
@@ -89,7 +94,7 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
         return summary
     repos = _group(apps, config_source)
     _ls_remote_all(runtime, repos, ls_remote, summary)
-    reachable = {a.name for a in apps if repos[normalize_repo_url(a.source.repo_url)].refs is not None}
+    reachable = {a.name for a in apps if repos[_key_of(a)].refs is not None}
     pending, generation = _load_pending(runtime, summary)
     refreshes = {r.app: r for r in pending if r.app in reachable}
     for name, refresh in _changes(runtime, repos, apps, summary).items():
@@ -112,10 +117,21 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
     return summary
 
 
+def _key_of(app: Application) -> str:
+    """Apps of one repository share a key; a chart repository's key names its kind (and OCI chart)."""
+    kind = charts.kind_of(app.source)
+    if kind == charts.GIT:
+        return normalize_repo_url(app.source.repo_url)
+    chart = app.source.chart if kind == charts.OCI and "://" not in app.source.repo_url else ""
+    return f"{kind}:{normalize_repo_url(app.source.repo_url)}:{chart}"
+
+
 def _group(apps: Iterable[Application], config_source: Any) -> dict[str, _Repo]:
     repos: dict[str, _Repo] = {}
     for app in apps:
-        repo = repos.setdefault(normalize_repo_url(app.source.repo_url), _Repo())
+        kind = charts.kind_of(app.source)
+        chart = app.source.chart if kind == charts.OCI and "://" not in app.source.repo_url else ""
+        repo = repos.setdefault(_key_of(app), _Repo(kind=kind, chart=chart))
         repo.urls.add(app.source.repo_url)
         repo.apps.append(app)
     if isinstance(config_source, ConfigSourceRef):
@@ -131,7 +147,10 @@ def _ls_remote_all(runtime: Runtime, repos: dict[str, _Repo], ls_remote: LsRemot
 
     def one(repo: _Repo, credentials: Any) -> str:
         try:
-            repo.refs = ls_remote(repo.url, credentials)
+            if repo.kind == charts.GIT:
+                repo.refs = ls_remote(repo.url, credentials)
+            else:
+                repo.refs = charts.list_refs(repo.kind, repo.url, credentials, repo.chart)
             return ""
         except TidecdError as exc:
             return str(exc)
@@ -167,9 +186,14 @@ def _changes(runtime: Runtime, repos: dict[str, _Repo], apps: list[Application],
         if repo.config_ref and _moved(seen, repo.refs, repo.config_ref, repo.url):
             summary.config_changed = True
             for app in apps:
-                if repos[normalize_repo_url(app.source.repo_url)].refs is not None:
+                if repos[_key_of(app)].refs is not None:
                     refreshes.setdefault(app.name, Refresh(app.name, "config source changed"))
         for app in sorted(repo.apps, key=lambda a: a.name):
+            if repo.kind != charts.GIT:
+                reason = _chart_why(seen, repo.refs, app, app.name in known)
+                if reason:
+                    refreshes.setdefault(app.name, Refresh(app.name, reason))
+                continue
             reason = _why(seen, repo.refs, app.source.target_revision, repo.url, app.name in known)
             if reason:
                 sha = _resolve(repo.refs, app.source.target_revision, repo.url) or ""
@@ -189,6 +213,17 @@ def _why(seen: dict[str, str], refs: dict[str, str], target: str, url: str, reco
     if _moved(seen, refs, target, url):
         new = _resolve(refs, target, url)
         return f"{target} moved to {new[:12]}" if new else f"{target} no longer resolves"
+    return "" if reconciled else "never reconciled"
+
+
+def _chart_why(seen: dict[str, str], refs: dict[str, str], app: Application, reconciled: bool) -> str:
+    """Why a chart app needs a refresh: the version (and digest) its targetRevision selects changed."""
+    if not seen:
+        return "repository first seen"
+    before, now = charts.resolve_from_refs(app.source, seen), charts.resolve_from_refs(app.source, refs)
+    if before != now:
+        return f"{app.source.target_revision} now selects {now.split(':')[0]}" if now else \
+            f"{app.source.target_revision} no longer resolves"
     return "" if reconciled else "never reconciled"
 
 

@@ -47,6 +47,7 @@ from tidecd.images import state as images_state
 from tidecd.images.state import render_override as image_override
 from tidecd.model import Action, ChangeEntry, ChangeSet, HealthResult, Manifest, ResourceKey, SyncStatus
 from tidecd.runtime import Runtime
+from tidecd.source import charts
 from tidecd.state import CachedComparison, Operation, OperationPhase, TaskPhase, TaskResult
 from tidecd.store import LEASE_TTL, LeaseKeeper, PreconditionFailed, acquire_lease
 from tidecd.sync import decide as decision
@@ -170,6 +171,8 @@ def render_desired(runtime: Runtime, app: Application, revision: str = "") -> tu
     """The observe stage's render: (sha, manifests) of the app at `revision` (default: its targetRevision).
 
     The one place desired manifests come from; other sources extend this function."""
+    if charts.kind_of(app.source) != charts.GIT:
+        return _render_chart(runtime, app, revision)
     creds = runtime.repo_credentials(app.source.repo_url)
     if revision:
         sha = revision
@@ -188,6 +191,25 @@ def render_desired(runtime: Runtime, app: Application, revision: str = "") -> tu
     manifests = render.render_cached(runtime.store, app.name, sha, app.source, render_now, namespace=namespace,
                                      override=override)
     return sha, _unseal(runtime, app, manifests)
+
+
+def _render_chart(runtime: Runtime, app: Application, revision: str = "") -> tuple[str, list[Manifest]]:
+    """A chart from a helm repository or an OCI registry (or a plain OCI artifact): (version, manifests)."""
+    creds = runtime.repo_credentials(app.source.repo_url)
+    ref = charts.resolve(app.source, creds, revision)
+    namespace = app.destination.namespace
+    pass_credentials = bool(app.source.helm and app.source.helm.pass_credentials)
+
+    def render_now() -> list[Manifest]:
+        archive = charts.ChartSnapshots(runtime.store).get_or_fetch(ref, creds, pass_credentials=pass_credentials)
+        with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp:
+            git.extract(archive, Path(tmp))
+            source = charts.render_source(app.source, ref, Path(tmp))
+            return render.render(Path(tmp), source, app_name=app.name, namespace=namespace)
+
+    manifests = render.render_cached(runtime.store, app.name, ref.cache_revision, app.source, render_now,
+                                     namespace=namespace)
+    return ref.version, _unseal(runtime, app, manifests)
 
 
 def _unseal(runtime: Runtime, app: Application, manifests: list[Manifest]) -> list[Manifest]:

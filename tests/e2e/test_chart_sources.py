@@ -1,0 +1,174 @@
+"""Charts from helm repositories and OCI registries, and plain OCI artifacts, synced for real (issue 12).
+
+The helm repository is `helm package` + `helm repo index` output served over HTTP; the registry is the
+distribution registry from `scripts/tools.sh`, filled with `helm push`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.apps import GitOps
+from tests.support.charts import HelmRepo, Registry, package, write_chart
+from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_REPOSITORY
+from tidecd.dispatch import Refresh
+from tidecd.poll import poll
+from tidecd.reconcile import SyncRequest
+from tidecd.secrets import generate_key, seal_secret, write_key_pair
+from tidecd.state import AppState
+
+pytestmark = pytest.mark.e2e
+
+
+def assert_synced(state: AppState) -> None:
+    text = " | ".join(f"{c['type']}: {c['message']}" for c in state.conditions)
+    assert state.operation is not None, text
+    assert state.operation.phase == "Succeeded", state.operation.message
+    assert state.sync_status == "Synced", text
+
+
+def chart_app(gitops: GitOps, repo_url: str, target: str, *, name: str = "app", chart: str = "web",
+              **source: Any) -> str:
+    fields: dict[str, Any] = {"repoURL": repo_url, "targetRevision": target, "path": ".", **source}
+    if chart:
+        fields["chart"] = chart
+    return gitops.application(name, source=fields)
+
+
+def cm(gitops: GitOps, app: str) -> dict[str, Any]:
+    live = gitops.live("ConfigMap", f"{gitops.real(app)}-cm")
+    assert live is not None
+    return live
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.refreshes: list[Refresh] = []
+
+    def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
+        self.refreshes.extend(refreshes)
+        return {}
+
+
+def test_chart_from_a_helm_repository_with_a_semver_range(gitops: GitOps, helm_repo: HelmRepo) -> None:
+    for version in ("1.0.0", "1.1.0", "2.0.0"):
+        helm_repo.add("web", version)
+    chart_app(gitops, helm_repo.url, "1.x", helm={"valuesObject": {"color": "blue"}})
+    gitops.sync()
+    state = gitops.state()
+    assert_synced(state)
+    assert state.revision == "1.1.0"  # the chart version is the revision, as in Argo CD
+    assert cm(gitops, "app")["data"] == {"chart": "web", "version": "1.1.0", "color": "blue"}
+    assert [h.revision for h in state.history] == ["1.1.0"]
+    stored = [k for k in gitops.store.list("snapshots/") if "/charts/web-1.1.0-" in k]
+    assert len(stored) == 1 and stored[0].endswith(".tgz")
+    downloads = sum(1 for p in helm_repo.requests if p.endswith(".tgz"))
+    gitops.reconcile(automate=False)  # a refresh of the same version downloads nothing
+    assert sum(1 for p in helm_repo.requests if p.endswith(".tgz")) == downloads == 1
+    assert gitops.state().sync_status == "Synced"
+
+
+def test_poll_checks_chart_versions_with_one_index_call_per_repository(gitops: GitOps,
+                                                                        helm_repo: HelmRepo) -> None:
+    helm_repo.add("web", "1.0.0")
+    first = chart_app(gitops, helm_repo.url, "1.x", name="first")
+    second = chart_app(gitops, helm_repo.url, "~1.0", name="second", automated={"prune": True})
+    runtime = gitops.runtime()
+    recorder = Recorder()
+    poll(runtime, recorder, jitter_seconds=0)
+    assert {r.app for r in recorder.refreshes} >= {first, second}
+    gitops.reconcile("second")
+    assert gitops.state("second").revision == "1.0.0"
+    gitops.reconcile("first", automate=False)
+    calls = helm_repo.index_calls()
+    recorder.refreshes.clear()
+    poll(runtime, recorder, jitter_seconds=0)
+    assert helm_repo.index_calls() == calls + 1  # two apps, one repository: one index call
+    assert [r.app for r in recorder.refreshes if r.reason != "drift sweep"] == []
+    helm_repo.add("web", "1.0.5")
+    poll(runtime, recorder, jitter_seconds=0)
+    moved = {r.app: r.reason for r in recorder.refreshes if r.reason != "drift sweep"}
+    assert moved == {first: "1.x now selects 1.0.5", second: "~1.0 now selects 1.0.5"}
+    gitops.reconcile("second")
+    state = gitops.state("second")
+    assert_synced(state)
+    assert state.revision == "1.0.5"
+    assert cm(gitops, "second")["data"]["version"] == "1.0.5"
+
+
+def test_private_helm_repository_with_a_sealed_helm_repository_secret(
+        gitops: GitOps, private_helm_repo: HelmRepo, tmp_path: Path) -> None:
+    private_helm_repo.add("web", "0.3.0")
+    chart_app(gitops, private_helm_repo.url, "0.3.0")
+    gitops.reconcile(automate=False)
+    state = gitops.state()
+    assert any("HTTP 401" in c["message"] for c in state.conditions), state.conditions
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    pair = generate_key()
+    write_key_pair(pair, keys / "tls.key", keys / "tls.crt")
+    secret = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "charts", "namespace": "argocd",
+                           "labels": {LABEL_SECRET_TYPE: SECRET_TYPE_REPOSITORY}},
+              "stringData": {"type": "helm", "name": "charts", "url": private_helm_repo.url,
+                             "username": private_helm_repo.username, "password": private_helm_repo.password}}
+    (gitops.config_dir / "repo.yaml").write_text(yaml.safe_dump(seal_secret(secret, pair.cert_pem)))
+    gitops.reconcile(request=SyncRequest(), runtime=gitops.runtime(sealing_keys=str(keys)))
+    state = gitops.state()
+    assert_synced(state)
+    assert cm(gitops, "app")["data"]["version"] == "0.3.0"
+    for path in gitops.store.root.rglob("*.json"):
+        assert private_helm_repo.password not in path.read_text(errors="replace")
+
+
+def test_a_chart_whose_archive_differs_from_the_index_digest_is_refused(gitops: GitOps, helm_repo: HelmRepo,
+                                                                        tmp_path: Path) -> None:
+    tgz = helm_repo.add("web", "1.0.0")
+    other = write_chart(tmp_path / "evil", "web", "1.0.0", values={"color": "evil"})
+    evil = package(other, tmp_path / "evil-out", helm_repo.home)
+    tgz.write_bytes(evil.read_bytes())  # the archive changes; the index keeps the old digest
+    chart_app(gitops, helm_repo.url, "1.0.0")
+    gitops.sync()
+    state = gitops.state()
+    assert any("does not match the index" in c["message"] for c in state.conditions), state.conditions
+    assert gitops.live("ConfigMap", f"{gitops.real('app')}-cm") is None
+    assert not [k for k in gitops.store.list("snapshots/") if "/charts/" in k]
+
+
+def test_oci_chart_pushed_with_helm_push_both_url_forms(gitops: GitOps, oci_registry: Registry,
+                                                       tmp_path: Path) -> None:
+    namespace = f"charts-{uuid.uuid4().hex[:6]}"
+    for version in ("0.1.0", "0.1.4", "0.2.0"):
+        tgz = package(write_chart(tmp_path / version, "web", version), tmp_path / "out", tmp_path / "home")
+        oci_registry.helm_push(tgz, namespace, tmp_path / "home")
+    chart_app(gitops, f"oci://{oci_registry.host}/{namespace}/web", "^0.1", name="new-form", chart="")
+    chart_app(gitops, f"{oci_registry.host}/{namespace}", "0.2.0", name="old-form")  # Argo CD's enableOCI form
+    for app, version in (("new-form", "0.1.4"), ("old-form", "0.2.0")):
+        gitops.sync(app)
+        state = gitops.state(app)
+        assert_synced(state)
+        assert state.revision == version
+        assert cm(gitops, app)["data"]["version"] == version
+    assert [k for k in gitops.store.list("snapshots/") if "/charts/web-0.1.4-" in k]
+
+
+def test_plain_oci_artifact_of_manifests_as_a_source(gitops: GitOps, oci_registry: Registry) -> None:
+    repository = f"manifests/app-{uuid.uuid4().hex[:6]}"
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "from-oci"}, "data": {"v": "1"}}
+    oci_registry.push_artifact(repository, "v1", {"app/cm.yaml": yaml.safe_dump(config_map),
+                                                  "other/ignored.yaml": yaml.safe_dump({**config_map,
+                                                                                         "metadata": {"name": "no"}})})
+    gitops.application(source={"repoURL": f"oci://{oci_registry.host}/{repository}", "targetRevision": "v1",
+                               "path": "app"})
+    gitops.sync()
+    state = gitops.state()
+    assert_synced(state)
+    assert state.revision == "v1"
+    assert gitops.live("ConfigMap", "from-oci")["data"] == {"v": "1"}  # type: ignore[index]
+    assert gitops.live("ConfigMap", "no") is None
