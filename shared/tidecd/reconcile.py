@@ -201,7 +201,8 @@ def _render_chart(runtime: Runtime, app: Application, revision: str = "") -> tup
     pass_credentials = bool(app.source.helm and app.source.helm.pass_credentials)
 
     def render_now() -> list[Manifest]:
-        archive = charts.ChartSnapshots(runtime.store).get_or_fetch(ref, creds, pass_credentials=pass_credentials)
+        archive = charts.ChartSnapshots(runtime.store).get_or_fetch(ref, creds, pass_credentials=pass_credentials,
+                                                                    credentials_for=runtime.repo_credentials)
         with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp:
             git.extract(archive, Path(tmp))
             source = charts.render_source(app.source, ref, Path(tmp))

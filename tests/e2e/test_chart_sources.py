@@ -172,3 +172,27 @@ def test_plain_oci_artifact_of_manifests_as_a_source(gitops: GitOps, oci_registr
     assert state.revision == "v1"
     assert gitops.live("ConfigMap", "from-oci")["data"] == {"v": "1"}  # type: ignore[index]
     assert gitops.live("ConfigMap", "no") is None
+
+
+def test_chart_dependencies_are_fetched_into_the_snapshot(gitops: GitOps, helm_repo: HelmRepo) -> None:
+    helm_repo.add("web", "1.0.0")
+    helm_repo.add("web", "1.4.0")
+    helm_repo.add("umbrella", "0.1.0", raw=True,
+                  dependencies=[{"name": "web", "version": "1.x", "repository": helm_repo.url}],
+                  values={"color": "red", "web": {"color": "green"}}, templates={"NOTES.txt": "umbrella\n"})
+    chart_app(gitops, helm_repo.url, "0.1.0", chart="umbrella")
+    gitops.sync()
+    state = gitops.state()
+    assert_synced(state)
+    names = {r.name: r for r in state.resources}
+    real = gitops.real("app")
+    assert set(names) == {f"{real}-cm"}  # the umbrella renders the web subchart only
+    assert cm(gitops, "app")["data"] == {"chart": "web", "version": "1.4.0", "color": "green"}
+    [key] = [k for k in gitops.store.list("snapshots/") if "/charts/umbrella-0.1.0-" in k]
+    import io
+    import tarfile
+
+    blob = gitops.store.read(key)
+    assert blob is not None
+    with tarfile.open(fileobj=io.BytesIO(blob.data), mode="r:gz") as tar:
+        assert "umbrella/charts/web-1.4.0.tgz" in tar.getnames()

@@ -112,10 +112,16 @@ class HelmRepo:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}/charts"
 
-    def add(self, name: str, version: str, **chart: Any) -> Path:
-        """Package a chart version into the repository and re-index it (as `helm repo index` does)."""
+    def add(self, name: str, version: str, *, raw: bool = False, **chart: Any) -> Path:
+        """Package a chart version into the repository and re-index it (as `helm repo index` does). With
+        `raw` the archive is made with tarfile, so missing dependencies stay missing (helm package refuses)."""
         src = write_chart(self.root.parent / f"{self.root.name}-src" / f"{name}-{version}", name, version, **chart)
-        tgz = package(src, self.root, self.home)
+        if raw:
+            tgz = self.root / f"{name}-{version}.tgz"
+            with tarfile.open(tgz, "w:gz") as tar:
+                tar.add(src, arcname=name)
+        else:
+            tgz = package(src, self.root, self.home)
         subprocess.run([tools.binary("helm"), "repo", "index", str(self.root), "--url", self.url],
                        env=helm_env(self.home), capture_output=True, text=True, timeout=120, check=True)
         return tgz

@@ -140,3 +140,16 @@ def test_chart_cache_names_are_store_safe() -> None:
     assert ref.cache_revision == "1.0.0_build.7-abababababababab"
     assert charts.ChartSnapshots.key(ref).startswith("snapshots/charts.example.com-")
     assert charts.ChartSnapshots.key(ref).endswith("/charts/web-1.0.0_build.7-abababababababab.tgz")
+
+
+def test_missing_chart_dependencies_are_found_and_vendored_ones_are_not() -> None:
+    from tidecd.source.dependencies import missing_dependencies
+
+    chart_yaml = (b"apiVersion: v2\nname: top\nversion: 1.0.0\ndependencies:\n"
+                  b"- {name: web, version: 1.x, repository: https://charts.example.com}\n"
+                  b"- {name: db, version: 2.x, repository: oci://r.example.com/charts}\n"
+                  b"- {name: local, version: 0.1.0, repository: file://../local}\n")
+    archive = tar_gz({"top/Chart.yaml": chart_yaml, "top/charts/db-2.1.0.tgz": b"x",
+                      "top/charts/local/Chart.yaml": b"name: local\n"})
+    assert [d["name"] for d in missing_dependencies(archive)] == ["web"]
+    assert missing_dependencies(tar_gz({"top/Chart.yaml": b"apiVersion: v2\nname: top\nversion: 1.0.0\n"})) == []

@@ -4,14 +4,16 @@
 and the digest that pins it (the index's archive digest, or the OCI manifest digest). The version is the
 app's revision in status and history, as in Argo CD; rollback re-syncs it. The archive is fetched once,
 verified, and kept in the object store at `snapshots/<repo-key>/charts/<name>-<version>-<digest>.tgz`;
-every later render of that version reads it from there. `helm template` then renders the extracted
-chart with no network, exactly as a chart committed to git.
+every later render of that version reads it from there. Chart dependencies the archive lacks are fetched
+into it first (`source.dependencies`, what `helm dependency build` does), so `helm template` then renders
+the extracted chart with no network, exactly as a chart committed to git.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -115,11 +117,11 @@ class ChartSnapshots:
         return f"snapshots/{repo_key(ref.repo_url)}/charts/{_SAFE.sub('_', ref.name)}-{ref.cache_revision}.tgz"
 
     def get_or_fetch(self, ref: ChartRef, credentials: RepoCredentials | None = None, *,
-                     pass_credentials: bool = False) -> bytes:
+                     pass_credentials: bool = False,
+                     credentials_for: Callable[[str], RepoCredentials | None] | None = None) -> bytes:
+        """The stored archive; fetched (verified, dependencies added) and stored the first time."""
         key = self.key(ref)
         if (blob := self.store.read(key)) is not None:
-            if ref.kind == HELM:
-                helmrepo.verify(blob.data, ref.digest, f"stored chart {ref.name} {ref.version}")
             return blob.data
         if ref.kind == HELM:
             entry = helmrepo.ChartVersion(ref.name, ref.version, ref.digest, ())
@@ -134,6 +136,10 @@ class ChartSnapshots:
             data, digest, _ = oci.fetch(registry, ref.digest)
             if digest != ref.digest:
                 raise SourceRefused(f"{ref.repo_url}: manifest digest changed while fetching")
+        if ref.chart:
+            from tidecd.source.dependencies import with_dependencies
+
+            data = with_dependencies(data, credentials_for or (lambda _url: None))
         with contextlib.suppress(PreconditionFailed):  # a racing caller stored the same verified bytes
             self.store.write(key, data, if_generation_match=0)
         return data
