@@ -4,9 +4,11 @@
     ├── PermanentError                retrying will not help: events are acknowledged, HTTP answers 4xx
     │   ├── ConfigError               a user-written file or field is wrong (names the file and field);
     │   │                             also a missing or broken kubeconfig (cluster.KubeCluster.from_kubeconfig)
+    │   │   └── source.versions.BadConstraint  a targetRevision that is no version or semver constraint
     │   ├── UnsafePathError           a path, symlink or archive member would leave a repository checkout
     │   │   └── store.InvalidKey      an object-store key with `..`, empty or clashing segments
     │   ├── RenderError               a manifest source could not be rendered
+    │   ├── SourceRefused             a fetched chart or artifact differs from the digest it is pinned to
     │   ├── LimitExceeded             input over a configured bound (tidecd.limits): size, depth, aliases
     │   ├── ProjectViolation          desired objects break their AppProject's rules (lists each object)
     │   ├── SecretError               a sealed secret cannot be sealed or opened (never includes the value)

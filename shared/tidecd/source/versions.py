@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 
 import semver
 
+from tidecd.errors import ConfigError
+
 _PARTIAL = re.compile(r"^v?(?P<major>\d+|[xX*])(?:\.(?P<minor>\d+|[xX*]))?(?:\.(?P<patch>\d+|[xX*]))?"
                       r"(?:-(?P<pre>[0-9A-Za-z.-]+))?(?:\+(?P<build>[0-9A-Za-z.-]+))?$")
 _COMPARATOR = re.compile(r"^(?P<op>!=|>=|=>|<=|=<|>|<|=|~>|~|\^)?\s*(?P<version>\S+)$")
@@ -21,8 +23,8 @@ _COMPARATOR = re.compile(r"^(?P<op>!=|>=|=>|<=|=<|>|<|=|~>|~|\^)?\s*(?P<version>
 Check = Callable[[semver.Version], bool]
 
 
-class BadConstraint(ValueError):
-    pass
+class BadConstraint(ConfigError):
+    """Not a version or a semver constraint (callers name the field)."""
 
 
 def parse_version(text: str) -> semver.Version | None:
