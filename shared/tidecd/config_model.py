@@ -94,6 +94,13 @@ class ApplicationSource:
     kustomize: KustomizeSpec | None = None
     helm: HelmSpec | None = None
     chart: str = ""
+    ref: str = ""  # multi-source: this source's files are `$<ref>/...` for the helm value files of others
+    name: str = ""
+
+    @property
+    def rendered(self) -> bool:
+        """False for a multi-source `ref` source without path or chart: only its files are used."""
+        return not (self.ref and not self.path and not self.chart)
 
     def spec_hash(self) -> str:
         """Stable hash of everything that shapes the render (the manifest cache key)."""
@@ -160,6 +167,11 @@ class Application:
     ignore_differences: tuple[IgnoreDifference, ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
     origin: str = ""  # the file it was loaded from, for error messages
+    sources: tuple[ApplicationSource, ...] = ()  # `spec.sources` (multi-source); `source` is then the first
+
+    @property
+    def all_sources(self) -> tuple[ApplicationSource, ...]:
+        return self.sources or (self.source,)
 
     def annotation(self, name: str, default: str = "") -> str:
         return dict(self.annotations).get(name, default)

@@ -152,10 +152,11 @@ class Node:
 
 _TOP = _Keys(("apiVersion", "kind", "metadata", "spec"), ("status", "operation"))
 _METADATA = _Keys(("name", "namespace", "labels", "annotations", "finalizers"))
-_APP_SPEC = _Keys(("project", "source", "destination", "syncPolicy", "ignoreDifferences"),
-                  ("sources", "info", "revisionHistoryLimit", "sourceHydrator"))
-_SOURCE = _Keys(("repoURL", "targetRevision", "path", "chart", "directory", "kustomize", "helm"),
-                ("plugin", "ref", "name"))
+_APP_SPEC = _Keys(("project", "source", "sources", "destination", "syncPolicy", "ignoreDifferences"),
+                  ("info", "revisionHistoryLimit", "sourceHydrator"))
+_SOURCE = _Keys(("repoURL", "targetRevision", "path", "chart", "directory", "kustomize", "helm", "ref", "name"),
+                ("plugin",))
+_REF = re.compile(r"^[A-Za-z0-9_-]+$")
 _DIRECTORY = _Keys(("recurse", "include", "exclude", "jsonnet"))
 _JSONNET = _Keys(("tlas", "extVars", "libs"))
 _JSONNET_VAR = _Keys(("name", "value", "code"))
@@ -209,7 +210,11 @@ def _parse_application(top: Node) -> Application | None:
     if spec is None:
         return None
     project = spec.text("project", "default") or "default"  # Argo CD: an empty project means `default`
-    source = _source(spec.child("source", _SOURCE, required=True))
+    sources = tuple(s for s in (_source(n, multi=True) for n in spec.children("sources", _SOURCE)) if s)
+    if spec.data.get("sources") is not None:
+        _check_sources(spec, sources)
+    # Argo CD: with `sources`, `source` is ignored
+    source = sources[0] if sources else _source(spec.child("source", _SOURCE, required=True))
     destination = _destination(spec.child("destination", _DESTINATION, required=True))
     sync_policy = _sync_policy(spec.child("syncPolicy", _SYNC_POLICY))
     ignores = tuple(_ignore_difference(n) for n in spec.children("ignoreDifferences", _IGNORE))
@@ -217,13 +222,29 @@ def _parse_application(top: Node) -> Application | None:
         return None
     return Application(name=name, project=project, source=source, destination=destination,
                        sync_policy=sync_policy, ignore_differences=ignores, annotations=annotations,
-                       origin=top.errs.origin)
+                       origin=top.errs.origin, sources=sources)
 
 
-def _source(node: Node | None) -> ApplicationSource | None:
+def _check_sources(spec: Node, sources: tuple[ApplicationSource, ...]) -> None:
+    if not sources:
+        spec.error("sources", "must list at least one source")
+    refs = [s.ref for s in sources if s.ref]
+    for ref in sorted({r for r in refs if refs.count(r) > 1}):
+        spec.error("sources", f"ref {ref!r} is used by more than one source")
+    if sources and not any(s.rendered for s in sources):
+        spec.error("sources", "every source is a ref source (no path or chart): nothing to render")
+
+
+def _source(node: Node | None, *, multi: bool = False) -> ApplicationSource | None:
     if node is None:
         return None
-    path = node.text("path", ".") or "."
+    ref = node.text("ref")
+    if ref and not multi:
+        node.error("ref", "only sources of spec.sources can have a ref")
+    if ref and not _REF.match(ref):
+        node.error("ref", f"{ref!r}: use letters, digits, '-' and '_'")
+    default_path = "" if ref and not node.data.get("chart") else "."
+    path = node.text("path", default_path) or default_path
     if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts:
         node.error("path", "must be a relative path inside the repository")
     tools = [k for k in ("directory", "kustomize", "helm") if node.data.get(k) is not None]
@@ -231,7 +252,8 @@ def _source(node: Node | None) -> ApplicationSource | None:
         node.error("", f"set at most one of directory, kustomize and helm (found {', '.join(tools)})")
     return ApplicationSource(
         repo_url=node.text("repoURL", required=True), path=path,
-        target_revision=node.text("targetRevision", "HEAD") or "HEAD", chart=node.text("chart"),
+        target_revision=node.text("targetRevision", "HEAD") or "HEAD", chart=node.text("chart"), ref=ref,
+        name=node.text("name"),
         directory=_directory(node.child("directory", _DIRECTORY)),
         kustomize=_kustomize(node.child("kustomize", _KUSTOMIZE)),
         helm=_helm(node.child("helm", _HELM)))

@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from tidecd import source as git
-from tidecd.config import Application, ConfigSourceRef, normalize_repo_url, parse_config_source, redact_repo_url
+from tidecd.config import (
+    Application,
+    ApplicationSource,
+    ConfigSourceRef,
+    normalize_repo_url,
+    parse_config_source,
+    redact_repo_url,
+)
 from tidecd.dispatch import Dispatcher, Refresh
 from tidecd.errors import TidecdError
 from tidecd.source import charts
@@ -69,6 +76,7 @@ class _Repo:
     refs: dict[str, str] | None = None  # this tick's ls-remote, None when it failed
     kind: str = charts.GIT  # or a chart repository: charts.HELM (index.yaml), charts.OCI (tags)
     chart: str = ""  # the chart of Argo CD's schemeless OCI form (part of the OCI repository)
+    sources: dict[str, list[ApplicationSource]] = field(default_factory=dict)  # app → its sources here
 
     @property
     def url(self) -> str:
@@ -94,7 +102,7 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
         return summary
     repos = _group(apps, config_source)
     _ls_remote_all(runtime, repos, ls_remote, summary)
-    reachable = {a.name for a in apps if repos[_key_of(a)].refs is not None}
+    reachable = {a.name for a in apps if all(repos[k].refs is not None for k in _keys_of(a))}
     pending, generation = _load_pending(runtime, summary)
     refreshes = {r.app: r for r in pending if r.app in reachable}
     for name, refresh in _changes(runtime, repos, apps, summary).items():
@@ -117,23 +125,31 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
     return summary
 
 
-def _key_of(app: Application) -> str:
-    """Apps of one repository share a key; a chart repository's key names its kind (and OCI chart)."""
-    kind = charts.kind_of(app.source)
+def _key_of(source: ApplicationSource) -> str:
+    """Sources of one repository share a key; a chart repository's key names its kind (and OCI chart)."""
+    kind = charts.kind_of(source)
     if kind == charts.GIT:
-        return normalize_repo_url(app.source.repo_url)
-    chart = app.source.chart if kind == charts.OCI and "://" not in app.source.repo_url else ""
-    return f"{kind}:{normalize_repo_url(app.source.repo_url)}:{chart}"
+        return normalize_repo_url(source.repo_url)
+    return f"{kind}:{normalize_repo_url(source.repo_url)}:{_oci_chart(source)}"
+
+
+def _oci_chart(source: ApplicationSource) -> str:
+    return source.chart if charts.kind_of(source) == charts.OCI and "://" not in source.repo_url else ""
+
+
+def _keys_of(app: Application) -> list[str]:
+    return [_key_of(source) for source in app.all_sources]
 
 
 def _group(apps: Iterable[Application], config_source: Any) -> dict[str, _Repo]:
     repos: dict[str, _Repo] = {}
     for app in apps:
-        kind = charts.kind_of(app.source)
-        chart = app.source.chart if kind == charts.OCI and "://" not in app.source.repo_url else ""
-        repo = repos.setdefault(_key_of(app), _Repo(kind=kind, chart=chart))
-        repo.urls.add(app.source.repo_url)
-        repo.apps.append(app)
+        for source in app.all_sources:  # a multi-source app joins the group of each of its sources
+            repo = repos.setdefault(_key_of(source), _Repo(kind=charts.kind_of(source), chart=_oci_chart(source)))
+            repo.urls.add(source.repo_url)
+            if app.name not in repo.sources:
+                repo.apps.append(app)
+            repo.sources.setdefault(app.name, []).append(source)
     if isinstance(config_source, ConfigSourceRef):
         repo = repos.setdefault(normalize_repo_url(config_source.repo_url), _Repo())
         repo.urls.add(config_source.repo_url)
@@ -186,18 +202,19 @@ def _changes(runtime: Runtime, repos: dict[str, _Repo], apps: list[Application],
         if repo.config_ref and _moved(seen, repo.refs, repo.config_ref, repo.url):
             summary.config_changed = True
             for app in apps:
-                if repos[_key_of(app)].refs is not None:
+                if all(repos[k].refs is not None for k in _keys_of(app)):
                     refreshes.setdefault(app.name, Refresh(app.name, "config source changed"))
         for app in sorted(repo.apps, key=lambda a: a.name):
-            if repo.kind != charts.GIT:
-                reason = _chart_why(seen, repo.refs, app, app.name in known)
+            for source in repo.sources.get(app.name, [app.source]):
+                if repo.kind != charts.GIT:
+                    reason = _chart_why(seen, repo.refs, source, app.name in known)
+                    if reason:
+                        refreshes.setdefault(app.name, Refresh(app.name, reason))
+                    continue
+                reason = _why(seen, repo.refs, source.target_revision, repo.url, app.name in known)
                 if reason:
-                    refreshes.setdefault(app.name, Refresh(app.name, reason))
-                continue
-            reason = _why(seen, repo.refs, app.source.target_revision, repo.url, app.name in known)
-            if reason:
-                sha = _resolve(repo.refs, app.source.target_revision, repo.url) or ""
-                refreshes.setdefault(app.name, Refresh(app.name, reason, sha))
+                    sha = _resolve(repo.refs, source.target_revision, repo.url) or "" if not app.sources else ""
+                    refreshes.setdefault(app.name, Refresh(app.name, reason, sha))
     return refreshes
 
 
@@ -216,14 +233,14 @@ def _why(seen: dict[str, str], refs: dict[str, str], target: str, url: str, reco
     return "" if reconciled else "never reconciled"
 
 
-def _chart_why(seen: dict[str, str], refs: dict[str, str], app: Application, reconciled: bool) -> str:
+def _chart_why(seen: dict[str, str], refs: dict[str, str], source: ApplicationSource, reconciled: bool) -> str:
     """Why a chart app needs a refresh: the version (and digest) its targetRevision selects changed."""
     if not seen:
         return "repository first seen"
-    before, now = charts.resolve_from_refs(app.source, seen), charts.resolve_from_refs(app.source, refs)
+    before, now = charts.resolve_from_refs(source, seen), charts.resolve_from_refs(source, refs)
     if before != now:
-        return f"{app.source.target_revision} now selects {now.split(':')[0]}" if now else \
-            f"{app.source.target_revision} no longer resolves"
+        return f"{source.target_revision} now selects {now.split(':')[0]}" if now else \
+            f"{source.target_revision} no longer resolves"
     return "" if reconciled else "never reconciled"
 
 

@@ -73,11 +73,14 @@ def source_permitted(project: AppProject, repo_url: str) -> bool:
 
 
 def check_source(project: AppProject, app: Application) -> list[str]:
-    """The app's repoURL against the project's sourceRepos; credentials in the URL are never shown."""
-    if source_permitted(project, app.source.repo_url):
-        return []
-    shown = redact_repo_url(app.source.repo_url)
-    return [f"source repository {shown!r} is not permitted by project {project.name!r}"]
+    """Each of the app's repoURLs (every source of a multi-source app) against the project's sourceRepos;
+    credentials in the URL are never shown."""
+    problems = []
+    for source in app.all_sources:
+        if not source_permitted(project, source.repo_url):
+            shown = redact_repo_url(source.repo_url)
+            problems.append(f"source repository {shown!r} is not permitted by project {project.name!r}")
+    return list(dict.fromkeys(problems))
 
 
 class _Verdict(Enum):

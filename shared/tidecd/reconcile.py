@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
+import json
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from tidecd import source as git
 from tidecd import state as app_state
 from tidecd.clock import SYSTEM, Clock
 from tidecd.cluster import ApiError, KubeCluster, UnknownKind, managed_selector
-from tidecd.config import Application, AppProject
+from tidecd.config import Application, ApplicationSource, AppProject
 from tidecd.diff import Comparison, ResourceDiff, compare, fingerprint, respect_ignored
 from tidecd.errors import (
     ClusterUnavailable,
@@ -41,6 +42,7 @@ from tidecd.errors import (
     OperationInProgress,
     PermanentError,
     ProjectViolation,
+    RenderError,
     TemporaryError,
 )
 from tidecd.images import state as images_state
@@ -171,6 +173,98 @@ def render_desired(runtime: Runtime, app: Application, revision: str = "") -> tu
     """The observe stage's render: (sha, manifests) of the app at `revision` (default: its targetRevision).
 
     The one place desired manifests come from; other sources extend this function."""
+    sha, manifests, _ = render_desired_with_warnings(runtime, app, revision)
+    return sha, manifests
+
+
+def render_desired_with_warnings(runtime: Runtime, app: Application,
+                                 revision: str = "") -> tuple[str, list[Manifest], list[str]]:
+    """`render_desired`, plus warnings for the app's conditions (multi-source RepeatedResourceWarning)."""
+    if app.sources:
+        return _render_multi(runtime, app, revision)
+    sha, manifests = _render_single(runtime, app, revision)
+    return sha, manifests, []
+
+
+MULTI_SEPARATOR = ","  # a multi-source app's revision: each source's revision, in spec.sources order
+
+
+def _render_multi(runtime: Runtime, app: Application, revision: str) -> tuple[str, list[Manifest], list[str]]:
+    """`spec.sources`: every source resolved (a git commit or a chart version each), `ref` sources checked
+    out for `$<ref>/...` value files, each renderable source rendered, and the results merged in order:
+    an object declared by two sources is taken from the later one, with a RepeatedResourceWarning (as
+    Argo CD). The revision is each source's revision joined by ","; rollback passes it back whole."""
+    import hashlib
+
+    pinned = revision.split(MULTI_SEPARATOR) if revision else []
+    resolved: list[tuple[ApplicationSource, Any, str | charts.ChartRef]] = []  # (source, creds, sha | chart)
+    for index, source in enumerate(app.sources):
+        creds = runtime.repo_credentials(source.repo_url)
+        rev = pinned[index] if index < len(pinned) else ""
+        if charts.kind_of(source) == charts.GIT:
+            sha = rev or git.resolve_revision(git.ls_remote(source.repo_url, creds), source.target_revision,
+                                              source.repo_url)
+            resolved.append((source, creds, sha))
+        else:
+            resolved.append((source, creds, charts.resolve(source, creds, rev)))
+    revisions = [r if isinstance(r, str) else r.version for _, _, r in resolved]
+    combined = MULTI_SEPARATOR.join(revisions)
+    key_text = json.dumps([[s.spec_hash(), r if isinstance(r, str) else r.cache_revision] for s, _, r in resolved])
+    cache_revision = "multi-" + hashlib.sha256(key_text.encode()).hexdigest()[:40]
+    namespace = app.destination.namespace
+
+    def render_now() -> list[Manifest]:
+        with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp:
+            checkouts = []
+            for index, (source, creds, rev) in enumerate(resolved):
+                root = Path(tmp) / f"source-{index}"
+                if isinstance(rev, str):
+                    git.extract(git.Snapshots(runtime.store).get_or_fetch(source.repo_url, rev, creds), root)
+                else:
+                    pass_credentials = bool(source.helm and source.helm.pass_credentials)
+                    git.extract(charts.ChartSnapshots(runtime.store).get_or_fetch(
+                        rev, creds, pass_credentials=pass_credentials, credentials_for=runtime.repo_credentials),
+                        root)
+                checkouts.append(root)
+            refs = {s.ref: checkouts[i] for i, (s, _, _) in enumerate(resolved) if s.ref}
+            out: list[Manifest] = []
+            for index, (source, _, rev) in enumerate(resolved):
+                if not source.rendered:
+                    continue
+                if not isinstance(rev, str):
+                    source = charts.render_source(source, rev, checkouts[index])
+                try:
+                    out += render.render(checkouts[index], source, app_name=app.name, namespace=namespace,
+                                         value_refs=refs)
+                except RenderError as exc:
+                    raise RenderError(f"spec.sources[{index}]: {exc}") from exc
+            return out
+
+    manifests = render.render_cached(runtime.store, app.name, cache_revision, app.source, render_now,
+                                     namespace=namespace)
+    merged, warnings = merge_sources(manifests)
+    return combined, _unseal(runtime, app, merged), warnings
+
+
+def merge_sources(manifests: list[Manifest]) -> tuple[list[Manifest], list[str]]:
+    """Later objects replace earlier ones of the same key (in the earlier one's place); one warning each."""
+    by_key: dict[ResourceKey, int] = {}
+    out: list[Manifest] = []
+    warnings: list[str] = []
+    for obj in manifests:
+        key = ResourceKey.of(obj)
+        if not key.name:  # generateName hooks are never the same object
+            out.append(obj)
+        elif key in by_key:
+            out[by_key[key]] = obj
+            warnings.append(f"{key} is declared by more than one source; the later source's object is used")
+        else:
+            by_key[key] = len(out)
+            out.append(obj)
+    return out, warnings
+
+
+def _render_single(runtime: Runtime, app: Application, revision: str = "") -> tuple[str, list[Manifest]]:
     if charts.kind_of(app.source) != charts.GIT:
         return _render_chart(runtime, app, revision)
     creds = runtime.repo_credentials(app.source.repo_url)
@@ -268,6 +362,7 @@ class _Step:
         self.written: dict[ResourceKey, str] = {}
         self.app: Application | None = None
         self.sha = ""
+        self.render_warnings: list[str] = []
         self.manifests: list[Manifest] = []
         self.tasks: tuple[plan.Task, ...] = ()
         self.comparison = Comparison()
@@ -316,7 +411,8 @@ class _Step:
         self.project = self.runtime.config().projects[app.project]
         self._check_project_scope(self.project, app)
         op = self.state.operation
-        sha, manifests = render_desired(self.runtime, app, op.revision if op is not None and op.running else "")
+        sha, manifests, self.render_warnings = render_desired_with_warnings(
+            self.runtime, app, op.revision if op is not None and op.running else "")
         if op is not None and op.running and not op.revision:
             op.revision = sha
         self.sha = sha
@@ -708,8 +804,10 @@ class _Step:
         self.state.health_message = next((f"{k}: {r.message}" for k, r in assessed if r and r.status is roll
                                           and r.message), "")
         self.state.resources = statuses
-        self.state.conditions = self._kept_conditions() + syncoptions.conditions(app.sync_policy.sync_options,
-                                                                                 app_state.now_iso())
+        now = app_state.now_iso()
+        self.state.conditions = self._kept_conditions() + syncoptions.conditions(app.sync_policy.sync_options, now)
+        self.state.conditions += [{"type": "RepeatedResourceWarning", "message": text, "at": now}
+                                  for text in self.render_warnings]
 
     def _kept_conditions(self) -> list[dict[str, str]]:
         return [c for c in self.state.conditions if c["type"] == app_state.STATE_UNREADABLE and self.state.rebuilt]

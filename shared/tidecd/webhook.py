@@ -264,9 +264,9 @@ def gitlab_push(doc: Mapping[str, Any]) -> Push:
 
 def matching_apps(apps: Iterable[Application], push: Push) -> list[Application]:
     return [app for app in apps
-            if normalize_repo_url(app.source.repo_url) in push.repo_urls
-            and revision_matches(app.source.target_revision, push)
-            and files_match(refresh_paths(app), push.changed_files)]
+            if any(normalize_repo_url(source.repo_url) in push.repo_urls
+                   and revision_matches(source.target_revision, push) for source in app.all_sources)
+            and (len(app.all_sources) > 1 or files_match(refresh_paths(app), push.changed_files))]
 
 
 def pr_apps(apps: Iterable[Application], pr: PullRequest, files: tuple[str, ...] | None) -> list[Application]:

@@ -226,3 +226,68 @@ def test_jsonnet_errors_and_runaway_programs_are_bounded(jsonnet_repo: Path) -> 
     (jsonnet_repo / "app" / "main.jsonnet").write_text("[1]\n")
     with pytest.raises(RenderError, match="jsonnet output item 1 is not an object"):
         render(jsonnet_repo, jsonnet_source(), app_name="a", namespace="ns")
+
+
+# --- multi-source ----------------------------------------------------------------------------------
+
+
+def test_multi_source_apps_are_read_with_refs(tmp_path: Path) -> None:
+    from tidecd.config import load_config
+
+    (tmp_path / "app.yaml").write_text(textwrap.dedent("""\
+        apiVersion: argoproj.io/v1alpha1
+        kind: Application
+        metadata: {name: multi}
+        spec:
+          destination: {server: https://kubernetes.default.svc, namespace: web}
+          sources:
+          - {repoURL: https://charts.example.com, chart: web, targetRevision: 1.x,
+             helm: {valueFiles: [$values/envs/prod.yaml]}}
+          - {repoURL: https://git.example.com/values, targetRevision: main, ref: values}
+          - {repoURL: https://git.example.com/extra, path: manifests}
+        """))
+    app = load_config(tmp_path).applications["multi"]
+    assert [s.repo_url for s in app.all_sources] == ["https://charts.example.com", "https://git.example.com/values",
+                                                    "https://git.example.com/extra"]
+    assert app.source == app.sources[0]
+    assert [(s.ref, s.path, s.rendered) for s in app.sources] == [("", ".", True), ("values", "", False),
+                                                                 ("", "manifests", True)]
+
+
+@pytest.mark.parametrize(("sources", "message"), [
+    ("[]", "spec.sources: must list at least one source"),
+    ("[{repoURL: https://a, ref: v}, {repoURL: https://b, ref: v, path: x}]", "ref 'v' is used by more than one"),
+    ("[{repoURL: https://a, ref: v}]", "every source is a ref source"),
+    ("[{repoURL: https://a, ref: 'bad ref', path: x}]", "spec.sources[0].ref: 'bad ref': use letters"),
+])
+def test_bad_multi_source_specs(tmp_path: Path, sources: str, message: str) -> None:
+    from tidecd.config import load_config
+    from tidecd.errors import ConfigError
+
+    (tmp_path / "app.yaml").write_text(
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: multi}\nspec:\n"
+        "  destination: {server: https://kubernetes.default.svc}\n  sources: " + sources + "\n")
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_config(tmp_path)
+
+
+def test_merged_sources_keep_the_later_object_in_the_earlier_place() -> None:
+    from tidecd.reconcile import merge_sources
+
+    a1, b, a2 = obj("ConfigMap", "a"), obj("ConfigMap", "b"), obj("ConfigMap", "a")
+    a2["data"] = {"v": "later"}
+    merged, warnings = merge_sources([a1, b, a2])
+    assert merged == [a2, b]
+    assert warnings == ["ConfigMap ns/a is declared by more than one source; the later source's object is used"]
+
+
+def test_ref_value_files_stay_inside_their_source(tmp_path: Path) -> None:
+    from tidecd.render.helm import ref_value_file
+
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "prod.yaml").write_text("a: 1\n")
+    assert ref_value_file({"values": tmp_path}, "$values/envs/prod.yaml", 0) == (tmp_path / "envs/prod.yaml").resolve()
+    with pytest.raises(UnsafePathError, match="leaves the checkout of source \\$values"):
+        ref_value_file({"values": tmp_path}, "$values/../../etc/passwd", 0)
+    with pytest.raises(RenderError, match="no source has ref 'other' \\(refs: \\$values\\)"):
+        ref_value_file({"values": tmp_path}, "$other/x.yaml", 0)

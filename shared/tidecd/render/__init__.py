@@ -16,7 +16,7 @@ import hashlib
 import json
 import posixpath
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +48,12 @@ class Tool(enum.StrEnum):
 
 
 def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespace: str,
-           override: SourceOverride | None = None) -> list[Manifest]:
+           override: SourceOverride | None = None, value_refs: Mapping[str, Path] | None = None) -> list[Manifest]:
     """The app's desired objects, in the tool's (stable) output order.
 
     The app path's `.argocd-source*.yaml` files and then `override` (the image updater's `argocd`
-    write-back) are applied to the source first (`render.overrides`).
+    write-back) are applied to the source first (`render.overrides`). `value_refs` are the checkouts of a
+    multi-source app's `ref` sources, for helm value files written `$<ref>/<path>`.
     """
     if source.chart:
         raise RenderError(
@@ -68,15 +69,18 @@ def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespac
     for where, from_file in read_source_files(app_dir, app_name, label):
         source = apply(source, tool.value, from_file, replace=True, what=where)
     source = apply(source, tool.value, override, replace=False)
-    return check(_render_documents(checkout, app_dir, label, source, app_name=app_name, namespace=namespace))
+    return check(_render_documents(checkout, app_dir, label, source, app_name=app_name, namespace=namespace,
+                                   value_refs=value_refs))
 
 
 def _render_documents(
-    checkout: Path, app_dir: Path, label: str, source: ApplicationSource, *, app_name: str, namespace: str
+    checkout: Path, app_dir: Path, label: str, source: ApplicationSource, *, app_name: str, namespace: str,
+    value_refs: Mapping[str, Path] | None = None,
 ) -> list[Document]:
     tool = choose_tool(app_dir, source)
     if tool is Tool.HELM:
-        return render_helm(checkout, label, app_dir, source.helm, app_name=app_name, namespace=namespace)
+        return render_helm(checkout, label, app_dir, source.helm, app_name=app_name, namespace=namespace,
+                           value_refs=value_refs)
     if tool is Tool.KUSTOMIZE:
         return render_kustomize(checkout, app_dir, source.kustomize, label=label)
     return render_directory(app_dir, source.directory or DirectorySpec(), label=label, checkout=checkout)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import posixpath
 import re
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -48,10 +49,12 @@ def render_helm(
     app_name: str,
     namespace: str,
     timeout: float = DEFAULT_TIMEOUT,
+    value_refs: Mapping[str, Path] | None = None,
 ) -> list[Document]:
-    """Objects of `helm template` for the chart at `chart_dir` (the app's `path` inside `checkout`)."""
+    """Objects of `helm template` for the chart at `chart_dir` (the app's `path` inside `checkout`);
+    `value_refs` name the checkouts that `$<ref>/...` value files (multi-source apps) are read from."""
     spec = spec or HelmSpec()
-    numbered = _value_files(checkout, app_path, spec)
+    numbered = _value_files(checkout, app_path, spec, value_refs or {})
     for index, path in numbered:
         check_values_file(path, f"spec.source.helm.valueFiles[{index}] {spec.value_files[index]!r}")
     value_files = [path for _, path in numbered]
@@ -117,19 +120,40 @@ def escape_set_value(value: str) -> str:
     return re.sub(r"(?<!\\),", r"\\,", value)
 
 
-def _value_files(checkout: Path, app_path: str, spec: HelmSpec) -> list[tuple[int, Path]]:
+def _value_files(checkout: Path, app_path: str, spec: HelmSpec,
+                 value_refs: Mapping[str, Path]) -> list[tuple[int, Path]]:
     """The value files to pass (with their index in valueFiles); with `ignoreMissingValueFiles`, those that
     do not exist are left out."""
     out = []
     for index, name in enumerate(spec.value_files):
         try:
-            out.append((index, value_file_path(checkout, app_path, name, index)))
+            if name.startswith("$"):
+                out.append((index, ref_value_file(value_refs, name, index)))
+            else:
+                out.append((index, value_file_path(checkout, app_path, name, index)))
         except UnsafePathError:
             raise
         except RenderError:
             if not (spec.ignore_missing_value_files and "://" not in name):
                 raise
     return out
+
+
+def ref_value_file(value_refs: Mapping[str, Path], value_file: str, index: int) -> Path:
+    """`$<ref>/<path>`: a file of the multi-source app's source with that `ref`, inside its checkout."""
+    what = f"spec.sources: helm.valueFiles[{index}] {value_file!r}"
+    ref, _, rest = value_file[1:].partition("/")
+    root = value_refs.get(ref)
+    if root is None:
+        known = ", ".join(f"${r}" for r in sorted(value_refs)) or "none"
+        raise RenderError(f"{what}: no source has ref {ref!r} (refs: {known})")
+    try:
+        path = inside(root, rest or ".", what=what)
+    except UnsafePathError as exc:
+        raise UnsafePathError(f"{what} leaves the checkout of source ${ref}") from exc
+    if not path.is_file():
+        raise RenderError(f"{what} does not exist in the source with ref {ref!r}")
+    return path
 
 
 def value_file_path(checkout: Path, app_path: str, value_file: str, index: int, *, what: str = "") -> Path:
