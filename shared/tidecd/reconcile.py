@@ -169,21 +169,18 @@ def terminate_operation(runtime: Runtime, name: str) -> str:
         return op.id
 
 
-def render_desired(runtime: Runtime, app: Application, revision: str = "") -> tuple[str, list[Manifest]]:
+def render_desired(runtime: Runtime, app: Application, revision: str = "",
+                   warnings: list[str] | None = None) -> tuple[str, list[Manifest]]:
     """The observe stage's render: (sha, manifests) of the app at `revision` (default: its targetRevision).
 
-    The one place desired manifests come from; other sources extend this function."""
-    sha, manifests, _ = render_desired_with_warnings(runtime, app, revision)
-    return sha, manifests
-
-
-def render_desired_with_warnings(runtime: Runtime, app: Application,
-                                 revision: str = "") -> tuple[str, list[Manifest], list[str]]:
-    """`render_desired`, plus warnings for the app's conditions (multi-source RepeatedResourceWarning)."""
+    The one place desired manifests come from; other sources extend this function. Warnings for the
+    app's conditions (a multi-source RepeatedResourceWarning) are appended to `warnings`."""
     if app.sources:
-        return _render_multi(runtime, app, revision)
-    sha, manifests = _render_single(runtime, app, revision)
-    return sha, manifests, []
+        sha, manifests, found = _render_multi(runtime, app, revision)
+        if warnings is not None:
+            warnings.extend(found)
+        return sha, manifests
+    return _render_single(runtime, app, revision)
 
 
 MULTI_SEPARATOR = ","  # a multi-source app's revision: each source's revision, in spec.sources order
@@ -411,8 +408,9 @@ class _Step:
         self.project = self.runtime.config().projects[app.project]
         self._check_project_scope(self.project, app)
         op = self.state.operation
-        sha, manifests, self.render_warnings = render_desired_with_warnings(
-            self.runtime, app, op.revision if op is not None and op.running else "")
+        self.render_warnings = []
+        sha, manifests = render_desired(self.runtime, app, op.revision if op is not None and op.running else "",
+                                        warnings=self.render_warnings)
         if op is not None and op.running and not op.revision:
             op.revision = sha
         self.sha = sha

@@ -194,7 +194,8 @@ class FakeGit:
         self.revisions[sha], self.head = copy.deepcopy(manifests), sha
         return sha
 
-    def render(self, runtime: Runtime, app: Application, revision: str = "") -> tuple[str, list[Manifest]]:
+    def render(self, runtime: Runtime, app: Application, revision: str = "",
+               warnings: list[str] | None = None) -> tuple[str, list[Manifest]]:
         self.renders += 1
         sha = revision or self.head
         return sha, copy.deepcopy(self.revisions[sha])
