@@ -6,7 +6,6 @@ distribution registry from `scripts/tools.sh`, filled with `helm push`.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 import yaml
 
 from tests.support.apps import GitOps
-from tests.support.charts import HelmRepo, Registry, package, write_chart
+from tests.support.charts import HelmRepo, package, write_chart
 from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_REPOSITORY
 from tidecd.dispatch import Refresh
 from tidecd.poll import poll
@@ -34,11 +33,11 @@ def assert_synced(state: AppState) -> None:
 
 
 def chart_app(gitops: GitOps, repo_url: str, target: str, *, name: str = "app", chart: str = "web",
-              **source: Any) -> str:
+              automated: dict[str, Any] | None = None, **source: Any) -> str:
     fields: dict[str, Any] = {"repoURL": repo_url, "targetRevision": target, "path": ".", **source}
     if chart:
         fields["chart"] = chart
-    return gitops.application(name, source=fields)
+    return gitops.application(name, source=fields, automated=automated)
 
 
 def cm(gitops: GitOps, app: str) -> dict[str, Any]:
@@ -139,39 +138,6 @@ def test_a_chart_whose_archive_differs_from_the_index_digest_is_refused(gitops: 
     assert any("does not match the index" in c["message"] for c in state.conditions), state.conditions
     assert gitops.live("ConfigMap", f"{gitops.real('app')}-cm") is None
     assert not [k for k in gitops.store.list("snapshots/") if "/charts/" in k]
-
-
-def test_oci_chart_pushed_with_helm_push_both_url_forms(gitops: GitOps, oci_registry: Registry,
-                                                       tmp_path: Path) -> None:
-    namespace = f"charts-{uuid.uuid4().hex[:6]}"
-    for version in ("0.1.0", "0.1.4", "0.2.0"):
-        tgz = package(write_chart(tmp_path / version, "web", version), tmp_path / "out", tmp_path / "home")
-        oci_registry.helm_push(tgz, namespace, tmp_path / "home")
-    chart_app(gitops, f"oci://{oci_registry.host}/{namespace}/web", "^0.1", name="new-form", chart="")
-    chart_app(gitops, f"{oci_registry.host}/{namespace}", "0.2.0", name="old-form")  # Argo CD's enableOCI form
-    for app, version in (("new-form", "0.1.4"), ("old-form", "0.2.0")):
-        gitops.sync(app)
-        state = gitops.state(app)
-        assert_synced(state)
-        assert state.revision == version
-        assert cm(gitops, app)["data"]["version"] == version
-    assert [k for k in gitops.store.list("snapshots/") if "/charts/web-0.1.4-" in k]
-
-
-def test_plain_oci_artifact_of_manifests_as_a_source(gitops: GitOps, oci_registry: Registry) -> None:
-    repository = f"manifests/app-{uuid.uuid4().hex[:6]}"
-    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "from-oci"}, "data": {"v": "1"}}
-    oci_registry.push_artifact(repository, "v1", {"app/cm.yaml": yaml.safe_dump(config_map),
-                                                  "other/ignored.yaml": yaml.safe_dump({**config_map,
-                                                                                         "metadata": {"name": "no"}})})
-    gitops.application(source={"repoURL": f"oci://{oci_registry.host}/{repository}", "targetRevision": "v1",
-                               "path": "app"})
-    gitops.sync()
-    state = gitops.state()
-    assert_synced(state)
-    assert state.revision == "v1"
-    assert gitops.live("ConfigMap", "from-oci")["data"] == {"v": "1"}  # type: ignore[index]
-    assert gitops.live("ConfigMap", "no") is None
 
 
 def test_chart_dependencies_are_fetched_into_the_snapshot(gitops: GitOps, helm_repo: HelmRepo) -> None:
