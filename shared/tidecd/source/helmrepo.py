@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 HTTP_TIMEOUT = 60.0
 MAX_INDEX_BYTES = 64 * 1024 * 1024
 MAX_CHART_BYTES = 64 * 1024 * 1024
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -85,11 +86,15 @@ def fetch_index(repo_url: str, credentials: RepoCredentials | None = None) -> di
 
 
 def parse_index(data: bytes, repo_url: str = "") -> dict[str, list[ChartVersion]]:
-    from tidecd.render.documents import ManifestLoader
+    from tidecd import limits
 
     shown = index_url(redact_repo_url(repo_url)) if repo_url else "index.yaml"
     try:
-        doc: Any = yaml.load(data, Loader=ManifestLoader)  # noqa: S506 - a SafeLoader, timestamps as text
+        text = data.decode("utf-8-sig")
+        limits.check_yaml(text, shown)  # alias bombs and deep nesting are refused before parsing
+        doc: Any = yaml.load(text, Loader=_LOADER)  # noqa: S506 - a SafeLoader
+    except UnicodeDecodeError:
+        raise SourceUnavailable(f"{shown}: not UTF-8 text") from None
     except yaml.YAMLError:
         raise SourceUnavailable(f"{shown}: not a valid helm repository index (YAML)") from None
     entries = doc.get("entries") if isinstance(doc, dict) else None
