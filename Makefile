@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools tools-if-missing test unit e2e lint demo bench screenshots package infra-check clean
+.PHONY: all venv tools tools-if-missing test unit e2e lint demo bench screenshots package infra-check clean fuzz
 
 all: test
 
@@ -39,6 +39,10 @@ unit: venv
 
 e2e: venv tools-if-missing
 	$(VENV)/bin/pytest -q tests/e2e $(PYTEST_ARGS)
+
+# Longer property-based fuzzing (hypothesis profile `fuzz`) and the issue's 150 MiB blob, tests/reliability.
+fuzz: venv tools-if-missing
+	HYPOTHESIS_PROFILE=fuzz TIDECD_TEST_BIG_BLOB_MIB=150 $(VENV)/bin/pytest -q -s tests/reliability $(PYTEST_ARGS)
 
 demo: venv tools-if-missing
 	$(PY) -m tidecd_dev.demo

@@ -15,9 +15,10 @@ from typing import Any
 
 import structlog
 
+from tidecd import limits
 from tidecd import state as app_state
 from tidecd.bearer import authorized
-from tidecd.errors import NotFound, OperationInProgress, PermanentError, TidecdError, disposition
+from tidecd.errors import LimitExceeded, NotFound, OperationInProgress, PermanentError, TidecdError, disposition
 from tidecd.images import state as images_state
 from tidecd.model import ChangeSet, ResourceKey
 from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation
@@ -67,8 +68,12 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, runt
         return error(401, "unauthorized", "a valid bearer token is required (Authorization: Bearer ...)")
     try:
         payload = json.loads(body) if body.strip() else {}
+        limits.check_depth(payload, "the request body")
     except ValueError:
         return error(400, "bad_request", "the request body is not valid JSON")
+    except (RecursionError, LimitExceeded):
+        return error(400, "bad_request", f"the request body is nested deeper than {limits.current().depth} "
+                                         "levels (TIDECD_MAX_DEPTH)")
     if not isinstance(payload, dict):
         return error(400, "bad_request", "the request body must be a JSON object")
     path = path.rstrip("/") or "/"
