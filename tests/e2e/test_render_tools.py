@@ -133,14 +133,22 @@ def test_kustomize_overrides_do_not_write_through_a_symlinked_kustomization(tmp_
 
 
 def test_kustomize_error_quotes_kustomize_without_temp_paths(kustomize_repo: Path) -> None:
-    write(kustomize_repo, "broken/kustomization.yaml", "resources: [missing.yaml]\n")
+    write(kustomize_repo, "broken/kustomization.yaml", "resources: [cm.yaml]\n")
+    write(kustomize_repo, "broken/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: [1, 2\n")
     src = ApplicationSource(repo_url=REPO, path="broken", kustomize=KustomizeSpec(name_prefix="p-"))
     with pytest.raises(RenderError) as err:
         render(kustomize_repo, src, app_name="web", namespace="team")
     message = str(err.value)
     assert message.startswith("kustomize build broken failed: ")
-    assert "missing.yaml" in message
+    assert "cm.yaml" in message
     assert "tidecd-kustomize-" not in message and str(kustomize_repo) not in message
+
+
+def test_a_missing_kustomize_resource_is_named_before_kustomize_runs(kustomize_repo: Path) -> None:
+    write(kustomize_repo, "gone/kustomization.yaml", "resources: [missing.yaml]\n")
+    with pytest.raises(RenderError, match=r"^kustomization gone/kustomization.yaml: resources\[0\] 'missing.yaml' "
+                                          r"is not a file or directory in the repository"):
+        render(kustomize_repo, ApplicationSource(repo_url=REPO, path="gone"), app_name="web", namespace="")
 
 
 def test_kustomize_remote_base_fails_clearly(tmp_path: Path) -> None:
