@@ -97,6 +97,11 @@ def reconcile(cloud_event: Any) -> None:
     from tidecd.reconcile import reconcile as run
 
     try:
+        from tidecd import preview
+
+        if (job := preview.job_of(cloud_event.data)) is not None:  # a pull-request preview job
+            preview.run_job(_runtime(), job)
+            return
         refresh = dispatch.decode_refresh(cloud_event.data)
         runtime = _runtime()
         outcome = run(runtime, refresh.app, reason=refresh.reason)

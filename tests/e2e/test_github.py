@@ -1,0 +1,311 @@
+"""GitHub in the loop, end to end: real control plane, real git, functions-framework processes, the
+OpenAPI-driven GitHub stand-in, a real HMAC-checking HTTP receiver and the Pub/Sub emulator."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import hmac
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.apps import GitOps, configmap
+from tests.support.functions import Functions, push_payload
+from tests.support.github_standin import GitHubStandIn
+from tests.support.gitserver import GitRepo
+from tidecd.secrets import KeyPair, generate_key, seal_secret, write_key_pair
+
+ZERO = "0" * 40
+HMAC_KEY = "e2e-hmac-key"
+BAD_SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "bad"},
+               "spec": {"ports": [{"port": 99999}]}}
+CLUSTERROLE = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "preview-everything"},
+               "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}
+
+
+def eventually(check: Callable[[], Any], timeout: float = 90.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        time.sleep(0.3)
+
+
+class Receiver:
+    """A user's webhook endpoint: checks X-Tidecd-Signature over the raw body with the shared key."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.messages: list[tuple[str, dict[str, Any]]] = []
+        self.bad = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path == "/hook":
+                    expected = "sha256=" + hmac.new(receiver.key.encode(), body, hashlib.sha256).hexdigest()
+                    if not hmac.compare_digest(expected, self.headers.get("X-Tidecd-Signature", "")):
+                        receiver.bad += 1
+                        self.send_response(401)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
+                receiver.messages.append((self.path, json.loads(body)))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def triggers(self, path: str) -> list[str]:
+        return [body.get("trigger", body.get("text", "")) for p, body in self.messages if p == path]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver(HMAC_KEY)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def sealing(tmp_path: Path) -> tuple[KeyPair, Path]:
+    folder = tmp_path / "keys"
+    folder.mkdir()
+    pair = generate_key()
+    write_key_pair(pair, folder / "tls.key", folder / "tls.crt")
+    return pair, folder
+
+
+@pytest.fixture
+def hub(git_server: Any, namespace: str, cluster: Any, tmp_path: Path, sealing: tuple[KeyPair, Path],
+        github_standin: GitHubStandIn) -> GitOps:
+    """An app repo named owner/name (as on GitHub) and a config source holding the sealed github Secret."""
+    home = tmp_path / "hub"
+    home.mkdir()
+    repo = GitRepo(git_server, f"octo/repo-{uuid.uuid4().hex[:10]}", home / "work")
+    gitops = GitOps(repo, namespace, cluster, home)
+    pair, _ = sealing
+    secret = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "github", "namespace": "tidecd",
+                           "labels": {"argocd.argoproj.io/secret-type": "github"}},
+              "stringData": {"token": "e2e-github-token"}}
+    (gitops.config_dir / "github-secret.yaml").write_text(yaml.safe_dump(seal_secret(secret, pair.cert_pem)))
+    return gitops
+
+
+@pytest.fixture
+def hub_functions(hub: GitOps, tmp_path: Path) -> Iterator[Functions]:
+    running = Functions(hub, tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _repo_name(gitops: GitOps) -> str:
+    return gitops.repo.url.rstrip("/").removesuffix(".git").split("/", 3)[-1]
+
+
+def _env(functions: Functions, standin: GitHubStandIn, keys: Path) -> None:
+    functions.extra_env.update({"TIDECD_GITHUB_API_URL": standin.base_url, "TIDECD_SEALING_KEYS": str(keys),
+                                "TIDECD_PUBLIC_URL": "https://cd.example"})
+
+
+def test_push_posts_pending_then_success_and_a_failing_sync_failure(
+        hub: GitOps, hub_functions: Functions, github_standin: GitHubStandIn, sealing: tuple[KeyPair, Path]) -> None:
+    functions = hub_functions
+    _env(functions, github_standin, sealing[1])
+    repo = _repo_name(hub)
+    sha = hub.push({"app/cm.yaml": configmap("web")})
+    app = hub.application(automated={})
+    answer = functions.deliver("push", push_payload(hub.repo.url, "refs/heads/main", ZERO, sha, ["app/cm.yaml"]))
+    assert answer.status_code in (200, 202), answer.text
+    states = eventually(lambda: (s := github_standin.status_states(repo, sha, f"tidecd/{app}")) and
+                        s[-1] != "pending" and s, what="a final commit status")
+    assert states == ["pending", "success"]
+    assert hub.live("ConfigMap", "web") is not None
+    first = github_standin.calls_to("repos/create-commit-status")[0]
+    assert first.authorization == "token e2e-github-token"  # the sealed Secret, unsealed in memory
+    assert first.body["target_url"] == f"https://cd.example/ui/apps/{app}"
+
+    bad = hub.push({"app/bad.yaml": BAD_SERVICE})
+    answer = functions.deliver("push", push_payload(hub.repo.url, "refs/heads/main", sha, bad, ["app/bad.yaml"]))
+    assert answer.status_code in (200, 202), answer.text
+    states = eventually(lambda: (s := github_standin.status_states(repo, bad, f"tidecd/{app}")) and
+                        s[-1] != "pending" and s, what="the failing sync's status")
+    assert states == ["pending", "failure"]
+    [failure] = [s for s in github_standin.statuses[(repo, bad)] if s["state"] == "failure"]
+    assert len(failure["description"]) <= 140
+
+
+def _pr_payload(examples: dict[str, list[dict[str, Any]]], gitops: GitOps, action: str, number: int,
+                head: str, branch: str) -> dict[str, Any]:
+    doc = copy.deepcopy(next(e for e in examples["pull_request"] if e["action"] == action))
+    full = _repo_name(gitops)
+    doc["number"] = doc["pull_request"]["number"] = number
+    doc["pull_request"]["head"].update(sha=head, ref=branch)
+    doc["pull_request"]["base"]["ref"] = "main"
+    doc["repository"].update(clone_url=gitops.repo.url, html_url=gitops.repo.url.removesuffix(".git"),
+                             full_name=full, name=full.split("/")[1], default_branch="main")
+    return doc
+
+
+def test_pull_request_preview_comment_upserted_and_forbidden_clusterrole_fails(
+        hub: GitOps, hub_functions: Functions, github_standin: GitHubStandIn, sealing: tuple[KeyPair, Path],
+        webhook_examples: dict[str, list[dict[str, Any]]]) -> None:
+    functions = hub_functions
+    _env(functions, github_standin, sealing[1])
+    repo = _repo_name(hub)
+    hub.project({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject", "metadata": {"name": "team"},
+                 "spec": {"sourceRepos": ["*"], "destinations": [{"name": "*", "namespace": "*"}]}})
+    hub.push({"app/cm.yaml": configmap("web", {"color": "blue"})})
+    app = hub.application(project="team")
+    from tidecd.reconcile import SyncRequest
+
+    hub.reconcile(request=SyncRequest(), runtime=hub.runtime(sealing_keys=str(sealing[1])))
+    live = hub.live("ConfigMap", "web")
+    assert live is not None and live["data"] == {"color": "blue"}, hub.state().conditions
+
+    hub.repo.git("checkout", "--quiet", "-b", "feature")
+    hub.repo.write("app/cm.yaml", yaml.safe_dump(configmap("web", {"color": "green"})))
+    head1 = hub.repo.commit("green")
+    hub.repo.push("feature")
+    answer = functions.deliver("pull_request", _pr_payload(webhook_examples, hub, "opened", 42, head1, "feature"))
+    assert answer.status_code == 202, answer.text
+    assert answer.json()["preview"] == [app]
+    comment = eventually(lambda: github_standin.comment_bodies(repo, 42), what="the preview comment")
+    assert len(comment) == 1
+    assert f"ConfigMap {hub.namespace}/web" in comment[0] and "+  color: green" in comment[0]
+    assert "<details>" in comment[0]
+    assert eventually(lambda: github_standin.status_states(repo, head1, f"tidecd/preview/{app}")) == ["success"]
+    assert hub.live("ConfigMap", "web")["data"] == {"color": "blue"}  # type: ignore[index]  # nothing written
+
+    hub.repo.write("app/cm.yaml", yaml.safe_dump(configmap("web", {"color": "red"})))
+    head2 = hub.repo.commit("red")
+    hub.repo.push("feature")
+    answer = functions.deliver("pull_request", _pr_payload(webhook_examples, hub, "synchronize", 42, head2,
+                                                           "feature"))
+    assert answer.status_code == 202, answer.text
+    updated = eventually(lambda: (b := github_standin.comment_bodies(repo, 42)) and head2[:12] in b[0] and b,
+                         what="the updated comment")
+    assert len(updated) == 1 and "+  color: red" in updated[0]
+    assert len(github_standin.calls_to("issues/create-comment")) == 1
+
+    hub.repo.write("app/role.yaml", yaml.safe_dump(CLUSTERROLE))
+    head3 = hub.repo.commit("role")
+    hub.repo.push("feature")
+    functions.deliver("pull_request", _pr_payload(webhook_examples, hub, "synchronize", 42, head3, "feature"))
+    states = eventually(lambda: github_standin.status_states(repo, head3, f"tidecd/preview/{app}"),
+                        what="the preview status of the ClusterRole head")
+    assert states == ["failure"]
+    final = eventually(lambda: (b := github_standin.comment_bodies(repo, 42)) and head3[:12] in b[0] and b)
+    assert "project rule" in final[0] and "ClusterRole" in final[0]
+    assert hub.live("ClusterRole", "preview-everything", group="rbac.authorization.k8s.io", namespace="") is None
+
+
+def test_each_service_gets_one_message_per_trigger(
+        hub: GitOps, github_standin: GitHubStandIn, sealing: tuple[KeyPair, Path], receiver: Receiver,
+        pubsub_emulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.cloud import pubsub_v1
+
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", pubsub_emulator)
+    topic = f"projects/tidecd-e2e/topics/notify-{uuid.uuid4().hex[:8]}"
+    subscription = topic.replace("/topics/", "/subscriptions/")
+    pubsub_v1.PublisherClient().create_topic(name=topic)
+    subscriber = pubsub_v1.SubscriberClient()
+    subscriber.create_subscription(name=subscription, topic=topic)
+    pair, keys = sealing
+    targets = {"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "notifications", "namespace": "tidecd",
+                            "labels": {"argocd.argoproj.io/secret-type": "notifications"}},
+               "stringData": {"webhook.ops.url": receiver.url + "/hook", "webhook.ops.secret": HMAC_KEY,
+                              "slack.default.url": receiver.url + "/slack"}}
+    (hub.config_dir / "notifications.yaml").write_text(yaml.safe_dump(seal_secret(targets, pair.cert_pem)))
+    subscribe = "notifications.argoproj.io/subscribe."
+    annotations = {f"{subscribe}{t}.{s}": r for t in ("on-sync-running", "on-sync-succeeded", "on-sync-failed",
+                                                      "on-deployed")
+                   for s, r in (("webhook", "ops"), ("slack", ""), ("pubsub", topic), ("github", ""))}
+    hub.push({"app/cm.yaml": configmap("web")})
+    app = hub.application(automated={}, annotations=annotations)
+    runtime = hub.runtime(sealing_keys=str(keys), github_api_url=github_standin.base_url)
+    for _ in range(4):  # the sync, then reconciles of an unchanged app: nothing more is sent
+        hub.reconcile(runtime=runtime)
+    repo = _repo_name(hub)
+    sha = hub.repo.head()
+    expected = ["on-sync-running", "on-sync-succeeded", "on-deployed"]
+    assert receiver.triggers("/hook") == expected
+    assert receiver.bad == 0
+    slack = [body["text"] for path, body in receiver.messages if path == "/slack"]
+    assert [t.split(": ", 1)[1] for t in slack] == ["sync running", "sync succeeded", "deployed"]
+    pulled = subscriber.pull(subscription=subscription, max_messages=20, timeout=30)
+    got = sorted((m.message.attributes["trigger"], json.loads(m.message.data)["app"])
+                 for m in pulled.received_messages)
+    assert got == sorted((t, app) for t in expected)
+    for trigger, state in (("on-sync-running", "pending"), ("on-sync-succeeded", "success"),
+                           ("on-deployed", "success")):
+        assert github_standin.status_states(repo, sha, f"tidecd/{app}/{trigger}") == [state]
+
+    hub.push({"app/bad.yaml": BAD_SERVICE})
+    for _ in range(3):
+        hub.reconcile(runtime=runtime)
+    assert receiver.triggers("/hook") == [*expected, "on-sync-running", "on-sync-failed"]
+    assert len([1 for path, _ in receiver.messages if path == "/slack"]) == 5
+    subscriber.close()
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_parse_and_move(gitops: GitOps, functions: Functions) -> None:
+    url = functions.start("api").url + "/metrics"
+    auth = {"Authorization": f"Bearer {functions.token}"}
+    assert requests.get(url, timeout=30).status_code == 401
+    before = _samples(requests.get(url, headers=auth, timeout=30).text)
+    gitops.push({"app/cm.yaml": configmap("m")})
+    app = gitops.application()
+    answer = functions.api("POST", f"/apps/{app}/sync", {})
+    assert answer.status_code in (200, 202), answer.text
+    eventually(lambda: gitops.state().operation is not None and not gitops.state().operation.running,
+               what="the sync to finish")
+    after = eventually(lambda: (s := _samples(requests.get(url, headers=auth, timeout=30).text)) and
+                       s.get(("tidecd_syncs_total", (("result", "Succeeded"),)), 0) >
+                       before.get(("tidecd_syncs_total", (("result", "Succeeded"),)), 0) and s,
+                       what="the syncs counter to move")
+
+    def delta(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert delta("tidecd_syncs_total", result="Succeeded") == 1
+    assert delta("tidecd_reconciles_total", result="done") >= 1
+    assert delta("tidecd_stage_duration_seconds_count", stage="apply") >= 1
+    assert delta("tidecd_stage_duration_seconds_count", stage="render") >= 1
+    assert after[("tidecd_store_syncs_succeeded", ())] >= 1
