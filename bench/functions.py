@@ -104,11 +104,11 @@ class Functions:
         last: dict[str, Any] = {}
         while time.monotonic() < deadline:
             last = self.app_status(name)
-            if last.get("revision") == sha and last.get("sync_status") == "Synced" and last.get("health") == "Healthy":
+            if last.get("revision") == sha and last.get("syncStatus") == "Synced" and last.get("health") == "Healthy":
                 return
             time.sleep(0.1)
         raise TimeoutError(f"{name} not Synced+Healthy at {sha[:12]} after {timeout:.0f}s: sync="
-                           f"{last.get('sync_status')} health={last.get('health')} revision="
+                           f"{last.get('syncStatus')} health={last.get('health')} revision="
                            f"{str(last.get('revision'))[:12]} conditions={last.get('conditions')}")
 
 

@@ -6,11 +6,13 @@ bearer token; with no token configured every call is refused. Errors are `{"erro
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -20,7 +22,7 @@ from tidecd import state as app_state
 from tidecd.bearer import authorized
 from tidecd.errors import LimitExceeded, NotFound, OperationInProgress, PermanentError, TidecdError, disposition
 from tidecd.images import state as images_state
-from tidecd.model import ChangeSet, ResourceKey
+from tidecd.model import Action, ChangeEntry, ChangeSet, HealthStatus, ResourceKey, SyncStatus
 from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation
 from tidecd.runtime import Runtime
 
@@ -52,18 +54,24 @@ def failure(exc: BaseException) -> Response:
 
 
 Handler = Callable[[Runtime, str, dict[str, Any], Mapping[str, str]], Response]
-_ROUTES: list[tuple[str, re.Pattern[str], Handler]] = []
+_ROUTES: list[tuple[str, re.Pattern[str], Handler, str]] = []
+OPENAPI = Path(__file__).with_name("openapi.json")  # every answer's shape; served at /api/v1/openapi.json
 
 
-def route(method: str, pattern: str) -> Callable[[Handler], Handler]:
+def route(method: str, pattern: str, *, body: str = "") -> Callable[[Handler], Handler]:
+    """Register a handler; `body` names the OpenAPI schema its request body must match."""
     def register(fn: Handler) -> Handler:
-        _ROUTES.append((method, re.compile(f"^{PREFIX}{pattern}$"), fn))
+        _ROUTES.append((method, re.compile(f"^{PREFIX}{pattern}$"), fn, body))
         return fn
     return register
 
 
 def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, runtime: Runtime,
            query: Mapping[str, str] | None = None) -> Response:
+    """Route one call. Every answer is JSON with camelCase keys (`camel`), errors `{"error", "message"}`."""
+    path = path.rstrip("/") or "/"
+    if method == "GET" and path == f"{PREFIX}/openapi.json":  # the contract itself needs no token
+        return Response(200, openapi())
     if not authorized(headers, runtime.settings.api_token):
         return error(401, "unauthorized", "a valid bearer token is required (Authorization: Bearer ...)")
     try:
@@ -76,17 +84,56 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, runt
                                          "levels (TIDECD_MAX_DEPTH)")
     if not isinstance(payload, dict):
         return error(400, "bad_request", "the request body must be a JSON object")
-    path = path.rstrip("/") or "/"
-    for route_method, pattern, fn in _ROUTES:
+    for route_method, pattern, fn, schema in _ROUTES:
         match = pattern.match(path)
         if match and route_method == method:
             try:
-                return fn(runtime, match.groupdict().get("name", ""), payload, query or {})
+                if schema:
+                    check_body(payload, schema)
+                answer = fn(runtime, match.groupdict().get("name", ""), payload, query or {})
             except Exception as exc:  # noqa: BLE001 - every failure is answered as JSON, by the one table
                 return failure(exc)
+            return Response(answer.status, camel(answer.body))
         if match:
             return error(405, "method_not_allowed", f"{method} is not allowed on {path}")
     return error(404, "not_found", f"no such endpoint: {path}")
+
+
+def camel(value: Any) -> Any:
+    """Keys of every mapping in `value` as camelCase (`sync_status` → `syncStatus`), like Argo CD's API;
+    the state documents keep their snake_case on disk. Keys that are data, not field names, have no `_`."""
+    if isinstance(value, dict):
+        return {_camel_key(k) if isinstance(k, str) else k: camel(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [camel(v) for v in value]
+    return value
+
+
+def _camel_key(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+@functools.cache
+def openapi() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(OPENAPI.read_text())
+    return loaded
+
+
+@functools.cache
+def _body_validator(schema: str) -> Any:
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator({"$ref": f"#/components/schemas/{schema}", "components": openapi()["components"]})
+
+
+def check_body(payload: dict[str, Any], schema: str) -> None:
+    """A PermanentError naming the first field of `payload` that breaks the OpenAPI schema `schema`."""
+    problems = sorted(_body_validator(schema).iter_errors(payload), key=lambda e: [str(p) for p in e.path])
+    if problems:
+        first = problems[0]
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.path).lstrip(".") or "body"
+        raise PermanentError(f"request body: {where}: {first.message[:200]}")
 
 
 def _state(runtime: Runtime, name: str) -> app_state.AppState:
@@ -114,6 +161,7 @@ def list_apps(runtime: Runtime, _: str, __: dict[str, Any], ___: Mapping[str, st
 @route("GET", "/apps/(?P<name>[^/]+)")
 def get_app(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, str]) -> Response:
     if query.get("refresh") in ("true", "1"):
+        runtime.app(name)  # NotFound first: an unknown app gets no state and no lease
         reconcile(runtime, name, automate=False, reason="api refresh")
     body = _state(runtime, name).summary()
     held = images_state.summary(runtime.store, name)
@@ -126,7 +174,7 @@ def get_app(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, 
     return Response(200, body)
 
 
-@route("POST", "/images/check")
+@route("POST", "/images/check", body="ImagesCheckRequest")
 def check_images(runtime: Runtime, _: str, payload: dict[str, Any], __: Mapping[str, str]) -> Response:
     """One image updater tick (every managed app, or `{"app": NAME}`), the same code the function runs."""
     from tidecd import dispatch
@@ -148,10 +196,21 @@ def unpin_images(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str
 
 @route("GET", "/apps/(?P<name>[^/]+)/diff")
 def get_diff(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
+    """The stored comparison as a change set: an entry per object that is not in sync, with its diff."""
     current = _state(runtime, name)
-    diffs = [{"resource": str(r.key), "status": r.status, "changed": r.changed, "diff": r.diff,
-              "requiresPruning": r.requires_pruning} for r in current.resources if r.status != "Synced"]
-    return Response(200, {"app": name, "sync": current.sync_status, "resources": diffs})
+    changes = ChangeSet([stored_change(r) for r in current.resources if r.status is not SyncStatus.SYNCED])
+    return Response(200, {"app": name, "sync": current.sync_status, "changes": changes.to_dicts()})
+
+
+def stored_change(res: app_state.ResourceStatus) -> ChangeEntry:
+    """A stored resource status in the change-set vocabulary (what a sync would do to it)."""
+    if res.requires_pruning:
+        action, message = Action.PRUNED, "requires pruning"
+    elif res.health is HealthStatus.MISSING:
+        action, message = Action.CREATED, ""
+    else:
+        action, message = Action.CONFIGURED, ", ".join(res.changed)
+    return ChangeEntry(res.key, action, message, res.diff)
 
 
 @route("GET", "/apps/(?P<name>[^/]+)/history")
@@ -164,7 +223,7 @@ def refresh(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str
     return _outcome(runtime, name, None, "api refresh")
 
 
-@route("POST", "/apps/(?P<name>[^/]+)/sync")
+@route("POST", "/apps/(?P<name>[^/]+)/sync", body="SyncRequest")
 def sync(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[str, str]) -> Response:
     resources = payload.get("resources")
     request = SyncRequest(
@@ -174,7 +233,7 @@ def sync(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[str, s
     return _outcome(runtime, name, request, "api sync")
 
 
-@route("POST", "/apps/(?P<name>[^/]+)/rollback")
+@route("POST", "/apps/(?P<name>[^/]+)/rollback", body="RollbackRequest")
 def rollback(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[str, str]) -> Response:
     wanted = payload.get("id")
     if not isinstance(wanted, int):
@@ -225,7 +284,7 @@ def _outcome(runtime: Runtime, name: str, request: SyncRequest | None, reason: s
     current = outcome.state
     body: dict[str, Any] = {"app": name, "sync": current.sync_status if current else "Unknown",
                             "health": current.health if current else "Unknown",
-                            "changes": [e.to_dict() for e in changes.entries]}
+                            "changes": changes.to_dicts()}
     if current and current.operation and ran:
         body["operation"] = {"phase": current.operation.phase, "message": current.operation.message,
                              "id": current.operation.id}

@@ -20,7 +20,7 @@ import yaml
 
 from tidecd import constants
 from tidecd.config import IgnoreDifference
-from tidecd.model import Manifest, ResourceKey, SyncStatus
+from tidecd.model import Action, ChangeEntry, ChangeSet, Manifest, ResourceKey, SyncStatus
 
 VOLATILE_METADATA = ("managedFields", "resourceVersion", "uid", "generation", "creationTimestamp", "selfLink",
                      "deletionTimestamp", "deletionGracePeriodSeconds")
@@ -37,6 +37,21 @@ class ResourceDiff:
     text: str = ""
     requires_pruning: bool = False
     error: str = ""
+    missing: bool = False  # no live object: a sync would create it
+
+    def change(self) -> ChangeEntry:
+        """This comparison in the change-set vocabulary: what a sync would do to the object, with its diff."""
+        if self.error:
+            action, message = Action.FAILED, self.error
+        elif self.requires_pruning:
+            action, message = Action.PRUNED, "requires pruning"
+        elif self.missing:
+            action, message = Action.CREATED, ""
+        elif self.status is SyncStatus.SYNCED:
+            action, message = Action.UNCHANGED, ""
+        else:
+            action, message = Action.CONFIGURED, ", ".join(self.changed_paths)
+        return ChangeEntry(self.key, action, message, self.text)
 
 
 @dataclass
@@ -52,6 +67,10 @@ class Comparison:
         if any(r.status is SyncStatus.OUT_OF_SYNC for r in self.resources):
             return SyncStatus.OUT_OF_SYNC
         return SyncStatus.SYNCED
+
+    def changes(self) -> ChangeSet:
+        """The comparison as a change set (what `diff` returns): an entry per object, with masked diffs."""
+        return ChangeSet([r.change() for r in self.resources])
 
 
 def normalize(obj: Manifest, ignore: Iterable[IgnoreDifference] = ()) -> Manifest:
@@ -214,7 +233,8 @@ def compare(key: ResourceKey, live: Manifest | None, predicted: Manifest | None,
     """Compare one object. `predicted` is the dry-run result (or the desired object when dry-run is skipped)."""
     ignore = list(ignore)
     if live is None:
-        return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), text_diff(key, None, normalize(predicted or {})))
+        return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), text_diff(key, None, normalize(predicted or {})),
+                            missing=True)
     if predicted is None:
         return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), text_diff(key, normalize(live), None),
                             requires_pruning=True)

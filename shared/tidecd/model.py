@@ -89,12 +89,19 @@ class Action(enum.StrEnum):
 
 @dataclass(frozen=True)
 class ChangeEntry:
-    """One line of a change set: `apps/Deployment ns/name configured`."""
+    """One object in a change set: what diff, sync, prune and dry-run did (or would do) to it.
+
+    Its text form, `apps/Deployment ns/name configured: message`, is the one format the CLI prints and the
+    logs write (a line per object, starting with the `ResourceKey` text); `to_dict` is the api's form.
+    `diff` is the masked YAML diff (secret values never appear), `wave` and `phase` where a sync put it.
+    """
 
     key: ResourceKey
     action: Action
     message: str = ""
     diff: str = ""
+    wave: int = 0
+    phase: str = ""  # the sync phase (PreSync, Sync, PostSync, SyncFail); "" outside a sync
 
     def __str__(self) -> str:
         text = f"{self.key} {self.action.value}"
@@ -102,12 +109,18 @@ class ChangeEntry:
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key.to_dict(), "resource": str(self.key), "action": self.action.value,
-                "message": self.message}
+                "message": self.message, "diff": self.diff, "wave": self.wave, "phase": self.phase}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ChangeEntry:
+        """The inverse of `to_dict` (what the CLI reads back from the api); unknown fields are ignored."""
+        return cls(ResourceKey.from_dict(data["key"]), Action(data["action"]), str(data.get("message") or ""),
+                   str(data.get("diff") or ""), int(data.get("wave") or 0), str(data.get("phase") or ""))
 
 
 @dataclass
 class ChangeSet:
-    """Result of an apply, prune or dry-run; partial when `failed` is true."""
+    """Result of a diff, apply, prune or dry-run; partial when `failed` is true."""
 
     entries: list[ChangeEntry] = field(default_factory=list)
 
@@ -118,5 +131,25 @@ class ChangeSet:
     def failed(self) -> bool:
         return any(e.action is Action.FAILED for e in self.entries)
 
+    def changed(self) -> list[ChangeEntry]:
+        """The entries that are not `unchanged`: what a log or a summary shows."""
+        return [e for e in self.entries if e.action is not Action.UNCHANGED]
+
+    def lines(self, *, diffs: bool = False) -> list[str]:
+        """The text form, a line per object (each followed by its diff when `diffs`)."""
+        out: list[str] = []
+        for entry in self.entries:
+            out.append(str(entry))
+            if diffs and entry.diff:
+                out.append(entry.diff.rstrip("\n"))
+        return out
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        return [e.to_dict() for e in self.entries]
+
+    @classmethod
+    def from_dicts(cls, items: list[dict[str, Any]]) -> ChangeSet:
+        return cls([ChangeEntry.from_dict(item) for item in items])
+
     def __str__(self) -> str:
-        return "\n".join(str(e) for e in self.entries)
+        return "\n".join(self.lines())

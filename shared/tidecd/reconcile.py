@@ -384,11 +384,20 @@ class _Step:
                 self._fail_operation(str(exc))
         self.state.reconciled_at = app_state.now_iso()
         self._save()
+        for entry in self.changes.changed():  # a line per object, starting with its ResourceKey text
+            log.info(str(entry), app=self.name, action=entry.action.value, wave=entry.wave, phase=entry.phase)
         log.info("reconciled", app=self.name, reason=self.reason, sync=self.state.sync_status,
                  health=self.state.health, revision=self.state.revision[:12],
                  operation=self.state.operation.phase if self.state.operation else "",
                  continue_after=self.continue_after)
         return Outcome(self.name, self.state, changes=self.changes, continue_after=self.continue_after)
+
+    def _with_diff(self, entry: ChangeEntry) -> ChangeEntry:
+        """The entry with the masked diff its object's comparison found (the change set carries its diff)."""
+        if entry.diff or entry.action not in (Action.CREATED, Action.CONFIGURED, Action.PRUNED):
+            return entry
+        found = next((r.text for r in self.comparison.resources if r.key == entry.key and r.text), "")
+        return dataclasses.replace(entry, diff=found) if found else entry
 
     @property
     def _app(self) -> Application:
@@ -524,7 +533,7 @@ class _Step:
                             propagation=syncoptions.prune_propagation(self._app.sync_policy.sync_options))
             waves = dict(step.candidates)
             for entry in entries:
-                self.changes.add(entry)
+                self.changes.add(self._with_diff(entry))
                 op.results.append(TaskResult(entry.key, "Sync", waves.get(entry.key, 0), False, entry.action,
                                              TaskPhase.FAILED if entry.action is Action.FAILED
                                              else TaskPhase.SUCCEEDED, entry.message))
@@ -559,11 +568,11 @@ class _Step:
         failures += [ChangeEntry(key, Action.FAILED, message) for key, message in step.known_failures]
         if op.dry_run:
             for entry in entries:
-                self.changes.add(entry)
+                self.changes.add(self._with_diff(entry))
         if failures:
             for entry in failures:
                 if not op.dry_run or entry not in entries:
-                    self.changes.add(entry)
+                    self.changes.add(self._with_diff(entry))
                 op.results.append(TaskResult(entry.key, "Sync", 0, False, Action.FAILED, TaskPhase.FAILED,
                                              entry.message))
             self._finish(op, OperationPhase.FAILED, "one or more objects failed to apply (dry run), nothing "
@@ -599,7 +608,7 @@ class _Step:
         with ThreadPoolExecutor(max_workers=min(APPLY_CONCURRENCY, max(1, len(step.tasks)))) as pool:
             done = list(pool.map(one, step.tasks))
         for task, entry, uid in done:
-            self.changes.add(entry)
+            self.changes.add(self._with_diff(entry))
             phase = TaskPhase.FAILED if entry.action is Action.FAILED else TaskPhase.RUNNING
             result = TaskResult(task.key, task.phase.value, task.wave, task.hook, entry.action, phase,
                                 entry.message, uid)

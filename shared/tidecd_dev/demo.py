@@ -140,7 +140,7 @@ class Demo:
         git("push", "-q", "origin", "HEAD:main", cwd=self.checkout)
         after = git("rev-parse", "HEAD", cwd=self.checkout)
         state = self.api("GET", "/apps/guestbook?refresh=true")
-        print(f"    before the webhook: guestbook is {state['sync_status']} "
+        print(f"    before the webhook: guestbook is {state['syncStatus']} "
               f"({', '.join(r['name'] + ': ' + ', '.join(r['changed']) for r in state['resources'] if r['changed'])})")
         say("GitHub sends a signed push webhook")
         payload = json.dumps({
@@ -162,11 +162,11 @@ class Demo:
         last = ""
         while time.monotonic() - t0 < timeout:
             state = self.api("GET", f"/apps/{name}")
-            now = f"{state['sync_status']}/{state['health']} at {state['revision'][:12]}"
+            now = f"{state['syncStatus']}/{state['health']} at {state['revision'][:12]}"
             if now != last:
                 print(f"    {time.monotonic() - t0:5.1f}s  {name}: {now}")
                 last = now
-            if state["revision"] == revision and state["sync_status"] == "Synced" and state["health"] == "Healthy":
+            if state["revision"] == revision and state["syncStatus"] == "Synced" and state["health"] == "Healthy":
                 say(f"{name} is Synced and Healthy at {revision[:12]}, "
                     f"{time.monotonic() - t0:.1f}s after the webhook")
                 return

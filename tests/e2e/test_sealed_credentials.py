@@ -530,12 +530,12 @@ def test_no_plaintext_secret_in_logs_store_api_or_cli(
         answer = api.handle("GET", path, auth, b"", rt)
         assert answer.status == 200, (path, answer.body)
         answers.append(json.dumps(answer.body))
-    assert refreshed.status == 200 and refreshed.body["sync_status"] == "OutOfSync", refreshed.body
+    assert refreshed.status == 200 and refreshed.body["syncStatus"] == "OutOfSync", refreshed.body
     answers.append(json.dumps(refreshed.body))
     diff = json.loads(answers[1])
-    [secret_diff] = [r for r in diff["resources"] if r["resource"] == f"Secret {ns}/db-creds"]
-    assert "data.password" in secret_diff["changed"], secret_diff
-    assert "data.apiKey" not in secret_diff["changed"]
+    [secret_diff] = [c for c in diff["changes"] if c["resource"] == f"Secret {ns}/db-creds"]
+    assert "data.password" in secret_diff["message"].split(", "), secret_diff
+    assert "data.apiKey" not in secret_diff["message"]
 
     env = {**os.environ, "TIDECD_CONFIG": str(private.config_dir), "TIDECD_STORE": str(private.store.root),
            "TIDECD_SEALING_KEYS": str(keys), "KUBECONFIG": str(private.dev.kubeconfig)}
@@ -547,9 +547,9 @@ def test_no_plaintext_secret_in_logs_store_api_or_cli(
         "app history creds": _cli(["app", "history", creds, "-o", "json"], env),
     }
     assert cli_runs["app get creds"].returncode == 0, cli_runs["app get creds"].stderr
-    assert _cli_json(cli_runs["app get creds"])["sync_status"] == "OutOfSync"
+    assert _cli_json(cli_runs["app get creds"])["syncStatus"] == "OutOfSync"
     assert cli_runs["app diff creds"].returncode == 1, cli_runs["app diff creds"].stderr  # out of sync
-    assert [r["resource"] for r in _cli_json(cli_runs["app diff creds"])["resources"]] == [f"Secret {ns}/db-creds"]
+    assert [r["resource"] for r in _cli_json(cli_runs["app diff creds"])["changes"]] == [f"Secret {ns}/db-creds"]
     assert "strict scope" in json.dumps(_cli_json(cli_runs["app get copied"])["conditions"])
     assert "data.password" in cli_runs["app diff creds (text)"].stdout
 

@@ -51,9 +51,12 @@ def test_list_get_diff_history(runtime: Runtime) -> None:
     assert listed.body["apps"] == [{"name": "web", "sync": "OutOfSync", "health": "Healthy",
                                     "revision": "a" * 40, "reconciledAt": ""}]
     got = call(runtime, "GET", "/api/v1/apps/web").body
-    assert got["sync_status"] == "OutOfSync" and "diff" not in got["resources"][0]
+    assert got["syncStatus"] == "OutOfSync" and "diff" not in got["resources"][0]
     diff = call(runtime, "GET", "/api/v1/apps/web/diff").body
-    assert diff["resources"][0]["changed"] == ["spec.replicas"]
+    [change] = diff["changes"]
+    assert (change["resource"], change["action"], change["message"]) == (
+        "apps/Deployment web/web", "configured", "spec.replicas")
+    assert change["diff"] == "-replicas: 1\n+replicas: 2"
     history = call(runtime, "GET", "/api/v1/apps/web/history").body["history"]
     assert [(h["id"], h["revision"]) for h in history] == [(1, "b" * 40)]
 

@@ -13,6 +13,8 @@ from typing import Any
 import typer
 import yaml
 
+from tidecd.model import ChangeSet
+
 app = typer.Typer(no_args_is_help=True, help="Applications: status, diff, sync, history, rollback.")
 
 SERVER = typer.Option("", "--server", envvar="TIDECD_SERVER", help="api URL; empty means work locally.")
@@ -110,8 +112,8 @@ def get(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPU
     body = _refreshed(name, server, token, cached)
 
     def table(b: dict[str, Any]) -> None:
-        typer.echo(f"Name:       {b['app']}\nSync:       {b['sync_status']}  (revision {b['revision'][:12]})\n"
-                   f"Health:     {b['health']}" + (f"  ({b['health_message']})" if b.get("health_message") else ""))
+        typer.echo(f"Name:       {b['app']}\nSync:       {b['syncStatus']}  (revision {b['revision'][:12]})\n"
+                   f"Health:     {b['health']}" + (f"  ({b['healthMessage']})" if b.get("healthMessage") else ""))
         for cond in b.get("conditions", []):
             typer.echo(f"Condition:  {cond['type']}: {cond['message']}")
         if b.get("operation"):
@@ -127,8 +129,8 @@ def get(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPU
         typer.echo("")
         _print_table(["KIND", "NAMESPACE", "NAME", "STATUS", "HEALTH", "MESSAGE"], [
             [(r["group"] + "/" if r["group"] else "") + r["kind"], r["namespace"], r["name"],
-             r["status"] + (" (requires pruning)" if r["requires_pruning"] else ""), r["health"],
-             r["health_message"] or ", ".join(r["changed"])] for r in b["resources"]])
+             r["status"] + (" (requires pruning)" if r.get("requiresPruning") else ""), r["health"],
+             r.get("healthMessage") or ", ".join(r.get("changed") or [])] for r in b["resources"]])
 
     _emit(body, output, table)
 
@@ -141,12 +143,7 @@ def diff(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTP
     body = _checked(*_call("GET", f"/apps/{name}/diff", server, token))
 
     def text(b: dict[str, Any]) -> None:
-        for res in b["resources"]:
-            typer.echo(f"===== {res['resource']} ({res['status']}"
-                       + (", requires pruning" if res["requiresPruning"] else "") + ")")
-            if res["changed"]:
-                typer.echo("changed: " + ", ".join(res["changed"]))
-            typer.echo(res["diff"])
+        typer.echo("\n".join(ChangeSet.from_dicts(b["changes"]).lines(diffs=True)))
 
     _emit(body, output, text)
     if body["sync"] != "Synced":
@@ -154,9 +151,8 @@ def diff(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTP
 
 
 def _print_changes(body: dict[str, Any]) -> None:
-    for change in body.get("changes", []):
-        line = f"{change['resource']} {change['action']}"
-        typer.echo(f"{line}: {change['message']}" if change.get("message") else line)
+    for line in ChangeSet.from_dicts(body.get("changes", [])).lines():
+        typer.echo(line)
     if "operation" in body:
         typer.echo(f"\n{body['operation']['phase']}: {body['operation']['message']}")
     for cond in body.get("conditions", []):
@@ -199,7 +195,7 @@ def history(name: str, server: str = SERVER, token: str = TOKEN, output: str = O
     body = _checked(*_call("GET", f"/apps/{name}/history", server, token))
     _emit(body, output, lambda b: _print_table(
         ["ID", "REVISION", "DEPLOYED AT", "RESULT"],
-        [[str(h["id"]), h["revision"][:12], h["deployed_at"], h["result"]] for h in b["history"]]))
+        [[str(h["id"]), h["revision"][:12], h["deployedAt"], h["result"]] for h in b["history"]]))
 
 
 @app.command("rollback")

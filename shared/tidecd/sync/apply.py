@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Any
 
 from tidecd import constants
 from tidecd.cluster import ApiError, Cluster
@@ -47,16 +48,16 @@ def apply_task(cluster: Cluster, task: Task, app: str, *, dry_run: bool,
     try:
         if dry_run:
             if not _kind_known(cluster, task.key):  # its CRD is created by this very sync
-                return ChangeEntry(task.key, Action.CREATED, "dry run skipped: kind not served yet")
+                return ChangeEntry(task.key, Action.CREATED, "dry run skipped: kind not served yet", **placed(task))
             cluster.apply(obj, dry_run=True)
         else:
             result = cluster.replace(obj) if task.has_option(REPLACE) else cluster.apply(obj)
             if written is not None:
                 written(task.key, result)
     except ApiError as exc:
-        return ChangeEntry(task.key, Action.FAILED, explain(exc))
+        return ChangeEntry(task.key, Action.FAILED, explain(exc), **placed(task))
     action = Action.CONFIGURED if existed else Action.CREATED
-    return ChangeEntry(task.key, action, "dry run" if dry_run else "")
+    return ChangeEntry(task.key, action, "dry run" if dry_run else "", **placed(task))
 
 
 def _kind_known(cluster: Cluster, key: ResourceKey) -> bool:
@@ -65,6 +66,11 @@ def _kind_known(cluster: Cluster, key: ResourceKey) -> bool:
     except Exception:  # noqa: BLE001 - any discovery failure means "not known yet"
         return False
     return True
+
+
+def placed(task: Task) -> dict[str, Any]:
+    """Where a task sits in the sync, for its change entry: `wave` and `phase`."""
+    return {"wave": task.wave, "phase": task.phase.value}
 
 
 def explain(exc: ApiError) -> str:

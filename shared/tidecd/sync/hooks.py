@@ -11,7 +11,7 @@ from __future__ import annotations
 from tidecd import constants
 from tidecd.cluster import ApiError, Cluster, managed_selector
 from tidecd.model import Action, ChangeEntry, Manifest, ResourceKey
-from tidecd.sync.apply import explain, owned_by, with_ownership
+from tidecd.sync.apply import explain, owned_by, placed, with_ownership
 from tidecd.sync.plan import Task
 
 
@@ -26,9 +26,10 @@ def create_hook(cluster: Cluster, task: Task, app: str, operation_id: str) -> tu
     try:
         created = cluster.apply(hook_object(task, app, operation_id))
     except ApiError as exc:
-        return ChangeEntry(task.key, Action.FAILED, f"{task.phase.value} hook: {explain(exc)}"), ""
+        failed = ChangeEntry(task.key, Action.FAILED, f"{task.phase.value} hook: {explain(exc)}", **placed(task))
+        return failed, ""
     uid = str((created.get("metadata") or {}).get("uid", ""))
-    return ChangeEntry(task.key, Action.CREATED, f"{task.phase.value} hook"), uid
+    return ChangeEntry(task.key, Action.CREATED, f"{task.phase.value} hook", **placed(task)), uid
 
 
 def delete_earlier_copies(cluster: Cluster, task: Task, app: str, operation_id: str) -> list[ResourceKey]:
@@ -52,5 +53,5 @@ def dry_run_hook(cluster: Cluster, task: Task, app: str) -> ChangeEntry:
     try:
         cluster.apply(with_ownership(task.obj, app), dry_run=True)
     except ApiError as exc:
-        return ChangeEntry(task.key, Action.FAILED, f"{task.phase.value} hook: {explain(exc)}")
-    return ChangeEntry(task.key, Action.CREATED, f"{task.phase.value} hook (dry run)")
+        return ChangeEntry(task.key, Action.FAILED, f"{task.phase.value} hook: {explain(exc)}", **placed(task))
+    return ChangeEntry(task.key, Action.CREATED, f"{task.phase.value} hook (dry run)", **placed(task))
