@@ -243,6 +243,13 @@ def _render_multi(runtime: Runtime, app: Application, revision: str) -> tuple[st
     return combined, _unseal(runtime, app, merged), warnings
 
 
+def spec_hash(app: Application) -> str:
+    """What an automated sync of a revision records: the source's spec hash (every source's, multi-source)."""
+    if not app.sources:
+        return app.source.spec_hash()
+    return ".".join(s.spec_hash()[:8] for s in app.sources)
+
+
 def merge_sources(manifests: list[Manifest]) -> tuple[list[Manifest], list[str]]:
     """Later objects replace earlier ones of the same key (in the earlier one's place); one warning each."""
     by_key: dict[ResourceKey, int] = {}
@@ -290,6 +297,7 @@ def _render_chart(runtime: Runtime, app: Application, revision: str = "") -> tup
     ref = charts.resolve(app.source, creds, revision)
     namespace = app.destination.namespace
     pass_credentials = bool(app.source.helm and app.source.helm.pass_credentials)
+    override = image_override(runtime.store, app.name)  # the image updater's `argocd` write-back
 
     def render_now() -> list[Manifest]:
         archive = charts.ChartSnapshots(runtime.store).get_or_fetch(ref, creds, pass_credentials=pass_credentials,
@@ -297,10 +305,10 @@ def _render_chart(runtime: Runtime, app: Application, revision: str = "") -> tup
         with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp:
             git.extract(archive, Path(tmp))
             source = charts.render_source(app.source, ref, Path(tmp))
-            return render.render(Path(tmp), source, app_name=app.name, namespace=namespace)
+            return render.render(Path(tmp), source, app_name=app.name, namespace=namespace, override=override)
 
     manifests = render.render_cached(runtime.store, app.name, ref.cache_revision, app.source, render_now,
-                                     namespace=namespace)
+                                     namespace=namespace, override=override)
     return ref.version, _unseal(runtime, app, manifests)
 
 
@@ -492,7 +500,7 @@ class _Step:
     def _observation(self) -> decision.Observation:
         resources = self.comparison.resources
         return decision.Observation(
-            app=self.name, revision=self.sha, marker=f"{self.sha}:{self._app.source.spec_hash()}",
+            app=self.name, revision=self.sha, marker=f"{self.sha}:{spec_hash(self._app)}",
             tasks=self.tasks, live=dict(self.live),
             out_of_sync=frozenset(r.key for r in resources if r.status is not SyncStatus.SYNCED),
             dry_run_errors={r.key: r.error for r in resources if r.error.startswith("dry-run failed")},
@@ -639,7 +647,7 @@ class _Step:
         self.state.add_history(op.revision, phase.value, str(op.source.get("path", "")),
                                str(op.source.get("targetRevision", "")), op.id)
         if op.automated and phase is OperationPhase.SUCCEEDED and self.app is not None:
-            self.state.auto_synced = f"{op.revision}:{self.app.source.spec_hash()}"
+            self.state.auto_synced = f"{op.revision}:{spec_hash(self.app)}"
         if op.automated and phase is not OperationPhase.SUCCEEDED and self.app is not None:
             policy = policy_of(self.app)
             if policy.may_retry(op.retry_count):

@@ -103,7 +103,7 @@ def resolve(source: ApplicationSource, credentials: RepoCredentials | None, revi
 
 
 def _force_http(credentials: RepoCredentials | None) -> bool:
-    return bool(credentials is not None and getattr(credentials, "force_http", False))
+    return bool(credentials is not None and credentials.force_http)
 
 
 class ChartSnapshots:

@@ -92,7 +92,8 @@ def _fetch(name: str, version: str, repository: str, credentials: Credentials) -
     what = f"dependency {name} ({repository or 'no repository'})"
     if repository.startswith("oci://"):
         ref = oci.parse(repository.rstrip("/") + "/" + name)
-        registry = oci.Registry(ref, credentials(repository))
+        creds = credentials(repository)
+        registry = oci.Registry(ref, creds, plain_http=bool(creds is not None and creds.force_http))
         tag = oci.resolve_tag(registry.tags(), version, ref.url)
         data, _, is_chart = oci.fetch(registry, tag)
         if not is_chart:

@@ -65,6 +65,7 @@ class RepoCredentials:
     ssh_private_key: str = ""
     insecure_ignore_host_key: bool = False
     known_hosts: str = ""
+    force_http: bool = False  # `insecureOCIForceHttp: "true"`: an OCI registry over plain HTTP
 
     def __repr__(self) -> str:
         def mask(value: str) -> str:
@@ -132,6 +133,7 @@ def _credentials_from_fields(fields: dict[str, str]) -> RepoCredentials:
         password=fields.get("password", ""),
         ssh_private_key=fields.get("sshPrivateKey", ""),
         insecure_ignore_host_key=fields.get("insecure", "").strip().lower() == "true",
+        force_http=fields.get("insecureOCIForceHttp", "").strip().lower() == "true",
     )
 
 
