@@ -105,7 +105,7 @@ def reconcile(runtime: Runtime, name: str, *, reason: str = "", budget: float = 
     try:
         for _ in range(RACE_ATTEMPTS):
             try:
-                return notify.after_step(runtime, _Step(runtime, name, reason, budget, automate, clock).run())
+                return notify.after_step(runtime, _Step(runtime, name, reason, budget, automate, clock, keeper).run())
             except PreconditionFailed:
                 if keeper.lost:
                     return Outcome(name, app_state.load(runtime.store, name)[0], skipped="lease lost")
@@ -357,8 +357,9 @@ class _Step:
     """One reconcile call: observe once, then decide → execute → record until a wait outlasts the budget."""
 
     def __init__(self, runtime: Runtime, name: str, reason: str, budget: float, automate: bool,
-                 clock: Clock) -> None:
+                 clock: Clock, keeper: LeaseKeeper | None = None) -> None:
         self.runtime, self.name, self.reason, self.automate, self.clock = runtime, name, reason, automate, clock
+        self.keeper = keeper
         self.deadline = clock.monotonic() + budget
         self.state, self.generation = app_state.load(runtime.store, name)
         self.changes = ChangeSet()
@@ -488,11 +489,21 @@ class _Step:
                 self.continue_after = 0.0  # more work, no waiting: go on in the next call
                 return
             first = False
+            self._fence()
             self._execute(step)
             if isinstance(step, decision.Finish | decision.Terminate):
                 if not self._operation_dry_run():
                     self._refresh_comparison()
                 return
+
+    def _fence(self) -> None:
+        """Before acting on the cluster: still ours? A step that stalled past its lease (a frozen process)
+        must not apply what it decided from a stale state; it re-reads instead."""
+        if self.keeper is not None and (self.keeper.lost or not self.keeper.renew()):
+            raise PreconditionFailed(f"{self.name}: the lease was taken over")
+        blob = self.runtime.store.read(app_state.state_key(self.name))
+        if (blob.generation if blob else 0) != self.generation:
+            raise PreconditionFailed(f"{self.name}: the state changed since this step read it")
 
     def _operation_dry_run(self) -> bool:
         return self.state.operation is not None and self.state.operation.dry_run
@@ -545,6 +556,11 @@ class _Step:
                 op.results.append(TaskResult(entry.key, "Sync", waves.get(entry.key, 0), False, entry.action,
                                              TaskPhase.FAILED if entry.action is Action.FAILED
                                              else TaskPhase.SUCCEEDED, entry.message))
+            reported = {e.key for e in entries}
+            for gone, wave in step.candidates:  # deleted already (by a step killed mid-prune, or by hand)
+                if gone not in reported and not step.dry_run:
+                    op.results.append(TaskResult(gone, "Sync", wave, False, Action.PRUNED, TaskPhase.SUCCEEDED,
+                                                 "already gone"))
             op.pruned = True
         elif isinstance(step, decision.StartSyncFail):
             op.failure = step.message

@@ -27,6 +27,11 @@ import yaml
 from tidecd.tools import binary, cache_dir
 
 KWOK_NODE = "kwok-node-0"
+KWOK_STAGES = Path(__file__).with_name("kwok_stages.yaml")
+# Pod annotations the stages in KWOK_STAGES read: how long until a pod is Ready / a Job's pod ends.
+READY_AFTER = "tidecd.test/ready-after"
+COMPLETE_AFTER = "tidecd.test/complete-after"
+FAIL_AFTER = "tidecd.test/fail-after"
 
 
 def free_port() -> int:
@@ -162,6 +167,8 @@ class DevCluster:
             # On a loaded machine kwok's heartbeat lags; a 40 s node lease keeps the fake node Ready.
             binary("kwok"), "--kubeconfig", kc, "--manage-all-nodes=true", "--node-lease-duration-seconds", "40",
             "--server-address", f"127.0.0.1:{free_port()}", "--node-ip", "127.0.0.1",
+            # pod stages with delays a test asks for by annotation (tidecd.test/ready-after, ...)
+            "--config", str(KWOK_STAGES),
         ])
 
     # -- readiness -------------------------------------------------------------------------------------

@@ -273,9 +273,11 @@ def _judge_hook(result: TaskResult, live: Manifest | None, op: Operation) -> Non
         result.phase, result.message = TaskPhase.SUCCEEDED, result.message or "hook finished (gone)"
         return
     outcome = health.hook_outcome(live)
-    if outcome.finished:
-        result.phase = TaskPhase.SUCCEEDED if outcome.succeeded else TaskPhase.FAILED
-        result.message = outcome.message or (f"{result.sync_phase} hook failed" if not outcome.succeeded else "")
+    if outcome.finished and outcome.succeeded:
+        result.phase, result.message = TaskPhase.SUCCEEDED, outcome.message
+    elif outcome.finished:
+        detail = f": {outcome.message}" if outcome.message else ""
+        result.phase, result.message = TaskPhase.FAILED, f"{result.sync_phase} hook failed{detail}"
 
 
 def _judge_resource(result: TaskResult, live: Manifest | None) -> None:
