@@ -20,9 +20,10 @@ import structlog
 from tidecd import limits
 from tidecd import state as app_state
 from tidecd.bearer import authorized
+from tidecd.diff import change_of
 from tidecd.errors import LimitExceeded, NotFound, OperationInProgress, PermanentError, TidecdError, disposition
 from tidecd.images import state as images_state
-from tidecd.model import Action, ChangeEntry, ChangeSet, HealthStatus, ResourceKey, SyncStatus
+from tidecd.model import ChangeEntry, ChangeSet, HealthStatus, ResourceKey, SyncStatus
 from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation
 from tidecd.runtime import Runtime
 
@@ -204,13 +205,8 @@ def get_diff(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, st
 
 def stored_change(res: app_state.ResourceStatus) -> ChangeEntry:
     """A stored resource status in the change-set vocabulary (what a sync would do to it)."""
-    if res.requires_pruning:
-        action, message = Action.PRUNED, "requires pruning"
-    elif res.health is HealthStatus.MISSING:
-        action, message = Action.CREATED, ""
-    else:
-        action, message = Action.CONFIGURED, ", ".join(res.changed)
-    return ChangeEntry(res.key, action, message, res.diff)
+    return change_of(res.key, res.status, res.changed, res.diff, requires_pruning=res.requires_pruning,
+                     missing=res.health is HealthStatus.MISSING)
 
 
 @route("GET", "/apps/(?P<name>[^/]+)/history")

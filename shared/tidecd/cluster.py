@@ -17,6 +17,7 @@ from typing import Any, Protocol, cast
 from tidecd import constants, metrics
 from tidecd.errors import ClusterUnavailable, ConfigError, PermanentError, TemporaryError, TidecdError
 from tidecd.model import Manifest, ResourceKey
+from tidecd.secrets import text_fields
 
 
 class ApiError(TidecdError):
@@ -457,16 +458,8 @@ def managed_selector(app: str) -> str:
 
 
 def _secret_field(secret: Manifest, name: str) -> str:
-    import base64
-
-    if name in (secret.get("stringData") or {}):
-        return str(secret["stringData"][name])
-    raw = (secret.get("data") or {}).get(name)
-    try:
-        return base64.b64decode(str(raw)).decode() if raw else ""
-    except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
-        meta_name = (secret.get("metadata") or {}).get("name", "?")
-        raise PermanentError(f"cluster secret {meta_name}: data.{name} is not base64-encoded text") from None
+    meta_name = (secret.get("metadata") or {}).get("name", "?")
+    return text_fields(secret, f"cluster secret {meta_name}").get(name, "")
 
 
 def find_cluster_secret(secrets: list[Manifest], *, name: str, server: str) -> Manifest | None:

@@ -230,11 +230,9 @@ def _summary(errors: list[str]) -> str:
     return f"{len(errors)} configuration errors:\n" + "\n".join(f"  {e}" for e in errors)
 
 
-# libyaml's parser when PyYAML was built with it: loading is most of a poll tick over many apps.
-_SafeBase: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _StrictLoader(_SafeBase):  # type: ignore[valid-type,misc]
+class _StrictLoader(limits.SafeLoader):  # type: ignore[misc]
     """Safe loader refusing duplicate mapping keys, which YAML forbids but PyYAML silently accepts."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:

@@ -21,10 +21,10 @@ import yaml
 from tidecd import constants
 from tidecd.config import IgnoreDifference
 from tidecd.model import Action, ChangeEntry, ChangeSet, Manifest, ResourceKey, SyncStatus
+from tidecd.secrets import redact
 
 VOLATILE_METADATA = ("managedFields", "resourceVersion", "uid", "generation", "creationTimestamp", "selfLink",
                      "deletionTimestamp", "deletionGracePeriodSeconds")
-MASK = "++++++++"
 
 
 @dataclass(frozen=True)
@@ -41,17 +41,24 @@ class ResourceDiff:
 
     def change(self) -> ChangeEntry:
         """This comparison in the change-set vocabulary: what a sync would do to the object, with its diff."""
-        if self.error:
-            action, message = Action.FAILED, self.error
-        elif self.requires_pruning:
-            action, message = Action.PRUNED, "requires pruning"
-        elif self.missing:
-            action, message = Action.CREATED, ""
-        elif self.status is SyncStatus.SYNCED:
-            action, message = Action.UNCHANGED, ""
-        else:
-            action, message = Action.CONFIGURED, ", ".join(self.changed_paths)
-        return ChangeEntry(self.key, action, message, self.text)
+        return change_of(self.key, self.status, self.changed_paths, self.text, requires_pruning=self.requires_pruning,
+                         missing=self.missing, error=self.error)
+
+
+def change_of(key: ResourceKey, status: SyncStatus, changed: Iterable[str], text: str, *,
+              requires_pruning: bool = False, missing: bool = False, error: str = "") -> ChangeEntry:
+    """The change entry of one compared object (fresh, or as stored in the app's state)."""
+    if error:
+        action, message = Action.FAILED, error
+    elif requires_pruning:
+        action, message = Action.PRUNED, "requires pruning"
+    elif missing:
+        action, message = Action.CREATED, ""
+    elif status is SyncStatus.SYNCED:
+        action, message = Action.UNCHANGED, ""
+    else:
+        action, message = Action.CONFIGURED, ", ".join(changed)
+    return ChangeEntry(key, action, message, text)
 
 
 @dataclass
@@ -185,17 +192,11 @@ def _remove_fields(obj: Any, fields: dict[str, Any]) -> None:
 
 
 def mask_secret(obj: Manifest, changed: frozenset[str] = frozenset()) -> Manifest:
-    """A copy of a Secret with every value replaced, keys kept (Argo CD shows Secrets the same way).
-    Values named in `changed` get a longer mask, so a diff still shows that they differ."""
+    """A v1 Secret with every value masked (`secrets.redact`); values named in `changed` get a longer mask,
+    so a diff still shows that they differ. Any other object is returned as it is."""
     if obj.get("kind") != "Secret" or obj.get("apiVersion") != "v1":
         return obj
-    out = copy.deepcopy(obj)
-    for section in ("data", "stringData"):
-        if isinstance(out.get(section), dict):
-            out[section] = {k: MASK + "+" * (f"{section}.{k}" in changed) for k in out[section]}
-    annotations = out.get("metadata", {}).get("annotations") or {}
-    annotations.pop(constants.LAST_APPLIED, None)
-    return out
+    return redact(obj, changed)
 
 
 def changed_paths(before: Any, after: Any, prefix: str = "") -> list[str]:

@@ -22,7 +22,6 @@ the tests' stand-in). The owner and name are the repo URL's last two path segmen
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import time
@@ -36,6 +35,7 @@ import structlog
 
 from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_GITHUB
 from tidecd.errors import ConfigError, PermanentError, TemporaryError
+from tidecd.secrets import text_fields
 from tidecd.store import ObjectStore, PreconditionFailed, read_json, write_json
 
 log = structlog.get_logger("tidecd.github")
@@ -118,13 +118,7 @@ def auth_from_secrets(secrets: list[dict[str, Any]], api_url: str = "") -> GitHu
 
 def _auth_of(secret: dict[str, Any], api_url: str) -> GitHubAuth:
     name = (secret.get("metadata") or {}).get("name", "?")
-    fields: dict[str, str] = {}
-    for key, value in (secret.get("data") or {}).items():
-        try:
-            fields[key] = base64.b64decode(str(value)).decode()
-        except (ValueError, UnicodeDecodeError):
-            raise ConfigError(f"github Secret {name}: data.{key} is not base64 text") from None
-    fields.update({k: str(v) for k, v in (secret.get("stringData") or {}).items()})
+    fields = text_fields(secret, f"github Secret {name}")
     url = fields.get("url", "").strip().rstrip("/") or api_url.rstrip("/") or DEFAULT_API_URL
     if fields.get("token"):
         return GitHubAuth(token=fields["token"].strip(), api_url=url)

@@ -93,7 +93,9 @@ def exceeded(what: str, limit_field: str, limit: int, unit: str = "") -> LimitEx
 
 # --- YAML ------------------------------------------------------------------------------------------------
 
-_Parser: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# The one safe YAML loader base: libyaml's when PyYAML was built with it (several times faster). Every reader
+# of YAML (config, manifests, kustomizations, helm indexes) loads with it or a subclass, after `check_yaml`.
+SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _INDENT = re.compile(r"^[ \t?:-]*", re.MULTILINE)
 _START = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
 _END = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
@@ -132,7 +134,7 @@ def _scan_events(text: str, source: str, limits: Limits) -> None:
     anchors: dict[str, tuple[int, int]] = {}
     added = 0
     document = 0
-    for event in yaml.parse(text, Loader=_Parser):
+    for event in yaml.parse(text, Loader=SafeLoader):
         if isinstance(event, yaml.DocumentStartEvent):
             document += 1
             anchors.clear()

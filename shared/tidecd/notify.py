@@ -32,7 +32,6 @@ next step).
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import hashlib
 import hmac
@@ -53,8 +52,9 @@ from tidecd.constants import (
     NOTIFICATIONS_SUBSCRIBE_PREFIX,
     SECRET_TYPE_NOTIFICATIONS,
 )
-from tidecd.errors import TemporaryError
+from tidecd.errors import SecretError, TemporaryError
 from tidecd.model import HealthStatus, SyncStatus
+from tidecd.secrets import decode_value
 from tidecd.state import AppState, OperationPhase
 from tidecd.store import read_json, write_json
 
@@ -210,8 +210,8 @@ def targets_from_secrets(secrets: Iterable[Mapping[str, Any]]) -> Targets:
             continue
         for key, value in (secret.get("data") or {}).items():
             try:
-                found[str(key)] = base64.b64decode(str(value)).decode()
-            except (ValueError, UnicodeDecodeError):
+                found[str(key)] = decode_value(str(value), f"notifications secret: data.{key}").decode()
+            except (SecretError, UnicodeDecodeError):
                 log.warning("notifications secret field is not base64 text", field=key)
         found.update({str(k): str(v) for k, v in (secret.get("stringData") or {}).items()})
     return Targets(found)

@@ -361,7 +361,7 @@ def _plain_values(secret: Manifest, what: str) -> dict[str, bytes]:
     for key, encoded in _mapping(secret, "data", what).items():
         if not isinstance(encoded, str):
             raise SecretError(f"{what}: data.{key} must be a base64 string")
-        values[str(key)] = _b64decode(encoded, f"{what}: data.{key}")
+        values[str(key)] = decode_value(encoded, f"{what}: data.{key}")
     for key, text in _mapping(secret, "stringData", what).items():
         if not isinstance(text, str):
             raise SecretError(f"{what}: stringData.{key} must be a string (quote it in YAML)")
@@ -369,12 +369,26 @@ def _plain_values(secret: Manifest, what: str) -> dict[str, bytes]:
     return values
 
 
-def _b64decode(text: str, what: str) -> bytes:
-    """Standard base64 with padding; newlines ignored like Go's StdEncoding."""
+def decode_value(text: str, what: str) -> bytes:
+    """One Secret `data` value: standard base64 with padding, newlines ignored like Go's StdEncoding. The one
+    rule for every reader of Secrets; the SecretError names `what`, never the value."""
     try:
         return base64.b64decode(text.replace("\n", "").replace("\r", ""), validate=True)
     except (binascii.Error, ValueError) as exc:
         raise SecretError(f"{what} is not valid base64") from exc
+
+
+def text_fields(secret: Manifest, what: str) -> dict[str, str]:
+    """A Secret's values as text: `data` decoded (`decode_value`, then UTF-8) overlaid with `stringData`, as
+    Kubernetes does. `what` names the Secret in errors (`cluster secret prod`)."""
+    fields: dict[str, str] = {}
+    for key, value in (secret.get("data") or {}).items():
+        try:
+            fields[str(key)] = decode_value(str(value), f"{what}: data.{key}").decode()
+        except UnicodeDecodeError:
+            raise SecretError(f"{what}: data.{key} is not base64-encoded text") from None
+    fields.update({str(k): str(v) for k, v in (secret.get("stringData") or {}).items()})
+    return fields
 
 
 def _template_meta(meta: Mapping[str, Any], scope: Scope, what: str) -> dict[str, Any]:
@@ -478,7 +492,7 @@ def _open_value(keys: list[RSAPrivateKey], value: object, label: bytes, what: st
     """One value, base64 again; `what` names the object and key, never the value."""
     if not isinstance(value, str):
         raise SecretError(f"{what} must be a base64 string")
-    ciphertext = _b64decode(value, what)
+    ciphertext = decode_value(value, what)
     try:
         return base64.b64encode(hybrid_decrypt(keys, ciphertext, label)).decode()
     except _Damaged as exc:
@@ -526,19 +540,20 @@ def _secret_from(template: Mapping[str, Any], namespace: str, name: str, data: d
 # ---------------------------------------------------------------------------------------------- display
 
 
-def redact(secret: Manifest) -> Manifest:
-    """A copy safe to show: every value (and the last-applied copy) masked with a fixed-length `++++++++`.
-
-    Objects of another kind come back unchanged (a ConfigMap's data is not secret).
+def redact(secret: Manifest, changed: frozenset[str] = frozenset()) -> Manifest:
+    """A copy safe to show: every value (and the last-applied copy) masked with a fixed-length `++++++++`,
+    keys kept, as Argo CD shows Secrets. Values named in `changed` (`data.password`) get a longer mask, so a
+    diff still shows that they differ. Objects of another kind come back unchanged (a ConfigMap's data is
+    not secret). The one masking of secret values: the diff, the api, the dashboard and the CLI use it.
     """
     out = copy.deepcopy(secret)
-    return _mask(out) if out.get("kind", "Secret") == "Secret" else out
+    return _mask(out, changed) if out.get("kind", "Secret") == "Secret" else out
 
 
-def _mask(obj: dict[str, Any]) -> dict[str, Any]:
+def _mask(obj: dict[str, Any], changed: frozenset[str] = frozenset()) -> dict[str, Any]:
     for field in ("data", "stringData"):
         if isinstance(obj.get(field), dict):
-            obj[field] = dict.fromkeys(obj[field], MASK)
+            obj[field] = {k: MASK + "+" * (f"{field}.{k}" in changed) for k in obj[field]}
         elif obj.get(field) is not None:
             obj[field] = MASK
     meta = obj.get("metadata")

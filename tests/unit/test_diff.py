@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from tidecd.config import IgnoreDifference
-from tidecd.diff import MASK, changed_paths, compare, normalize, text_diff
+from tidecd.diff import changed_paths, compare, normalize, text_diff
 from tidecd.model import ResourceKey, SyncStatus
+from tidecd.secrets import MASK
 
 LIVE = {
     "apiVersion": "apps/v1", "kind": "Deployment",

@@ -16,7 +16,7 @@ from dulwich.objects import Blob, Tree
 from dulwich.repo import MemoryRepo
 
 from tidecd import source
-from tidecd.errors import ConfigError, NotFound, SourceUnavailable, UnsafePathError
+from tidecd.errors import ConfigError, NotFound, SecretError, SourceUnavailable, UnsafePathError
 from tidecd.source import RefCache, RepoCredentials, Snapshots, credentials_for, extract, resolve_revision
 from tidecd.store import MemoryStore
 
@@ -195,7 +195,7 @@ def test_cluster_and_unlabelled_secrets_are_ignored() -> None:
 def test_bad_base64_names_the_secret_not_the_value() -> None:
     secret = _secret("repository", "broken", url="https://git.example.com/a")
     secret["data"]["password"] = "!!not-base64-s3cr3t!!"  # type: ignore[index]
-    with pytest.raises(ConfigError, match=r"Secret broken: data.password") as info:
+    with pytest.raises(SecretError, match=r"Secret broken: data.password") as info:
         credentials_for("https://git.example.com/a", [secret])
     assert "s3cr3t" not in str(info.value)
 

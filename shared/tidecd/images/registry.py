@@ -30,7 +30,8 @@ from urllib.parse import urljoin, urlsplit
 
 import requests
 
-from tidecd.errors import TemporaryError
+from tidecd.errors import SecretError, TemporaryError
+from tidecd.secrets import decode_value
 
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"
@@ -137,8 +138,8 @@ def docker_config_auths(secret: Mapping[str, Any]) -> dict[str, Credentials]:
                 raw = str(values[key])
                 if source == "data":
                     try:
-                        raw = base64.b64decode(raw, validate=True).decode()
-                    except (binascii.Error, UnicodeDecodeError):
+                        raw = decode_value(raw, f"Secret {name}: data.{key}").decode()
+                    except (SecretError, UnicodeDecodeError):
                         raise ValueError(f"Secret {name}: data.{key} is not valid base64 text") from None
                 break
         if raw is not None:

@@ -142,7 +142,7 @@ def _load(file: Path, label: str) -> dict[str, Any]:
         raise RenderError(f"kustomization {label}: not UTF-8 text") from exc
     limits.check_yaml(text, f"kustomization {label}")
     try:
-        doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
+        doc = yaml.load(text, Loader=limits.SafeLoader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -154,7 +154,6 @@ def _load(file: Path, label: str) -> dict[str, Any]:
     return doc
 
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _rel(root: Path, path: Path) -> str:

@@ -18,18 +18,16 @@ from tidecd import limits
 from tidecd.errors import RenderError
 from tidecd.model import Manifest, ResourceKey
 
-_Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built in: several times faster
-
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 
 
-class ManifestLoader(_Base):  # type: ignore[misc]
+class ManifestLoader(limits.SafeLoader):  # type: ignore[misc]
     """Safe loader whose output is JSON-shaped: no datetime, no bytes."""
 
 
 ManifestLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP]
-    for first, resolvers in _Base.yaml_implicit_resolvers.items()
+    for first, resolvers in limits.SafeLoader.yaml_implicit_resolvers.items()
 }
 
 

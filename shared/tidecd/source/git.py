@@ -14,8 +14,6 @@ Only https, http, ssh, `user@host:path` and git:// URLs are accepted: never loca
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import gzip
 import io
@@ -39,6 +37,7 @@ from tidecd import limits
 from tidecd.config import normalize_repo_url, redact_repo_url, repo_key
 from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_REPO_CREDS, SECRET_TYPE_REPOSITORY
 from tidecd.errors import ConfigError, LimitExceeded, NotFound, SourceUnavailable, UnsafePathError
+from tidecd.secrets import text_fields
 from tidecd.store import ObjectStore, PreconditionFailed
 
 if TYPE_CHECKING:
@@ -116,15 +115,7 @@ def credentials_for(repo_url: str, secrets: list[dict[str, Any]]) -> RepoCredent
 
 def _secret_fields(secret: dict[str, Any]) -> dict[str, str]:
     """The Secret's `data` (base64-decoded) overlaid with its `stringData`, as Kubernetes does."""
-    name = (secret.get("metadata") or {}).get("name", "?")
-    fields: dict[str, str] = {}
-    for key, value in (secret.get("data") or {}).items():
-        try:
-            fields[str(key)] = base64.b64decode(str(value), validate=True).decode()
-        except (binascii.Error, UnicodeDecodeError) as exc:
-            raise ConfigError(f"Secret {name}: data.{key} is not valid base64 text") from exc
-    fields.update({str(k): str(v) for k, v in (secret.get("stringData") or {}).items()})
-    return fields
+    return text_fields(secret, f"Secret {(secret.get('metadata') or {}).get('name', '?')}")
 
 
 def _credentials_from_fields(fields: dict[str, str]) -> RepoCredentials:

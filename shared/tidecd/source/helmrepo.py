@@ -18,6 +18,7 @@ from urllib.parse import urljoin, urlsplit
 
 import yaml
 
+from tidecd import limits
 from tidecd.config import redact_repo_url
 from tidecd.errors import ConfigError, NotFound, SourceRefused, SourceUnavailable
 
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 HTTP_TIMEOUT = 60.0
 MAX_INDEX_BYTES = 64 * 1024 * 1024
 MAX_CHART_BYTES = 64 * 1024 * 1024
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -86,13 +86,12 @@ def fetch_index(repo_url: str, credentials: RepoCredentials | None = None) -> di
 
 
 def parse_index(data: bytes, repo_url: str = "") -> dict[str, list[ChartVersion]]:
-    from tidecd import limits
 
     shown = index_url(redact_repo_url(repo_url)) if repo_url else "index.yaml"
     try:
         text = data.decode("utf-8-sig")
         limits.check_yaml(text, shown)  # alias bombs and deep nesting are refused before parsing
-        doc: Any = yaml.load(text, Loader=_LOADER)  # noqa: S506 - a SafeLoader
+        doc: Any = yaml.load(text, Loader=limits.SafeLoader)  # noqa: S506 - a SafeLoader
     except UnicodeDecodeError:
         raise SourceUnavailable(f"{shown}: not UTF-8 text") from None
     except yaml.YAMLError:

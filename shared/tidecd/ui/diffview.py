@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-MASK = "++++++++"
+from tidecd.secrets import MASK
+
 MAX_LINES = 4000
 _SECRET_BLOCK = re.compile(r"^(?P<indent>\s*)(data|stringData):\s*$")
 _ENTRY = re.compile(r"^(?P<indent>\s+)(?P<name>[^:\s][^:]*):(?P<value>.*)$")
