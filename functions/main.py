@@ -3,7 +3,7 @@
     webhook    HTTP        GitHub/GitLab push events → refresh the affected apps
     poll       HTTP        Cloud Scheduler every three minutes → changed repos + drift sweep
     images     HTTP        Cloud Scheduler every two minutes → new image tags become commits / overrides
-    reconcile  CloudEvent  one Pub/Sub message per app → refresh, and sync when due
+    reconcile  CloudEvent  one Pub/Sub message per app → one reconcile step; schedules the next one
     api        HTTP        status, diff, history; sync, refresh, rollback (bearer token); /ui/ dashboard
 
 Heavy modules are imported inside the functions, so a cold start pays only for what it uses.
@@ -12,7 +12,6 @@ Heavy modules are imported inside the functions, so a cold start pays only for w
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import functions_framework
@@ -92,9 +91,10 @@ def images(request: Request) -> Response:
 
 @functions_framework.cloud_event
 def reconcile(cloud_event: Any) -> None:
+    from flask import abort
+
     from tidecd import dispatch
     from tidecd.errors import LeaseHeld, disposition
-    from tidecd.reconcile import reconcile as run
 
     try:
         from tidecd import preview
@@ -103,12 +103,13 @@ def reconcile(cloud_event: Any) -> None:
             preview.run_job(_runtime(), job)
             return
         refresh = dispatch.decode_refresh(cloud_event.data)
+        dispatch.check_due(refresh)
         runtime = _runtime()
-        outcome = run(runtime, refresh.app, reason=refresh.reason)
-        # Interim (until scheduled continuations land): take the operation's next steps in this call.
-        while outcome.continue_after is not None and not outcome.skipped and outcome.continue_after < 30:
-            time.sleep(min(outcome.continue_after, 1.0))
-            outcome = run(runtime, refresh.app, reason=f"{refresh.reason} (continued)")
+        outcome = dispatch.run_step(runtime, refresh, dispatch.dispatcher_for(runtime))
+    except dispatch.NotYet as early:
+        # A continuation ahead of its time: 429 is a nack, so Pub/Sub redelivers it after the retry policy's
+        # backoff (werkzeug answers it without logging a traceback).
+        abort(429, description=str(early))
     except Exception as exc:
         if disposition(exc).retry:
             raise  # Temporary (or a bug): fail the call so Pub/Sub redelivers it, with its backoff

@@ -1,12 +1,25 @@
-"""Refresh fan-out: how the webhook and poll use cases hand "refresh app X" to the reconcile function.
+"""Refreshes and continuations: how reconcile steps are triggered, coalesced and scheduled.
 
-In the cloud each refresh is one Pub/Sub message (attribute `app`, JSON body), so every app reconciles in
-its own function call, retried by Pub/Sub; locally (`TIDECD_REFRESH_TOPIC` unset) the refreshes run in
-this process on a small thread pool. Both sides implement one method, `dispatch`, which is also the test
-seam: a fake dispatcher records what it was given.
+Two kinds of message reach the reconcile step, both a `Refresh`:
+- a **refresh** ("something may have changed": a webhook, the poll, the api). Refreshes of one app are
+  coalesced by `tidecd.pending`: the first one claims `pending/<app>` and is handed over; while it is on
+  its way or running, later ones only mark the record "again" (with their revision). The run that
+  consumed it asks `pending.finish` and, when a mark names a revision it did not see, hands one more
+  refresh over.
+- a **continuation** ("the operation asked for its next step in N seconds"): `schedule(app, delay, reason)`,
+  called after every step whose `Outcome.continue_after` is not None. It carries `not_before` (unix
+  seconds) and a `token` naming its chain: `continuations/<app>` records the newest chain, a step of an
+  older chain runs but schedules nothing more, so an app never has two chains of steps going.
 
-A dispatcher never raises for one refresh that failed: it returns the failures by app, so the caller can
-decide (the webhook answers 503, the poll keeps that repo's heads unsaved so the next tick retries).
+In the cloud each is one Pub/Sub message to the refresh topic (attribute `app`, and `notBefore` for a
+continuation), pushed to the reconcile function. Pub/Sub has no delivery delay: the reconcile function
+refuses a continuation that arrives early with HTTP 429 (`NotYet`), which Pub/Sub counts as a nack and
+redelivers after the subscription's retry-policy backoff, until it is due (infra/pubsub.tf sets the
+backoff; README "Continuations" explains the trade-off). Locally (`TIDECD_REFRESH_TOPIC` unset) both go to
+the process's `LocalScheduler`. Either way the step itself is `run_step`: the same code path.
+
+A dispatcher never raises for one refresh that failed: `dispatch` returns the failures by app, so the
+caller can decide (the webhook answers 503, the poll keeps the refresh for its next tick).
 """
 
 from __future__ import annotations
@@ -16,118 +29,164 @@ import binascii
 import json
 import os
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
-from tidecd.errors import ConfigError, PermanentError
+from tidecd import pending
+from tidecd.errors import ConfigError, PermanentError, TemporaryError, TidecdError
 
 if TYPE_CHECKING:
+    from tidecd.reconcile import Outcome
     from tidecd.runtime import Runtime
+    from tidecd.scheduler import LocalScheduler
+    from tidecd.store import ObjectStore
 
 log = structlog.get_logger("tidecd.dispatch")
 
 PUBLISH_TIMEOUT = 30.0
-ALREADY_RUNNING = "already running"
+LEASE_RETRY = 2.0  # locally: a step that found the app's lease held runs again this much later
+EARLY_SLACK = 0.5  # a continuation this close to its time runs now
 
 
 class BadRefreshMessage(PermanentError):
     """A refresh message that cannot be decoded: redelivering it will not help."""
 
 
+class NotYet(TemporaryError):
+    """A continuation delivered before its `not_before`: refuse it, Pub/Sub redelivers it after a backoff."""
+
+
 @dataclass(frozen=True)
 class Refresh:
-    """Reconcile `app` because of `reason`; `revision` is the commit that triggered it, for the logs."""
+    """Reconcile `app` because of `reason`; `revision` is the commit that triggered it (coalescing, logs).
+
+    With a `token` it is a continuation of the app's operation, due at `not_before` (unix seconds)."""
 
     app: str
     reason: str
     revision: str = ""
+    not_before: float = 0.0
+    token: str = ""
+
+    @property
+    def continuation(self) -> bool:
+        return bool(self.token)
 
     def to_json(self) -> bytes:
-        return json.dumps({"app": self.app, "reason": self.reason, "revision": self.revision},
-                          sort_keys=True).encode()
+        doc: dict[str, Any] = {"app": self.app, "reason": self.reason, "revision": self.revision}
+        if self.token:
+            doc |= {"notBefore": self.not_before, "token": self.token}
+        return json.dumps(doc, sort_keys=True).encode()
+
+    def attributes(self) -> dict[str, str]:
+        extra = {"notBefore": f"{self.not_before:.3f}"} if self.token else {}
+        return {"app": self.app, **extra}
+
+
+def continuation(app: str, delay: float, reason: str, *, now: Callable[[], float] = time.time) -> Refresh:
+    return Refresh(app, reason, not_before=now() + max(0.0, delay), token=uuid.uuid4().hex[:16])
 
 
 class Dispatcher(Protocol):
     def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
-        """Hand every refresh over; returns a short error message per app that could not be handed over."""
+        """Hand every refresh over (coalesced); a short error message per app that could not be handed over."""
+        ...
+
+    def schedule(self, app: str, delay: float, reason: str) -> None:
+        """Run the next step of `app` in `delay` seconds; raises TemporaryError when it cannot be handed over."""
         ...
 
 
-# --- locally: call reconcile in this process -------------------------------------------------------------
+def _coalesced(store: ObjectStore | None, refreshes: Sequence[Refresh],
+               send: Callable[[list[Refresh]], dict[str, str]]) -> dict[str, str]:
+    """Claim `pending/<app>` for each refresh and `send` only the claimed ones; a failed send gives the
+    claim back, so the redelivery (or the next poll) claims it anew."""
+    if store is None:
+        return send(list(refreshes))
+    claimed, failures = [], {}
+    for refresh in refreshes:
+        try:
+            if pending.claim(store, refresh.app, refresh.revision):
+                claimed.append(refresh)
+            else:
+                log.info("refresh coalesced", app=refresh.app, reason=refresh.reason)
+        except TidecdError as exc:
+            failures[refresh.app] = f"cannot record the refresh: {exc}"[:300]
+    sent = send(claimed) if claimed else {}
+    for app in sent:
+        pending.release(store, app)
+    return failures | sent
+
+
+# --- locally: the in-process scheduler -------------------------------------------------------------------
 
 
 class DirectDispatcher:
-    """Runs `reconcile` for each refresh on a bounded thread pool and returns when all are done.
+    """Hands refreshes and continuations to the process's `LocalScheduler` and returns at once.
 
-    Each refresh gets its own Runtime from `runtime_factory` (a Runtime caches config and cluster clients
-    and is not shared across threads). A refresh that finds the app's lease held waits for it, up to
-    `lease_wait` seconds, and runs again: the call holding the lease may have resolved the revision before
-    the push that caused this refresh, so skipping would lose the push until the next poll.
+    Each job gets its own Runtime from `runtime_factory` (a Runtime caches config and cluster clients and
+    is not shared across threads); a job whose step found the app's lease held runs again `LEASE_RETRY`
+    seconds later.
     """
 
-    def __init__(self, runtime_factory: Callable[[], Runtime], *, max_workers: int = 4,
-                 lease_wait: float = 60.0, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, runtime_factory: Callable[[], Runtime], *, store: ObjectStore | None = None,
+                 scheduler: LocalScheduler | None = None) -> None:
         self.runtime_factory = runtime_factory
-        self.max_workers = max_workers
-        self.lease_wait = lease_wait
-        self.sleep = sleep
+        self.store = store
+        self._scheduler = scheduler
+
+    @property
+    def scheduler(self) -> LocalScheduler:
+        if self._scheduler is None:
+            from tidecd import scheduler
+
+            self._scheduler = scheduler.shared()
+        return self._scheduler
 
     def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
-        if not refreshes:
-            return {}
-        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(refreshes)),
-                                thread_name_prefix="tidecd-refresh") as pool:
-            results = list(pool.map(self._run, refreshes))
-        return {r.app: error for r, error in zip(refreshes, results, strict=True) if error}
+        return _coalesced(self.store, refreshes, self._submit_all)
 
-    def _run(self, refresh: Refresh) -> str:
-        """"" when reconciled, else why not (the message of a failed call, never a traceback)."""
-        from tidecd.reconcile import reconcile
+    def schedule(self, app: str, delay: float, reason: str) -> None:
+        refresh = continuation(app, delay, reason)
+        if self.store is not None:
+            pending.record_continuation(self.store, app, delay, reason, refresh.token)
+        self._submit(refresh)
 
-        waited, delay = 0.0, 0.5
+    def _submit_all(self, refreshes: list[Refresh]) -> dict[str, str]:
+        for refresh in refreshes:
+            self._submit(refresh)
+        return {}
+
+    def _submit(self, refresh: Refresh) -> None:
+        delay = max(0.0, refresh.not_before - time.time()) if refresh.continuation else 0.0
+        self.scheduler.submit(f"{refresh.app}\0{refresh.token}", delay, lambda: self._job(refresh))
+
+    def _job(self, refresh: Refresh) -> float | None:
         try:
-            while True:
-                outcome = reconcile(self.runtime_factory(), refresh.app, reason=refresh.reason)
-                if outcome.skipped != ALREADY_RUNNING:
-                    self._continue(refresh, outcome.continue_after)
-                    return ""
-                if waited >= self.lease_wait:
-                    return f"still {ALREADY_RUNNING} after {self.lease_wait:.0f}s"
-                pause = min(delay, self.lease_wait - waited)
-                self.sleep(pause)
-                waited, delay = waited + pause, min(delay * 2, 5.0)
+            outcome = run_step(self.runtime_factory(), refresh, self)
         except Exception as exc:  # one app's failure must not stop the others
-            log.warning("refresh failed", app=refresh.app, reason=refresh.reason, error=type(exc).__name__)
-            return f"{type(exc).__name__}: {exc}"[:300]
+            log.warning("step failed", app=refresh.app, reason=refresh.reason,
+                        error=f"{type(exc).__name__}: {exc}"[:300])
+            return None
+        return LEASE_RETRY if outcome.skipped else None
 
 
-    def _continue(self, refresh: Refresh, after: float | None, limit: float = 600.0) -> None:
-        """Interim local continuation: run the operation's next steps here until nothing is pending."""
-        from tidecd.reconcile import reconcile
-
-        spent = 0.0
-        while after is not None and spent < limit:
-            pause = min(max(after, 0.0), 1.0)
-            self.sleep(pause)
-            spent += pause + 0.01
-            outcome = reconcile(self.runtime_factory(), refresh.app, reason=f"{refresh.reason} (continued)")
-            after = outcome.continue_after
-
-
-# --- in the cloud: one Pub/Sub message per app -----------------------------------------------------------
+# --- in the cloud: one Pub/Sub message per refresh or continuation ---------------------------------------
 
 
 class PubSubDispatcher:
     """Publishes one message per refresh to `topic` (`projects/P/topics/T`, or `T` with the project from
     `GOOGLE_CLOUD_PROJECT`). The client is created on first use; it talks to the emulator when
-    `PUBSUB_EMULATOR_HOST` is set (google-cloud-pubsub reads that variable itself)."""
+    `PUBSUB_EMULATOR_HOST` is set (google-cloud-pubsub reads that variable itself). With a `store`,
+    refreshes are coalesced and continuations recorded (`tidecd.pending`)."""
 
-    def __init__(self, topic: str, *, timeout: float = PUBLISH_TIMEOUT) -> None:
+    def __init__(self, topic: str, *, store: ObjectStore | None = None, timeout: float = PUBLISH_TIMEOUT) -> None:
         self.topic = topic_path(topic)
+        self.store = store
         self.timeout = timeout
         self._client: Any = None
 
@@ -135,10 +194,22 @@ class PubSubDispatcher:
         return f"PubSubDispatcher({self.topic!r})"
 
     def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
+        return _coalesced(self.store, refreshes, self.publish)
+
+    def schedule(self, app: str, delay: float, reason: str) -> None:
+        refresh = continuation(app, delay, reason)
+        if self.store is not None:
+            pending.record_continuation(self.store, app, delay, reason, refresh.token)
+        failures = self.publish([refresh])
+        if failures:
+            raise TemporaryError(failures[app])
+
+    def publish(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
+        """One message per refresh, as it is (no coalescing); the failures by app."""
         if not refreshes:
             return {}
         client = self._publisher()
-        futures = [(r, client.publish(self.topic, r.to_json(), app=r.app)) for r in refreshes]
+        futures = [(r, client.publish(self.topic, r.to_json(), **r.attributes())) for r in refreshes]
         failures: dict[str, str] = {}
         for refresh, future in futures:
             try:
@@ -197,17 +268,87 @@ def decode_message(data: bytes, attributes: Mapping[str, str]) -> Refresh:
     app = doc.get("app") or attributes.get("app")
     if not isinstance(app, str) or not app:
         raise BadRefreshMessage("refresh message: no app name (data.app or attribute app)")
-    reason, revision = doc.get("reason", ""), doc.get("revision", "")
-    if not isinstance(reason, str) or not isinstance(revision, str):
-        raise BadRefreshMessage(f"refresh message for {app!r}: reason and revision must be strings")
-    return Refresh(app=app, reason=reason, revision=revision)
+    reason, revision, token = doc.get("reason", ""), doc.get("revision", ""), doc.get("token", "")
+    if not isinstance(reason, str) or not isinstance(revision, str) or not isinstance(token, str):
+        raise BadRefreshMessage(f"refresh message for {app!r}: reason, revision and token must be strings")
+    not_before = doc.get("notBefore", attributes.get("notBefore", 0))
+    try:
+        due = float(not_before) if not isinstance(not_before, bool) else None
+    except (TypeError, ValueError):
+        due = None
+    if due is None or due != due:  # NaN
+        raise BadRefreshMessage(f"refresh message for {app!r}: notBefore must be a number of unix seconds")
+    return Refresh(app=app, reason=reason, revision=revision, not_before=due, token=token)
+
+
+# --- one step, the same in every mode --------------------------------------------------------------------
+
+
+def check_due(refresh: Refresh, *, now: Callable[[], float] = time.time) -> None:
+    """Raise NotYet for a continuation that arrived before its time (the cloud entry point's first check)."""
+    early = refresh.not_before - now()
+    if refresh.continuation and early > EARLY_SLACK:
+        raise NotYet(f"{refresh.app}: continuation due in {early:.1f}s", delay=early)
+
+
+def run_step(runtime: Runtime, refresh: Refresh, dispatcher: Dispatcher) -> Outcome:
+    """One reconcile step for `refresh`, then what it leads to: a refresh's coalescing record is finished
+    (one more refresh handed over when it was marked for another revision) and the next step is scheduled
+    when the outcome asks for one. A skipped step (the app's lease is held) changes nothing: the caller
+    retries it (Pub/Sub redelivers, the local scheduler runs it again)."""
+    from tidecd.reconcile import reconcile
+
+    started = time.monotonic()
+    outcome = reconcile(runtime, refresh.app, reason=refresh.reason)
+    log.info("step", app=refresh.app, reason=refresh.reason, continuation=refresh.continuation,
+             skipped=outcome.skipped, seconds=round(time.monotonic() - started, 3),
+             continue_after=getattr(outcome, "continue_after", None))
+    if outcome.skipped:
+        return outcome
+    _continue(runtime.store, dispatcher, refresh, getattr(outcome, "continue_after", None))
+    if not refresh.continuation:
+        reconciled = outcome.state.revision if outcome.state is not None else ""
+        if pending.finish(runtime.store, refresh.app, reconciled):
+            again = replace(refresh, reason=f"again after: {refresh.reason}"[:200], revision="")
+            failures = dispatcher_publish(dispatcher, again)
+            if failures:
+                pending.release(runtime.store, refresh.app)
+    return outcome
+
+
+def dispatcher_publish(dispatcher: Dispatcher, refresh: Refresh) -> dict[str, str]:
+    """Hand `refresh` over without claiming (its caller holds the app's `pending/` record)."""
+    if isinstance(dispatcher, PubSubDispatcher):
+        return dispatcher.publish([refresh])
+    if isinstance(dispatcher, DirectDispatcher):
+        return dispatcher._submit_all([refresh])
+    return dispatcher.dispatch([refresh])
+
+
+def _continue(store: ObjectStore, dispatcher: Dispatcher, refresh: Refresh, after: float | None) -> None:
+    """Schedule the next step when asked for, keeping one chain of continuations per app."""
+    recorded = pending.continuation(store, refresh.app)
+    if after is None:
+        if recorded is not None:
+            pending.clear_continuation(store, refresh.app)
+        return
+    now = time.time()
+    if refresh.continuation:
+        if recorded is not None and recorded.token != refresh.token:
+            log.info("continuation superseded", app=refresh.app, token=refresh.token)
+            return  # a newer chain exists: this one ends here
+    elif recorded is not None and now <= recorded.due <= now + after + 1.0:
+        return  # the live chain's next step comes soon enough
+    dispatcher.schedule(refresh.app, after, f"continue: {refresh.reason}"[:200] if not refresh.continuation
+                        else refresh.reason)
 
 
 def dispatcher_for(runtime: Runtime) -> Dispatcher:
-    """Pub/Sub when `TIDECD_REFRESH_TOPIC` is set, else direct calls sharing this runtime's settings/store."""
+    """Pub/Sub when `TIDECD_REFRESH_TOPIC` is set, else the local scheduler sharing this runtime's settings
+    and store."""
     if runtime.settings.refresh_topic:
-        return PubSubDispatcher(runtime.settings.refresh_topic)
+        return PubSubDispatcher(runtime.settings.refresh_topic, store=runtime.store)
     from tidecd.runtime import Runtime
 
     settings, store = runtime.settings, runtime.store
-    return DirectDispatcher(lambda: Runtime(settings=settings, store=store))
+    return DirectDispatcher(lambda: Runtime(settings=settings, store=store), store=store)

@@ -8,7 +8,8 @@ targetRevision resolves to moved, or its repository was never seen, or it was ne
 (no `state/apps/<app>.json`: a new app); when the config source itself moved, every app is refreshed
 (its spec may have changed). Then the drift sweep: every automated or self-healing app not refreshed yet
 is refreshed too, since drift happens in the cluster, not in git, and a reconcile with nothing changed
-is cheap.
+is cheap. Before both, any running operation whose next step is long overdue (`continuations/<app>`:
+nothing ran for twice its expected delay) is resumed.
 
 The tick is time-bound (a function has a deadline): it stops dispatching after `max_seconds` and reports
 what was left. New heads are saved after dispatching; a change-driven refresh that was cut off or could
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from tidecd import pending
 from tidecd import source as git
 from tidecd.config import (
     Application,
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from tidecd.runtime import Runtime
 
 log = structlog.get_logger("tidecd.poll")
+now_unix = time.time
 
 LsRemote = Callable[[str, Any], dict[str, str]]
 DRIFT_SWEEP = "drift sweep"
@@ -64,6 +67,7 @@ class PollSummary:
     elapsed: float = 0.0
     left: list[str] = field(default_factory=list)  # not dispatched: the time budget ran out
     config_changed: bool = False
+    resumed: list[str] = field(default_factory=list)  # running operations whose continuation was lost
 
 
 @dataclass
@@ -107,6 +111,8 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
     refreshes = {r.app: r for r in pending if r.app in reachable}
     for name, refresh in _changes(runtime, repos, apps, summary).items():
         refreshes.setdefault(name, refresh)
+    for refresh in _lost_continuations(runtime, {a.name for a in apps}, now_unix(), summary):
+        refreshes.setdefault(refresh.app, refresh)
     drift = [Refresh(a.name, DRIFT_SWEEP) for a in sorted(apps, key=lambda a: a.name)
              if (a.sync_policy.self_heal or a.sync_policy.automated) and a.name not in refreshes
              and a.name in reachable]
@@ -120,7 +126,7 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
         _save_pending(runtime, left, generation, summary)
     summary.elapsed = now() - start
     log.info("poll", repos=summary.repos_checked, ls_remote_calls=summary.ls_remote_calls,
-             refreshed=summary.apps_refreshed, drift_checked=len(summary.drift_checked),
+             refreshed=summary.apps_refreshed, resumed=summary.resumed, drift_checked=len(summary.drift_checked),
              errors=len(summary.errors), left=len(summary.left), elapsed=round(summary.elapsed, 3))
     return summary
 
@@ -139,6 +145,19 @@ def _oci_chart(source: ApplicationSource) -> str:
 
 def _keys_of(app: Application) -> list[str]:
     return [_key_of(source) for source in app.all_sources]
+
+
+def _lost_continuations(runtime: Runtime, names: set[str], now: float, summary: PollSummary) -> list[Refresh]:
+    """Refreshes for apps whose recorded next step is long overdue (`tidecd.pending`): a process died or a
+    message was dead-lettered; the step they lead to resumes the operation and schedules a new chain."""
+    try:
+        recorded = pending.continuations(runtime.store)
+    except TidecdError as exc:
+        summary.errors.append(f"listing {pending.CONTINUATIONS}: {exc}")
+        return []
+    lost = [c for c in recorded if c.app in names and c.overdue(now)]
+    summary.resumed = [c.app for c in lost]
+    return [Refresh(c.app, f"resume: continuation lost ({c.reason})"[:200]) for c in lost]
 
 
 def _group(apps: Iterable[Application], config_source: Any) -> dict[str, _Repo]:

@@ -28,7 +28,7 @@ from tidecd.poll import DRIFT_SWEEP, poll
 from tidecd.runtime import Runtime, Settings
 from tidecd.source import RefCache
 from tidecd.state import state_key
-from tidecd.store import MemoryStore, acquire_lease, release_lease
+from tidecd.store import MemoryStore
 
 REPO_A = "https://github.com/acme/apps.git"
 REPO_B = "https://gitlab.example.com/platform/infra.git"
@@ -386,37 +386,21 @@ def test_pending_refreshes_wait_for_their_repo_and_vanish_with_their_app(tmp_pat
 # --- the dispatchers the use cases hand refreshes to -----------------------------------------------------
 
 
-def test_direct_dispatcher_waits_for_a_held_lease_and_then_reconciles(tmp_path: Path) -> None:
+def test_direct_dispatcher_runs_the_real_reconcile_after_answering(tmp_path: Path) -> None:
+    from tidecd.scheduler import LocalScheduler
+
     runtime = make_runtime(tmp_path, [application("web", REPO_A)])
-    assert acquire_lease(runtime.store, "ghost", "another-call", ttl_seconds=600)
-    slept: list[float] = []
-
-    def sleep(seconds: float) -> None:  # the other call finishes while we wait
-        slept.append(seconds)
-        if len(slept) == 2:
-            assert release_lease(runtime.store, "ghost", "another-call")
-
+    scheduler = LocalScheduler(workers=1)
     factory = lambda: Runtime(settings=runtime.settings, store=runtime.store)  # noqa: E731
-    failures = DirectDispatcher(factory, sleep=sleep).dispatch([Refresh("ghost", "webhook")])
+    failures = DirectDispatcher(factory, store=runtime.store, scheduler=scheduler).dispatch(
+        [Refresh("ghost", "webhook")])
 
-    # the app is not in the config: the real reconcile records that in its state instead of raising
     assert failures == {}
-    assert slept == [0.5, 1.0]
+    assert scheduler.wait_idle(30)
+    # the app is not in the config: the real reconcile records that in its state instead of raising
     state = json.loads(runtime.store.read(state_key("ghost")).data)  # type: ignore[union-attr]
     assert "not found" in json.dumps(state["conditions"])
-
-
-def test_direct_dispatcher_gives_up_on_a_lease_held_too_long(tmp_path: Path) -> None:
-    runtime = make_runtime(tmp_path, [application("web", REPO_A)])
-    assert acquire_lease(runtime.store, "web", "another-call", ttl_seconds=600)
-    slept: list[float] = []
-    factory = lambda: Runtime(settings=runtime.settings, store=runtime.store)  # noqa: E731
-
-    failures = DirectDispatcher(factory, lease_wait=4, sleep=slept.append).dispatch([Refresh("web", "poll")])
-
-    assert failures == {"web": "still already running after 4s"}
-    assert slept == [0.5, 1.0, 2.0, 0.5]  # doubling, never past lease_wait in total
-    assert runtime.store.read(state_key("web")) is None  # never ran
+    assert runtime.store.read("pending/ghost") is None  # the coalescing record is finished
 
 
 def test_dispatcher_for_picks_pubsub_only_when_a_topic_is_set(tmp_path: Path) -> None:
@@ -454,3 +438,26 @@ def test_decode_refresh_round_trip_and_attribute_fallback() -> None:
 def test_decode_refresh_refuses_bad_messages_permanently(data: dict[str, Any], message: str) -> None:
     with pytest.raises(BadRefreshMessage, match=message):
         decode_refresh(data)
+
+
+def test_a_running_operation_whose_continuation_was_lost_is_resumed(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidecd import pending
+    from tidecd import poll as poller
+
+    runtime = make_runtime(tmp_path, [application("web", REPO_A), application("api", REPO_A)])
+    git, sent = FakeGit({REPO_A: heads(SHA[1])}), Recorder()
+    reconciled(runtime, "web", "api")
+    run(runtime, git, sent)  # the repository is seen: nothing to refresh from now on
+    sent.refreshes.clear()
+    pending.record_continuation(runtime.store, "web", 5.0, "wave 1: waiting for Deployment/web/web", "t1",
+                                now=lambda: 1000.0)
+    pending.record_continuation(runtime.store, "gone", 5.0, "wave 0", "t3", now=lambda: 0.0)  # not in config
+    monkeypatch.setattr(poller, "now_unix", lambda: 1000.0 + 5.0 + pending.OVERDUE_GRACE + 1)
+    pending.record_continuation(runtime.store, "api", 5.0, "wave 0", "t2",
+                                now=lambda: 1000.0 + pending.OVERDUE_GRACE)  # recent: still on its way
+
+    summary = run(runtime, git, sent)
+
+    assert summary.resumed == ["web"]
+    assert sent.reasons() == {"web": "resume: continuation lost (wave 1: waiting for Deployment/web/web)"}
