@@ -15,6 +15,7 @@ locals {
     TIDECD_CONFIG        = var.config_source
     TIDECD_STORE         = "gs://${google_storage_bucket.state.name}/${var.store_prefix}"
     TIDECD_REFRESH_TOPIC = google_pubsub_topic.refresh.id
+    TIDECD_STEP_BUDGET   = tostring(var.step_budget_seconds)
     TIDECD_BIN_DIR       = "/workspace/bin" # helm and kustomize, packaged beside main.py
     LOG_EXECUTION_ID     = "true"
   }

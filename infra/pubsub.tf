@@ -3,6 +3,14 @@
 # TemporaryError) is retried with exponential backoff; after reconcile_max_attempts the message moves to
 # the dead-letter topic, whose subscription keeps it a week for inspection.
 #
+# Continuations ride the same topic: a reconcile step that must wait publishes its next step with a
+# `notBefore` attribute, and reconcile answers 429 (a nack) to a continuation that arrives early, so the
+# retry policy's backoff is the delay (Pub/Sub has no scheduled delivery). Hence a short minimum backoff
+# (a health check a few seconds out), a maximum of a minute (a long retry backoff costs a cheap refusal a
+# minute), and enough delivery attempts that a continuation due in ~25 minutes is not dead-lettered; one
+# that is anyway (or lost with its instance) is resumed by the poll within three minutes of being overdue
+# (continuations/<app> in the store).
+#
 # A push subscription rather than the function's event_trigger: Eventarc owns the subscription it
 # creates, so Terraform could not give it a dead-letter policy. functions-framework turns the Pub/Sub
 # push body into the same CloudEvent, so reconcile keeps its @functions_framework.cloud_event signature.
@@ -57,7 +65,7 @@ resource "google_pubsub_subscription" "reconcile" {
   project                    = var.project_id
   name                       = "${var.name_prefix}-reconcile"
   topic                      = google_pubsub_topic.refresh.id
-  ack_deadline_seconds       = 600 # above reconcile's longest timeout (540 s)
+  ack_deadline_seconds       = 360 # above reconcile's timeout (300 s); a step's waiting is bounded by TIDECD_STEP_BUDGET
   message_retention_duration = "86400s"
   labels                     = var.labels
 
@@ -71,8 +79,8 @@ resource "google_pubsub_subscription" "reconcile" {
   }
 
   retry_policy {
-    minimum_backoff = "10s"
-    maximum_backoff = "600s"
+    minimum_backoff = "${var.continuation_backoff_seconds.min}s"
+    maximum_backoff = "${var.continuation_backoff_seconds.max}s"
   }
 
   dead_letter_policy {

@@ -117,11 +117,36 @@ variable "sealing_key_versions" {
 variable "reconcile_max_attempts" {
   description = "Deliveries of one refresh message to reconcile before it goes to the dead-letter topic."
   type        = number
-  default     = 10
+  default     = 30 # early continuations are nacked too (see pubsub.tf): 30 attempts ≈ 25 minutes
 
   validation {
     condition     = var.reconcile_max_attempts >= 5 && var.reconcile_max_attempts <= 100
     error_message = "reconcile_max_attempts must be between 5 and 100 (Pub/Sub's limits for dead lettering)."
+  }
+}
+
+variable "continuation_backoff_seconds" {
+  description = "Retry backoff of the reconcile subscription (seconds): the delay between deliveries of a message reconcile refused, which is how a continuation waits until it is due (min ≈ its precision, max ≈ the cost of a long wait, one refusal per max)."
+  type = object({
+    min = number
+    max = number
+  })
+  default = { min = 2, max = 60 }
+
+  validation {
+    condition     = var.continuation_backoff_seconds.min >= 0 && var.continuation_backoff_seconds.min <= var.continuation_backoff_seconds.max && var.continuation_backoff_seconds.max <= 600
+    error_message = "continuation_backoff_seconds needs 0 <= min <= max <= 600 (Pub/Sub's limits)."
+  }
+}
+
+variable "step_budget_seconds" {
+  description = "How long one reconcile step may work (health polls included) before it records what it waits for and schedules its continuation (TIDECD_STEP_BUDGET)."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.step_budget_seconds >= 1 && var.step_budget_seconds <= 60
+    error_message = "step_budget_seconds must be between 1 and 60 (a step that must wait longer schedules its continuation)."
   }
 }
 

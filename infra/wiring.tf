@@ -33,9 +33,9 @@ locals {
     }
     reconcile = {
       entry_point  = "reconcile"
-      description  = "Pub/Sub push target: renders, diffs and syncs one application."
+      description  = "Pub/Sub push target: one bounded reconcile step of one application; schedules the next."
       public       = false
-      publishes    = false
+      publishes    = true # its own continuations, and the re-run of a coalesced refresh
       secret_env   = {}
       sealing_keys = true # unseals cluster and repository credentials
     }
@@ -54,7 +54,7 @@ locals {
     webhook   = { memory = "256M", cpu = "0.167", timeout_seconds = 60, max_instances = 10 }
     poll      = { memory = "512M", cpu = "0.333", timeout_seconds = 170, max_instances = 1 }
     images    = { memory = "512M", cpu = "0.333", timeout_seconds = 110, max_instances = 1 }
-    reconcile = { memory = "2Gi", cpu = "1", timeout_seconds = 540, max_instances = 20 }
+    reconcile = { memory = "2Gi", cpu = "1", timeout_seconds = 300, max_instances = 20 } # a cold render of a big chart; steps never wait
     api       = { memory = "1Gi", cpu = "0.583", timeout_seconds = 300, max_instances = 10 }
   }
   sizes = {

@@ -40,6 +40,7 @@ class Settings:
     plain_http_registries: str = ""
     public_url: str = ""  # the dashboard's public base URL (links in GitHub statuses and notifications)
     github_api_url: str = ""  # GitHub's API base URL; empty: https://api.github.com (or the github Secret's url)
+    step_budget: float = 10.0  # seconds one reconcile step may work before it schedules its continuation
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -58,6 +59,7 @@ class Settings:
             plain_http_registries=env.get("TIDECD_PLAIN_HTTP_REGISTRIES", ""),
             public_url=env.get("TIDECD_PUBLIC_URL", ""),
             github_api_url=env.get("TIDECD_GITHUB_API_URL", ""),
+            step_budget=_seconds(env, "TIDECD_STEP_BUDGET", cls.step_budget),
         )
 
     def __repr__(self) -> str:  # never print the secrets
@@ -93,6 +95,19 @@ def _directory_config(directory: Path) -> Config:
     config = load_config(directory, strict=False)
     _DIRECTORY_CONFIGS[str(directory)] = (stamp, config)
     return config
+
+
+def _seconds(env: dict[str, str], name: str, default: float) -> float:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 600:
+        raise ConfigError(f"{name}={text!r}: expected a number of seconds between 0 and 600")
+    return value
 
 
 @dataclass

@@ -295,3 +295,13 @@ def test_local_step_retries_while_the_lease_is_held(runtime: Runtime, monkeypatc
     scheduler = LocalScheduler()
     DirectDispatcher(lambda: runtime, store=runtime.store, scheduler=scheduler).dispatch([Refresh("web", "poll")])
     assert scheduler.wait_idle(5) and len(engine.calls) == 2
+
+
+def test_the_step_budget_comes_from_the_environment() -> None:
+    from tidecd.errors import ConfigError
+
+    assert Settings.from_env({}).step_budget == 10.0
+    assert Settings.from_env({"TIDECD_STEP_BUDGET": "4.5"}).step_budget == 4.5
+    for bad in ("soon", "0", "-3", "9999"):
+        with pytest.raises(ConfigError, match="TIDECD_STEP_BUDGET"):
+            Settings.from_env({"TIDECD_STEP_BUDGET": bad})

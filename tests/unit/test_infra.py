@@ -412,6 +412,42 @@ def check_refresh_fanout(tf: Module) -> list[str]:
     return problems
 
 
+def check_continuations(tf: Module) -> list[str]:
+    """The continuation mechanism (README "Continuations"): reconcile refuses an early continuation and the
+    reconcile subscription's retry backoff is the delay, so the backoff must be short enough to be precise,
+    the attempts many enough that a minutes-long wait is not dead-lettered, and every function must know
+    its step budget, well inside reconcile's timeout."""
+    problems = []
+    sub = tf["resource"].get("google_pubsub_subscription", {}).get("reconcile", {})
+    policy = one(sub.get("retry_policy", [{}]), "retry_policy")
+    backoff = tf["variable"].get("continuation_backoff_seconds", {}).get("default", {})
+    values = {}
+    for bound in ("minimum", "maximum"):
+        expr, short = policy.get(f"{bound}_backoff", ""), bound[:3]
+        if expr == f"${{var.continuation_backoff_seconds.{short}}}s" and short in backoff:
+            values[short] = float(backoff[short])
+        elif m := re.fullmatch(r"(\d+)s", str(expr)):
+            values[short] = float(m.group(1))
+        else:
+            problems.append(f"subscription reconcile: {bound}_backoff {expr!r} is neither seconds nor the variable")
+    if values.get("min", 0) > 10:
+        problems.append(f"subscription reconcile: minimum backoff {values['min']:g}s makes every continuation "
+                        "late by that much (at most 10 s)")
+    attempts = float(tf["variable"].get("reconcile_max_attempts", {}).get("default", 0))
+    if values and attempts * values.get("max", 0) < 20 * 60:
+        problems.append(f"subscription reconcile: {attempts:g} attempts × {values.get('max', 0):g}s backoff "
+                        "dead-letters a continuation due in under 20 minutes")
+    if not tf["locals"].get("functions", {}).get("reconcile", {}).get("publishes"):
+        problems.append("local.functions.reconcile: may not publish, so it cannot schedule its continuations")
+    if tf["locals"].get("common_env", {}).get("TIDECD_STEP_BUDGET") != "${tostring(var.step_budget_seconds)}":
+        problems.append("local.common_env: TIDECD_STEP_BUDGET is not var.step_budget_seconds")
+    budget = float(tf["variable"].get("step_budget_seconds", {}).get("default", 0))
+    timeout = float(tf["locals"]["size_defaults"]["reconcile"]["timeout_seconds"])
+    if not 0 < budget <= timeout / 2:
+        problems.append(f"step budget {budget:g}s is not within half of reconcile's timeout ({timeout:g}s)")
+    return problems
+
+
 def memory_mib(text: str) -> float:
     m = re.fullmatch(r"(\d+)(M|Mi|G|Gi)", text)
     assert m, text
@@ -488,7 +524,7 @@ def test_terraform_evaluates_the_secret_grants_the_wiring_needs(tf: Module, terr
 def test_terraform_evaluates_public_functions_and_size_overrides(terraform: Terraform) -> None:
     assert set(terraform.evaluate("local.public_functions")) == {"webhook", "api"}
     sizes = terraform.evaluate("local.sizes", function_sizes='{reconcile={memory="4Gi",cpu="2"}}')
-    assert sizes["reconcile"] == {"memory": "4Gi", "cpu": "2", "timeout_seconds": 540, "max_instances": 20}
+    assert sizes["reconcile"] == {"memory": "4Gi", "cpu": "2", "timeout_seconds": 300, "max_instances": 20}
     assert sizes["webhook"] == {"memory": "256M", "cpu": "0.167", "timeout_seconds": 60, "max_instances": 10}
 
 
@@ -502,6 +538,8 @@ def test_terraform_evaluates_public_functions_and_size_overrides(terraform: Terr
         ("region", "us-central1"),
         ("function_sizes", '{api={memory="2Gi",timeout_seconds=540,max_instances=3}}'),
         ("sealing_key_versions", '["latest","3"]'),
+        ("continuation_backoff_seconds", "{min=0,max=600}"),
+        ("step_budget_seconds", "30"),
     ],
 )
 def test_variable_validations_accept(terraform: Terraform, name: str, value: str) -> None:
@@ -521,6 +559,8 @@ def test_variable_validations_accept(terraform: Terraform, name: str, value: str
         ("source_zip", "dist/functions.tar.gz", "source_zip must be the path of a .zip file"),
         ("sealing_key_versions", '["newest"]', "sealing_key_versions must be a non-empty list"),
         ("reconcile_max_attempts", "3", "reconcile_max_attempts must be between 5 and 100"),
+        ("continuation_backoff_seconds", "{min=30,max=10}", "continuation_backoff_seconds needs"),
+        ("step_budget_seconds", "0", "step_budget_seconds must be between 1 and 60"),
     ],
 )
 def test_variable_validations_reject(terraform: Terraform, name: str, value: str, message: str) -> None:
@@ -558,6 +598,31 @@ def test_no_role_broader_than_needed(tf: Module) -> None:
 
 def test_refreshes_reach_reconcile_with_retries_and_dead_letters(tf: Module) -> None:
     assert check_refresh_fanout(tf) == []
+
+
+def test_continuations_wait_on_the_retry_backoff_within_the_step_budget(tf: Module) -> None:
+    assert check_continuations(tf) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("resource", "google_pubsub_subscription", "reconcile", "retry_policy"),
+         [{"minimum_backoff": "30s", "maximum_backoff": "600s"}], "minimum backoff 30s"),
+        (("variable", "reconcile_max_attempts", "default"), 5, "dead-letters a continuation"),
+        (("locals", "common_env", "TIDECD_STEP_BUDGET"), "10", "TIDECD_STEP_BUDGET is not"),
+        (("locals", "functions", "reconcile", "publishes"), False, "cannot schedule its continuations"),
+        (("variable", "step_budget_seconds", "default"), 200, "not within half of reconcile's timeout"),
+    ],
+)
+def test_check_continuations_fails_on_a_broken_copy(tf: Module, path: tuple[str, ...], value: Any,
+                                                    message: str) -> None:
+    broken = copy.deepcopy(tf)
+    target = broken
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
+    assert any(message in p for p in check_continuations(broken)), check_continuations(broken)
 
 
 def test_only_webhook_and_api_are_public(tf: Module) -> None:
