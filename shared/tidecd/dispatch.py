@@ -299,13 +299,13 @@ def run_step(runtime: Runtime, refresh: Refresh, dispatcher: Dispatcher) -> Outc
     from tidecd.reconcile import reconcile
 
     started = time.monotonic()
-    outcome = reconcile(runtime, refresh.app, reason=refresh.reason)
+    outcome = reconcile(runtime, refresh.app, reason=refresh.reason, budget=runtime.settings.step_budget)
     log.info("step", app=refresh.app, reason=refresh.reason, continuation=refresh.continuation,
              skipped=outcome.skipped, seconds=round(time.monotonic() - started, 3),
-             continue_after=getattr(outcome, "continue_after", None))
+             continue_after=outcome.continue_after)
     if outcome.skipped:
         return outcome
-    _continue(runtime.store, dispatcher, refresh, getattr(outcome, "continue_after", None))
+    _continue(runtime.store, dispatcher, refresh, outcome.continue_after)
     if not refresh.continuation:
         reconciled = outcome.state.revision if outcome.state is not None else ""
         if pending.finish(runtime.store, refresh.app, reconciled):

@@ -31,6 +31,7 @@
         ├── SourceUnavailable         a repository could not be reached
         ├── ClusterUnavailable        the API server could not be reached (connection, timeout)
         ├── LeaseHeld                 another call is reconciling the same app
+        ├── dispatch.NotYet           a continuation delivered before its `notBefore` (answered 429)
         ├── store.StoreUnavailable    the object store could not be reached or failed
         ├── store.Contended           a document kept changing under `update_json`
         ├── store.PreconditionFailed  a document changed since it was read (re-read and decide again)

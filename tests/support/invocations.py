@@ -18,7 +18,7 @@ from typing import Any
 
 import requests
 
-from tidecd.devcluster import free_port
+from tidecd_dev.devcluster import free_port
 
 
 @dataclass(frozen=True)
