@@ -115,3 +115,35 @@ def test_a_missing_ref_names_the_source_and_the_refs(gitops: GitOps, values_repo
     gitops.reconcile(automate=False)
     messages = [c["message"] for c in gitops.state().conditions]
     assert any("spec.sources[0]" in m and "no source has ref 'vals' (refs: $values)" in m for m in messages), messages
+
+
+def test_the_poll_refreshes_a_multi_source_app_when_any_source_moves(gitops: GitOps, values_repo: GitRepo) -> None:
+    from collections.abc import Sequence
+
+    from tidecd.dispatch import Refresh
+    from tidecd.poll import poll
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.refreshes: list[Refresh] = []
+
+        def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
+            self.refreshes.extend(refreshes)
+            return {}
+
+    gitops.push(CHART)
+    push(values_repo, {"envs/prod.yaml": "color: blue\n", "extra/cm.yaml": configmap("extra")})
+    app = multi_app(gitops, values_repo)
+    runtime = gitops.runtime()
+    recorder = Recorder()
+    poll(runtime, recorder, jitter_seconds=0)
+    gitops.reconcile(automate=False)
+    recorder.refreshes.clear()
+    summary = poll(runtime, recorder, jitter_seconds=0)
+    assert summary.repos_checked == 2 and not summary.errors
+    assert [r for r in recorder.refreshes if r.reason != "drift sweep"] == []
+    push(values_repo, {"envs/prod.yaml": "color: green\n"})  # only the values repository moves
+    poll(runtime, recorder, jitter_seconds=0)
+    assert [r.app for r in recorder.refreshes if r.reason.startswith("main moved")] == [app]
+    gitops.sync()
+    assert gitops.live("ConfigMap", "web-settings")["data"]["color"] == "green"  # type: ignore[index]
