@@ -18,6 +18,17 @@ locals {
     TIDECD_STEP_BUDGET   = tostring(var.step_budget_seconds)
     TIDECD_BIN_DIR       = "/workspace/bin" # helm and kustomize, packaged beside main.py
     LOG_EXECUTION_ID     = "true"
+    # the same numbers as the bucket's lifecycle rules (tidecd.retention)
+    TIDECD_RETAIN_DELIVERIES_DAYS = tostring(var.retention.deliveries_days)
+    TIDECD_RETAIN_SNAPSHOTS_DAYS  = tostring(var.retention.snapshots_days)
+    TIDECD_RETAIN_MANIFESTS_DAYS  = tostring(var.retention.manifests_days)
+    TIDECD_HISTORY_LIMIT          = tostring(var.retention.history_limit)
+  }
+
+  retention_prefixes = {
+    "deliveries/" = var.retention.deliveries_days
+    "snapshots/"  = var.retention.snapshots_days
+    "manifests/"  = var.retention.manifests_days
   }
 
   apis = toset(var.enable_apis ? [

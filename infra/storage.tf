@@ -48,6 +48,21 @@ resource "google_storage_bucket" "state" {
     enabled = true
   }
 
+  # Retention (tidecd.retention): deliveries, snapshots and manifests expire by age. Snapshots and
+  # manifests are caches, fetched or rendered again when needed; a delivery is only a redelivery guard.
+  dynamic "lifecycle_rule" {
+    for_each = local.retention_prefixes
+    content {
+      condition {
+        age            = lifecycle_rule.value
+        matches_prefix = ["${var.store_prefix}/${lifecycle_rule.key}"]
+      }
+      action {
+        type = "Delete"
+      }
+    }
+  }
+
   # State objects are rewritten often; keep a month of history to recover from a bad write.
   lifecycle_rule {
     condition {

@@ -50,6 +50,30 @@ variable "store_prefix" {
   }
 }
 
+variable "retention" {
+  description = "Days the state bucket keeps webhook deliveries, repository snapshots and rendered manifests (lifecycle rules), and state history entries per app."
+  type = object({
+    deliveries_days = number
+    snapshots_days  = number
+    manifests_days  = number
+    history_limit   = number
+  })
+  default = {
+    deliveries_days = 7
+    snapshots_days  = 30
+    manifests_days  = 30
+    history_limit   = 10
+  }
+
+  validation {
+    condition = alltrue([
+      for v in [var.retention.deliveries_days, var.retention.snapshots_days, var.retention.manifests_days,
+      var.retention.history_limit] : v >= 1 && floor(v) == v
+    ])
+    error_message = "retention values must be whole numbers of at least 1."
+  }
+}
+
 variable "function_sizes" {
   description = <<-EOT
     Per-function overrides, keyed by webhook, poll, images, reconcile or api: memory ("512M", "1Gi", ...), cpu

@@ -68,6 +68,17 @@ class PollSummary:
     left: list[str] = field(default_factory=list)  # not dispatched: the time budget ran out
     config_changed: bool = False
     resumed: list[str] = field(default_factory=list)  # running operations whose continuation was lost
+    expired: int = 0  # objects deleted by retention (local backend)
+
+
+def _expire(runtime: Runtime, summary: PollSummary) -> None:
+    """Retention in the local backend (GCS expires objects by lifecycle rules): at most 1,000 per tick."""
+    from tidecd import retention
+
+    try:
+        summary.expired = len(retention.sweep(runtime.store).deleted)
+    except TidecdError as exc:
+        summary.errors.append(f"retention: {exc}")
 
 
 @dataclass
@@ -124,6 +135,7 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
     left = [*carried, *(r for r in refreshes.values() if r.app in undone)]  # carried: its repo failed
     if left != pending:  # an unchanged list costs no write
         _save_pending(runtime, left, generation, summary)
+    _expire(runtime, summary)
     summary.elapsed = now() - start
     log.info("poll", repos=summary.repos_checked, ls_remote_calls=summary.ls_remote_calls,
              refreshed=summary.apps_refreshed, resumed=summary.resumed, drift_checked=len(summary.drift_checked),

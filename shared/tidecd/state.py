@@ -30,7 +30,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from tidecd.constants import HISTORY_LIMIT
 from tidecd.model import Action, HealthStatus, ResourceKey, SyncStatus
 from tidecd.store import ObjectStore
 
@@ -284,7 +283,9 @@ class AppState:
                     operation_id: str = "") -> HistoryEntry:
         next_id = (self.history[-1].id + 1) if self.history else 1
         entry = HistoryEntry(next_id, revision, now_iso(), result, source_path, target_revision, operation_id)
-        self.history = [*self.history, entry][-HISTORY_LIMIT:]
+        from tidecd.retention import history_limit
+
+        self.history = [*self.history, entry][-history_limit():]  # TIDECD_HISTORY_LIMIT (default 10)
         return entry
 
     def to_json(self) -> dict[str, Any]:

@@ -540,6 +540,7 @@ def test_terraform_evaluates_public_functions_and_size_overrides(terraform: Terr
         ("sealing_key_versions", '["latest","3"]'),
         ("continuation_backoff_seconds", "{min=0,max=600}"),
         ("step_budget_seconds", "30"),
+        ("retention", "{deliveries_days=1,snapshots_days=90,manifests_days=7,history_limit=50}"),
     ],
 )
 def test_variable_validations_accept(terraform: Terraform, name: str, value: str) -> None:
@@ -561,6 +562,8 @@ def test_variable_validations_accept(terraform: Terraform, name: str, value: str
         ("reconcile_max_attempts", "3", "reconcile_max_attempts must be between 5 and 100"),
         ("continuation_backoff_seconds", "{min=30,max=10}", "continuation_backoff_seconds needs"),
         ("step_budget_seconds", "0", "step_budget_seconds must be between 1 and 60"),
+        ("retention", "{deliveries_days=0,snapshots_days=30,manifests_days=30,history_limit=10}",
+         "retention values must be whole numbers of at least 1"),
     ],
 )
 def test_variable_validations_reject(terraform: Terraform, name: str, value: str, message: str) -> None:
@@ -794,3 +797,28 @@ def test_check_schedule_fails_when_images_is_not_every_two_minutes(tf: Module) -
     assert check_schedule(broken) == ["google_cloud_scheduler_job.images: schedule '*/3 * * * *' is not every 2 min"]
     del broken["resource"]["google_cloud_scheduler_job"]["images"]
     assert check_schedule(broken) == ["expected google_cloud_scheduler_job ['images', 'poll'], found ['poll']"]
+
+
+def test_state_bucket_expires_deliveries_snapshots_and_manifests_by_lifecycle_rules(tf: Module) -> None:
+    """Retention in GCS is the bucket's job (tidecd.retention): one Delete rule per prefix, by age."""
+    bucket = tf["resource"]["google_storage_bucket"]["state"]
+    [dynamic] = [d["lifecycle_rule"] for d in bucket["dynamic"] if "lifecycle_rule" in d]
+    assert dynamic["for_each"] == "${local.retention_prefixes}"
+    content = one(dynamic["content"], "lifecycle_rule content")
+    condition = one(content["condition"], "condition")
+    assert condition == {"age": "${lifecycle_rule.value}",
+                         "matches_prefix": ["${var.store_prefix}/${lifecycle_rule.key}"]}
+    assert one(content["action"], "action") == {"type": "Delete"}
+    assert tf["locals"]["retention_prefixes"] == {
+        "deliveries/": "${var.retention.deliveries_days}", "snapshots/": "${var.retention.snapshots_days}",
+        "manifests/": "${var.retention.manifests_days}"}
+    env = tf["locals"]["common_env"]
+    for variable, name in (("TIDECD_RETAIN_DELIVERIES_DAYS", "deliveries_days"),
+                            ("TIDECD_RETAIN_SNAPSHOTS_DAYS", "snapshots_days"),
+                            ("TIDECD_RETAIN_MANIFESTS_DAYS", "manifests_days"),
+                            ("TIDECD_HISTORY_LIMIT", "history_limit")):
+        assert env[variable] == f"${{tostring(var.retention.{name})}}", variable
+    from tidecd.retention import Retention
+
+    defaults = tf["variable"]["retention"]["default"]
+    assert defaults == dict(Retention().__dict__), "Terraform and tidecd agree on the defaults"
