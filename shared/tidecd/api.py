@@ -11,7 +11,6 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +22,12 @@ from tidecd.bearer import authorized
 from tidecd.diff import change_of
 from tidecd.errors import LimitExceeded, NotFound, OperationInProgress, PermanentError, TidecdError, disposition
 from tidecd.images import state as images_state
-from tidecd.model import ChangeEntry, ChangeSet, HealthStatus, ResourceKey, SyncStatus
+from tidecd.model import ChangeEntry, ChangeSet, HealthStatus, ResourceKey, Response, SyncStatus
 from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation
 from tidecd.runtime import Runtime
 
 PREFIX = "/api/v1"
 log = structlog.get_logger("tidecd.api")
-
-
-@dataclass(frozen=True)
-class Response:
-    status: int
-    body: dict[str, Any] = field(default_factory=dict)
 
 
 def error(status: int, code: str, message: str) -> Response:

@@ -18,6 +18,7 @@ ANNOTATION_HOOK: Final = "argocd.argoproj.io/hook"
 ANNOTATION_HOOK_DELETE_POLICY: Final = "argocd.argoproj.io/hook-delete-policy"
 ANNOTATION_SYNC_OPTIONS: Final = "argocd.argoproj.io/sync-options"
 ANNOTATION_COMPARE_OPTIONS: Final = "argocd.argoproj.io/compare-options"
+COMPARE_IGNORE_EXTRANEOUS: Final = "IgnoreExtraneous"  # a value of ANNOTATION_COMPARE_OPTIONS
 ANNOTATION_MANIFEST_GENERATE_PATHS: Final = "argocd.argoproj.io/manifest-generate-paths"
 
 # Notifications (Argo CD Notifications' annotation) and GitHub write-back (tidecd's own).

@@ -153,3 +153,12 @@ class ChangeSet:
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
+
+
+@dataclass(frozen=True)
+class Response:
+    """The HTTP-shaped answer of a use case (api, webhook): a status and a JSON body; the function entry
+    points (functions/main.py) and the CLI turn it into what they send or print."""
+
+    status: int
+    body: dict[str, Any] = field(default_factory=dict)

@@ -29,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from tidecd import health, notify, render, syncoptions
+from tidecd import constants, health, notify, render, syncoptions
 from tidecd import source as git
 from tidecd import state as app_state
 from tidecd.clock import SYSTEM, Clock
@@ -877,7 +877,8 @@ def _served(cluster: KubeCluster, group: str, kind: str) -> bool:
 
 
 def _ignores_extraneous(obj: Manifest) -> bool:
-    return "IgnoreExtraneous" in plan.annotations_of(obj).get("argocd.argoproj.io/compare-options", "")
+    options = plan.annotations_of(obj).get(constants.ANNOTATION_COMPARE_OPTIONS, "")
+    return constants.COMPARE_IGNORE_EXTRANEOUS in options
 
 
 def scope_lookup(cluster: KubeCluster, manifests: list[Manifest]) -> Callable[[str, str], bool]:

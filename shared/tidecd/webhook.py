@@ -30,6 +30,7 @@ from tidecd.constants import ANNOTATION_MANIFEST_GENERATE_PATHS
 from tidecd.dispatch import Dispatcher, Refresh
 from tidecd.errors import PermanentError, TemporaryError
 from tidecd.globs import compile_glob
+from tidecd.model import Response
 from tidecd.store import PreconditionFailed, write_json
 
 if TYPE_CHECKING:
@@ -45,12 +46,6 @@ _HEX = re.compile(r"[0-9a-f]+")
 _DELIVERY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _KINDS: dict[type, str] = {str: "a string", dict: "an object", list: "a list"}
 _PUSH_EVENTS = {"github": ("push",), "gitlab": ("Push Hook", "Tag Push Hook")}
-
-
-@dataclass(frozen=True)
-class Response:
-    status: int
-    body: dict[str, Any]
 
 
 @dataclass(frozen=True)

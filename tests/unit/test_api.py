@@ -10,6 +10,7 @@ import yaml
 
 from tidecd import api
 from tidecd import state as app_state
+from tidecd.model import Response
 from tidecd.runtime import Runtime, Settings
 from tidecd.store import MemoryStore
 
@@ -32,7 +33,7 @@ def runtime(tmp_path: Path) -> Runtime:
 
 
 def call(runtime: Runtime, method: str, path: str, body: dict[str, object] | None = None,
-         token: str = TOKEN) -> api.Response:
+         token: str = TOKEN) -> Response:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return api.handle(method, path, headers, json.dumps(body or {}).encode(), runtime)
 

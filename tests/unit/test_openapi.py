@@ -17,6 +17,7 @@ from jsonschema import Draft202012Validator
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
 from tidecd import api
 from tidecd import reconcile as engine
+from tidecd.model import Response
 from tidecd.runtime import Runtime
 from tidecd.store import MemoryStore
 
@@ -34,7 +35,7 @@ class Session:
         self.runtime, self.checked = runtime, []
 
     def call(self, method: str, path: str, body: Any = None, *, token: str = TOKEN,
-             raw: bytes | None = None) -> api.Response:
+             raw: bytes | None = None) -> Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         data = raw if raw is not None else json.dumps(body or {}).encode()
         bare, _, query = path.partition("?")
@@ -59,7 +60,7 @@ def schema_for(method: str, path: str, status: int) -> dict[str, Any]:
     return dict(answer["content"]["application/json"]["schema"])
 
 
-def check(method: str, path: str, answer: api.Response) -> None:
+def check(method: str, path: str, answer: Response) -> None:
     schema = {**schema_for(method, path, answer.status), "components": DOC["components"]}
     errors = list(Draft202012Validator(schema).iter_errors(answer.body))
     assert not errors, f"{method} {path} {answer.status}: {errors[0].message} at {list(errors[0].path)}"
