@@ -321,3 +321,49 @@ def test_a_dry_run_operation_writes_nothing_and_reports(h: Harness) -> None:
     assert {e.key.name: e.action for e in outcome.changes.entries} == {"a": Action.CONFIGURED, "b": Action.CREATED}
     assert key("ConfigMap", "b") not in h.cluster.objects
     assert len(h.state().history) == 1
+
+
+def generated_job(prefix: str, **notes: str) -> dict[str, Any]:
+    obj = job("unused", **notes)
+    del obj["metadata"]["name"]
+    obj["metadata"]["generateName"] = prefix
+    return obj
+
+
+def test_a_generate_name_hook_is_created_once_per_operation_even_when_a_step_dies(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    h.git.push([generated_job("migrate-", **{HOOK: "PreSync"}), deployment("web")])
+    h.sync()
+
+    class Killed(BaseException):
+        pass
+
+    original = h.cluster.apply
+
+    def apply_then_die(obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        result = original(obj, dry_run=dry_run)
+        if not dry_run and obj["kind"] == "Job":
+            raise Killed
+        return result
+
+    h.cluster.apply = apply_then_die  # type: ignore[method-assign]
+    with pytest.raises(Killed):
+        h.step()
+    h.cluster.apply = original  # type: ignore[method-assign]
+    [name] = h.cluster.created("Job")
+    assert name.startswith(f"migrate-{h.git.head[:7]}-presync-")
+    h.clock.advance(LEASE_TTL + 1)  # the killed step's lease expires
+    h.step()
+    assert h.cluster.created("Job") == [name]  # the resumed step found its hook: not created twice
+    h.cluster.complete(key("Job", name))
+    h.until_done()
+    assert h.op().phase is OperationPhase.SUCCEEDED
+    # The next operation names a new hook and, under BeforeHookCreation, deletes the earlier copy first.
+    monkeypatch.setattr(app_state, "now_iso", lambda: "2031-01-01T00:00:00Z")  # a later operation start
+    h.sync()
+    h.step()
+    second = [n for n in h.cluster.created("Job") if n != name]
+    assert len(second) == 1 and second[0].startswith("migrate-")
+    h.cluster.finish_deletes()
+    assert key("Job", name) not in h.cluster.objects
+    assert key("Job", second[0]) in h.cluster.objects
