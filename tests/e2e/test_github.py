@@ -309,3 +309,51 @@ def test_metrics_parse_and_move(gitops: GitOps, functions: Functions) -> None:
     assert delta("tidecd_stage_duration_seconds_count", stage="apply") >= 1
     assert delta("tidecd_stage_duration_seconds_count", stage="render") >= 1
     assert after[("tidecd_store_syncs_succeeded", ())] >= 1
+
+
+def test_preview_fans_out_through_pubsub_to_the_reconcile_function(
+        hub: GitOps, hub_functions: Functions, github_standin: GitHubStandIn, sealing: tuple[KeyPair, Path],
+        webhook_examples: dict[str, list[dict[str, Any]]], pubsub_emulator: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cloud path: the webhook publishes one kind=preview message per app on the refresh topic, the
+    emulator pushes it to the reconcile function (as Eventarc would), which runs the preview job."""
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import pubsub_v1
+
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", pubsub_emulator)
+    functions = hub_functions
+    _env(functions, github_standin, sealing[1])
+    repo = _repo_name(hub)
+    topic = f"projects/tidecd-test/topics/preview-{hub.namespace}"
+    subscription = f"projects/tidecd-test/subscriptions/preview-{hub.namespace}"
+    options = ClientOptions(api_endpoint=pubsub_emulator)
+    publisher = pubsub_v1.PublisherClient(credentials=AnonymousCredentials(), client_options=options)
+    subscriber = pubsub_v1.SubscriberClient(credentials=AnonymousCredentials(), client_options=options)
+    publisher.create_topic(name=topic)
+    functions.extra_env.update({"PUBSUB_EMULATOR_HOST": pubsub_emulator, "TIDECD_REFRESH_TOPIC": topic})
+    reconcile_fn = functions.start("reconcile", signature="cloudevent")
+    subscriber.create_subscription(name=subscription, topic=topic,
+                                   push_config={"push_endpoint": reconcile_fn.url + "/"}, ack_deadline_seconds=60)
+    try:
+        hub.push({"one/cm.yaml": configmap("one"), "two/cm.yaml": configmap("two")})
+        apps = [hub.application(name, path=name) for name in ("one", "two")]
+        hub.repo.git("checkout", "--quiet", "-b", "feature")
+        hub.repo.write("two/cm.yaml", yaml.safe_dump(configmap("two", {"size": "large"})))
+        head = hub.repo.commit("two grows")
+        hub.repo.push("feature")
+        started = time.monotonic()
+        answer = functions.deliver("pull_request", _pr_payload(webhook_examples, hub, "opened", 5, head, "feature"))
+        assert answer.status_code == 202, answer.text
+        assert time.monotonic() - started < 10  # within GitHub's delivery timeout
+        assert sorted(answer.json()["preview"]) == sorted(apps)
+        for app in apps:
+            assert eventually(lambda a=app: github_standin.status_states(repo, head, f"tidecd/preview/{a}"),
+                              what=f"the preview status of {app}") == ["success"]
+        body = eventually(lambda: (b := github_standin.comment_bodies(repo, 5)) and "pending" not in b[0] and b,
+                          what="the complete comment")
+        assert len(body) == 1 and all(f"`{a}`" in body[0] for a in apps)
+        assert "+  size: large" in body[0]
+    finally:
+        subscriber.delete_subscription(subscription=subscription)
+        publisher.delete_topic(topic=topic)
