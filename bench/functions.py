@@ -32,6 +32,7 @@ from typing import Any
 
 from bench.fixtures import Installation, Repo, application, configmap, create_namespaces, deployment, write_app
 from bench.harness import REPO_ROOT, Bench, Row, median, say, spread, timed
+from tidecd.model import SyncStatus
 from tidecd_dev.devcluster import free_port
 
 GROUP = "functions"
@@ -182,6 +183,10 @@ class _Counting:
         self.refreshes += len(refreshes)
         return self.inner.dispatch(refreshes) if self.inner is not None else {}
 
+    def schedule(self, app: str, delay: float, reason: str) -> None:
+        if self.inner is not None:
+            self.inner.schedule(app, delay, reason)
+
 
 def poll_tick(bench: Bench) -> list[Row]:
     from tidecd import render
@@ -202,7 +207,7 @@ def poll_tick(bench: Bench) -> list[Row]:
     apps = [f"poll-app-{i:04d}" for i in range(POLL_APPS)]
     for i, name in enumerate(apps):
         write_app(inst.config_dir, application(name, bench.git.repo_url(repos[i % POLL_REPOS]), "app", "bench-poll"))
-        app_state.save(inst.store, app_state.AppState(app=name, sync_status="Synced", revision=sha))
+        app_state.save(inst.store, app_state.AppState(app=name, sync_status=SyncStatus.SYNCED, revision=sha))
     warm = _Counting()
     first = poll(inst.runtime(), warm, jitter_seconds=0)  # warm-up: every repo is seen for the first time
     say(f"functions: first poll tick {first.elapsed:.2f}s handed over {warm.refreshes} refreshes (not run)")

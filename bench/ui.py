@@ -18,7 +18,7 @@ import yaml
 from bench.harness import Bench, Row, median, say, spread, timed
 from tidecd import api, ui
 from tidecd import state as app_state
-from tidecd.model import Action
+from tidecd.model import Action, HealthStatus, SyncStatus
 from tidecd.runtime import Runtime, Settings
 from tidecd.store import LocalStore
 
@@ -27,8 +27,9 @@ APPS = 1000
 REPS = 9
 TOKEN = secrets.token_hex(16)
 TIME_LIMIT, SIZE_LIMIT = 0.300, 200 * 1024
-SYNC = ("Synced", "Synced", "Synced", "OutOfSync", "Unknown")
-HEALTH = ("Healthy", "Healthy", "Progressing", "Degraded", "Missing", "Suspended")
+SYNC = (SyncStatus.SYNCED, SyncStatus.SYNCED, SyncStatus.SYNCED, SyncStatus.OUT_OF_SYNC, SyncStatus.UNKNOWN)
+HEALTH = (HealthStatus.HEALTHY, HealthStatus.HEALTHY, HealthStatus.PROGRESSING, HealthStatus.DEGRADED,
+          HealthStatus.MISSING, HealthStatus.SUSPENDED)
 
 
 def _application(i: int) -> dict[str, object]:
@@ -47,7 +48,8 @@ def _state(name: str, i: int) -> app_state.AppState:
     diff = "".join(f"-  key{j}: old-value-{j}\n+  key{j}: new-value-{j}\n" for j in range(8))
     current.resources = [
         app_state.ResourceStatus("apps" if k % 3 == 0 else "", ("Deployment", "Service", "ConfigMap")[k % 3],
-                                 f"ns-{i % 40}", f"obj-{k}", "OutOfSync" if k == 0 else "Synced", "Healthy",
+                                 f"ns-{i % 40}", f"obj-{k}", SyncStatus.OUT_OF_SYNC if k == 0 else SyncStatus.SYNCED,
+                                 HealthStatus.HEALTHY,
                                  changed=["data"] if k == 0 else [], diff=f"--- live\n+++ desired\n{diff}")
         for k in range(12)]
     current.operation = app_state.Operation(

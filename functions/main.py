@@ -63,7 +63,7 @@ def webhook(request: Request) -> Response:
         return _too_large(limit, "TIDECD_MAX_WEBHOOK_BYTES")
     runtime = _runtime()
     answer = hooks.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime))
-    metrics.count_webhook(request.headers, answer.status)
+    metrics.count_webhook(dict(request.headers), answer.status)
     return _json(answer.status, answer.body)
 
 

@@ -81,7 +81,7 @@ class GitOps:
         self.repo.push()
         return sha
 
-    def runtime(self, **settings: str) -> Runtime:
+    def runtime(self, **settings: Any) -> Runtime:
         values = {"config": str(self.config_dir), "store": str(self.store.root),
                   "kubeconfig": str(self.dev.kubeconfig), **settings}
         return Runtime(settings=Settings(**values), store=self.store)

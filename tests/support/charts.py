@@ -212,7 +212,7 @@ class Registry:
                     "layers": [descriptors[1]]}
         body = json.dumps(manifest).encode()
         requests.put(f"{base}/manifests/{tag}", data=body, timeout=30,
-                     headers={"Content-Type": manifest["mediaType"]}).raise_for_status()
+                     headers={"Content-Type": str(manifest["mediaType"])}).raise_for_status()
         return "sha256:" + hashlib.sha256(body).hexdigest()
 
     def stop(self) -> None:

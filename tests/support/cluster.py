@@ -42,7 +42,7 @@ def kubeconfig(cluster: DevCluster) -> str:
 def api_client(cluster: DevCluster) -> object:
     from kubernetes import config
 
-    return config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    return config.new_client_from_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture()
@@ -51,7 +51,7 @@ def namespace(api_client: object) -> Iterator[str]:
     from kubernetes import client
 
     name = f"t-{uuid.uuid4().hex[:10]}"
-    core = client.CoreV1Api(api_client)  # type: ignore[arg-type]
-    core.create_namespace({"metadata": {"name": name}})
+    core = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": name}})  # type: ignore[arg-type]
     yield name
     core.delete_namespace(name)

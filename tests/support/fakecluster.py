@@ -8,6 +8,7 @@ Nothing becomes healthy by itself: tests move objects along with `ready`, `compl
 
 from __future__ import annotations
 
+import builtins
 import copy
 import threading
 from collections.abc import Callable
@@ -154,7 +155,7 @@ class FakeCluster:
             obj["metadata"].update({"uid": f"uid-{self._rv}", "resourceVersion": str(self._rv), "generation": 1})
             self.objects[ResourceKey.of(obj)] = obj
 
-    def created(self, kind: str) -> list[str]:
+    def created(self, kind: str) -> builtins.list[str]:
         return [k.name for verb, k in self.calls if verb == "apply" and k.kind == kind]
 
     def _bump(self, obj: Manifest) -> None:

@@ -30,7 +30,7 @@ from tidecd.store import LocalStore
 def main(raw: str) -> None:
     args = json.loads(raw)
     point, marker = str(args["point"]), Path(args["marker"])
-    engine.LEASE_TTL = float(args.get("lease_ttl", engine.LEASE_TTL))
+    vars(engine)["LEASE_TTL"] = float(args.get("lease_ttl", vars(engine)["LEASE_TTL"]))
     applies = [0]
     stopped: list[str] = []
     lock = threading.Lock()
