@@ -13,6 +13,8 @@ pytest_plugins = [
     "tests.support.functions",
     "tests.support.github_standin",
     "tests.support.charts",
+    "tests.support.browser",
+    "tests.support.examples",
 ]
 
 

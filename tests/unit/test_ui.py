@@ -79,6 +79,7 @@ def runtime(tmp_path: Path) -> Runtime:
                                         step="wave 2: waiting for healthy state of apps/Deployment web/web", wave=2,
                                         results=[app_state.TaskResult(web.resources[0].key, "Sync", 2, False,
                                                                       Action.CONFIGURED, app_state.TaskPhase.RUNNING)])
+    web.reconciled_at = "2999-01-01T00:00:00Z"  # just compared: a page watching it takes no step of its own
     app_state.save(store, web)
     from tidecd.source import Snapshots
 
@@ -209,9 +210,11 @@ def test_app_page_tree_follows_owners_and_masks_secrets(runtime: Runtime) -> Non
     assert "https://github.com/o/r/commit/" + "a" * 40 in html
     assert "web: two replicas &lt;b&gt;" in html  # the commit subject, escaped
     assert 'data-phase="Running"' in html and 'hx-trigger="every 2s"' in html and "wave 2: waiting" in html
+    assert "/ui/apps/web/live?seen=OutOfSync.Healthy.Running" in html
     assert 'data-task="apps/Deployment web/web"' in html
     assert "web: two replicas" in get(runtime, "/ui/").body.decode()
-    assert "HX-Refresh" not in dict(get(runtime, "/ui/apps/web/live", was="running").headers)
+    assert "HX-Refresh" not in dict(get(runtime, "/ui/apps/web/live", seen="OutOfSync.Healthy.Running").headers)
+    assert "HX-Refresh" in dict(get(runtime, "/ui/apps/web/live", seen="OutOfSync.Healthy.").headers)
     split = get(runtime, "/ui/apps/web", diff="split").body.decode()
     assert split.count("replicas: 1") == 1 and split.count("replicas: 2") == 1
 

@@ -213,7 +213,7 @@ def _app_context(ctx: Context) -> dict[str, Any]:
 
     name = ctx.match["name"]
     app = ctx.runtime.app(name)
-    current = app_state.load(ctx.runtime.store, name)[0]
+    current = actions.watch(ctx.runtime, app_state.load(ctx.runtime.store, name)[0])
     from tidecd.source import Snapshots
 
     commit = Snapshots(ctx.runtime.store).commit(app.source.repo_url, current.revision) if current.revision else None
@@ -246,9 +246,11 @@ def app_page(ctx: Context) -> Page:
 def live(ctx: Context) -> Page:
     values = _app_context(ctx)
     page = render("_live.html", ctx, **values)
-    op = values["operation"]
-    if ctx.request.query.get("was") == "running" and not (op and op.running):
-        page.headers.append(("HX-Refresh", "true"))  # it ended: reload the page for the new tree and history
+    current, op = values["state"], values["operation"]
+    now = ".".join((current.sync_status, current.health, op.phase if op else ""))
+    seen = ctx.request.query.get("seen")
+    if seen is not None and seen != now:
+        page.headers.append(("HX-Refresh", "true"))  # the status moved: reload for the new tree and history
     return page
 
 

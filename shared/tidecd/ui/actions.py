@@ -6,12 +6,21 @@ translated here, so the routes stay one line each.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 from dataclasses import dataclass
+
+import structlog
 
 from tidecd import state as app_state
 from tidecd.errors import NotFound, OperationInProgress, PermanentError, TidecdError
 from tidecd.reconcile import SyncRequest, reconcile, start_operation, terminate_operation
 from tidecd.runtime import Runtime
+
+log = structlog.get_logger("tidecd.ui")
+STEP_BUDGET = 2.0  # seconds a step run inside a dashboard request may take: pages answer quickly
+STEP_EVERY = 1.5  # a watched running operation is stepped at most this often
+REFRESH_EVERY = 5.0  # a watched Progressing app is refreshed at most this often
 
 
 @dataclass(frozen=True)
@@ -23,12 +32,10 @@ class Done:
 
 NOTICES = {
     "refreshed": "Refreshed: status compared with git and the cluster.",
-    "synced": "Sync finished.",
-    "sync-started": "Sync started.",
-    "dry-run": "Dry run finished: nothing was written.",
+    "synced-started": "Sync started: the operation below follows it.",
+    "dry-run-started": "Dry run started: nothing will be written.",
     "terminated": "Termination requested: the operation stops at its next step.",
-    "rollback": "Rollback finished.",
-    "rollback-started": "Rollback started.",
+    "rollback-started": "Rollback started: the operation below follows it.",
 }
 
 
@@ -84,14 +91,40 @@ def terminate(runtime: Runtime, name: str) -> Done:
 
 
 def _sync(runtime: Runtime, name: str, request: SyncRequest, notice: str) -> Done:
+    """Record the operation and take its first short step; the page then follows it (see `watch`) while
+    the dispatcher's continuations, where they run, advance it whether anyone watches or not."""
     try:
-        from tidecd.api import drive
-
         runtime.app(name)
-        operation_id = start_operation(runtime, name, request)
-        drive(runtime, name, f"ui {notice}", operation_id)
+        start_operation(runtime, name, dataclasses.replace(request, initiated_by="dashboard"))
+        reconcile(runtime, name, automate=False, reason=f"ui {notice}", budget=STEP_BUDGET)
     except OperationInProgress as exc:
         return Done(409, message=str(exc))
     except TidecdError as exc:
         return _error(exc)
-    return Done(303, notice)
+    return Done(303, notice + "-started")
+
+
+def watch(runtime: Runtime, current: app_state.AppState) -> app_state.AppState:
+    """A page watching an app whose operation runs, or whose health is Progressing, is one more trigger
+    (as Argo CD's `GET ...?refresh=normal` is): one short step, at most every few seconds per app however
+    many pages watch (the app's lease serializes them). Returns the state to show."""
+    op = current.operation
+    running = op is not None and op.running
+    if not running and str(current.health) != "Progressing":
+        return current
+    if _age(current.reconciled_at) < (STEP_EVERY if running else REFRESH_EVERY):
+        return current
+    try:
+        outcome = reconcile(runtime, current.app, automate=False, reason="ui watch", budget=STEP_BUDGET)
+    except TidecdError as exc:
+        log.warning("dashboard step failed", app=current.app, error=str(exc))
+        return current
+    return outcome.state or current
+
+
+def _age(stamp: str) -> float:
+    try:
+        then = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return float("inf")
+    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
