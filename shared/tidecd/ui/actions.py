@@ -91,16 +91,25 @@ def terminate(runtime: Runtime, name: str) -> Done:
 
 
 def _sync(runtime: Runtime, name: str, request: SyncRequest, notice: str) -> Done:
-    """Record the operation and take its first short step; the page then follows it (see `watch`) while
-    the dispatcher's continuations, where they run, advance it whether anyone watches or not."""
+    """Record the operation and hand its first step to the dispatcher (a background step locally, a
+    Pub/Sub message in the cloud), as every continuation is; the page follows it live (see `watch`)."""
+    from tidecd import dispatch
+
     try:
         runtime.app(name)
         start_operation(runtime, name, dataclasses.replace(request, initiated_by="dashboard"))
-        reconcile(runtime, name, automate=False, reason=f"ui {notice}", budget=STEP_BUDGET)
     except OperationInProgress as exc:
         return Done(409, message=str(exc))
     except TidecdError as exc:
         return _error(exc)
+    try:
+        dispatch.dispatcher_for(runtime).schedule(name, 0.0, f"ui {notice}")
+    except TidecdError as exc:  # not handed over: take the first step here; the page's watch goes on
+        log.warning("dashboard could not schedule the operation", app=name, error=str(exc))
+        try:
+            reconcile(runtime, name, automate=False, reason=f"ui {notice}", budget=STEP_BUDGET)
+        except TidecdError as step_error:
+            return _error(step_error)
     return Done(303, notice + "-started")
 
 
