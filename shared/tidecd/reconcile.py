@@ -220,8 +220,8 @@ def _render_multi(runtime: Runtime, app: Application, revision: str) -> tuple[st
                 else:
                     pass_credentials = bool(source.helm and source.helm.pass_credentials)
                     git.extract(charts.ChartSnapshots(runtime.store).get_or_fetch(
-                        rev, creds, pass_credentials=pass_credentials, credentials_for=runtime.repo_credentials),
-                        root)
+                        rev, creds, pass_credentials=pass_credentials, credentials_for=runtime.repo_credentials,
+                        permitted=_permitted_by_project(runtime, app)), root)
                 checkouts.append(root)
             refs = {s.ref: checkouts[i] for i, (s, _, _) in enumerate(resolved) if s.ref}
             out: list[Manifest] = []
@@ -291,6 +291,14 @@ def _render_single(runtime: Runtime, app: Application, revision: str = "") -> tu
     return sha, _unseal(runtime, app, manifests)
 
 
+def _permitted_by_project(runtime: Runtime, app: Application) -> Callable[[str], bool]:
+    """Whether the app's project allows fetching from a repository (a chart dependency's)."""
+    from tidecd import project as rules
+
+    project = runtime.config().projects[app.project]
+    return lambda url: rules.source_permitted(project, url)
+
+
 def _render_chart(runtime: Runtime, app: Application, revision: str = "") -> tuple[str, list[Manifest]]:
     """A chart from a helm repository or an OCI registry (or a plain OCI artifact): (version, manifests)."""
     creds = runtime.repo_credentials(app.source.repo_url)
@@ -301,7 +309,8 @@ def _render_chart(runtime: Runtime, app: Application, revision: str = "") -> tup
 
     def render_now() -> list[Manifest]:
         archive = charts.ChartSnapshots(runtime.store).get_or_fetch(ref, creds, pass_credentials=pass_credentials,
-                                                                    credentials_for=runtime.repo_credentials)
+                                                                    credentials_for=runtime.repo_credentials,
+                                                                    permitted=_permitted_by_project(runtime, app))
         with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp:
             git.extract(archive, Path(tmp))
             source = charts.render_source(app.source, ref, Path(tmp))

@@ -162,3 +162,19 @@ def test_chart_dependencies_are_fetched_into_the_snapshot(gitops: GitOps, helm_r
     assert blob is not None
     with tarfile.open(fileobj=io.BytesIO(blob.data), mode="r:gz") as tar:
         assert "umbrella/charts/web-1.4.0.tgz" in tar.getnames()
+
+
+def test_chart_dependencies_come_only_from_repositories_the_project_permits(gitops: GitOps,
+                                                                           helm_repo: HelmRepo) -> None:
+    elsewhere = "http://127.0.0.1:9/elsewhere"  # nothing listens: it must never even be tried
+    helm_repo.add("umbrella", "0.2.0", raw=True, templates={"NOTES.txt": "x\n"},
+                  dependencies=[{"name": "web", "version": "1.x", "repository": elsewhere}])
+    gitops.project({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject", "metadata": {"name": "charts"},
+                    "spec": {"sourceRepos": [helm_repo.url], "destinations": [{"server": "*", "namespace": "*"}]}})
+    gitops.application(project="charts", source={"repoURL": helm_repo.url, "chart": "umbrella",
+                                                 "targetRevision": "0.2.0", "path": "."})
+    gitops.reconcile(automate=False)
+    messages = [c["message"] for c in gitops.state().conditions]
+    assert any(f"dependency web: repository '{elsewhere}' is not permitted by the project's sourceRepos" in m
+               for m in messages), messages
+    assert not [k for k in gitops.store.list("snapshots/") if "/charts/" in k]

@@ -118,7 +118,8 @@ class ChartSnapshots:
 
     def get_or_fetch(self, ref: ChartRef, credentials: RepoCredentials | None = None, *,
                      pass_credentials: bool = False,
-                     credentials_for: Callable[[str], RepoCredentials | None] | None = None) -> bytes:
+                     credentials_for: Callable[[str], RepoCredentials | None] | None = None,
+                     permitted: Callable[[str], bool] = lambda _url: False) -> bytes:
         """The stored archive; fetched (verified, dependencies added) and stored the first time."""
         key = self.key(ref)
         if (blob := self.store.read(key)) is not None:
@@ -139,7 +140,7 @@ class ChartSnapshots:
         if ref.chart:
             from tidecd.source.dependencies import with_dependencies
 
-            data = with_dependencies(data, credentials_for or (lambda _url: None))
+            data = with_dependencies(data, credentials_for or (lambda _url: None), permitted)
         with contextlib.suppress(PreconditionFailed):  # a racing caller stored the same verified bytes
             self.store.write(key, data, if_generation_match=0)
         return data

@@ -1,12 +1,13 @@
 """`helm dependency build` for a fetched chart, done when its snapshot is made, not when it is rendered.
 
-A chart from a repository may list `dependencies` in its `Chart.yaml` without carrying them in `charts/`.
-Before the chart's snapshot is stored, every such dependency with an `https://`, `http://` or `oci://`
-repository is fetched the same way the chart itself was (index and constraint, or tags; the archive
-verified against its digest; the repository's own credentials; the same size limits) and added as
-`charts/<name>-<version>.tgz`, which is where `helm dependency build` puts it. The stored snapshot is then
-complete, and `helm template` needs no network. `file://` dependencies are expected inside the chart;
-`@alias` / named repositories need a helm repositories file and are refused by name.
+A chart from a repository may list `dependencies` in its `Chart.yaml` without carrying them in
+`charts/`. Before the chart's snapshot is stored, every such dependency with an `https://`, `http://` or
+`oci://` repository is fetched the same way the chart itself was (index and constraint, or tags; the
+archive verified against its digest; the repository's own credentials; the same size limits; only from
+repositories the app's project permits) and added as `charts/<name>-<version>.tgz`, which is where `helm
+dependency build` puts it. The stored snapshot is then complete, and `helm template` needs no network.
+`file://` dependencies are expected inside the chart; `@alias` / named repositories need a helm
+repositories file and are refused by name.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tidecd.config import redact_repo_url
 from tidecd.errors import RenderError
 
 if TYPE_CHECKING:
@@ -62,8 +64,10 @@ def missing_dependencies(archive: bytes) -> list[dict[str, Any]]:
     return out
 
 
-def with_dependencies(archive: bytes, credentials: Credentials) -> bytes:
-    """The chart archive with every missing remote dependency added under `charts/`."""
+def with_dependencies(archive: bytes, credentials: Credentials,
+                      permitted: Callable[[str], bool] = lambda _url: True) -> bytes:
+    """The chart archive with every missing remote dependency added under `charts/`. A dependency's
+    repository must be `permitted` (the app's project sourceRepos): nothing is fetched from elsewhere."""
     missing = missing_dependencies(archive)
     if not missing:
         return archive
@@ -73,6 +77,9 @@ def with_dependencies(archive: bytes, credentials: Credentials) -> bytes:
     added: dict[str, bytes] = {}
     for dep in missing:
         name, version, repository = dep["name"], str(dep.get("version") or "*"), str(dep.get("repository") or "")
+        if repository.startswith(("https://", "http://", "oci://")) and not permitted(repository):
+            raise RenderError(f"dependency {name}: repository {redact_repo_url(repository)!r} is not permitted by "
+                              "the project's sourceRepos; nothing was fetched from it")
         data, resolved = _fetch(name, version, repository, credentials)
         added[f"{top}/charts/{name}-{resolved}.tgz"] = data
     out = io.BytesIO()
