@@ -321,3 +321,15 @@ def test_commit_info_is_bounded_text() -> None:
     info = commit_info(commit)
     assert info["subject"] == "scale web to 2" and info["author"] == "Dev Eloper" and len(info["message"]) == 2000
     assert info["time"] == "2025-12-01T12:00:00Z"
+
+
+def test_terminate_marks_the_running_operation(runtime: Runtime) -> None:
+    cookie, csrf = login(runtime, ADMIN)
+    page = post(runtime, "/ui/apps/web/terminate", cookie, {"csrf": csrf}, origin=f"https://{HOST}")
+    assert page.status == 303 and ("Location", "/ui/apps/web?notice=terminated") in page.headers
+    op = app_state.load(runtime.store, "web")[0].operation
+    assert op is not None and op.id == "o1" and op.phase is app_state.OperationPhase.TERMINATING
+    bad = post(runtime, "/ui/apps/web/rollback", cookie, {"csrf": csrf, "id": "x"}, origin=f"https://{HOST}")
+    assert bad.status == 400
+    missing = post(runtime, "/ui/apps/web/rollback", cookie, {"csrf": csrf, "id": "99"}, origin=f"https://{HOST}")
+    assert missing.status == 404
