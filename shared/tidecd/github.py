@@ -324,6 +324,13 @@ class GitHub:
     # -- the one path every call takes ------------------------------------------------------------------
 
     def _call(self, what: str, call: Callable[[], Any]) -> Delivery:
+        from tidecd import metrics
+
+        delivery = self._attempt(what, call)
+        metrics.GITHUB_CALLS.labels(kind=what.split(" ", 1)[0], result=delivery.result).inc()
+        return delivery
+
+    def _attempt(self, what: str, call: Callable[[], Any]) -> Delivery:
         until = self.backoff_until()
         if until > self.clock():
             log.info("github call dropped: rate limited", call=what, until=int(until))

@@ -44,8 +44,6 @@ GITHUB_CALLS = Counter("tidecd_github_calls", "GitHub API write-backs, by kind a
                        registry=REGISTRY)
 DURATION = Histogram("tidecd_stage_duration_seconds", "Duration of render, dry-run and apply stages", ["stage"],
                      buckets=_DURATION_BUCKETS, registry=REGISTRY)
-RECONCILE_DURATION = Histogram("tidecd_reconcile_duration_seconds", "Duration of one reconcile step",
-                               buckets=_DURATION_BUCKETS, registry=REGISTRY)
 
 
 @contextmanager

@@ -371,8 +371,6 @@ def write_back(ctx: Context, app: Application, event: Event, record: dict[str, A
                 done.append(ctx.github.deployment(repo, str(previous["sha"]), environment, "inactive",
                                                   f"superseded by {event.revision[:12]}"))
             record["deployed"] = {"sha": event.revision, "environment": environment, "id": done[1].value}
-    for delivery in done:
-        metrics.GITHUB_CALLS.labels(kind=delivery.what.split(" ")[0], result=delivery.result).inc()
     return done
 
 

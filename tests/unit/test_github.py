@@ -61,6 +61,9 @@ def test_422_too_many_statuses_is_rejected_not_raised(github_standin: GitHubStan
     client = _token_client(github_standin)
     first = client.status(REPO, SHA, "success", "tidecd/app")
     assert first.result == "rejected" and "422" in first.detail
+    from tidecd import metrics
+
+    assert metrics.GITHUB_CALLS.labels(kind="status", result="rejected")._value.get() >= 1
     assert client.status(REPO, SHA, "success", "tidecd/app").ok  # no backoff window for a 422
 
 
