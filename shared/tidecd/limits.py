@@ -23,11 +23,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tidecd.errors import LimitExceeded
+from tidecd.errors import LimitExceeded, RenderError
 
 __all__ = ["Limits", "LimitExceeded", "check_depth", "check_yaml", "current"]
 
@@ -185,3 +186,18 @@ def check_depth(value: Any, source: str, limits: Limits | None = None) -> None:
                 raise exceeded(f"{source}: nesting depth", "depth", limit)
             children = item.values() if isinstance(item, dict) else item
             todo.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+
+
+def read_text(path: Path, what: str) -> str:
+    """A file of a checkout read for a render (manifest, values), refused past `file_bytes` before it is
+    read; RenderError names `what` when it is not UTF-8 text or cannot be read."""
+    bound = current()
+    size = path.stat().st_size
+    if size > bound.file_bytes:
+        raise exceeded(f"{what} is {size:,} bytes", "file_bytes", bound.file_bytes, " bytes")
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise RenderError(f"{what}: not UTF-8 text (byte {exc.start})") from exc
+    except OSError as exc:
+        raise RenderError(f"{what}: cannot read: {exc.strerror}") from exc

@@ -35,7 +35,7 @@ def render_directory(app_dir: Path, spec: DirectorySpec, *, label: str = "",
             for index, item in enumerate(items, 1):
                 docs.extend(expand_lists(Document(f"{source} (jsonnet) item {index}", item)))
             continue
-        text = _read(app_dir / rel, source)
+        text = limits.read_text(app_dir / rel, source)
         docs.extend(load_json(text, source) if rel.endswith(".json") else load_yaml(text, source))
     return docs
 
@@ -63,19 +63,6 @@ def manifest_files(app_dir: Path, spec: DirectorySpec) -> list[str]:
 def _walk_order(paths: list[str]) -> list[str]:
     """Order as a depth-first walk that sorts each directory's entries (files and dirs together)."""
     return sorted(paths, key=lambda p: p.split("/"))
-
-
-def _read(path: Path, source: str) -> str:
-    bound = limits.current()
-    size = path.stat().st_size
-    if size > bound.file_bytes:
-        raise limits.exceeded(f"{source} is {size:,} bytes", "file_bytes", bound.file_bytes, " bytes")
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise RenderError(f"{source}: not UTF-8 text (byte {exc.start})") from exc
-    except OSError as exc:
-        raise RenderError(f"{source}: cannot read: {exc.strerror}") from exc
 
 
 def compile_globs(pattern: str) -> re.Pattern[str] | None:

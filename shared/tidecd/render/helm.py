@@ -188,15 +188,7 @@ def helm_env(work: Path) -> dict[str, str]:
 
 def check_values_file(path: Path, what: str) -> None:
     """A values file within the file size limit whose YAML passes the alias and depth bounds."""
-    bound = limits.current()
-    size = path.stat().st_size
-    if size > bound.file_bytes:
-        raise limits.exceeded(f"{what} is {size:,} bytes", "file_bytes", bound.file_bytes, " bytes")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError:
-        raise RenderError(f"{what}: not UTF-8 text") from None
-    limits.check_yaml(text, what)
+    limits.check_yaml(limits.read_text(path, what), what)
 
 
 def parse_output(text: str) -> list[Document]:

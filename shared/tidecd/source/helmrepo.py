@@ -49,6 +49,26 @@ def _check_url(repo_url: str) -> None:
         raise ConfigError(f"repoURL {redact_repo_url(repo_url)!r}: a helm repository is an http(s) URL")
 
 
+def answer_body(response: Any, limit: int, where: str, *, credentialed: bool) -> bytes:
+    """The body of a chart or registry answer, at most `limit` bytes read (streamed); an error status is
+    NotFound (404) or SourceUnavailable naming `where`, with a hint for a refused login. Shared by the helm
+    repository and OCI clients."""
+    if response.status_code in (401, 403):
+        hint = " (check the repository Secret's username and password)" if credentialed else " (no credentials)"
+        raise SourceUnavailable(f"{where}: HTTP {response.status_code}{hint}")
+    if response.status_code == 404:
+        raise NotFound(f"{where}: not found (HTTP 404)")
+    if response.status_code != 200:
+        raise SourceUnavailable(f"{where}: HTTP {response.status_code}")
+    chunks, size = [], 0
+    for chunk in response.iter_content(1024 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise SourceUnavailable(f"{where}: larger than {limit // 2**20} MiB")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def http_get(url: str, credentials: RepoCredentials | None, *, limit: int, what: str,
              send_credentials: bool = True) -> bytes:
     """GET `url` with basic auth (when given and allowed), at most `limit` bytes, errors without secrets."""
@@ -60,20 +80,7 @@ def http_get(url: str, credentials: RepoCredentials | None, *, limit: int, what:
     shown = redact_repo_url(url)
     try:
         with requests.get(url, auth=auth, timeout=HTTP_TIMEOUT, stream=True, allow_redirects=True) as response:
-            if response.status_code in (401, 403):
-                hint = " (check the repository Secret's username and password)" if auth else " (no credentials)"
-                raise SourceUnavailable(f"{what} {shown}: HTTP {response.status_code}{hint}")
-            if response.status_code == 404:
-                raise NotFound(f"{what} {shown}: not found (HTTP 404)")
-            if response.status_code != 200:
-                raise SourceUnavailable(f"{what} {shown}: HTTP {response.status_code}")
-            chunks, size = [], 0
-            for chunk in response.iter_content(1024 * 1024):
-                size += len(chunk)
-                if size > limit:
-                    raise SourceUnavailable(f"{what} {shown}: larger than {limit // 2**20} MiB")
-                chunks.append(chunk)
-            return b"".join(chunks)
+            return answer_body(response, limit, f"{what} {shown}", credentialed=auth is not None)
     except requests.RequestException as exc:
         raise SourceUnavailable(f"{what} {shown}: {type(exc).__name__}") from None
 

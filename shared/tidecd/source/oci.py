@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from tidecd.errors import ConfigError, NotFound, SourceRefused, SourceUnavailable
+from tidecd.source.helmrepo import answer_body
 
 if TYPE_CHECKING:
     import requests
@@ -115,20 +116,7 @@ class Registry:
         raise SourceUnavailable(f"{what} in {self.ref.url}: not authorized")
 
     def _body(self, resp: requests.Response, limit: int, what: str) -> bytes:
-        if resp.status_code in (401, 403):
-            hint = " (check the repository Secret's username and password)" if self._auth() else " (no credentials)"
-            raise SourceUnavailable(f"{what} in {self.ref.url}: HTTP {resp.status_code}{hint}")
-        if resp.status_code == 404:
-            raise NotFound(f"{what} in {self.ref.url}: not found")
-        if resp.status_code != 200:
-            raise SourceUnavailable(f"{what} in {self.ref.url}: HTTP {resp.status_code}")
-        chunks, size = [], 0
-        for chunk in resp.iter_content(1024 * 1024):
-            size += len(chunk)
-            if size > limit:
-                raise SourceUnavailable(f"{what} in {self.ref.url}: larger than {limit // 2**20} MiB")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return answer_body(resp, limit, f"{what} in {self.ref.url}", credentialed=self._auth() is not None)
 
     def _handshake(self, resp: requests.Response) -> bool:
         """Bearer token from the realm the registry names (basic credentials, when any, sent there)."""
