@@ -123,7 +123,10 @@ class Demo:
             raise RuntimeError(f"api {method} {path}: {status} {answer}")
         return answer
 
-    def show_apps(self) -> None:
+    def show_apps(self, *, refresh: bool = False) -> None:
+        if refresh:  # a sync does not wait for health: look again, as `argocd app get --refresh` does
+            for app in self.api("GET", "/apps")["apps"]:
+                self.api("GET", f"/apps/{app['name']}?refresh=true")
         for app in self.api("GET", "/apps")["apps"]:
             print(f"    {app['name']:22} {app['sync']:10} {app['health']:12} {app['revision'][:12]}")
 
@@ -156,12 +159,17 @@ class Demo:
             "X-GitHub-Delivery": secrets.token_hex(8)})
         print(f"    webhook answered {status}: {answer}")
         self._wait_synced("guestbook", after, t0)
-        self.show_apps()
+        self.show_apps(refresh=True)
 
     def _wait_synced(self, name: str, revision: str, t0: float, timeout: float = 300) -> None:
-        last = ""
+        last, looked = "", 0.0
         while time.monotonic() - t0 < timeout:
-            state = self.api("GET", f"/apps/{name}")
+            # Synced at the revision, health still settling: the sync does not wait for it, so refresh
+            # every two seconds to observe it (the poll's drift sweep would, every three minutes).
+            settling = last.startswith("Synced/") and last.endswith(revision[:12])
+            again = settling and time.monotonic() - looked > 2.0
+            looked = time.monotonic() if again else looked
+            state = self.api("GET", f"/apps/{name}" + ("?refresh=true" if again else ""))
             now = f"{state['syncStatus']}/{state['health']} at {state['revision'][:12]}"
             if now != last:
                 print(f"    {time.monotonic() - t0:5.1f}s  {name}: {now}")
