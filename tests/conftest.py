@@ -15,6 +15,7 @@ pytest_plugins = [
     "tests.support.charts",
     "tests.support.browser",
     "tests.support.examples",
+    "tests.support.registry",
 ]
 
 

@@ -520,7 +520,8 @@ class _Step:
     def _observation(self) -> decision.Observation:
         resources = self.comparison.resources
         return decision.Observation(
-            app=self.name, revision=self.sha, marker=f"{self.sha}:{spec_hash(self._app)}",
+            app=self.name, revision=self.sha,
+            marker=images_state.sync_marker(self.runtime.store, self._app, self.sha, spec_hash(self._app)),
             tasks=self.tasks, live=dict(self.live),
             out_of_sync=frozenset(r.key for r in resources if r.status is not SyncStatus.SYNCED),
             dry_run_errors={r.key: r.error for r in resources if r.error.startswith("dry-run failed")},
@@ -672,7 +673,8 @@ class _Step:
         self.state.add_history(op.revision, phase.value, str(op.source.get("path", "")),
                                str(op.source.get("targetRevision", "")), op.id)
         if op.automated and phase is OperationPhase.SUCCEEDED and self.app is not None:
-            self.state.auto_synced = f"{op.revision}:{spec_hash(self.app)}"
+            self.state.auto_synced = images_state.sync_marker(self.runtime.store, self.app, op.revision,
+                                                              spec_hash(self.app))
         if op.automated and phase is not OperationPhase.SUCCEEDED and self.app is not None:
             policy = policy_of(self.app)
             if policy.may_retry(op.retry_count):

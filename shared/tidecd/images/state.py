@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tidecd.config import HelmParameter
+from tidecd.config import Application, HelmParameter
 from tidecd.render.overrides import SourceOverride
 from tidecd.state import now_iso
 from tidecd.store import ObjectStore, read_json, update_json
@@ -136,6 +136,13 @@ def render_override(store: ObjectStore, app: str) -> SourceOverride | None:
     if not found or not (found[0] or {}).get("override"):
         return None
     return ImagesState.from_json(found[0], app).source_override()
+
+
+def sync_marker(store: ObjectStore, app: Application, sha: str, spec: str) -> str:
+    """What automated sync applies once: (revision, source spec hash), the `argocd` write-back override
+    included, as Argo CD sees the updater's parameters in the Application's source."""
+    override = render_override(store, app.name)
+    return f"{sha}:{spec}" + (f":{override.digest()}" if override else "")
 
 
 def pin(store: ObjectStore, app: str, *, by: str, revision: str, deployed_at: str) -> ImagesState:
