@@ -290,6 +290,7 @@ class HttpRegistry:
                                           delay=30.0) from None
             if response.status_code == 401 and auth is None:
                 auth = self._authorize(repo, response, creds, scope)
+                self._tokens[(repo.registry, scope)] = auth  # a token or basic credentials: ask once per tick
                 response.close()
                 continue
             if response.status_code == 429:
