@@ -16,6 +16,7 @@ pytest_plugins = [
     "tests.support.browser",
     "tests.support.examples",
     "tests.support.registry",
+    "tests.support.github_repos",
 ]
 
 

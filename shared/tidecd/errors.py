@@ -39,6 +39,7 @@
         ├── github.RateLimited        GitHub's rate limit is used up; `delay` lasts until its reset
         ├── images.registry.RegistryUnavailable  an image registry could not be reached
         ├── images.writeback.PushRejected        the branch moved while committing a write-back
+        ├── images.github_write.ContentsConflict  the file kept changing under a GitHub API write-back
         ├── notify.DeliveryFailed     a notification did not go through (retried with backoff)
         └── cluster.ApiError ∧ TemporaryError    the API server refused for now:
             ├── cluster.ApiConflict         409 changed meanwhile, or still being deleted

@@ -32,6 +32,7 @@ IMAGE_LIST = PREFIX + "image-list"
 WRITE_BACK_METHOD = PREFIX + "write-back-method"
 WRITE_BACK_TARGET = PREFIX + "write-back-target"
 GIT_BRANCH = PREFIX + "git-branch"
+WRITE_BACK_API = "tidecd.io/image-write-back"  # tidecd's own: `github-api` commits through GitHub's API
 
 MAX_IMAGES = 50
 MAX_PATTERN = 512
@@ -121,6 +122,7 @@ class WriteBack:
     target_branch: str = ""  # "" means the base branch
     target: Target = Target.SOURCE_FILE
     target_path: str = ""  # kustomization dir / helm values file; relative to the app path unless absolute
+    github_api: bool = False  # commit through GitHub's contents API (PyGithub) instead of a git push
 
 
 @dataclass(frozen=True)
@@ -345,10 +347,13 @@ def _write_back(notes: Mapping[str, str], errors: list[str]) -> WriteBack:
         else:
             errors.append(f"annotation {WRITE_BACK_TARGET}: {target_text!r}: expected kustomization[:<path>] "
                           "or helmvalues[:<path>]")
-        if ".." in target_path.split("/") and not target_path.startswith("/"):
-            pass  # relative paths may climb from the app path; the checkout boundary is checked on write
         if target_kind is Target.HELM_VALUES and not target_path:
             target_path = "values.yaml"
     if target_text and method is not Method.GIT:
         errors.append(f"annotation {WRITE_BACK_TARGET}: only used with {WRITE_BACK_METHOD}: git")
-    return WriteBack(method, secret, base, target, target_kind, target_path)
+    api_text = notes.get(WRITE_BACK_API, "").strip()
+    if api_text not in ("", "git", "github-api"):
+        errors.append(f"annotation {WRITE_BACK_API}: {api_text!r}: expected git (a push, the default) or github-api")
+    elif api_text == "github-api" and method is not Method.GIT:
+        errors.append(f"annotation {WRITE_BACK_API}: only used with {WRITE_BACK_METHOD}: git")
+    return WriteBack(method, secret, base, target, target_kind, target_path, github_api=api_text == "github-api")

@@ -320,6 +320,7 @@ class _Tick:
         base = wb.base_branch or app.source.target_revision
         if base in ("", "HEAD"):
             base = _default_branch(git.ls_remote(app.source.repo_url, creds))
+        base = base.removeprefix("refs/heads/")
         target = _branch_template(wb.target_branch, changes) if wb.target_branch else base
         app_path = writeback.repo_path("", app.source.path or ".")
 
@@ -345,8 +346,30 @@ class _Tick:
 
         message = f"build: automatic update of {app.name}\n\n" + "".join(c.line() + "\n" for c in changes)
         author = writeback.Author(self.runtime.settings.git_commit_user, self.runtime.settings.git_commit_email)
+        if wb.github_api:
+            return self._github_write_back(app, base, target, edit, message, author)
         return writeback.push(app.source.repo_url, creds, base=base, target=target, edit=edit, message=message,
                               author=author)
+
+    def _github_write_back(self, app: Application, base: str, target: str,
+                           edit: Callable[[Callable[[str], str | None]], dict[str, str]], message: str,
+                           author: Any) -> str:
+        from tidecd import github
+        from tidecd.images import github_write
+
+        auth = github.auth_from_secrets(self.runtime.secrets(), self.runtime.settings.github_api_url)
+        if auth is None:
+            raise TidecdError(f"annotation {notes.WRITE_BACK_API}: github-api needs a Secret labelled "
+                              f"argocd.argoproj.io/secret-type: github in the config source")
+        repo = github.repo_of(app.source.repo_url, auth.api_url)
+        if repo is None:
+            raise TidecdError(f"annotation {notes.WRITE_BACK_API}: {app.source.repo_url} is not a GitHub "
+                              "repository")
+        sha, number = github_write.push(auth, repo, base=base, target=target, edit=edit, message=message,
+                                        author=(author.name, author.email))
+        if number:
+            log.info("image update pull request", app=app.name, pull=number)
+        return sha
 
     def _git_credentials(self, app: Application, ref: SecretRef | None) -> Any:
         from tidecd.source import RepoCredentials
