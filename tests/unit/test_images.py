@@ -516,3 +516,18 @@ def test_http_client_bearer_pagination_and_retry_after(small_registry: str) -> N
 def test_http_client_registry_down_is_unavailable() -> None:
     with pytest.raises(RegistryUnavailable, match="127.0.0.1:9 is unavailable"):
         HttpRegistry(timeout=2).tags(Repository("127.0.0.1:9", "x"), Credentials("u", "topsecret"))
+
+
+def test_a_tick_with_nothing_new_writes_nothing(tmp_path: Path) -> None:
+    apps = [app_doc(f"a{i}", {notes.IMAGE_LIST: "x=reg.io/x:1.x"}) for i in range(5)]
+    runtime = make_runtime(tmp_path, apps)
+    for i in range(5):
+        rendered(runtime, f"a{i}", "reg.io/x:1.0.0")
+    registry = FakeRegistry({"reg.io/x": ["1.0.0"]})
+    update.check(runtime, registry=registry, dispatcher=Sent())
+    before = {k: runtime.store.read(k).generation for k in runtime.store.list("state/images/")}  # type: ignore[union-attr]
+
+    update.check(runtime, registry=registry, dispatcher=Sent())
+
+    assert len(before) == 5
+    assert {k: runtime.store.read(k).generation for k in runtime.store.list("state/images/")} == before  # type: ignore[union-attr]

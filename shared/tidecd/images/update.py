@@ -384,19 +384,20 @@ class _Tick:
     # -- recording and refreshing ----------------------------------------------------------------------------
 
     def record(self, app: str, result: AppResult) -> None:
-        check: dict[str, Any] = {"at": app_state.now_iso(), "status": result.status, "message": result.message,
-                 "changes": [asdict(c) for c in result.changes], "commit": result.commit,
-                 "problems": result.problems}
+        """The outcome into `state/images/<app>.json`; an outcome equal to the stored one writes nothing
+        (a tick over many unchanged apps costs reads only), and `since` says when it first appeared."""
+        now = app_state.now_iso()
+        outcome: dict[str, Any] = {"status": result.status, "message": result.message,
+                                   "changes": [asdict(c) for c in result.changes], "commit": result.commit,
+                                   "problems": result.problems}
 
         def change(state: images_state.ImagesState) -> None:
             last = state.check
-            state.check = check
-            if result.status == "unchanged" and last.get("status") == "unchanged":
-                state.check["lastUpdate"] = last.get("lastUpdate", {})
-            elif result.status == "updated":
-                state.check["lastUpdate"] = {"at": check["at"], "changes": check["changes"], "commit": result.commit}
-            else:
-                state.check["lastUpdate"] = last.get("lastUpdate", {})
+            if {k: last.get(k) for k in outcome} == outcome:
+                return
+            state.check = {**outcome, "at": now, "lastUpdate": last.get("lastUpdate", {})}
+            if result.status == "updated":
+                state.check["lastUpdate"] = {"at": now, "changes": outcome["changes"], "commit": result.commit}
 
         try:
             images_state.update(self.runtime.store, app, change)
