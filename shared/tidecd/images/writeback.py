@@ -257,7 +257,8 @@ def _send(repo_url: str, creds: git.RepoCredentials | None, repo: MemoryRepo, re
         return {**remote, ref_b: ObjectID(new_sha)}
 
     def pack(have: Any, want: Any, *, ofs_delta: bool = True, progress: Any = None) -> Any:
-        return repo.object_store.generate_pack_data([ObjectID(parent.encode())], want, ofs_delta=ofs_delta,
+        base = ObjectID(parent.encode())  # fetched with depth 1: nothing behind it is here, nor needed
+        return repo.object_store.generate_pack_data([base], want, shallow={base}, ofs_delta=ofs_delta,
                                                     progress=progress)
 
     with git._client(repo_url, creds) as (client, path):
