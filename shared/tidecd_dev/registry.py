@@ -346,9 +346,7 @@ def push_image(ref: str, *, created: str = "", platforms: tuple[str, ...] = ("li
             (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [top]}))
         else:
             (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": manifests[:1]}))
-        argv = [binary("crane"), "push", str(layout), ref]
-        if make_index:
-            argv.insert(2, "--index")
+        argv = [binary("crane"), "push", str(layout), ref]  # the layout's one descriptor: an image or an index
         if insecure:
             argv.append("--insecure")
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False,
