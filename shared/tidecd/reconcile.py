@@ -132,9 +132,10 @@ def start_operation(runtime: Runtime, name: str, request: SyncRequest) -> str:
         except PreconditionFailed:
             continue
         log.info("operation started", app=name, operation=op.id, initiated_by=op.initiated_by)
-        deployed = next((h.deployed_at for h in current.history if h.id == request.history_id), "")
-        images_state.on_operation_started(runtime.store, name, rollback=request.rollback, revision=request.revision,
-                                          dry_run=request.dry_run, deployed_at=deployed)
+        entry = next((h for h in current.history if h.id == request.history_id), None)
+        images_state.on_operation_started(runtime.store, app, rollback=request.rollback, revision=request.revision,
+                                          dry_run=request.dry_run, deployed_at=entry.deployed_at if entry else "",
+                                          deployed_by=entry.operation_id if entry else "")
         return op.id
 
 
@@ -672,6 +673,7 @@ class _Step:
         self.state.set_inventory([(k, w) for k, w in inventory.items() if k not in pruned])
         self.state.add_history(op.revision, phase.value, str(op.source.get("path", "")),
                                str(op.source.get("targetRevision", "")), op.id)
+        images_state.on_deployed(self.runtime.store, self.name, op.id)  # which image override it deployed
         if op.automated and phase is OperationPhase.SUCCEEDED and self.app is not None:
             self.state.auto_synced = images_state.sync_marker(self.runtime.store, self.app, op.revision,
                                                               spec_hash(self.app))

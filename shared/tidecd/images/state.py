@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tidecd.config import Application, HelmParameter
+from tidecd.images.annotations import IMAGE_LIST
 from tidecd.render.overrides import SourceOverride
 from tidecd.state import now_iso
 from tidecd.store import ObjectStore, read_json, update_json
@@ -72,6 +73,7 @@ class ImagesState:
     log: list[dict[str, Any]] = field(default_factory=list)  # {"at": time, "override": [ImageValue as dict]}
     pin: dict[str, str] | None = None  # {"since", "by", "revision"}
     check: dict[str, Any] = field(default_factory=dict)
+    deployed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # operation id → its override
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,7 +83,8 @@ class ImagesState:
         if not data:
             return cls(app=app)
         return cls(app=app, override=[ImageValue(**v) for v in data.get("override") or []],
-                   log=list(data.get("log") or []), pin=data.get("pin"), check=dict(data.get("check") or {}))
+                   log=list(data.get("log") or []), pin=data.get("pin"), check=dict(data.get("check") or {}),
+                   deployed=dict(data.get("deployed") or {}))
 
     def source_override(self) -> SourceOverride:
         return source_override(self.override)
@@ -145,11 +148,30 @@ def sync_marker(store: ObjectStore, app: Application, sha: str, spec: str) -> st
     return f"{sha}:{spec}" + (f":{override.digest()}" if override else "")
 
 
-def pin(store: ObjectStore, app: str, *, by: str, revision: str, deployed_at: str) -> ImagesState:
-    """Hold the app's images: the override goes back to the one in effect when `revision` was deployed."""
+def on_deployed(store: ObjectStore, app: str, operation_id: str) -> None:
+    """Remember the override an operation deployed (nothing is written for apps the updater never saw)."""
+    found = read_json(store, key(app))
+    if not found or not found[0]:
+        return
+
+    def change(state: ImagesState) -> None:
+        state.deployed[operation_id] = [asdict(v) for v in state.override]
+        while len(state.deployed) > LOG_LIMIT:
+            del state.deployed[next(iter(state.deployed))]
+
+    update(store, app, change)
+
+
+def pin(store: ObjectStore, app: str, *, by: str, revision: str, deployed_at: str,
+        deployed_by: str = "") -> ImagesState:
+    """Hold the app's images: the override goes back to the one the rolled-back deployment (operation
+    `deployed_by`) used, or, for a deployment older than that record, the one in effect at `deployed_at`."""
     def change(state: ImagesState) -> None:
         state.pin = {"since": now_iso(), "by": by, "revision": revision}
-        restored = state.override_at(deployed_at)
+        if deployed_by in state.deployed:
+            restored = [ImageValue(**v) for v in state.deployed[deployed_by]]
+        else:
+            restored = state.override_at(deployed_at)
         if [asdict(v) for v in restored] != [asdict(v) for v in state.override]:
             state.override = restored
             state.log = [*state.log, {"at": now_iso(), "override": [asdict(v) for v in restored]}][-LOG_LIMIT:]
@@ -182,13 +204,15 @@ def summary(store: ObjectStore, app: str) -> dict[str, Any]:
             "check": state.check}
 
 
-def on_operation_started(store: ObjectStore, app: str, *, rollback: bool, revision: str, dry_run: bool,
-                         deployed_at: str) -> None:
-    """Rollback holds: a rollback pins the app's images at the rolled-back deployment's; a manual sync of
-    the app's target revision lifts the pin. Called where every operation starts."""
-    if dry_run:
+def on_operation_started(store: ObjectStore, app: Application, *, rollback: bool, revision: str, dry_run: bool,
+                         deployed_at: str, deployed_by: str = "") -> None:
+    """Rollback holds: a rollback pins the images of an app the updater manages at the rolled-back
+    deployment's; a manual sync of the app's target revision lifts the pin. Called where every operation
+    starts."""
+    if dry_run or not app.annotation(IMAGE_LIST):
         return
     if rollback:
-        pin(store, app, by="rollback", revision=revision, deployed_at=deployed_at or now_iso())
+        pin(store, app.name, by="rollback", revision=revision, deployed_at=deployed_at or now_iso(),
+            deployed_by=deployed_by)
     elif not revision:
-        unpin(store, app)
+        unpin(store, app.name)
