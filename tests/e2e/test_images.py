@@ -253,7 +253,7 @@ def test_argocd_write_back_changes_the_cluster_with_no_commit(gitops: GitOps, fu
     assert remote_head(gitops) == head
     assert running_image(gitops) == f"{image}:3.4.0"
     body = functions.api("GET", f"/apps/{app}").json()
-    assert body["images"]["override"] == [f"{image}:3.4.0"] and body["sync_status"] == "Synced"
+    assert body["images"]["override"] == [f"{image}:3.4.0"] and body["syncStatus"] == "Synced"
 
 
 def test_newest_build_and_digest_pick_what_they_should(gitops: GitOps, oci_registry: Registry) -> None:
