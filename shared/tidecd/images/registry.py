@@ -348,8 +348,9 @@ class HttpRegistry:
             raise RegistryUnavailable(f"token service of registry {repo.registry} is unavailable: "
                                       f"{type(exc).__name__}", delay=30.0) from None
         if answer.status_code in (401, 403):
-            raise RegistryUnavailable(f"token service of registry {repo.registry} refused the credentials for "
-                                      f"{repo.name}", delay=60.0)
+            what = "refused the credentials" if creds else "requires credentials (set a pull-secret)"
+            raise RegistryUnavailable(f"token service of registry {repo.registry} {what} for {repo.name}",
+                                      delay=60.0)
         if answer.status_code >= 400:
             raise RegistryUnavailable(f"token service of registry {repo.registry} answered HTTP "
                                       f"{answer.status_code}", delay=30.0)

@@ -165,11 +165,14 @@ def on_deployed(store: ObjectStore, app: str, operation_id: str) -> None:
 def pin(store: ObjectStore, app: str, *, by: str, revision: str, deployed_at: str,
         deployed_by: str = "") -> ImagesState:
     """Hold the app's images: the override goes back to the one the rolled-back deployment (operation
-    `deployed_by`) used, or, for a deployment older than that record, the one in effect at `deployed_at`."""
+    `deployed_by`) used: none for a deployment made before the updater's first override, and the one in
+    effect at `deployed_at` when the record of deployments is full."""
     def change(state: ImagesState) -> None:
         state.pin = {"since": now_iso(), "by": by, "revision": revision}
         if deployed_by in state.deployed:
             restored = [ImageValue(**v) for v in state.deployed[deployed_by]]
+        elif len(state.deployed) < LOG_LIMIT:
+            restored = []  # deployed before the updater ever wrote an override (every later one is recorded)
         else:
             restored = state.override_at(deployed_at)
         if [asdict(v) for v in restored] != [asdict(v) for v in state.override]:
