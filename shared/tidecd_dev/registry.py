@@ -98,7 +98,8 @@ class TokenServer:
 
     @property
     def realm(self) -> str:
-        return f"http://127.0.0.1:{self.port}/token"
+        # A name, not an IP literal: crane refuses realms on loopback/private IP literals (SSRF guard).
+        return f"http://localhost:{self.port}/token"
 
     def start(self) -> TokenServer:
         self._thread.start()

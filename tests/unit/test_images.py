@@ -531,3 +531,13 @@ def test_a_tick_with_nothing_new_writes_nothing(tmp_path: Path) -> None:
 
     assert len(before) == 5
     assert {k: runtime.store.read(k).generation for k in runtime.store.list("state/images/")} == before  # type: ignore[union-attr]
+
+
+def test_token_realms_on_link_local_or_private_addresses_are_refused() -> None:
+    from tidecd.images.registry import _realm_allowed
+
+    assert not _realm_allowed("169.254.169.254", "registry.example.com")  # the cloud metadata server
+    assert not _realm_allowed("10.0.0.5", "registry.example.com")
+    assert not _realm_allowed("127.0.0.1", "registry.example.com")
+    assert _realm_allowed("127.0.0.1", "localhost") and _realm_allowed("10.0.0.5", "10.0.0.9")
+    assert _realm_allowed("auth.example.com", "registry.example.com")

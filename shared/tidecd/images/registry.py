@@ -19,6 +19,7 @@ import base64
 import binascii
 import email.utils
 import hashlib
+import ipaddress
 import json
 import re
 import threading
@@ -333,11 +334,16 @@ class HttpRegistry:
         realm_url = urlsplit(realm)
         if realm_url.scheme not in ("http", "https"):
             raise RegistryUnavailable(f"registry {repo.registry}: token realm is not an http(s) URL")
+        registry_host = urlsplit(self._base(repo)).hostname or ""
+        if not _realm_allowed(realm_url.hostname or "", registry_host):
+            raise RegistryUnavailable(f"registry {repo.registry}: token realm host {realm_url.hostname!r} is a "
+                                      "link-local or private address (refused)", delay=300.0)
         query = {"scope": params.get("scope") or scope}
         if params.get("service"):
             query["service"] = params["service"]
-        # Credentials go to the realm only over https, or to the registry's own host.
-        same_host = realm_url.hostname == urlsplit(self._base(repo)).hostname
+        # Credentials go to the realm only over https, or to the registry's own host (loopback counts as one).
+        same_host = realm_url.hostname == registry_host or (_loopback(realm_url.hostname or "")
+                                                              and _loopback(registry_host))
         send_creds = creds is not None and (realm_url.scheme == "https" or same_host)
         with self._lock:
             self.counters.tokens += 1
@@ -361,6 +367,35 @@ class HttpRegistry:
         auth = f"Bearer {token}"
         self._tokens[(repo.registry, scope)] = auth
         return auth
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def _loopback(host: str) -> bool:
+    ip = _ip(host)
+    return host == "localhost" or (ip is not None and ip.is_loopback)
+
+
+def _realm_allowed(realm_host: str, registry_host: str) -> bool:
+    """A hostile registry must not point tidecd at the metadata server or the private network: a realm on
+    a link-local or unspecified IP is refused, one on a loopback or private IP only for a registry that is
+    itself on one (a local or in-network registry). Names are not resolved here."""
+    if realm_host == registry_host:
+        return True
+    ip = _ip(realm_host)
+    if ip is None:
+        return True
+    if ip.is_link_local or ip.is_unspecified or ip.is_multicast:
+        return False
+    if ip.is_loopback or ip.is_private:
+        registry_ip = _ip(registry_host)
+        return _loopback(registry_host) or (registry_ip is not None and registry_ip.is_private)
+    return True
 
 
 def _basic(creds: Credentials) -> str:
