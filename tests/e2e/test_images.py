@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,21 @@ def running_image(gitops: GitOps, name: str = "web") -> str:
     return str(live["spec"]["template"]["spec"]["containers"][0]["image"])
 
 
+def images_of(gitops: GitOps, name: str = "web") -> list[str]:
+    live = gitops.live("Deployment", name, group="apps")
+    return [str(c["image"]) for c in live["spec"]["template"]["spec"]["containers"]] if live else []
+
+
+def wait_images(gitops: GitOps, *expected: str, name: str = "web", timeout: float = 90) -> None:
+    """The refresh a write-back hands over runs on the local scheduler (or Pub/Sub): wait for the deploy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if images_of(gitops, name)[:len(expected)] == list(expected):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"Deployment {name} runs {images_of(gitops, name)}, not {list(expected)}")
+
+
 def remote_log(gitops: GitOps) -> list[str]:
     """Subjects and bodies of the remote main branch, newest first (via the test's git CLI)."""
     gitops.repo.git("fetch", "--quiet", "origin")
@@ -114,8 +130,8 @@ def remote_head(gitops: GitOps) -> str:
 
 
 def test_a_new_tag_within_the_constraint_becomes_a_commit_and_then_the_running_deployment(
-        private: GitOps, oci_registry: Registry, sealing: tuple[KeyPair, Path]) -> None:
-    image = f"{oci_registry.host}/{private.namespace}/web"
+        private: GitOps, image_registry: Registry, sealing: tuple[KeyPair, Path]) -> None:
+    image = f"{image_registry.host}/{private.namespace}/web"
     push_image(f"{image}:1.0.0")
     kustomize_app(private, f"{image}:1.0.0")
     app = private.application("web", automated={"prune": True}, annotations={
@@ -141,15 +157,15 @@ def test_a_new_tag_within_the_constraint_becomes_a_commit_and_then_the_running_d
     assert f"updates image {image} tag '1.0.0' to '1.0.1'" in newest
     source = yaml.safe_load(remote_file(private, f"app/.argocd-source-{app}.yaml"))
     assert source == {"kustomize": {"images": [f"{image}:1.0.1"]}}
-    assert running_image(private) == f"{image}:1.0.1"  # the refresh after the push synced it
+    wait_images(private, f"{image}:1.0.1")  # the refresh after the push synced it
 
     again = tick(rt)[app]
     assert again.status == "unchanged" and remote_head(private) == result.commit
 
 
-def test_kustomization_and_helm_values_targets(private: GitOps, oci_registry: Registry,
+def test_kustomization_and_helm_values_targets(private: GitOps, image_registry: Registry,
                                                sealing: tuple[KeyPair, Path]) -> None:
-    image = f"{oci_registry.host}/{private.namespace}/svc"
+    image = f"{image_registry.host}/{private.namespace}/svc"
     for tag in ("2.0.0", "2.1.0"):
         push_image(f"{image}:{tag}")
     private.push({
@@ -177,13 +193,13 @@ def test_kustomization_and_helm_values_targets(private: GitOps, oci_registry: Re
     assert kustomization["images"] == [{"name": image, "newTag": "2.1.0"}]
     values = yaml.safe_load(remote_file(private, "chart/values.yaml"))
     assert values == {"web": {"image": {"repository": image, "tag": "2.1.0"}}}
-    assert running_image(private, "kweb") == f"{image}:2.1.0"
-    assert running_image(private, "hweb") == f"{image}:2.1.0"
+    wait_images(private, f"{image}:2.1.0", name="kweb")
+    wait_images(private, f"{image}:2.1.0", name="hweb")
 
 
-def test_two_ticks_at_once_push_one_commit(private: GitOps, oci_registry: Registry,
+def test_two_ticks_at_once_push_one_commit(private: GitOps, image_registry: Registry,
                                            sealing: tuple[KeyPair, Path]) -> None:
-    image = f"{oci_registry.host}/{private.namespace}/web"
+    image = f"{image_registry.host}/{private.namespace}/web"
     push_image(f"{image}:1.0.0")
     kustomize_app(private, f"{image}:1.0.0")
     app = private.application("web", annotations={LIST: f"web={image}:1.x", PREFIX + "write-back-method": "git"})
@@ -234,9 +250,9 @@ def test_a_push_that_loses_the_race_is_redone_on_the_new_head_never_forced(
 
 
 def test_argocd_write_back_changes_the_cluster_with_no_commit(gitops: GitOps, functions: Functions,
-                                                              oci_registry: Registry) -> None:
+                                                              image_registry: Registry) -> None:
     """Through the deployed shape: the `images` target and the api as functions-framework processes."""
-    image = f"{oci_registry.host}/{gitops.namespace}/web"
+    image = f"{image_registry.host}/{gitops.namespace}/web"
     push_image(f"{image}:3.0.0")
     kustomize_app(gitops, f"{image}:3.0.0")
     app = gitops.application("web", automated={}, annotations={LIST: f"web={image}:^3"})
@@ -251,13 +267,13 @@ def test_argocd_write_back_changes_the_cluster_with_no_commit(gitops: GitOps, fu
     assert (result["app"], result["status"], result["commit"]) == (app, "updated", ""), result
     assert answer.json()["tags_list_calls"] == 1 and app in answer.json()["refreshed"]
     assert remote_head(gitops) == head
-    assert running_image(gitops) == f"{image}:3.4.0"
+    wait_images(gitops, f"{image}:3.4.0")
     body = functions.api("GET", f"/apps/{app}").json()
     assert body["images"]["override"] == [f"{image}:3.4.0"] and body["syncStatus"] == "Synced"
 
 
-def test_newest_build_and_digest_pick_what_they_should(gitops: GitOps, oci_registry: Registry) -> None:
-    build, follow = f"{oci_registry.host}/{gitops.namespace}/build", f"{oci_registry.host}/{gitops.namespace}/dig"
+def test_newest_build_and_digest_pick_what_they_should(gitops: GitOps, image_registry: Registry) -> None:
+    build, follow = f"{image_registry.host}/{gitops.namespace}/build", f"{image_registry.host}/{gitops.namespace}/dig"
     push_image(f"{build}:a1", created="2024-01-01T00:00:00Z")
     push_image(f"{build}:b2", created="2024-03-01T00:00:00Z")
     push_image(f"{build}:c3", created="2024-02-01T00:00:00Z")
@@ -276,14 +292,12 @@ def test_newest_build_and_digest_pick_what_they_should(gitops: GitOps, oci_regis
 
     assert result.status == "updated", result
     assert {c.alias: c.new for c in result.changes} == {"b": "b2", "d": first}  # d4 has no linux/amd64 image
-    containers = gitops.live("Deployment", "web", group="apps")["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
-    assert [c["image"] for c in containers] == [f"{build}:b2", f"{follow}@{first}"]
+    wait_images(gitops, f"{build}:b2", f"{follow}@{first}")
 
     second = push_image(f"{follow}:stable", platforms=("linux/amd64", "linux/arm64"))  # the tag moves
     result = tick(rt)[app]
     assert [(c.alias, c.old, c.new) for c in result.changes] == [("d", first, second)]
-    containers = gitops.live("Deployment", "web", group="apps")["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
-    assert containers[1]["image"] == f"{follow}@{second}"
+    wait_images(gitops, f"{build}:b2", f"{follow}@{second}")
 
 
 # -- registries that need credentials, or are down -------------------------------------------------------------
@@ -291,9 +305,9 @@ def test_newest_build_and_digest_pick_what_they_should(gitops: GitOps, oci_regis
 
 @pytest.mark.parametrize("auth", ["basic", "bearer"])
 def test_a_registry_requiring_auth_works_with_a_sealed_pull_secret(
-        auth: str, gitops: GitOps, oci_registry_basic: Registry, oci_registry_bearer: Registry,
+        auth: str, gitops: GitOps, image_registry_basic: Registry, image_registry_bearer: Registry,
         sealing: tuple[KeyPair, Path]) -> None:
-    registry = oci_registry_basic if auth == "basic" else oci_registry_bearer
+    registry = image_registry_basic if auth == "basic" else image_registry_bearer
     image = f"{registry.host}/{gitops.namespace}/web"
     for tag in ("1.0.0", "1.3.0"):
         push_image(f"{image}:{tag}", env=registry.crane_env())
@@ -321,10 +335,10 @@ def test_a_registry_requiring_auth_works_with_a_sealed_pull_secret(
 
 
 def test_a_registry_without_credentials_or_down_changes_nothing_and_says_so(
-        gitops: GitOps, oci_registry_basic: Registry) -> None:
+        gitops: GitOps, image_registry_basic: Registry) -> None:
     down = f"127.0.0.1:{free_port()}/{gitops.namespace}/web"
-    locked = f"{oci_registry_basic.host}/{gitops.namespace}/locked"
-    push_image(f"{locked}:1.0.0", env=oci_registry_basic.crane_env())
+    locked = f"{image_registry_basic.host}/{gitops.namespace}/locked"
+    push_image(f"{locked}:1.0.0", env=image_registry_basic.crane_env())
     web = deployment("web", image=f"{down}:1.0.0")
     web["spec"]["template"]["spec"]["containers"].append({"name": "locked", "image": f"{locked}:1.0.0"})
     gitops.push({"app/kustomization.yaml": {"resources": ["web.yaml"]}, "app/web.yaml": web})
@@ -353,22 +367,23 @@ def test_a_registry_without_credentials_or_down_changes_nothing_and_says_so(
 # -- rollback holds -------------------------------------------------------------------------------------------
 
 
-def test_after_a_rollback_a_newer_tag_does_not_upgrade_until_unpinned(gitops: GitOps, oci_registry: Registry) -> None:
-    image = f"{oci_registry.host}/{gitops.namespace}/web"
+def test_after_a_rollback_a_newer_tag_does_not_upgrade_until_unpinned(gitops: GitOps, image_registry: Registry) -> None:
+    image = f"{image_registry.host}/{gitops.namespace}/web"
     push_image(f"{image}:1.0.0")
     kustomize_app(gitops, f"{image}:1.0.0")
     app = gitops.application("web", automated={}, annotations={LIST: f"web={image}:1.x"})
     rt = gitops.runtime(api_token=TOKEN)
     gitops.reconcile("web", runtime=rt)
     push_image(f"{image}:1.1.0")
-    assert tick(rt)[app].status == "updated" and running_image(gitops) == f"{image}:1.1.0"
+    assert tick(rt)[app].status == "updated"
+    wait_images(gitops, f"{image}:1.1.0")
     history = app_state.load(gitops.store, app)[0].history
     first = history[0].id
 
     auth = {"Authorization": f"Bearer {TOKEN}"}
     answer = api.handle("POST", f"/api/v1/apps/{app}/rollback", auth, json.dumps({"id": first}).encode(), rt)
     assert answer.status == 200, answer.body
-    assert running_image(gitops) == f"{image}:1.0.0"  # back to the image of that deployment
+    wait_images(gitops, f"{image}:1.0.0")  # back to the image of that deployment
 
     push_image(f"{image}:1.2.0")
     held = tick(rt)[app]
@@ -386,11 +401,11 @@ def test_after_a_rollback_a_newer_tag_does_not_upgrade_until_unpinned(gitops: Gi
     after = tick(rt)[app]
     assert after.status == "updated" and after.changes[0].new == "1.2.0", after
     gitops.reconcile("web", SyncRequest(), runtime=rt)  # rollback switched automated sync off: sync by hand
-    assert running_image(gitops) == f"{image}:1.2.0"
+    wait_images(gitops, f"{image}:1.2.0")
 
 
-def test_a_manual_sync_of_the_target_revision_lifts_the_pin(gitops: GitOps, oci_registry: Registry) -> None:
-    image = f"{oci_registry.host}/{gitops.namespace}/web"
+def test_a_manual_sync_of_the_target_revision_lifts_the_pin(gitops: GitOps, image_registry: Registry) -> None:
+    image = f"{image_registry.host}/{gitops.namespace}/web"
     push_image(f"{image}:1.0.0")
     kustomize_app(gitops, f"{image}:1.0.0")
     app = gitops.application("web", annotations={LIST: f"web={image}"})

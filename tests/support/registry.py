@@ -1,6 +1,6 @@
 """OCI registry fixtures: the real `registry` binary (distribution), images pushed with the real `crane`.
 
-`oci_registry` is open, `oci_registry_basic` requires htpasswd basic auth and `oci_registry_bearer` the
+`image_registry` is open, `image_registry_basic` requires htpasswd basic auth and `image_registry_bearer` the
 token flow through a small token server (see `tidecd_dev.registry`); one of each per session, started on
 first use. Both binaries are built with scripts/tools.sh when missing, never skipped.
 """
@@ -27,15 +27,15 @@ def _start(tmp_path_factory: pytest.TempPathFactory, auth: str) -> Iterator[Regi
 
 
 @pytest.fixture(scope="session")
-def oci_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+def image_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     yield from _start(tmp_path_factory, "")
 
 
 @pytest.fixture(scope="session")
-def oci_registry_basic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+def image_registry_basic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     yield from _start(tmp_path_factory, "basic")
 
 
 @pytest.fixture(scope="session")
-def oci_registry_bearer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+def image_registry_bearer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     yield from _start(tmp_path_factory, "bearer")
