@@ -31,6 +31,9 @@ class _Counting:
         self.refreshes += len(refreshes)
         return {}
 
+    def schedule(self, app: str, delay: float, reason: str) -> None:
+        """Continuations are not run in this benchmark (no refresh is)."""
+
 
 def run(bench: Bench) -> list[Row]:
     from tidecd import render

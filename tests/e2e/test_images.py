@@ -425,3 +425,6 @@ def test_a_manual_sync_of_the_target_revision_lifts_the_pin(gitops: GitOps, imag
 class _NoRefresh:
     def dispatch(self, refreshes: Any) -> dict[str, str]:
         return {}
+
+    def schedule(self, app: str, delay: float, reason: str) -> None:
+        raise AssertionError("the image updater schedules no continuation")

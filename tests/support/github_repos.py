@@ -131,7 +131,8 @@ class GitHubReposStandIn(GitHubStandIn):
 
 @pytest.fixture
 def github_repos(github_spec: Spec) -> Iterator[GitHubReposStandIn]:
-    standin = GitHubReposStandIn(github_spec).start()
+    standin = GitHubReposStandIn(github_spec)
+    standin.start()
     try:
         yield standin
     finally:

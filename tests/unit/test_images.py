@@ -268,6 +268,9 @@ class Sent:
         self.refreshes.extend(refreshes)
         return {}
 
+    def schedule(self, app: str, delay: float, reason: str) -> None:
+        raise AssertionError("the image updater schedules no continuation")
+
 
 def app_doc(name: str, annotations: dict[str, str]) -> dict[str, Any]:
     return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
