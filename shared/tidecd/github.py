@@ -294,8 +294,26 @@ class GitHub:
                target_url: str = "") -> Delivery:
         if state not in STATUS_STATES:
             raise ValueError(f"commit status state {state!r} is not one of {STATUS_STATES}")
-        return self._call(f"status {context}={state} on {repo.full_name}@{sha[:12]}", lambda: self.api.create_status(
+        what = f"status {context}={state} on {repo.full_name}@{sha[:12]}"
+        full = self._full_key(repo, sha, context)
+        if self.store is not None and self.store.read(full) is not None:
+            return Delivery("rejected", what, "GitHub's limit of statuses for this sha and context was reached")
+        delivery = self._call(what, lambda: self.api.create_status(
             repo, sha, state, cut(context, 255), cut(description, DESCRIPTION_LIMIT), target_url))
+        if delivery.result == "rejected" and delivery.detail.startswith("422") and self.store is not None:
+            try:  # 1000 statuses per sha and context: every further one would be refused too
+                write_json(self.store, full, {"repo": repo.full_name, "sha": sha, "context": context,
+                                              "at": self.clock()})
+            except Exception as exc:  # noqa: BLE001 - best effort
+                log.warning("github limit not recorded", error=type(exc).__name__)
+        return delivery
+
+    @staticmethod
+    def _full_key(repo: Repo, sha: str, context: str) -> str:
+        import hashlib
+
+        digest = hashlib.sha256(f"{repo.full_name}\0{sha}\0{context}".encode()).hexdigest()[:32]
+        return f"github/full/{digest}.json"
 
     def deployment(self, repo: Repo, sha: str, environment: str, state: str, description: str = "",
                    environment_url: str = "", log_url: str = "") -> Delivery:

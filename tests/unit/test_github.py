@@ -58,13 +58,17 @@ def test_422_too_many_statuses_is_rejected_not_raised(github_standin: GitHubStan
         "message": "Validation Failed", "errors": [{"resource": "Status", "code": "custom",
                                                     "message": "This SHA and context has reached the maximum "
                                                                "number of statuses."}]})
-    client = _token_client(github_standin)
+    store = MemoryStore()
+    client = _token_client(github_standin, store)
     first = client.status(REPO, SHA, "success", "tidecd/app")
     assert first.result == "rejected" and "422" in first.detail
+    again = _token_client(github_standin, store).status(REPO, SHA, "success", "tidecd/app")
+    assert again.result == "rejected"  # recorded: not sent again for this sha and context
+    assert len(github_standin.calls_to("repos/create-commit-status")) == 1
     from tidecd import metrics
 
     assert metrics.GITHUB_CALLS.labels(kind="status", result="rejected")._value.get() >= 1
-    assert client.status(REPO, SHA, "success", "tidecd/app").ok  # no backoff window for a 422
+    assert client.status(REPO, "b" * 40, "success", "tidecd/app").ok  # no backoff window for a 422
 
 
 @pytest.mark.parametrize("status", [403, 429])
