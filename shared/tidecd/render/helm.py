@@ -147,13 +147,7 @@ def ref_value_file(value_refs: Mapping[str, Path], value_file: str, index: int) 
     if root is None:
         known = ", ".join(f"${r}" for r in sorted(value_refs)) or "none"
         raise RenderError(f"{what}: no source has ref {ref!r} (refs: {known})")
-    try:
-        path = inside(root, rest or ".", what=what)
-    except UnsafePathError as exc:
-        raise UnsafePathError(f"{what} leaves the checkout of source ${ref}") from exc
-    if not path.is_file():
-        raise RenderError(f"{what} does not exist in the source with ref {ref!r}")
-    return path
+    return _file_inside(root, rest, what, f"the checkout of source ${ref}", f"the source with ref {ref!r}")
 
 
 def value_file_path(checkout: Path, app_path: str, value_file: str, index: int, *, what: str = "") -> Path:
@@ -162,12 +156,17 @@ def value_file_path(checkout: Path, app_path: str, value_file: str, index: int, 
     if "://" in value_file:
         raise RenderError(f"{what} {value_file!r}: remote value files are not fetched; commit it to the repo")
     relative = value_file.lstrip("/") if value_file.startswith("/") else posixpath.join(app_path, value_file)
+    return _file_inside(checkout, relative, f"{what} {value_file!r}", "the repository checkout", "the repository")
+
+
+def _file_inside(root: Path, relative: str, what: str, checkout: str, source: str) -> Path:
+    """A value file that must be a regular file inside `root`: UnsafePathError when it would leave it."""
     try:
-        path = inside(checkout, relative or ".", what=what)
+        path = inside(root, relative or ".", what=what)
     except UnsafePathError as exc:
-        raise UnsafePathError(f"{what} {value_file!r} leaves the repository checkout") from exc
+        raise UnsafePathError(f"{what} leaves {checkout}") from exc
     if not path.is_file():
-        raise RenderError(f"{what} {value_file!r} does not exist in the repository")
+        raise RenderError(f"{what} does not exist in {source}")
     return path
 
 
