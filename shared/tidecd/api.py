@@ -1,18 +1,24 @@
 """The api use case: status, diffs and history of apps; sync, refresh and rollback on request.
 
+Operations never run inside an api call: `POST .../sync` and `.../rollback` record a Running operation
+(`start_operation`), schedule its first step and answer 202 with its id (409 with the running one's id
+when one runs); `DELETE .../operation` marks it Terminating (Argo CD's terminate-op). Callers follow it
+with `GET /apps/NAME`, whose `operation` says its phase, wave and what it waits for (`step`).
+
 HTTP-shaped but framework-free (the function entry point adapts Flask's request). Every call needs the
 bearer token; with no token configured every call is refused. Errors are `{"error": ..., "message": ...}`.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import re
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -23,10 +29,17 @@ from tidecd.diff import change_of
 from tidecd.errors import LimitExceeded, NotFound, OperationInProgress, PermanentError, TidecdError, disposition
 from tidecd.images import state as images_state
 from tidecd.model import ChangeEntry, ChangeSet, HealthStatus, ResourceKey, Response, SyncStatus
-from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation
+from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation, terminate_operation
 from tidecd.runtime import Runtime
 
+if TYPE_CHECKING:
+    from tidecd.dispatch import Dispatcher
+
 PREFIX = "/api/v1"
+# Where started operations' steps go: `dispatch.dispatcher_for(runtime)`, unless the caller of `handle`
+# hands one in (the local CLI hands in one that schedules nothing, and drives the steps itself).
+_DISPATCHER: contextvars.ContextVar[Dispatcher | None] = contextvars.ContextVar("tidecd_api_dispatcher",
+                                                                                 default=None)
 log = structlog.get_logger("tidecd.api")
 
 
@@ -61,7 +74,7 @@ def route(method: str, pattern: str, *, body: str = "") -> Callable[[Handler], H
 
 
 def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, runtime: Runtime,
-           query: Mapping[str, str] | None = None) -> Response:
+           query: Mapping[str, str] | None = None, dispatcher: Dispatcher | None = None) -> Response:
     """Route one call. Every answer is JSON with camelCase keys (`camel`), errors `{"error", "message"}`."""
     path = path.rstrip("/") or "/"
     if method == "GET" and path == f"{PREFIX}/openapi.json":  # the contract itself needs no token
@@ -84,7 +97,11 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, runt
             try:
                 if schema:
                     check_body(payload, schema)
-                answer = fn(runtime, match.groupdict().get("name", ""), payload, query or {})
+                token = _DISPATCHER.set(dispatcher)
+                try:
+                    answer = fn(runtime, match.groupdict().get("name", ""), payload, query or {})
+                finally:
+                    _DISPATCHER.reset(token)
             except Exception as exc:  # noqa: BLE001 - every failure is answered as JSON, by the one table
                 return failure(exc)
             return Response(answer.status, camel(answer.body))
@@ -209,7 +226,14 @@ def get_history(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str,
 
 @route("POST", "/apps/(?P<name>[^/]+)/refresh")
 def refresh(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
-    return _outcome(runtime, name, None, "api refresh")
+    """One bounded reconcile step now; an operation it starts goes on in scheduled steps."""
+    from tidecd.dispatch import Refresh, run_step
+
+    runtime.app(name)
+    outcome = run_step(runtime, Refresh(name, "api refresh"), _dispatcher(runtime))
+    if outcome.skipped:
+        return Response(409, {"error": "conflict", "message": f"app {name!r}: {outcome.skipped}"})
+    return Response(200, _summary(name, outcome.state, outcome.changes))
 
 
 @route("POST", "/apps/(?P<name>[^/]+)/sync", body="SyncRequest")
@@ -219,7 +243,7 @@ def sync(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[str, s
         prune=bool(payload.get("prune", False)), dry_run=bool(payload.get("dryRun", False)),
         resources=select_resources(runtime, name, resources) if resources else None, initiated_by="api",
     )
-    return _outcome(runtime, name, request, "api sync")
+    return _started(runtime, name, request, "api sync")
 
 
 @route("POST", "/apps/(?P<name>[^/]+)/rollback", body="RollbackRequest")
@@ -232,7 +256,63 @@ def rollback(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[st
         raise NotFound(f"app {name!r} has no history entry {wanted}")
     request = SyncRequest(prune=bool(payload.get("prune", False)), revision=entry.revision, rollback=True,
                           initiated_by="rollback", history_id=entry.id)
-    return _outcome(runtime, name, request, f"rollback to {wanted}")
+    return _started(runtime, name, request, f"rollback to {wanted}")
+
+
+@route("DELETE", "/apps/(?P<name>[^/]+)/operation")
+def terminate(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
+    """Argo CD's terminate-op: the next step stops the running operation (its SyncFail hooks run)."""
+    operation_id = terminate_operation(runtime, name)
+    body: dict[str, Any] = {"app": name, "operationId": operation_id, "phase": "Terminating"}
+    problem = _schedule(runtime, name, "terminate operation")
+    if problem:
+        body["warning"] = problem
+    return Response(200, body)
+
+
+def _started(runtime: Runtime, name: str, request: SyncRequest, reason: str) -> Response:
+    """Record the operation, schedule its first step, answer 202 (409 with the running id when one runs)."""
+    runtime.app(name)
+    try:
+        operation_id = start_operation(runtime, name, request)
+    except OperationInProgress as exc:
+        return Response(409, {"error": "conflict", "message": str(exc), "operationId": exc.operation_id})
+    body: dict[str, Any] = {"app": name, "operationId": operation_id}
+    problem = _schedule(runtime, name, reason)
+    if problem:
+        body["warning"] = problem
+    op = app_state.load(runtime.store, name)[0].operation
+    if op is not None and op.id == operation_id:
+        body["operation"] = op.to_json()
+    return Response(202, body)
+
+
+def _dispatcher(runtime: Runtime) -> Dispatcher:
+    from tidecd.dispatch import dispatcher_for
+
+    chosen = _DISPATCHER.get()
+    return chosen if chosen is not None else dispatcher_for(runtime)
+
+
+def _schedule(runtime: Runtime, name: str, reason: str) -> str:
+    """Hand the operation's next step over now: "" or why it could not be (the poll then resumes it)."""
+    try:
+        _dispatcher(runtime).schedule(name, 0.0, reason)
+    except TidecdError as exc:
+        log.warning("first step not scheduled", app=name, error=str(exc))
+        return f"the next step could not be scheduled ({exc}); the poll resumes the operation within minutes"
+    return ""
+
+
+def _summary(name: str, current: app_state.AppState | None, changes: ChangeSet) -> dict[str, Any]:
+    body: dict[str, Any] = {"app": name, "sync": current.sync_status if current else "Unknown",
+                            "health": current.health if current else "Unknown", "changes": changes.to_dicts()}
+    if current and current.operation:
+        body["operation"] = {"phase": current.operation.phase, "message": current.operation.message,
+                             "id": current.operation.id}
+    if current and current.conditions:
+        body["conditions"] = current.conditions
+    return body
 
 
 def drive(runtime: Runtime, name: str, reason: str, operation_id: str = "", *,
@@ -257,29 +337,6 @@ def drive(runtime: Runtime, name: str, reason: str, operation_id: str = "", *,
             return outcome, changes, ran
         if outcome.skipped:
             time.sleep(0.5)
-
-
-def _outcome(runtime: Runtime, name: str, request: SyncRequest | None, reason: str) -> Response:
-    runtime.app(name)
-    operation_id = ""
-    if request is not None:
-        try:
-            operation_id = start_operation(runtime, name, request)
-        except OperationInProgress as exc:
-            return Response(409, {"error": "conflict", "message": str(exc), "operationId": exc.operation_id})
-    outcome, changes, ran = drive(runtime, name, reason, operation_id)
-    if outcome.skipped and not ran:
-        return Response(409, {"error": "conflict", "message": f"app {name!r}: {outcome.skipped}"})
-    current = outcome.state
-    body: dict[str, Any] = {"app": name, "sync": current.sync_status if current else "Unknown",
-                            "health": current.health if current else "Unknown",
-                            "changes": changes.to_dicts()}
-    if current and current.operation and ran:
-        body["operation"] = {"phase": current.operation.phase, "message": current.operation.message,
-                             "id": current.operation.id}
-    if current and current.conditions:
-        body["conditions"] = current.conditions
-    return Response(200, body)
 
 
 def parse_resource(text: str) -> tuple[str, str, str]:

@@ -352,3 +352,19 @@ def dispatcher_for(runtime: Runtime) -> Dispatcher:
 
     settings, store = runtime.settings, runtime.store
     return DirectDispatcher(lambda: Runtime(settings=settings, store=store), store=store)
+
+
+class ManualDispatcher:
+    """Hands nothing over: its caller runs the steps itself (the local CLI, which may wait; tests). It
+    records what it was asked for."""
+
+    def __init__(self) -> None:
+        self.refreshes: list[Refresh] = []
+        self.scheduled: list[tuple[str, float, str]] = []
+
+    def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
+        self.refreshes.extend(refreshes)
+        return {}
+
+    def schedule(self, app: str, delay: float, reason: str) -> None:
+        self.scheduled.append((app, delay, reason))

@@ -117,13 +117,28 @@ def test_api_and_cli_over_http(gitops: GitOps, functions: Functions) -> None:
     gitops.application()
     assert functions.api("GET", "/apps").json()["apps"][0]["name"] == gitops.real("app")
     assert requests.get(functions.start("api").url + "/api/v1/apps", timeout=30).status_code == 401
-    synced = functions.api("POST", f"/apps/{gitops.real('app')}/sync", {"prune": True})
-    assert synced.status_code == 200, synced.text
-    assert [c["action"] for c in synced.json()["changes"]] == ["created"]
-    cli = subprocess.run([sys.executable, "-m", "tidecd.cli", "app", "history", gitops.real("app"), "--server",
-                          functions.start("api").url, "--token", functions.token], capture_output=True, text=True)
-    assert cli.returncode == 0, cli.stderr
-    assert "Succeeded" in cli.stdout
+    name = gitops.real("app")
+    refused = functions.api("POST", f"/apps/{name}/sync", {"prune": "false"})
+    assert refused.status_code == 400 and "prune" in refused.json()["message"]
+    started = time.monotonic()
+    synced = functions.api("POST", f"/apps/{name}/sync", {"prune": True})
+    answered = time.monotonic() - started
+    assert synced.status_code == 202, synced.text
+    assert answered < 1.0, f"the api took {answered:.2f}s: it ran the sync instead of starting it"
+    cli = [sys.executable, "-m", "tidecd.cli", "app"]
+    server = ["--server", functions.start("api").url, "--token", functions.token]
+    waited = subprocess.run([*cli, "wait", name, "--operation", "--timeout", "120", *server],
+                            capture_output=True, text=True, timeout=180)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    got = functions.api("GET", f"/apps/{name}").json()
+    assert got["operation"]["id"] == synced.json()["operationId"] and got["operation"]["phase"] == "Succeeded"
+    assert [r["action"] for r in got["operation"]["results"]] == ["created"]
+    again = subprocess.run([*cli, "sync", name, *server], capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Succeeded" in again.stdout and "sync: Synced" in again.stdout
+    history = subprocess.run([*cli, "history", name, *server], capture_output=True, text=True, timeout=60)
+    assert history.returncode == 0, history.stderr
+    assert "Succeeded" in history.stdout
 
 
 def test_pubsub_fan_out_poll_publishes_and_reconcile_consumes(gitops: GitOps, functions: Functions,

@@ -17,6 +17,7 @@ from jsonschema import Draft202012Validator
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
 from tidecd import api
 from tidecd import reconcile as engine
+from tidecd.dispatch import ManualDispatcher
 from tidecd.model import Response
 from tidecd.runtime import Runtime
 from tidecd.store import MemoryStore
@@ -33,6 +34,11 @@ def configmap(name: str, value: str) -> dict[str, Any]:
 class Session:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime, self.checked = runtime, []
+        self.dispatcher = ManualDispatcher()  # the test takes the operations' steps itself (`run`)
+
+    def run(self, operation_id: str) -> Any:
+        """Step the app until the operation has finished; every change it made."""
+        return api.drive(self.runtime, "web", "test", operation_id)[1]
 
     def call(self, method: str, path: str, body: Any = None, *, token: str = TOKEN,
              raw: bytes | None = None) -> Response:
@@ -40,7 +46,8 @@ class Session:
         data = raw if raw is not None else json.dumps(body or {}).encode()
         bare, _, query = path.partition("?")
         answer = api.handle(method, bare, headers, data, self.runtime,
-                            query=dict(q.split("=") for q in query.split("&")) if query else None)
+                            query=dict(q.split("=") for q in query.split("&")) if query else None,
+                            dispatcher=self.dispatcher)
         check(method, bare, answer)
         self.checked.append((method, bare, answer.status))
         return answer
@@ -96,17 +103,29 @@ def test_every_answer_matches_the_document(session: Session) -> None:
     diff = s.call("GET", "/api/v1/apps/web/diff").body
     assert [(c["resource"], c["action"]) for c in diff["changes"]] == [("ConfigMap ns/a", "created")]
     assert "+  v: '1'" in diff["changes"][0]["diff"] or "v: '1'" in diff["changes"][0]["diff"]
-    dry = s.call("POST", "/api/v1/apps/web/sync", {"dryRun": True}).body
-    assert [c["action"] for c in dry["changes"]] == ["created"]
-    synced = s.call("POST", "/api/v1/apps/web/sync", {"prune": True}).body
-    assert synced["operation"]["phase"] == "Succeeded", synced
+    dry = s.call("POST", "/api/v1/apps/web/sync", {"dryRun": True})
+    assert dry.status == 202 and dry.body["operation"]["phase"] == "Running"
+    assert [c.action for c in s.run(dry.body["operationId"]).entries] == ["created"]
+    started = s.call("POST", "/api/v1/apps/web/sync", {"prune": True})
+    assert started.status == 202 and s.dispatcher.scheduled[-1][:2] == ("web", 0.0)  # its first step, now
+    busy = s.call("POST", "/api/v1/apps/web/sync", {})
+    assert busy.status == 409 and busy.body["operationId"] == started.body["operationId"]
+    s.run(started.body["operationId"])
+    assert s.call("GET", "/api/v1/apps/web").body["operation"]["phase"] == "Succeeded"
     s.git.push([configmap("a", "2")])  # type: ignore[attr-defined]
     assert s.call("POST", "/api/v1/apps/web/refresh").status == 200
     got = s.call("GET", "/api/v1/apps/web").body
     assert not snake_keys(got), snake_keys(got)
     history = s.call("GET", "/api/v1/apps/web/history").body["history"]
     assert history and "deployedAt" in history[0]
-    assert s.call("POST", "/api/v1/apps/web/rollback", {"id": history[0]["id"]}).status == 200
+    rolled = s.call("POST", "/api/v1/apps/web/rollback", {"id": history[0]["id"]})
+    assert rolled.status == 202
+    stopping = s.call("DELETE", "/api/v1/apps/web/operation")
+    assert stopping.body == {"app": "web", "operationId": rolled.body["operationId"], "phase": "Terminating"}
+    s.run(rolled.body["operationId"])
+    ended = s.call("GET", "/api/v1/apps/web").body["operation"]
+    assert ended["phase"] == "Failed" and "terminat" in ended["message"], ended
+    assert s.call("DELETE", "/api/v1/apps/web/operation").status == 404  # none runs
     assert s.call("POST", "/api/v1/apps/web/images/unpin").status == 200
     assert s.call("POST", "/api/v1/images/check", {}).status == 200
     # errors: every one is JSON of the Error shape
@@ -117,7 +136,7 @@ def test_every_answer_matches_the_document(session: Session) -> None:
     assert s.call("POST", "/api/v1/apps/web/sync", raw=b"{nope").status == 400
     assert s.call("POST", "/api/v1/apps/web/sync", raw=b"[" * 100_000 + b"]" * 100_000).status == 400
     assert s.call("POST", "/api/v1/apps/web/rollback", {"id": 999}).status == 404
-    assert len(s.checked) >= 18
+    assert len(s.checked) >= 22
 
 
 def test_bodies_are_validated_by_the_schema_naming_the_field(session: Session) -> None:
@@ -144,11 +163,12 @@ def test_one_change_vocabulary_for_the_api_the_logs_and_the_cli(session: Session
     from tidecd.model import ChangeSet
 
     with capture_logs() as logs:
-        synced = session.call("POST", "/api/v1/apps/web/sync", {}).body
-    [change] = synced["changes"]
+        started = session.call("POST", "/api/v1/apps/web/sync", {}).body
+        changes = session.run(started["operationId"]).to_dicts()
+    [change] = changes
     assert (change["resource"], change["action"], change["phase"], change["wave"]) == ("ConfigMap ns/a", "created",
                                                                                       "Sync", 0)
     assert "v: '1'" in change["diff"]  # the comparison's masked diff travels with the entry
     logged = [e["event"] for e in logs if e.get("action") == "created"]
-    printed = ChangeSet.from_dicts(synced["changes"]).lines()  # what `tidecd app sync` prints
+    printed = ChangeSet.from_dicts(changes).lines()  # what `tidecd app sync` prints
     assert logged == printed == ["ConfigMap ns/a created"]

@@ -1,13 +1,20 @@
-"""`tidecd app ...`: list, get, diff, sync, refresh, history, rollback.
+"""`tidecd app ...`: list, get, diff, sync, refresh, history, rollback, wait, terminate-op.
 
 Works locally (reading TIDECD_CONFIG, TIDECD_STORE and KUBECONFIG, as the functions do) or against a
 running api with `--server URL` (token from `--token` or TIDECD_API_TOKEN). Both paths go through
 `tidecd.api.handle`, so they answer the same JSON.
+
+`sync` and `rollback` start an operation (the api answers 202 with its id) and, unless `--async`, follow
+it to its end, printing each task as it changes (phase, wave, resource, action, health) and what the
+operation waits for. With `--server` the CLI polls the api while the installation's own continuations
+take the steps; locally there is no one else, so the CLI takes the steps itself, sleeping between them
+as each step asks (the CLI may wait; a function never does).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import typer
@@ -40,8 +47,24 @@ def _call(method: str, path: str, server: str, token: str, body: dict[str, Any] 
 
     runtime = Runtime.from_env()
     runtime.settings.api_token = "local"  # noqa: S105 - local calls are the user's own process
-    answer = api.handle(method, "/api/v1" + path, {"Authorization": "Bearer local"}, data, runtime, query=query)
+    from tidecd.dispatch import ManualDispatcher
+
+    # Nothing goes to a background scheduler (it would die with this process): the CLI takes the steps.
+    answer = api.handle(method, "/api/v1" + path, {"Authorization": "Bearer local"}, data, runtime, query=query,
+                        dispatcher=ManualDispatcher())
     return answer.status, answer.body
+
+
+def _local_step(name: str) -> tuple[float, ChangeSet]:
+    """Locally, one reconcile step of `name` taken by this process: seconds until the next one is due, and
+    what it changed."""
+    from tidecd import dispatch
+    from tidecd.runtime import Runtime
+
+    outcome = dispatch.run_step(Runtime.from_env(), dispatch.Refresh(name, "cli"), dispatch.ManualDispatcher())
+    if outcome.skipped or outcome.continue_after is None:
+        return 1.0, outcome.changes
+    return max(0.0, outcome.continue_after), outcome.changes
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -118,7 +141,12 @@ def get(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPU
             typer.echo(f"Condition:  {cond['type']}: {cond['message']}")
         if b.get("operation"):
             op = b["operation"]
-            typer.echo(f"Operation:  {op['phase']}: {op['message']}")
+            typer.echo(f"Operation:  {op['phase']}" + (f": {op['message']}" if op.get("message") else "")
+                       + f"  (id {op.get('id', '')}, started {op.get('startedAt', '')} by {op.get('initiatedBy', '')})")
+            if op.get("phase") in ("Running", "Terminating"):
+                wave = op.get("wave")
+                typer.echo(f"Wave:       {wave if wave is not None else '-'}")
+                typer.echo(f"Waiting:    {op.get('step') or '-'}")
         images = b.get("images") or {}
         if images.get("override"):
             typer.echo(f"Images:     {', '.join(images['override'])}  (image updater, argocd write-back)")
@@ -170,15 +198,73 @@ def _finish(body: dict[str, Any]) -> None:
 def sync(name: str, prune: bool = typer.Option(False, "--prune", help="Delete objects git no longer has."),
          dry_run: bool = typer.Option(False, "--dry-run", help="Report what would change; write nothing."),
          resource: list[str] = typer.Option([], "--resource", help="GROUP/KIND/NAME; repeatable."),  # noqa: B006
+         run_async: bool = typer.Option(False, "--async", help="Start the operation and return at once."),
+         timeout: float = typer.Option(0, "--timeout", help="Seconds to follow it; 0: until it ends."),
          server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
-    """Sync an application now, printing one line per object."""
+    """Start a sync and follow it to its end, printing each task as it happens (`--async`: return at once)."""
     payload: dict[str, Any] = {"prune": prune, "dryRun": dry_run}
     if resource:
         _refreshed(name, server, token, cached=False)
         payload["resources"] = resource
-    body = _checked(*_call("POST", f"/apps/{name}/sync", server, token, payload))
-    _emit(body, output, _print_changes)
-    _finish(body)
+    started = _checked(*_call("POST", f"/apps/{name}/sync", server, token, payload))
+    _started(name, started, run_async, timeout, server, token, output)
+
+
+def _started(name: str, started: dict[str, Any], run_async: bool, timeout: float, server: str, token: str,
+             output: str) -> None:
+    operation_id = str(started.get("operationId", ""))
+    if run_async:
+        _emit(started, output, lambda b: typer.echo(f"operation {operation_id} started"
+                                                     + (f" ({b['warning']})" if b.get("warning") else "")))
+        return
+    body = _follow(name, operation_id, server, token, timeout, quiet=output != "table")
+    if output != "table":
+        _emit(body, output, lambda b: None)
+    op = body.get("operation") or {}
+    if op.get("id") == operation_id and op.get("phase") != "Succeeded":
+        raise typer.Exit(1)
+
+
+def _follow(name: str, operation_id: str, server: str, token: str, timeout: float, *,
+            quiet: bool = False) -> dict[str, Any]:
+    """Until the operation `operation_id` (or the running one, when empty) has ended: the app's last status.
+    Prints every task result when it first appears or changes, and each new thing it waits for."""
+    deadline = time.monotonic() + timeout if timeout > 0 else None
+    seen: dict[tuple[str, str], tuple[str, str, str]] = {}
+    last_step = ""
+    while True:
+        delay, changes = _local_step(name) if not server else (2.0, ChangeSet())
+        if not quiet:
+            for line in changes.lines():
+                typer.echo(line)
+        body = _checked(*_call("GET", f"/apps/{name}", server, token))
+        op = body.get("operation") or {}
+        health = {(r.get("group", ""), r.get("kind", ""), r.get("namespace", ""), r.get("name", "")):
+                  r.get("health", "") for r in body.get("resources", [])}
+        mine = op and (not operation_id or op.get("id") == operation_id)
+        if mine and not quiet:
+            for result in op.get("results", []):
+                key = result.get("key") or {}
+                rk = (key.get("group", ""), key.get("kind", ""), key.get("namespace", ""), key.get("name", ""))
+                state = (str(result.get("action", "")), str(result.get("phase", "")), str(health.get(rk, "")))
+                ident = (str(result.get("resource", "")), str(result.get("syncPhase", "")))
+                if seen.get(ident) != state:
+                    seen[ident] = state
+                    note = f": {result['message']}" if result.get("message") else ""
+                    typer.echo(f"  [{ident[1]} wave {result.get('wave', 0)}] {ident[0]} {state[0]}, {state[1]}"
+                               + (f", {state[2]}" if state[2] else "") + note)
+            step = str(op.get("step", ""))
+            if step and step != last_step and op.get("phase") in ("Running", "Terminating"):
+                typer.echo(f"... {step}")
+            last_step = step
+        if not mine or op.get("phase") not in ("Running", "Terminating"):
+            if mine and not quiet:
+                typer.echo(f"\n{op.get('phase')}" + (f": {op['message']}" if op.get("message") else ""))
+                typer.echo(f"sync: {body.get('syncStatus')}  health: {body.get('health')}")
+            return body
+        if deadline is not None and time.monotonic() + delay > deadline:
+            _fail(f"operation {op.get('id')} still {op.get('phase')} after {timeout:g}s: {op.get('step', '')}", code=1)
+        time.sleep(min(max(delay, 0.2), 5.0))
 
 
 @app.command("refresh")
@@ -201,8 +287,53 @@ def history(name: str, server: str = SERVER, token: str = TOKEN, output: str = O
 @app.command("rollback")
 def rollback(name: str, history_id: int = typer.Argument(..., metavar="ID"),
              prune: bool = typer.Option(False, "--prune"),
+             run_async: bool = typer.Option(False, "--async", help="Start the operation and return at once."),
+             timeout: float = typer.Option(0, "--timeout", help="Seconds to follow it; 0: until it ends."),
              server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
     """Re-sync a revision from history; automated sync is switched off for the app until the next manual sync."""
-    body = _checked(*_call("POST", f"/apps/{name}/rollback", server, token, {"id": history_id, "prune": prune}))
-    _emit(body, output, _print_changes)
-    _finish(body)
+    started = _checked(*_call("POST", f"/apps/{name}/rollback", server, token, {"id": history_id, "prune": prune}))
+    _started(name, started, run_async, timeout, server, token, output)
+
+
+@app.command("wait")
+def wait(name: str, sync_: bool = typer.Option(False, "--sync", help="Wait until Synced."),
+         health: bool = typer.Option(False, "--health", help="Wait until Healthy."),
+         operation: bool = typer.Option(False, "--operation", help="Wait until no operation runs."),
+         timeout: float = typer.Option(0, "--timeout", help="Seconds to wait; 0: no limit. Exit 1 on timeout."),
+         server: str = SERVER, token: str = TOKEN) -> None:
+    """Wait for the app to be Synced, Healthy and/or done with its operation (all three without flags)."""
+    if not (sync_ or health or operation):
+        sync_ = health = operation = True
+    deadline = time.monotonic() + timeout if timeout > 0 else None
+    while True:
+        delay = _local_step(name)[0] if not server else 3.0
+        body = _checked(*_call("GET", f"/apps/{name}", server, token))  # locally: just refreshed by the step
+        if server and (body.get("operation") or {}).get("phase") not in ("Running", "Terminating"):
+            # no step is coming: ask the api for a refresh (one bounded step there)
+            body = _checked(*_call("GET", f"/apps/{name}", server, token, query={"refresh": "true"}))
+        op = body.get("operation") or {}
+        running = op.get("phase") in ("Running", "Terminating")
+        missing = [what for what, wanted, ok in (
+            ("sync", sync_, body.get("syncStatus") == "Synced"),
+            ("health", health, body.get("health") == "Healthy"),
+            ("operation", operation, not running)) if wanted and not ok]
+        if not missing:
+            typer.echo(f"{name}: sync {body.get('syncStatus')}, health {body.get('health')}"
+                       + (f", operation {op.get('phase')}" if op else ""))
+            if operation and op.get("phase") in ("Failed", "Error"):
+                raise typer.Exit(1)
+            return
+        if deadline is not None and time.monotonic() + min(delay, 3.0) > deadline:
+            _fail(f"{name}: timed out after {timeout:g}s waiting for {', '.join(missing)} (sync "
+                  f"{body.get('syncStatus')}, health {body.get('health')}"
+                  + (f", operation {op.get('phase')}: {op.get('step', '')}" if op else "") + ")", code=1)
+        time.sleep(min(max(delay, 0.2), 3.0))
+
+
+@app.command("terminate-op")
+def terminate_op(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
+    """Stop the running operation: nothing more is applied, SyncFail hooks run, the phase becomes Failed."""
+    body = _checked(*_call("DELETE", f"/apps/{name}/operation", server, token))
+    if not server:
+        _local_step(name)  # locally nobody else takes the step that stops it
+    _emit(body, output, lambda b: typer.echo(f"operation {b['operationId']} of {name}: terminating"))
