@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from bench import cli, diff, functions, images, render, sync, ui
+from bench import cli, diff, functions, images, operations, render, sync, ui
 from bench.harness import Bench, Row, fmt_time, print_plain, print_table, say
 from tidecd import logs
 
@@ -30,6 +30,7 @@ GROUPS: dict[str, Callable[[Bench], list[Row]]] = {
     "images": images.run,
     "cli": cli.run,
     "ui": ui.run,
+    "operations": operations.run,
 }
 
 

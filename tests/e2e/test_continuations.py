@@ -3,6 +3,7 @@ the Pub/Sub emulator through a push subscription with a retry policy, every invo
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -126,3 +127,112 @@ def type_refresh(app: str, revision: str) -> Any:
     from tidecd.dispatch import Refresh
 
     return Refresh(app, "webhook: push", revision)
+
+
+# --- the acceptance: a slow hook and two slow waves, step by step through the real functions -------------
+
+WAVE = "argocd.argoproj.io/sync-wave"
+HOOK = "argocd.argoproj.io/hook"
+DEADLINE = 15.0  # seconds any one reconcile invocation may take (the proxy answers 504 beyond it)
+
+
+def slow(obj: dict[str, Any], **pod_notes: str) -> dict[str, Any]:
+    import copy
+
+    out = copy.deepcopy(obj)
+    out["spec"]["template"].setdefault("metadata", {}).setdefault("annotations", {}).update(pod_notes)
+    return out
+
+
+@pytest.fixture()
+def cloud(gitops: Any, functions: Any, pubsub_emulator: str, tmp_path: Path,
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[CloudWiring]:
+    """The installation as the cloud runs it: api and reconcile functions, a Pub/Sub topic between them."""
+    env = {**functions.env(), "TIDECD_STEP_BUDGET": "10"}
+    for wiring in wire(pubsub_emulator, tmp_path, env, monkeypatch, deadline=DEADLINE):
+        functions.extra_env = {"PUBSUB_EMULATOR_HOST": pubsub_emulator, "TIDECD_REFRESH_TOPIC": wiring.topic,
+                               "TIDECD_STEP_BUDGET": "10"}
+        yield wiring
+
+
+def cli(functions: Any, *args: str, timeout: float = 600) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "tidecd.cli", "app", *args, "--server",
+                           functions.start("api").url, "--token", functions.token],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def created_at(gitops: Any, kind: str, name: str, group: str = "") -> float:
+    import datetime
+
+    obj = gitops.live(kind, name, group)
+    assert obj is not None, f"{kind}/{name} was never created"
+    stamp = obj["metadata"]["creationTimestamp"]
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def test_hook_and_two_slow_waves_complete_in_short_invocations(gitops: Any, functions: Any,
+                                                               cloud: CloudWiring) -> None:
+    from tests.support.apps import configmap, deployment, job
+
+    gitops.push({
+        "app/migrate.yaml": slow(job("migrate", **{HOOK: "PreSync"}), **{"tidecd.test/complete-after": "90s"}),
+        "app/api.yaml": slow(deployment("api", **{WAVE: "1"}), **{"tidecd.test/ready-after": "30s"}),
+        "app/web.yaml": slow(deployment("web", **{WAVE: "2"}), **{"tidecd.test/ready-after": "30s"}),
+        "app/done.yaml": configmap("done", **{WAVE: "3"}),
+    })
+    name = gitops.application()
+    started = time.monotonic()
+    synced = cli(functions, "sync", name)  # follows the operation, printing as it goes
+    wall = time.monotonic() - started
+    assert synced.returncode == 0, synced.stdout[-3000:] + synced.stderr[-3000:]
+
+    op = gitops.state().operation
+    assert op is not None and op.phase == "Succeeded", op
+    ran = cloud.proxy.ran(name)
+    over = cloud.proxy.over_deadline()
+    billed = sum(i.seconds for i in cloud.proxy.invocations if i.app == name)
+    print(f"\nhook 90 s + two waves of 30 s: wall {wall:.0f}s, {len(ran)} steps ran (+ "
+          f"{len(cloud.proxy.invocations) - len(ran)} early continuations refused), longest "
+          f"{max(i.seconds for i in ran):.1f}s, billed {billed:.1f} instance-seconds")
+    assert not over, f"invocations over the {DEADLINE:g}s deadline: {over}"
+    assert len(ran) >= 5, ran  # the operation went on across several invocations
+    # The blocking engine's order: the PreSync hook, then each wave once the one before is healthy.
+    job_at, api_at = created_at(gitops, "Job", "migrate", "batch"), created_at(gitops, "Deployment", "api", "apps")
+    web_at, done_at = created_at(gitops, "Deployment", "web", "apps"), created_at(gitops, "ConfigMap", "done")
+    assert api_at - job_at >= 85 and web_at - api_at >= 25 and done_at - web_at >= 25, \
+        (job_at, api_at, web_at, done_at)
+    # `app sync` printed the tasks as they happened and what the operation waited for.
+    assert "[PreSync wave 0] Job" in synced.stdout and "Deployment" in synced.stdout, synced.stdout
+    assert "... " in synced.stdout and "Succeeded" in synced.stdout
+
+
+def test_wait_and_terminate_a_running_operation(gitops: Any, functions: Any, cloud: CloudWiring) -> None:
+    from tests.support.apps import configmap, job
+
+    gitops.push({
+        "app/migrate.yaml": slow(job("migrate", **{HOOK: "PreSync"}), **{"tidecd.test/complete-after": "120s"}),
+        "app/after.yaml": configmap("after", **{WAVE: "1"}),
+    })
+    name = gitops.application()
+    started = cli(functions, "sync", name, "--async", "-o", "json")
+    assert started.returncode == 0, started.stderr
+    operation_id = json.loads(started.stdout)["operationId"]
+    busy = functions.api("POST", f"/apps/{name}/sync", {})
+    assert busy.status_code == 409 and busy.json()["operationId"] == operation_id
+
+    short = cli(functions, "wait", name, "--operation", "--timeout", "8", timeout=60)
+    assert short.returncode == 1 and "timed out" in short.stderr, short.stdout + short.stderr
+    got = cli(functions, "get", name, "--cached", timeout=60)
+    assert "Operation:  Running" in got.stdout and "Waiting:" in got.stdout, got.stdout
+
+    stopped = cli(functions, "terminate-op", name, timeout=60)
+    assert stopped.returncode == 0 and "terminating" in stopped.stdout, stopped.stderr
+    waited = cli(functions, "wait", name, "--operation", "--timeout", "60", timeout=120)
+    assert waited.returncode == 1, waited.stdout + waited.stderr  # it ended, and not well
+    op = gitops.state().operation
+    assert op is not None and op.id == operation_id and op.phase == "Failed" and "terminat" in op.message, op
+    assert gitops.live("ConfigMap", "after") is None  # nothing after the hook ran
+    assert not cloud.proxy.over_deadline()
