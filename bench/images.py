@@ -41,7 +41,7 @@ def run(bench: Bench) -> list[Row]:
     from tidecd.images import update
     from tidecd.images.annotations import IMAGE_LIST
     from tidecd.images.registry import HttpRegistry, parse_image
-    from tidecd_dev.registry import CountingProxy, Registry, crane, push_image
+    from tidecd_dev.imageregistry import CountingProxy, Registry, crane, push_image
     from tidecd_dev.tools import ensure
 
     ensure(["registry", "crane"])

@@ -31,7 +31,7 @@ from tidecd.reconcile import SyncRequest
 from tidecd.runtime import Runtime
 from tidecd.secrets import KeyPair, generate_key, seal_secret, write_key_pair
 from tidecd_dev.devcluster import DevCluster, free_port
-from tidecd_dev.registry import Registry, push_image
+from tidecd_dev.imageregistry import Registry, push_image
 
 pytestmark = pytest.mark.e2e
 

@@ -1,7 +1,7 @@
 """OCI registry fixtures: the real `registry` binary (distribution), images pushed with the real `crane`.
 
 `image_registry` is open, `image_registry_basic` requires htpasswd basic auth and `image_registry_bearer` the
-token flow through a small token server (see `tidecd_dev.registry`); one of each per session, started on
+token flow through a small token server (see `tidecd_dev.imageregistry`); one of each per session, started on
 first use. Both binaries are built with scripts/tools.sh when missing, never skipped.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.cluster import ensure_tools
-from tidecd_dev.registry import Registry
+from tidecd_dev.imageregistry import Registry
 
 TOOLS = ["registry", "crane"]
 
