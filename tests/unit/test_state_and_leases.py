@@ -159,3 +159,12 @@ def test_the_lease_keeper_renews_while_a_step_works_and_notices_a_takeover() -> 
     assert not idle.renew() and idle.lost
     idle.close()
     assert read_lease(store, "app").holder == "other"  # type: ignore[union-attr]  # not released by the loser
+
+
+def test_a_broken_state_file_leaves_the_other_apps_alone() -> None:
+    store = MemoryStore()
+    app_state.save(store, AppState(app="good", sync_status=SyncStatus.SYNCED))
+    write(store, "bad", b'{"app": "bad", "resou')
+    assert app_state.load(store, "good")[0].sync_status is SyncStatus.SYNCED
+    assert app_state.load(store, "bad")[0].rebuilt
+    assert not app_state.load(store, "good")[0].conditions
