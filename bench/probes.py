@@ -85,7 +85,8 @@ def measured_reconcile(runtime: Runtime, name: str, *, request: SyncRequest | No
     start = time.perf_counter()
     operation_id = start_operation(runtime, name, request) if request is not None else ""
     outcome: Outcome = reconcile(runtime, name, automate=automate, clock=clock)
-    while outcome.continue_after is not None and not outcome.skipped:  # the operation's next steps
+    while (outcome.continue_after is not None and not outcome.skipped and outcome.state is not None
+           and outcome.state.operation is not None and outcome.state.operation.running):  # its next steps
         clock.pause(outcome.continue_after)
         outcome = reconcile(runtime, name, automate=automate, clock=clock)
     seconds = time.perf_counter() - start

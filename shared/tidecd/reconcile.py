@@ -47,7 +47,7 @@ from tidecd.errors import (
 )
 from tidecd.images import state as images_state
 from tidecd.images.state import render_override as image_override
-from tidecd.model import Action, ChangeEntry, ChangeSet, HealthResult, Manifest, ResourceKey, SyncStatus
+from tidecd.model import Action, ChangeEntry, ChangeSet, HealthResult, HealthStatus, Manifest, ResourceKey, SyncStatus
 from tidecd.runtime import Runtime
 from tidecd.source import charts
 from tidecd.state import CachedComparison, Operation, OperationPhase, TaskPhase, TaskResult
@@ -65,6 +65,9 @@ APPLY_CONCURRENCY = 8
 POLL_INTERVAL = 0.5  # between health checks inside one step's budget
 RECHECK_AFTER = 3.0  # the next step of an operation that waits, once this step's budget is spent
 RACE_ATTEMPTS = 3
+MAX_STEP_ERRORS = 3  # temporary errors in a row a running operation survives after its first write
+HEALTH_FOLLOW_SECONDS = 600.0  # after a sync, refresh a Progressing app this long ...
+HEALTH_RECHECK_AFTER = 5.0  # ... this often
 
 
 @dataclass(frozen=True)
@@ -392,16 +395,23 @@ class _Step:
             raise  # a lost race on the state itself: `reconcile` re-reads and re-decides
         except TemporaryError as exc:
             self._condition("ComparisonError", str(exc))
-            if self._running() and isinstance(exc, ClusterUnavailable):
-                self._fail_operation(f"{exc} (nothing pruned; will retry)")
-            elif self._running():
-                self.continue_after = exc.delay
+            op = self.state.operation
+            if op is not None and op.running:
+                # Before its first write, or after repeated failures, the operation fails (an automated one
+                # is retried with its backoff); mid-way, a passing blip only postpones the next step.
+                if isinstance(exc, ClusterUnavailable) or not op.checked or op.step_errors >= MAX_STEP_ERRORS:
+                    suffix = " (nothing pruned; will retry)" if isinstance(exc, ClusterUnavailable) else ""
+                    self._fail_operation(f"{exc}{suffix}")
+                else:
+                    op.step_errors += 1
+                    self.continue_after = exc.delay
         except PermanentError as exc:
             kind = "InvalidSpecError" if isinstance(exc, ProjectViolation) else "ComparisonError"
             self._condition(kind, str(exc))
             if self._running():
                 self._fail_operation(str(exc))
         self.state.reconciled_at = app_state.now_iso()
+        self._follow_health()
         self._save()
         for entry in self.changes.changed():  # a line per object, starting with its ResourceKey text
             log.info(str(entry), app=self.name, action=entry.action.value, wave=entry.wave, phase=entry.phase)
@@ -422,6 +432,17 @@ class _Step:
     def _app(self) -> Application:
         assert self.app is not None, "observed before the app was loaded"
         return self.app
+
+    def _follow_health(self) -> None:
+        """After an operation succeeded with the app still Progressing (the last group is not waited for),
+        ask for refresh steps for a while, so status and `app wait --health` see it turn Healthy."""
+        op = self.state.operation
+        if (self.continue_after is not None or op is None or op.phase is not OperationPhase.SUCCEEDED
+                or self.state.health is not HealthStatus.PROGRESSING or not op.finished_at):
+            return
+        finished = datetime.datetime.fromisoformat(op.finished_at.replace("Z", "+00:00")).timestamp()
+        if self.clock.now() - finished < HEALTH_FOLLOW_SECONDS:
+            self.continue_after = HEALTH_RECHECK_AFTER
 
     def _running(self) -> bool:
         return self.state.operation is not None and self.state.operation.running
@@ -460,6 +481,8 @@ class _Step:
         self.unserved = frozenset(gk for gk in {(t.key.group, t.key.kind) for t in self.tasks}
                                   if not _served(self.cluster, *gk))
         self.missing_namespaces = self._missing_namespaces()
+        if op is not None and op.running:
+            op.step_errors = 0  # observed fine: earlier blips are forgiven
         policy = policy_of(app)
         self._advance(policy if self.automate else dataclasses.replace(policy, automated=False))
 

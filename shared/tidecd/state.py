@@ -180,6 +180,7 @@ class Operation:
     checked: bool = False  # the dry-run of everything it will apply passed (no write happens before)
     pruned: bool = False
     failure: str = ""  # why it failed, kept while its SyncFail hooks run
+    step_errors: int = 0  # temporary errors in a row (a source or API blip): retried, up to a bound
     results: list[TaskResult] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # fields of newer versions, written back as read
 

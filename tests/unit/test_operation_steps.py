@@ -80,7 +80,8 @@ class Harness:
     def until_done(self, limit: int = 20) -> Outcome:
         for _ in range(limit):
             outcome = self.step()
-            if outcome.continue_after is None:
+            op = outcome.state.operation if outcome.state else None
+            if outcome.continue_after is None or (op is not None and not op.running):
                 return outcome
         raise AssertionError(f"still running after {limit} steps: {self.op().step}")
 
@@ -103,9 +104,9 @@ def test_a_sync_without_waves_never_waits_and_succeeds_while_still_progressing(h
     h.git.push([deployment("web"), ingress])
     h.sync()
     outcome = h.step()
-    assert outcome.continue_after is None
     op = h.op()
     assert op.phase is OperationPhase.SUCCEEDED, op.message
+    assert outcome.continue_after == engine.HEALTH_RECHECK_AFTER  # only to follow the app's health
     assert h.clock.pauses == []  # no health poll at all: a single-step sync does not wait
     state = h.state()
     assert state.health == "Progressing" and state.sync_status == "Synced"
@@ -367,3 +368,39 @@ def test_a_generate_name_hook_is_created_once_per_operation_even_when_a_step_die
     h.cluster.finish_deletes()
     assert key("Job", name) not in h.cluster.objects
     assert key("Job", second[0]) in h.cluster.objects
+
+
+def test_a_source_error_fails_an_operation_before_its_first_write_and_postpones_it_after(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidecd.errors import SourceUnavailable
+
+    h.git.push([job("pre", **{HOOK: "PreSync"}), configmap("c")])
+    render = h.git.render
+
+    def unreachable(*args: Any, **kwargs: Any) -> Any:
+        raise SourceUnavailable("repository unreachable", delay=7.0)
+
+    monkeypatch.setattr(engine, "render_desired", unreachable)
+    h.sync()
+    outcome = h.step()
+    assert h.op().phase is OperationPhase.FAILED and "unreachable" in h.op().message
+    assert outcome.continue_after is None
+    monkeypatch.setattr(engine, "render_desired", render)
+    h.sync()
+    h.step()  # the hook runs: the operation has written
+    monkeypatch.setattr(engine, "render_desired", unreachable)
+    assert h.step().continue_after == 7.0 and h.op().running
+    monkeypatch.setattr(engine, "render_desired", render)
+    h.cluster.complete(key("Job", "pre"))
+    h.until_done()
+    assert h.op().phase is OperationPhase.SUCCEEDED
+
+
+def test_a_progressing_app_is_followed_after_its_sync_until_healthy(h: Harness) -> None:
+    h.git.push([deployment("web")])
+    h.sync()
+    outcome = h.step()
+    assert h.op().phase is OperationPhase.SUCCEEDED and outcome.continue_after == engine.HEALTH_RECHECK_AFTER
+    h.cluster.ready(key("Deployment", "web"))
+    outcome = h.step()
+    assert h.state().health == "Healthy" and outcome.continue_after is None
