@@ -49,10 +49,14 @@ def cm(gitops: GitOps, app: str) -> dict[str, Any]:
 class Recorder:
     def __init__(self) -> None:
         self.refreshes: list[Refresh] = []
+        self.scheduled: list[tuple[str, float, str]] = []
 
     def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
         self.refreshes.extend(refreshes)
         return {}
+
+    def schedule(self, app: str, delay: float, reason: str) -> None:
+        self.scheduled.append((app, delay, reason))
 
 
 def test_chart_from_a_helm_repository_with_a_semver_range(gitops: GitOps, helm_repo: HelmRepo) -> None:

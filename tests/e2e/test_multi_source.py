@@ -12,9 +12,10 @@ import pytest
 import yaml
 
 from tests.support.apps import GitOps, configmap
-from tests.support.gitserver import GitRepo, GitServer
+from tests.support.gitserver import GitRepo
 from tidecd.reconcile import SyncRequest
 from tidecd.state import AppState
+from tidecd_dev.gitserver import GitServer
 
 pytestmark = pytest.mark.e2e
 
@@ -126,10 +127,14 @@ def test_the_poll_refreshes_a_multi_source_app_when_any_source_moves(gitops: Git
     class Recorder:
         def __init__(self) -> None:
             self.refreshes: list[Refresh] = []
+            self.scheduled: list[tuple[str, float, str]] = []
 
         def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
             self.refreshes.extend(refreshes)
             return {}
+
+        def schedule(self, app: str, delay: float, reason: str) -> None:
+            self.scheduled.append((app, delay, reason))
 
     gitops.push(CHART)
     push(values_repo, {"envs/prod.yaml": "color: blue\n", "extra/cm.yaml": configmap("extra")})

@@ -58,10 +58,14 @@ def test_poll_checks_oci_tags_once_per_repository(gitops: GitOps, oci_registry: 
     class Recorder:
         def __init__(self) -> None:
             self.refreshes: list[Refresh] = []
+            self.scheduled: list[tuple[str, float, str]] = []
 
         def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
             self.refreshes.extend(refreshes)
             return {}
+
+        def schedule(self, app: str, delay: float, reason: str) -> None:
+            self.scheduled.append((app, delay, reason))
 
     namespace = f"charts-{uuid.uuid4().hex[:6]}"
     home = tmp_path / "home"

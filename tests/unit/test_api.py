@@ -10,7 +10,7 @@ import yaml
 
 from tidecd import api
 from tidecd import state as app_state
-from tidecd.model import Response
+from tidecd.model import HealthStatus, Response, SyncStatus
 from tidecd.runtime import Runtime, Settings
 from tidecd.store import MemoryStore
 
@@ -24,9 +24,11 @@ def runtime(tmp_path: Path) -> Runtime:
         "spec": {"project": "default", "source": {"repoURL": "https://example.com/r.git", "path": "."},
                  "destination": {"name": "in-cluster", "namespace": "web"}}}))
     store = MemoryStore()
-    state = app_state.AppState(app="web", sync_status="OutOfSync", health="Healthy", revision="a" * 40)
-    state.resources = [app_state.ResourceStatus("apps", "Deployment", "web", "web", "OutOfSync", "Healthy",
-                                                changed=["spec.replicas"], diff="-replicas: 1\n+replicas: 2")]
+    state = app_state.AppState(app="web", sync_status=SyncStatus.OUT_OF_SYNC, health=HealthStatus.HEALTHY,
+                               revision="a" * 40)
+    state.resources = [app_state.ResourceStatus("apps", "Deployment", "web", "web", SyncStatus.OUT_OF_SYNC,
+                                                HealthStatus.HEALTHY, changed=["spec.replicas"],
+                                                diff="-replicas: 1\n+replicas: 2")]
     state.add_history("b" * 40, "Succeeded", ".", "main")
     app_state.save(store, state)
     return Runtime(settings=Settings(config=str(tmp_path), api_token=TOKEN), store=store)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from tidecd import constants
@@ -16,16 +17,17 @@ HOOK = "argocd.argoproj.io/hook"
 READY = {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1}
 
 
-def obj(kind: str, name: str, api: str = "v1", *, status: dict[str, Any] | None = None, **notes: str) -> Manifest:
+def obj(kind: str, name: str, api: str = "v1", *, status: dict[str, Any] | None = None,
+        notes: Mapping[str, str] | None = None) -> Manifest:
     out: Manifest = {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": "ns",
-                                                                   "annotations": dict(notes), "generation": 1}}
+                                                                   "annotations": dict(notes or {}), "generation": 1}}
     if status is not None:
         out["status"] = status
     return out
 
 
 def dep(name: str, **notes: str) -> Manifest:
-    return obj("Deployment", name, "apps/v1", **notes)
+    return obj("Deployment", name, "apps/v1", notes=notes)
 
 
 def k(manifest: Manifest) -> ResourceKey:
@@ -152,7 +154,7 @@ def test_degraded_fails_and_syncfail_hooks_run_first() -> None:
     op = running(checked=True, results=[result(db)])
     failed = d.decide(observe([db, web], [degraded]), op, d.Policy()).step
     assert isinstance(failed, d.Finish) and failed.phase is OperationPhase.FAILED
-    cleanup = obj("Job", "cleanup", "batch/v1", **{HOOK: "SyncFail"})
+    cleanup = obj("Job", "cleanup", "batch/v1", notes={HOOK: "SyncFail"})
     step = d.decide(observe([db, web, cleanup], [degraded]), op, d.Policy()).step
     assert isinstance(step, d.StartSyncFail) and "Degraded" in step.message
     op.failure = step.message
@@ -161,7 +163,7 @@ def test_degraded_fails_and_syncfail_hooks_run_first() -> None:
 
 
 def test_a_pending_hook_found_live_with_our_mark_is_adopted_not_recreated() -> None:
-    pre = obj("Job", "pre", "batch/v1", **{HOOK: "PreSync"})
+    pre = obj("Job", "pre", "batch/v1", notes={HOOK: "PreSync"})
     op = running(checked=True, results=[result(pre, TaskPhase.PENDING, "PreSync")])
     found = d.decide(observe([pre, dep("web")], [ours(pre)]), op, d.Policy())
     assert isinstance(found.step, d.Wait) and found.results[0].phase is TaskPhase.RUNNING
@@ -173,7 +175,7 @@ def test_a_pending_hook_found_live_with_our_mark_is_adopted_not_recreated() -> N
 
 
 def test_a_succeeded_hook_is_never_created_again() -> None:
-    pre = obj("Job", "pre", "batch/v1", **{HOOK: "PreSync"})
+    pre = obj("Job", "pre", "batch/v1", notes={HOOK: "PreSync"})
     web = dep("web")
     op = running(checked=True, results=[result(pre, TaskPhase.SUCCEEDED, "PreSync")])
     for live in ([], [ours(pre)]):
@@ -182,13 +184,13 @@ def test_a_succeeded_hook_is_never_created_again() -> None:
 
 
 def test_terminating_deletes_running_hooks() -> None:
-    pre = obj("Job", "pre", "batch/v1", **{HOOK: "PreSync"})
+    pre = obj("Job", "pre", "batch/v1", notes={HOOK: "PreSync"})
     op = running(checked=True, phase=OperationPhase.TERMINATING, results=[result(pre, sync_phase="PreSync")])
     assert d.decide(observe([pre], [ours(pre)]), op, d.Policy()).step == d.Terminate((k(pre),))
 
 
 def test_a_selective_sync_has_no_hooks_and_prunes_only_its_resources() -> None:
-    pre = obj("Job", "pre", "batch/v1", **{HOOK: "PreSync"})
+    pre = obj("Job", "pre", "batch/v1", notes={HOOK: "PreSync"})
     a, b = dep("a"), dep("b")
     op = running(checked=True, only=[k(a).to_dict()])
     step = d.decide(observe([pre, a, b], inventory=((k(b), 0), (ResourceKey("", "ConfigMap", "ns", "gone"), 0))),

@@ -59,6 +59,7 @@ class FakeGit:
 class Recorder:
     def __init__(self, fail: Sequence[str] = (), clock: list[float] | None = None, cost: float = 0.0) -> None:
         self.refreshes: list[Refresh] = []
+        self.scheduled: list[tuple[str, float, str]] = []
         self.fail, self.clock, self.cost = set(fail), clock, cost
 
     def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
@@ -66,6 +67,9 @@ class Recorder:
         if self.clock is not None:
             self.clock[0] += self.cost * len(refreshes)
         return {r.app: "publish failed" for r in refreshes if r.app in self.fail}
+
+    def schedule(self, app: str, delay: float, reason: str) -> None:
+        self.scheduled.append((app, delay, reason))
 
     def reasons(self) -> dict[str, str]:
         return {r.app: r.reason for r in self.refreshes}

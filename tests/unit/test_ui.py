@@ -12,8 +12,9 @@ import yaml
 
 from tidecd import state as app_state
 from tidecd import ui
-from tidecd.model import Action, Manifest, ResourceKey
+from tidecd.model import Action, HealthStatus, Manifest, ResourceKey, SyncStatus
 from tidecd.runtime import Runtime, Settings
+from tidecd.secrets import MASK
 from tidecd.store import MemoryStore
 from tidecd.ui import auth, diffview, tree, views
 
@@ -63,13 +64,14 @@ def runtime(tmp_path: Path) -> Runtime:
         "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject", "metadata": {"name": "team"},
         "spec": {"sourceRepos": ["https://github.com/o/*"], "destinations": [{"name": "prod", "namespace": "api"}]}}))
     store = MemoryStore()
-    web = app_state.AppState(app="web", sync_status="OutOfSync", health="Healthy", revision="a" * 40)
+    web = app_state.AppState(app="web", sync_status=SyncStatus.OUT_OF_SYNC, health=HealthStatus.HEALTHY,
+                             revision="a" * 40)
     web.resources = [
-        app_state.ResourceStatus("apps", "Deployment", "web", "web", "OutOfSync", "Healthy",
+        app_state.ResourceStatus("apps", "Deployment", "web", "web", SyncStatus.OUT_OF_SYNC, HealthStatus.HEALTHY,
                                  changed=["spec.replicas"],
                                  diff="--- live\n+++ desired\n@@ -1,2 +1,2 @@\n spec:\n"
                                       "-  replicas: 1\n+  replicas: 2\n"),
-        app_state.ResourceStatus("", "Secret", "web", "creds", "OutOfSync", "",
+        app_state.ResourceStatus("", "Secret", "web", "creds", SyncStatus.OUT_OF_SYNC, None,
                                  diff="--- live\n+++ desired\n@@ -1,3 +1,3 @@\n data:\n-  password: aHVudGVyMg==\n"
                                       "+  password: c2VjcmV0\n kind: Secret\n"),
     ]
@@ -206,7 +208,7 @@ def test_app_page_tree_follows_owners_and_masks_secrets(runtime: Runtime) -> Non
     assert 'data-resource="ReplicaSet/web-7f9"' in html and 'data-resource="Pod/web-7f9-abcde"' in html
     assert "other" not in html  # a ReplicaSet owned by something else is not in this app's tree
     assert "wave 2" in html
-    assert "aHVudGVyMg==" not in html and "c2VjcmV0" not in html and diffview.MASK in html
+    assert "aHVudGVyMg==" not in html and "c2VjcmV0" not in html and MASK in html
     assert "https://github.com/o/r/commit/" + "a" * 40 in html
     assert "web: two replicas &lt;b&gt;" in html  # the commit subject, escaped
     assert 'data-phase="Running"' in html and 'hx-trigger="every 2s"' in html and "wave 2: waiting" in html
@@ -221,7 +223,7 @@ def test_app_page_tree_follows_owners_and_masks_secrets(runtime: Runtime) -> Non
 
 def test_tree_without_a_cluster_shows_the_stored_objects() -> None:
     current = app_state.AppState(app="a")
-    current.resources = [app_state.ResourceStatus("apps", "Deployment", "n", "d", "Synced")]
+    current.resources = [app_state.ResourceStatus("apps", "Deployment", "n", "d", SyncStatus.SYNCED)]
     current.operation = app_state.Operation("o1", "s", app_state.OperationPhase.SUCCEEDED, results=[
         app_state.TaskResult(ResourceKey("batch", "Job", "n", "migrate"), "PreSync", -1, True, Action.CREATED,
                              app_state.TaskPhase.SUCCEEDED)])
@@ -249,8 +251,8 @@ def test_diff_lines_and_side_by_side() -> None:
     assert pairs == [("@@ -1,3 +1,3 @@", "@@ -1,3 +1,3 @@"), ("a: 1", "a: 1"), ("b: 2", "b: 4"), ("c: 3", None),
                      ("d: 5", "d: 5")]
     secret = diffview.lines(" data:\n-  token: abc\n+  token: |\n+    line1\n kind: Secret\n", secret=True)
-    assert [i.text for i in secret] == ["data:", f"  token: {diffview.MASK}", f"  token: {diffview.MASK}",
-                                        f"    {diffview.MASK}", "kind: Secret"]
+    assert [i.text for i in secret] == ["data:", f"  token: {MASK}", f"  token: {MASK}",
+                                        f"    {MASK}", "kind: Secret"]
 
 
 def test_commit_links_for_github_and_gitlab_only() -> None:
@@ -302,9 +304,9 @@ def test_a_warm_instance_reparses_only_what_changed(tmp_path: Path) -> None:
     assert str(tmp_path) in runtime_module._DIRECTORY_CONFIGS
 
     store = MemoryStore()
-    app_state.save(store, app_state.AppState(app="web", sync_status="Synced"))
+    app_state.save(store, app_state.AppState(app="web", sync_status=SyncStatus.SYNCED))
     assert views.load_summaries(store, ["web"])["web"].sync == "Synced"
-    app_state.save(store, app_state.AppState(app="web", sync_status="OutOfSync"))
+    app_state.save(store, app_state.AppState(app="web", sync_status=SyncStatus.OUT_OF_SYNC))
     assert views.load_summaries(store, ["web", "none"]) == {"web": views.Summary(sync="OutOfSync"),
                                                             "none": views.Summary()}
 

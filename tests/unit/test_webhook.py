@@ -33,12 +33,17 @@ class Recorder:
     def __init__(self, fail: Sequence[str] = ()) -> None:
         self.refreshes: list[Refresh] = []
         self.fail = set(fail)
+        self.scheduled: list[tuple[str, float, str]] = []
         self._lock = threading.Lock()
 
     def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
         with self._lock:
             self.refreshes.extend(refreshes)
         return {r.app: "publish failed" for r in refreshes if r.app in self.fail}
+
+    def schedule(self, app: str, delay: float, reason: str) -> None:
+        with self._lock:
+            self.scheduled.append((app, delay, reason))
 
     @property
     def apps(self) -> list[str]:
@@ -292,7 +297,7 @@ def test_signatures_are_compared_in_constant_time(runtime: Runtime, monkeypatch:
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(webhook.hmac, "compare_digest", spy)
+    monkeypatch.setattr("tidecd.webhook.hmac.compare_digest", spy)
     body = fixture("github-push-tag.json")
 
     assert handle(github(body), body, runtime, Recorder()).status == 202
