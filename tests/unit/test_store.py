@@ -201,7 +201,27 @@ def check_hold_lease(store: ObjectStore) -> None:
     assert read_lease(store, "app") is None
 
 
+def check_files_stream(store: ObjectStore) -> None:
+    """read_file/write_file (snapshots): the same objects, generations and preconditions as read/write."""
+    import tempfile
+
+    from tidecd.store import read_file, write_file
+
+    with tempfile.TemporaryDirectory() as tmp:
+        source, dest = Path(tmp) / "in", Path(tmp) / "out"
+        source.write_bytes(bytes(range(256)) * 5000)
+        generation = write_file(store, "snapshots/r/a.tar.gz", source, if_generation_match=0)
+        blob = store.read("snapshots/r/a.tar.gz")
+        assert blob is not None and blob.generation == generation and blob.data == source.read_bytes()
+        assert read_file(store, "snapshots/r/a.tar.gz", dest) == generation
+        assert dest.read_bytes() == source.read_bytes()
+        with pytest.raises(PreconditionFailed):
+            write_file(store, "snapshots/r/a.tar.gz", source, if_generation_match=0)
+        assert read_file(store, "snapshots/r/missing.tar.gz", Path(tmp) / "none") is None
+
+
 CONTRACTS: list[Callable[[ObjectStore], None]] = [
+    check_files_stream,
     check_read_write,
     check_list_sorted_by_prefix,
     check_delete,
