@@ -93,6 +93,8 @@ def _deep_tree(gitops: GitOps, _tmp: Path) -> None:
     gitops.repo.git("add", "-A")
     gitops.repo.commit("1,100 nested directories")
     gitops.repo.push()
+    # pushed: drop the working copy of it, or pytest's own temp cleanup (shutil.rmtree recurses) would crash
+    subprocess.run(["rm", "-rf", str(gitops.repo.workdir / "bad" / "d")], check=True)
 
 
 def _symlink_out(gitops: GitOps, _tmp: Path) -> None:
@@ -387,3 +389,22 @@ def test_webhook_answer_reports_what_the_config_sets_aside(gitops: GitOps) -> No
     assert answer.status == 202 and answer.body["refreshed"] == [good]
     assert "YAML syntax error" in answer.body["set_aside"]["broken"]
     assert yaml.safe_dump(answer.body)
+
+
+def test_kustomize_itself_cannot_reach_a_loopback_server(tmp_path: Path,
+                                                         loopback_server: tuple[str, list[str]]) -> None:
+    """Beneath the confinement check: real kustomize, handed a remote resource directly, sees no network
+    (its own network namespace here; elsewhere only the proxies, which Go skips for loopback, so there the
+    confinement check is what stops it)."""
+    from tidecd.errors import RenderError
+    from tidecd.render import tool
+    from tidecd.render.kustomize import build_argv
+
+    server, seen = loopback_server
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "kustomization.yaml").write_text(f"resources: ['{server}/cm.yaml']\n")
+    assert tool.sandbox_prefix(), "this machine allows network namespaces (root, or user namespaces)"
+    with pytest.raises(RenderError, match="kustomize build app failed"):
+        tool.run(build_argv(app), what="kustomize build app", cwd=app, home=tmp_path, timeout=60)
+    assert seen == []
