@@ -181,10 +181,11 @@ def test_hook_and_two_slow_waves_complete_in_short_invocations(gitops: Any, func
     from tests.support.apps import configmap, deployment, job
 
     gitops.push({
-        "app/migrate.yaml": slow(job("migrate", **{HOOK: "PreSync"}), **{"tidecd.test/complete-after": "90s"}),
-        "app/api.yaml": slow(deployment("api", **{WAVE: "1"}), **{"tidecd.test/ready-after": "30s"}),
-        "app/web.yaml": slow(deployment("web", **{WAVE: "2"}), **{"tidecd.test/ready-after": "30s"}),
-        "app/done.yaml": configmap("done", **{WAVE: "3"}),
+        "app/migrate.yaml": slow(job("migrate", annotations={HOOK: "PreSync"}),
+                                 **{"tidecd.test/complete-after": "90s"}),
+        "app/api.yaml": slow(deployment("api", annotations={WAVE: "1"}), **{"tidecd.test/ready-after": "30s"}),
+        "app/web.yaml": slow(deployment("web", annotations={WAVE: "2"}), **{"tidecd.test/ready-after": "30s"}),
+        "app/done.yaml": configmap("done", annotations={WAVE: "3"}),
     })
     name = gitops.application()
     started = time.monotonic()
@@ -216,8 +217,9 @@ def test_wait_and_terminate_a_running_operation(gitops: Any, functions: Any, clo
     from tests.support.apps import configmap, job
 
     gitops.push({
-        "app/migrate.yaml": slow(job("migrate", **{HOOK: "PreSync"}), **{"tidecd.test/complete-after": "120s"}),
-        "app/after.yaml": configmap("after", **{WAVE: "1"}),
+        "app/migrate.yaml": slow(job("migrate", annotations={HOOK: "PreSync"}),
+                                 **{"tidecd.test/complete-after": "120s"}),
+        "app/after.yaml": configmap("after", annotations={WAVE: "1"}),
     })
     name = gitops.application()
     started = cli(functions, "sync", name, "--async", "-o", "json")

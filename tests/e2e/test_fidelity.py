@@ -25,7 +25,7 @@ def assert_succeeded(state: AppState) -> None:
 
 
 def generated_job(prefix: str, **annotations: str) -> dict[str, Any]:
-    obj = job("unused", **annotations)
+    obj = job("unused", annotations=annotations)
     del obj["metadata"]["name"]
     obj["metadata"]["generateName"] = prefix
     return obj
@@ -61,7 +61,7 @@ def test_generate_name_hooks_run_once_per_sync_with_their_delete_policies(gitops
 
 def test_hook_weight_orders_plain_objects_as_a_wave(gitops: GitOps) -> None:
     weight = "helm.sh/hook-weight"
-    gitops.push({"app/db.yaml": deployment("db", **{weight: "-1"}), "app/web.yaml": deployment("web")})
+    gitops.push({"app/db.yaml": deployment("db", annotations={weight: "-1"}), "app/web.yaml": deployment("web")})
     gitops.application()
     gitops.sync()
     assert_succeeded(gitops.state())

@@ -69,7 +69,7 @@ def test_a_service_port_99999_writes_nothing(gitops: GitOps) -> None:
     bad = service("bad")
     bad["spec"]["ports"][0]["port"] = 99999
     gitops.push({"app/ok.yaml": configmap("ok"), "app/bad.yaml": bad,
-                 "app/later.yaml": configmap("later", **{WAVE: "1"})})
+                 "app/later.yaml": configmap("later", annotations={WAVE: "1"})})
     gitops.application()
     runtime = gitops.runtime()
     gitops.reconcile(request=SyncRequest(), runtime=runtime)
@@ -143,7 +143,7 @@ def test_a_lease_held_past_its_ttl_and_a_second_sync_lose_no_history(gitops: Git
     """A step frozen (SIGSTOP) past its lease: the next trigger takes over and finishes the operation, and a
     second sync runs. When the frozen step thaws, it neither applies what it decided from its stale state
     nor overwrites the state: both history entries survive."""
-    gitops.push({"app/pre.yaml": slow(job("pre", **{HOOK: "PreSync"}), **{COMPLETE_AFTER: "3s"}),
+    gitops.push({"app/pre.yaml": slow(job("pre", annotations={HOOK: "PreSync"}), **{COMPLETE_AFTER: "3s"}),
                  "app/a.yaml": configmap("a")})
     name = gitops.application()
     first = start_operation(gitops.runtime(), name, SyncRequest(initiated_by="first"))
@@ -240,10 +240,10 @@ def test_a_step_killed_at_any_point_ends_like_an_uninterrupted_run(gitops: GitOp
     name = gitops.application()
     gitops.sync()
     gitops.push({"app/old-a.yaml": None, "app/old-b.yaml": None,
-                 "app/pre.yaml": slow(job("pre", **{HOOK: "PreSync"}), **{COMPLETE_AFTER: "2s"}),
-                 "app/cfg.yaml": configmap("cfg", **{WAVE: "0"}),
-                 "app/db.yaml": slow(deployment("db", **{WAVE: "0"}), **{READY_AFTER: "2s"}),
-                 "app/web.yaml": deployment("web", **{WAVE: "1"})})
+                 "app/pre.yaml": slow(job("pre", annotations={HOOK: "PreSync"}), **{COMPLETE_AFTER: "2s"}),
+                 "app/cfg.yaml": configmap("cfg", annotations={WAVE: "0"}),
+                 "app/db.yaml": slow(deployment("db", annotations={WAVE: "0"}), **{READY_AFTER: "2s"}),
+                 "app/web.yaml": deployment("web", annotations={WAVE: "1"})})
     op_id = start_operation(gitops.runtime(), name, SyncRequest(prune=True))
     child, marker = _child(gitops, tmp_path, point, lease_ttl=2)
     hook_uid = ""
@@ -300,7 +300,7 @@ def _completed(job_obj: dict[str, Any]) -> float:
 
 def test_a_killed_step_marks_nothing_twice(gitops: GitOps, tmp_path: Path) -> None:
     """The recorded task results after a kill during hooks: the hook Pending (intent) or Running, never two."""
-    gitops.push({"app/pre.yaml": slow(job("pre", **{HOOK: "PreSync"}), **{COMPLETE_AFTER: "1s"}),
+    gitops.push({"app/pre.yaml": slow(job("pre", annotations={HOOK: "PreSync"}), **{COMPLETE_AFTER: "1s"}),
                  "app/cfg.yaml": configmap("cfg")})
     name = gitops.application()
     start_operation(gitops.runtime(), name, SyncRequest())

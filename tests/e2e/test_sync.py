@@ -37,7 +37,8 @@ def assert_succeeded(state: AppState) -> None:
 
 
 def test_waves_wait_for_the_previous_wave_to_be_available(gitops: GitOps) -> None:
-    gitops.push({"app/db.yaml": deployment("db", **{WAVE: "0"}), "app/web.yaml": deployment("web", **{WAVE: "1"})})
+    gitops.push({"app/db.yaml": deployment("db", annotations={WAVE: "0"}),
+                 "app/web.yaml": deployment("web", annotations={WAVE: "1"})})
     gitops.application()
     gitops.sync()
     state = gitops.state()
@@ -55,10 +56,10 @@ def test_waves_wait_for_the_previous_wave_to_be_available(gitops: GitOps) -> Non
 
 def test_hooks_run_in_their_phases_and_delete_policies_hold(gitops: GitOps) -> None:
     gitops.push({
-        "app/pre.yaml": job("pre", **{HOOK: "PreSync"}),
-        "app/pre-gone.yaml": job("pre-gone", **{HOOK: "PreSync", DELETE_POLICY: "HookSucceeded"}),
+        "app/pre.yaml": job("pre", annotations={HOOK: "PreSync"}),
+        "app/pre-gone.yaml": job("pre-gone", annotations={HOOK: "PreSync", DELETE_POLICY: "HookSucceeded"}),
         "app/web.yaml": deployment("web"),
-        "app/post.yaml": job("post", **{HOOK: "PostSync"}),
+        "app/post.yaml": job("post", annotations={HOOK: "PostSync"}),
     })
     gitops.application()
     gitops.sync()
@@ -78,8 +79,8 @@ def test_hooks_run_in_their_phases_and_delete_policies_hold(gitops: GitOps) -> N
 
 def test_a_failing_presync_hook_stops_the_sync_and_runs_syncfail(gitops: GitOps) -> None:
     gitops.push({
-        "app/pre.yaml": job("pre", fail=True, **{HOOK: "PreSync"}),
-        "app/cleanup.yaml": job("cleanup", **{HOOK: "SyncFail"}),
+        "app/pre.yaml": job("pre", fail=True, annotations={HOOK: "PreSync"}),
+        "app/cleanup.yaml": job("cleanup", annotations={HOOK: "SyncFail"}),
         "app/web.yaml": deployment("web"),
     })
     gitops.application()
@@ -93,7 +94,7 @@ def test_a_failing_presync_hook_stops_the_sync_and_runs_syncfail(gitops: GitOps)
 
 def test_prune_with_and_without_and_prune_false(gitops: GitOps) -> None:
     gitops.push({"app/a.yaml": configmap("a"), "app/b.yaml": configmap("b"),
-                 "app/keep.yaml": configmap("keep", **{"argocd.argoproj.io/sync-options": "Prune=false"})})
+                 "app/keep.yaml": configmap("keep", annotations={"argocd.argoproj.io/sync-options": "Prune=false"})})
     gitops.application()
     assert not gitops.sync().changes.failed
     gitops.push({"app/b.yaml": None, "app/keep.yaml": None})
@@ -216,7 +217,8 @@ def test_immutable_field_change_suggests_replace(gitops: GitOps) -> None:
     assert state.operation is not None and state.operation.phase == "Failed"
     assert "immutable" in state.operation.message and "Replace=true" in state.operation.message
     assert "(value omitted)" in state.operation.message and len(state.operation.message) < 600
-    gitops.push({"app/job.yaml": job("once", "echo 2", **{"argocd.argoproj.io/sync-options": "Replace=true"})})
+    gitops.push({"app/job.yaml": job("once", "echo 2",
+                                     annotations={"argocd.argoproj.io/sync-options": "Replace=true"})})
     gitops.sync()
     assert_succeeded(gitops.state())
 
@@ -226,7 +228,7 @@ def test_api_server_stopped_mid_sync_fails_cleanly_and_the_retry_succeeds(gitops
     gitops.application(automated={"prune": True}, retry={"limit": 3, "backoff": {"duration": "1s"}})
     gitops.reconcile()
     gitops.push({"app/web.yaml": deployment("web", replicas=1), "app/old.yaml": None,
-                 "app/b.yaml": configmap("b", **{WAVE: "1"})})
+                 "app/b.yaml": configmap("b", annotations={WAVE: "1"})})
     result: dict[str, Any] = {}
     worker = threading.Thread(target=lambda: result.setdefault("outcome", gitops.reconcile()))
     worker.start()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -123,11 +123,12 @@ def gitops(git_repo: Any, namespace: str, cluster: DevCluster, tmp_path: Path) -
     yield GitOps(git_repo, namespace, cluster, tmp_path)
 
 
-def deployment(name: str, replicas: int = 1, image: str = "nginx:1.27", **annotations: str) -> dict[str, Any]:
+def deployment(name: str, replicas: int = 1, image: str = "nginx:1.27", *,
+               annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A Deployment written the way users write them: defaults omitted."""
     meta: dict[str, Any] = {"name": name}
     if annotations:
-        meta["annotations"] = annotations
+        meta["annotations"] = dict(annotations)
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
             "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
                      "template": {"metadata": {"labels": {"app": name}},
@@ -142,19 +143,21 @@ def service(name: str, **annotations: str) -> dict[str, Any]:
             "spec": {"selector": {"app": name}, "ports": [{"port": 80}]}}
 
 
-def configmap(name: str, data: dict[str, str] | None = None, **annotations: str) -> dict[str, Any]:
+def configmap(name: str, data: dict[str, str] | None = None, *,
+              annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name}
     if annotations:
-        meta["annotations"] = annotations
+        meta["annotations"] = dict(annotations)
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data or {"k": "v"}}
 
 
-def job(name: str, command: str = "true", fail: bool = False, **annotations: str) -> dict[str, Any]:
+def job(name: str, command: str = "true", fail: bool = False, *,
+        annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A Job; kwok completes its pod. With `fail`, its pod can never be scheduled and the Job controller
     fails it after a short active deadline (DeadlineExceeded), as a real failing hook would end."""
     meta: dict[str, Any] = {"name": name}
     if annotations:
-        meta["annotations"] = annotations
+        meta["annotations"] = dict(annotations)
     pod: dict[str, Any] = {"restartPolicy": "Never",
                            "containers": [{"name": "run", "image": "busybox:1.36", "command": ["sh", "-c", command]}]}
     spec: dict[str, Any] = {"backoffLimit": 0, "template": {"spec": pod}}
