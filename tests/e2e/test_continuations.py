@@ -41,12 +41,13 @@ class CloudWiring:
 
 def pubsub_clients(host: str) -> tuple[Any, Any]:
     from google.api_core.client_options import ClientOptions
-    from google.auth.credentials import AnonymousCredentials
     from google.cloud import pubsub_v1
 
+    from tests.support.pubsub import anonymous_credentials
+
     options = ClientOptions(api_endpoint=host)
-    return (pubsub_v1.PublisherClient(credentials=AnonymousCredentials(), client_options=options),
-            pubsub_v1.SubscriberClient(credentials=AnonymousCredentials(), client_options=options))
+    return (pubsub_v1.PublisherClient(credentials=anonymous_credentials(), client_options=options),
+            pubsub_v1.SubscriberClient(credentials=anonymous_credentials(), client_options=options))
 
 
 def wire(pubsub_emulator: str, tmp: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch,

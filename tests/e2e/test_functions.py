@@ -148,14 +148,15 @@ def test_pubsub_fan_out_poll_publishes_and_reconcile_consumes(gitops: GitOps, fu
     reconcile function (a CloudEvent target), which syncs the app."""
 
     from google.api_core.client_options import ClientOptions
-    from google.auth.credentials import AnonymousCredentials
     from google.cloud import pubsub_v1
+
+    from tests.support.pubsub import anonymous_credentials
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", pubsub_emulator)
     topic = f"projects/tidecd-test/topics/refresh-{gitops.namespace}"
     subscription = f"projects/tidecd-test/subscriptions/reconcile-{gitops.namespace}"
     options = ClientOptions(api_endpoint=pubsub_emulator)
-    publisher = pubsub_v1.PublisherClient(credentials=AnonymousCredentials(), client_options=options)
-    subscriber = pubsub_v1.SubscriberClient(credentials=AnonymousCredentials(), client_options=options)
+    publisher = pubsub_v1.PublisherClient(credentials=anonymous_credentials(), client_options=options)
+    subscriber = pubsub_v1.SubscriberClient(credentials=anonymous_credentials(), client_options=options)
     publisher.create_topic(name=topic)
     functions.extra_env = {"PUBSUB_EMULATOR_HOST": pubsub_emulator, "TIDECD_REFRESH_TOPIC": topic}
     reconcile_fn = functions.start("reconcile", signature="cloudevent")

@@ -129,7 +129,8 @@ def hub_functions(hub: GitOps, tmp_path: Path) -> Iterator[Functions]:
 
 
 def _repo_name(gitops: GitOps) -> str:
-    return gitops.repo.url.rstrip("/").removesuffix(".git").split("/", 3)[-1]
+    url: str = gitops.repo.url
+    return url.rstrip("/").removesuffix(".git").split("/", 3)[-1]
 
 
 def _env(functions: Functions, standin: GitHubStandIn, keys: Path) -> None:
@@ -279,7 +280,10 @@ def test_each_service_gets_one_message_per_trigger(
     subscriber.close()
 
 
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _samples(text: str) -> Samples:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 
@@ -293,12 +297,12 @@ def test_metrics_parse_and_move(gitops: GitOps, functions: Functions) -> None:
     app = gitops.application()
     answer = functions.api("POST", f"/apps/{app}/sync", {})
     assert answer.status_code in (200, 202), answer.text
-    eventually(lambda: gitops.state().operation is not None and not gitops.state().operation.running,
+    eventually(lambda: (op := gitops.state().operation) is not None and not op.running,
                what="the sync to finish")
-    after = eventually(lambda: (s := _samples(requests.get(url, headers=auth, timeout=30).text)) and
-                       s.get(("tidecd_syncs_total", (("result", "Succeeded"),)), 0) >
-                       before.get(("tidecd_syncs_total", (("result", "Succeeded"),)), 0) and s,
-                       what="the syncs counter to move")
+    after: Samples = eventually(lambda: (s := _samples(requests.get(url, headers=auth, timeout=30).text)) and
+                                s.get(("tidecd_syncs_total", (("result", "Succeeded"),)), 0) >
+                                before.get(("tidecd_syncs_total", (("result", "Succeeded"),)), 0) and s,
+                                what="the syncs counter to move")
 
     def delta(name: str, **labels: str) -> float:
         key = (name, tuple(sorted(labels.items())))
@@ -318,8 +322,9 @@ def test_preview_fans_out_through_pubsub_to_the_reconcile_function(
     """The cloud path: the webhook publishes one kind=preview message per app on the refresh topic, the
     emulator pushes it to the reconcile function (as Eventarc would), which runs the preview job."""
     from google.api_core.client_options import ClientOptions
-    from google.auth.credentials import AnonymousCredentials
     from google.cloud import pubsub_v1
+
+    from tests.support.pubsub import anonymous_credentials
 
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", pubsub_emulator)
     functions = hub_functions
@@ -328,8 +333,8 @@ def test_preview_fans_out_through_pubsub_to_the_reconcile_function(
     topic = f"projects/tidecd-test/topics/preview-{hub.namespace}"
     subscription = f"projects/tidecd-test/subscriptions/preview-{hub.namespace}"
     options = ClientOptions(api_endpoint=pubsub_emulator)
-    publisher = pubsub_v1.PublisherClient(credentials=AnonymousCredentials(), client_options=options)
-    subscriber = pubsub_v1.SubscriberClient(credentials=AnonymousCredentials(), client_options=options)
+    publisher = pubsub_v1.PublisherClient(credentials=anonymous_credentials(), client_options=options)
+    subscriber = pubsub_v1.SubscriberClient(credentials=anonymous_credentials(), client_options=options)
     publisher.create_topic(name=topic)
     functions.extra_env.update({"PUBSUB_EMULATOR_HOST": pubsub_emulator, "TIDECD_REFRESH_TOPIC": topic})
     reconcile_fn = functions.start("reconcile", signature="cloudevent")
@@ -348,8 +353,10 @@ def test_preview_fans_out_through_pubsub_to_the_reconcile_function(
         assert time.monotonic() - started < 10  # within GitHub's delivery timeout
         assert sorted(answer.json()["preview"]) == sorted(apps)
         for app in apps:
-            assert eventually(lambda a=app: github_standin.status_states(repo, head, f"tidecd/preview/{a}"),
-                              what=f"the preview status of {app}") == ["success"]
+            def preview_states(a: str = app) -> list[str]:
+                return github_standin.status_states(repo, head, f"tidecd/preview/{a}")
+
+            assert eventually(preview_states, what=f"the preview status of {app}") == ["success"]
         body = eventually(lambda: (b := github_standin.comment_bodies(repo, 5)) and "pending" not in b[0] and b,
                           what="the complete comment")
         assert len(body) == 1 and all(f"`{a}`" in body[0] for a in apps)

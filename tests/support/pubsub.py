@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from google.auth.credentials import Credentials
 
 from tidecd_dev.devcluster import free_port
 
@@ -86,3 +87,10 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
     except ProcessLookupError:
         pass
+
+
+def anonymous_credentials() -> Credentials:
+    """Credentials for the emulator, which checks none (google-auth leaves this constructor unannotated)."""
+    from google.auth.credentials import AnonymousCredentials
+
+    return AnonymousCredentials()  # type: ignore[no-untyped-call]
