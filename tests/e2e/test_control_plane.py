@@ -26,22 +26,24 @@ def wait_for(predicate, timeout: float = 90.0, interval: float = 0.5):  # type: 
     raise AssertionError(f"condition not met within {timeout}s")
 
 
-def test_deployment_becomes_available_on_kwok(api_client: object, namespace: str) -> None:
-    apps = client.AppsV1Api(api_client)  # type: ignore[arg-type]
-    apps.create_namespaced_deployment(namespace, {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
-                 "template": {"metadata": {"labels": {"app": "web"}},
-                              "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}},
-    })
+def test_deployment_becomes_available_on_kwok(api_client: client.ApiClient, namespace: str) -> None:
+    apps = client.AppsV1Api(api_client)
+    labels = {"app": "web"}
+    apps.create_namespaced_deployment(namespace, client.V1Deployment(
+        api_version="apps/v1", kind="Deployment", metadata=client.V1ObjectMeta(name="web"),
+        spec=client.V1DeploymentSpec(
+            replicas=2, selector=client.V1LabelSelector(match_labels=labels),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1PodSpec(containers=[client.V1Container(name="web", image="nginx:1.27")])))))
 
     def available() -> bool:
         dep = apps.read_namespaced_deployment("web", namespace)
-        return dep.status.available_replicas == 2
+        return dep.status is not None and dep.status.available_replicas == 2
 
     wait_for(available)
-    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace).items  # type: ignore[arg-type]
-    assert {p.spec.node_name for p in pods} == {"kwok-node-0"}
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace).items
+    assert {p.spec.node_name if p.spec else None for p in pods} == {"kwok-node-0"}
 
 
 def test_server_side_apply_twice_changes_nothing(api_client: object, namespace: str) -> None:

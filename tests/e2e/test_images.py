@@ -113,17 +113,20 @@ def wait_images(gitops: GitOps, *expected: str, name: str = "web", timeout: floa
 def remote_log(gitops: GitOps) -> list[str]:
     """Subjects and bodies of the remote main branch, newest first (via the test's git CLI)."""
     gitops.repo.git("fetch", "--quiet", "origin")
-    return gitops.repo.git("log", "--format=%H %an <%ae>%n%B%n--", "origin/main").split("\n--\n")
+    log: str = gitops.repo.git("log", "--format=%H %an <%ae>%n%B%n--", "origin/main")
+    return log.split("\n--\n")
 
 
 def remote_file(gitops: GitOps, path: str) -> str:
     gitops.repo.git("fetch", "--quiet", "origin")
-    return gitops.repo.git("show", f"origin/main:{path}")
+    content: str = gitops.repo.git("show", f"origin/main:{path}")
+    return content
 
 
 def remote_head(gitops: GitOps) -> str:
     gitops.repo.git("fetch", "--quiet", "origin")
-    return gitops.repo.git("rev-parse", "origin/main")
+    head: str = gitops.repo.git("rev-parse", "origin/main")
+    return head
 
 
 # -- git write-back -----------------------------------------------------------------------------------------

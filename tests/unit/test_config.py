@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -555,8 +556,9 @@ def test_load_config_source_with_fetch_refuses_escaping_path(tmp_path: Path) -> 
 
 
 def test_lenient_loading_sets_an_invalid_application_aside(tmp_path: Path) -> None:
-    good = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": "good"},
-            "spec": {"source": {"repoURL": "https://example.com/r.git"}, "destination": {"name": "in-cluster"}}}
+    good: dict[str, Any] = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": "good"},
+                            "spec": {"source": {"repoURL": "https://example.com/r.git"},
+                                     "destination": {"name": "in-cluster"}}}
     bad = {**good, "metadata": {"name": "bad"}, "spec": {**good["spec"], "source": {"repoURL": 3}}}
     orphan = {**good, "metadata": {"name": "orphan"}, "spec": {**good["spec"], "project": "nowhere"}}
     (tmp_path / "apps.yaml").write_text(yaml.safe_dump_all([good, bad, orphan]))

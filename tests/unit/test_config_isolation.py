@@ -49,7 +49,7 @@ def load(tmp_path: Path, files: dict[str, str | bytes]) -> tuple[set[str], dict[
     return set(config.applications), config.invalid, config.problems
 
 
-CASES = {
+CASES: dict[str, tuple[dict[str, str | bytes], str, str]] = {
     "yaml syntax error": ({"bad.yaml": app("bad") + "  oops: [unclosed\n"}, "bad", r"cfg/bad.yaml:\d+: YAML syntax"),
     "non-utf-8": ({"bad.yaml": app("bad").encode() + b"# \xff\xfe\n"}, "bad", "cfg/bad.yaml: not UTF-8 text"),
     "duplicate mapping key": ({"bad.yaml": app("bad") + "spec: {}\n"}, "bad", "duplicate key 'spec'"),

@@ -12,7 +12,7 @@ from tidecd import syncoptions
 from tidecd.config import ApplicationSource, DirectorySpec, IgnoreDifference, JsonnetSpec, JsonnetVar
 from tidecd.diff import compare, respect_ignored
 from tidecd.errors import RenderError, UnsafePathError
-from tidecd.model import ResourceKey, SyncStatus
+from tidecd.model import Manifest, ResourceKey, SyncStatus
 from tidecd.render import render
 from tidecd.sync.plan import HookNaming, Phase, merged_options, plan, resources, wave_of
 
@@ -124,7 +124,7 @@ def test_every_documented_app_sync_option_is_honoured_or_reported() -> None:
 # --- ignoreDifferences: jq, and RespectIgnoreDifferences --------------------------------------------
 
 
-def deployment(replicas: int, init: list[str]) -> dict[str, object]:
+def deployment(replicas: int, init: list[str]) -> Manifest:
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "ns"},
             "spec": {"replicas": replicas, "template": {"spec": {
                 "initContainers": [{"name": n, "image": "busybox"} for n in init],
@@ -148,12 +148,12 @@ def test_jq_path_expressions_are_ignored_in_the_comparison() -> None:
 def test_respect_ignore_differences_keeps_live_values_of_ignored_fields() -> None:
     live, desired = deployment(5, ["setup", "injected"]), deployment(1, ["setup"])
     applied = respect_ignored(desired, live, [JQ_RULE])
-    assert applied["spec"]["replicas"] == 5  # type: ignore[index]
-    assert [c["name"] for c in applied["spec"]["template"]["spec"]["initContainers"]] == [  # type: ignore[index]
+    assert applied["spec"]["replicas"] == 5
+    assert [c["name"] for c in applied["spec"]["template"]["spec"]["initContainers"]] == [
         "setup", "injected"]
-    assert desired["spec"]["replicas"] == 1  # type: ignore[index]  # input untouched
+    assert desired["spec"]["replicas"] == 1  # input untouched
     pointer = IgnoreDifference(kind="Deployment", json_pointers=("/spec/replicas",))
-    assert respect_ignored(desired, live, [pointer])["spec"]["replicas"] == 5  # type: ignore[index]
+    assert respect_ignored(desired, live, [pointer])["spec"]["replicas"] == 5
     assert respect_ignored(desired, None, [pointer]) is desired  # nothing live: applied as written
     other = IgnoreDifference(kind="StatefulSet", json_pointers=("/spec/replicas",))
     assert respect_ignored(desired, live, [other]) is desired

@@ -156,8 +156,9 @@ def test_overrides_merge_by_name_and_files_replace() -> None:
     source = ApplicationSource("https://git.example/r", kustomize=KustomizeSpec(images=("nginx:1.0", "redis:6")),
                                helm=None)
     override = SourceOverride(kustomize_images=("nginx:1.2",))
-    assert apply(source, "Kustomize", override, replace=False).kustomize.images == ("redis:6", "nginx:1.2")
-    assert apply(source, "Kustomize", override, replace=True).kustomize.images == ("nginx:1.2",)
+    merged, replaced = (apply(source, "Kustomize", override, replace=flag).kustomize for flag in (False, True))
+    assert merged is not None and merged.images == ("redis:6", "nginx:1.2")
+    assert replaced is not None and replaced.images == ("nginx:1.2",)
     helm = ApplicationSource("https://git.example/r", helm=HelmSpec(parameters=(HelmParameter("image.tag", "1"),
                                                                                 HelmParameter("replicas", "2"))))
     got = apply(helm, "Helm", SourceOverride(helm_parameters=(HelmParameter("image.tag", "2", True),)), replace=False)

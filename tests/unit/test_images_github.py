@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
 from tests.support.github_repos import GitHubReposStandIn
@@ -31,7 +33,7 @@ def github_app(standin: GitHubReposStandIn, name: str, **more: str) -> dict[str,
                      "destination": {"server": "https://kubernetes.default.svc", "namespace": "web"}}}
 
 
-def test_a_new_tag_becomes_a_commit_through_the_contents_api(github_repos: GitHubReposStandIn, tmp_path) -> None:
+def test_a_new_tag_becomes_a_commit_through_the_contents_api(github_repos: GitHubReposStandIn, tmp_path: Path) -> None:
     github_repos.seed(REPO, "main", {"apps/web/kustomization.yaml": "resources: [web.yaml]\n"})
     runtime = make_runtime(tmp_path, [github_app(github_repos, "web")], [github_secret(github_repos)])
     rendered(runtime, "web", "reg.io/team/web:1.0.0")
@@ -54,7 +56,7 @@ def test_a_new_tag_becomes_a_commit_through_the_contents_api(github_repos: GitHu
 
 
 def test_a_target_branch_is_created_from_the_base_with_one_pull_request(github_repos: GitHubReposStandIn,
-                                                                        tmp_path) -> None:
+                                                                        tmp_path: Path) -> None:
     github_repos.seed(REPO, "main", {"apps/web/Chart.yaml": "name: web\n"})
     runtime = make_runtime(tmp_path, [github_app(github_repos, "web", **{P + "git-branch": "main:image-updates"})],
                            [github_secret(github_repos)])

@@ -228,7 +228,7 @@ def test_a_corrupt_manifest_cache_entry_is_rendered_again(tmp_path: Path) -> Non
 
     store, src = MemoryStore(), ApplicationSource(repo_url="https://g.example/x", path="app")
     calls: list[int] = []
-    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}}
+    obj: dict[str, object] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}}
 
     def render_fn() -> list[dict[str, object]]:
         calls.append(1)

@@ -94,7 +94,8 @@ class Receiver:
     """A local HTTP server that checks the HMAC of every POST, like a user's webhook endpoint would."""
 
     def __init__(self, key: str) -> None:
-        self.key, self.messages, self.bad, self.fail = key, [], 0, 0
+        self.messages: list[tuple[str, dict[str, str], Any]] = []
+        self.key, self.bad, self.fail = key, 0, 0
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):

@@ -33,7 +33,8 @@ def configmap(name: str, value: str) -> dict[str, Any]:
 
 class Session:
     def __init__(self, runtime: Runtime) -> None:
-        self.runtime, self.checked = runtime, []
+        self.runtime = runtime
+        self.checked: list[tuple[str, str, int]] = []
         self.dispatcher = ManualDispatcher()  # the test takes the operations' steps itself (`run`)
 
     def run(self, operation_id: str) -> Any:

@@ -57,7 +57,7 @@ def test_waves_groups_tasks_of_one_phase() -> None:
 def test_hooks_are_not_resources_and_skip_is_never_applied() -> None:
     manifests = [hook("Job", "x", "PreSync"), obj("ConfigMap", "c"),
                  obj("ConfigMap", "skipped", **{"argocd.argoproj.io/hook": "Skip"})]
-    assert [r["metadata"]["name"] for r in resources(manifests)] == ["c"]  # type: ignore[index]
+    assert [r["metadata"]["name"] for r in resources(manifests)] == ["c"]
     assert names(plan(manifests)) == ["PreSync:0:Job/x", "Sync:0:ConfigMap/c"]
 
 

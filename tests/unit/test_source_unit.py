@@ -10,9 +10,10 @@ import os
 import stat
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
-from dulwich.objects import Blob, Tree
+from dulwich.objects import Blob, ObjectID, Tree
 from dulwich.repo import MemoryRepo
 
 from tidecd import source
@@ -185,7 +186,7 @@ def test_credentials_from_string_data_ssh_and_insecure() -> None:
 
 
 def test_cluster_and_unlabelled_secrets_are_ignored() -> None:
-    secrets = [
+    secrets: list[dict[str, Any]] = [
         _secret("cluster", "c", url="https://git.example.com/org/app", username="x", password="y"),
         {"metadata": {"name": "plain"}, "stringData": {"url": "https://git.example.com", "password": "z"}},
     ]
@@ -250,7 +251,7 @@ def _memory_repo() -> tuple[MemoryRepo, bytes]:
     root.add(b"run.sh", 0o100755, blobs["run"].id)
     root.add(b"app", stat.S_IFDIR, app.id)
     root.add(b"current", 0o120000, blobs["link"].id)
-    root.add(b"vendor", 0o160000, b"f" * 40)  # submodule: ignored
+    root.add(b"vendor", 0o160000, ObjectID(b"f" * 40))  # submodule: ignored
     store.add_object(root)
     return repo, root.id
 

@@ -106,7 +106,7 @@ def test_two_writers_cannot_both_write_from_the_same_generation() -> None:
 def test_a_step_that_loses_a_race_re_reads_and_keeps_the_other_writers_history(h: Harness) -> None:  # noqa: F811
     h.git.push([configmap("a")])
     h.sync()
-    raced = []
+    raced: list[ResourceKey] = []
 
     def other_writer(verb: str, k: ResourceKey) -> None:
         if verb == "apply" and not raced:  # another writer records while this step works
