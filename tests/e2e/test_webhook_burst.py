@@ -76,8 +76,9 @@ def test_a_hundred_deliveries_at_fifty_per_second_answer_fast_and_coalesce(gitop
           f"p99 {p99 * 1000:.0f} ms, max {ordered[-1] * 1000:.0f} ms; reconciles by commit "
           f"{ {k: counts[k[:12]] for k in heads} }")
     # Issue 10 asks for p99 < 1 s. On this shared 2-core machine (load average ~9 while the suites of
-    # several engineers run) the measured p99 was 1.05-2.0 s with p50 0.28-0.62 s: the bound here is 2 s,
-    # and the printed numbers are what to compare with the target.
+    # several engineers run) the measured p99 was 1.05-2.0 s with p50 0.28-0.62 s; with the machine
+    # quieter, p99 0.29 s and p50 38 ms. The bound here is 2 s; the printed numbers are what to compare
+    # with the target.
     assert p99 < 2.0, f"p99 {p99:.2f}s"
     assert counts, "no reconcile was logged by the webhook function"
     assert all(counts[sha[:12]] <= 2 for sha in heads), counts
