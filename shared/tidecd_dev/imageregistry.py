@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 import requests
@@ -59,10 +59,32 @@ class _Quiet(BaseHTTPRequestHandler):
         pass
 
 
+class _LoopbackServer:
+    """An HTTP server on a free loopback port, served from a daemon thread between `start()` and `stop()`."""
+
+    port: int
+    _server: ThreadingHTTPServer
+    _thread: threading.Thread
+
+    def _listen(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.port = free_port()
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
 # --- token server -----------------------------------------------------------------------------------------
 
 
-class TokenServer:
+class TokenServer(_LoopbackServer):
     """The realm of a bearer-auth registry: basic credentials in, a signed JWT for the asked scope out."""
 
     def __init__(self, workdir: Path, *, username: str, password: str, service: str = "tidecd-test-registry",
@@ -92,23 +114,12 @@ class TokenServer:
             def do_GET(self) -> None:  # noqa: N802
                 outer._answer(self)
 
-        self.port = free_port()
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._listen(Handler)
 
     @property
     def realm(self) -> str:
         # A name, not an IP literal: crane refuses realms on loopback/private IP literals (SSRF guard).
         return f"http://localhost:{self.port}/token"
-
-    def start(self) -> TokenServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
 
     def _answer(self, handler: BaseHTTPRequestHandler) -> None:
         import hmac
@@ -231,7 +242,7 @@ class Registry:
 # --- a counting proxy -------------------------------------------------------------------------------------
 
 
-class CountingProxy:
+class CountingProxy(_LoopbackServer):
     """Forwards to `upstream` (host:port) and counts requests: `tags` (tags lists), `manifests`, `blobs`."""
 
     def __init__(self, upstream: str) -> None:
@@ -249,22 +260,11 @@ class CountingProxy:
             def do_HEAD(self) -> None:  # noqa: N802
                 outer._forward(self, "HEAD")
 
-        self.port = free_port()
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._listen(Handler)
 
     @property
     def host(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-    def start(self) -> CountingProxy:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
 
     def reset(self) -> None:
         with self._lock:
