@@ -159,6 +159,13 @@ def test_a_no_op_resync_makes_zero_writes(gitops: GitOps) -> None:
     gitops.push({"app/web.yaml": deployment("web"), "app/cm.yaml": configmap("c")})
     gitops.application()
     gitops.sync()
+    # The sync does not wait for its last wave: let the rollout settle (its status writes change the
+    # Deployment's resourceVersion) so that nothing changes between the refresh and the resync.
+    deadline = time.monotonic() + 60
+    while gitops.state().health != "Healthy":
+        assert time.monotonic() < deadline, gitops.state().health_message
+        time.sleep(0.5)
+        gitops.reconcile(automate=False)
     runtime = gitops.runtime()
     gitops.reconcile(runtime=runtime, request=None)
     before = gitops.live("Deployment", "web", "apps")["metadata"]["resourceVersion"]  # type: ignore[index]
