@@ -16,8 +16,11 @@ locals {
     TIDECD_STORE         = "gs://${google_storage_bucket.state.name}/${var.store_prefix}"
     TIDECD_REFRESH_TOPIC = google_pubsub_topic.refresh.id
     TIDECD_STEP_BUDGET   = tostring(var.step_budget_seconds)
-    TIDECD_BIN_DIR       = "/workspace/bin" # helm and kustomize, packaged beside main.py
-    LOG_EXECUTION_ID     = "true"
+    # links in GitHub statuses and notifications; GitHub Enterprise API (tidecd.github)
+    TIDECD_PUBLIC_URL     = var.public_url
+    TIDECD_GITHUB_API_URL = var.github_api_url
+    TIDECD_BIN_DIR        = "/workspace/bin" # helm and kustomize, packaged beside main.py
+    LOG_EXECUTION_ID      = "true"
     # the same numbers as the bucket's lifecycle rules (tidecd.retention)
     TIDECD_RETAIN_DELIVERIES_DAYS = tostring(var.retention.deliveries_days)
     TIDECD_RETAIN_SNAPSHOTS_DAYS  = tostring(var.retention.snapshots_days)

@@ -185,3 +185,20 @@ variable "labels" {
   type        = map(string)
   default     = {}
 }
+
+variable "public_url" {
+  description = "The dashboard's public base URL (the api function's URL, or a domain in front of it); GitHub commit statuses and notifications link to <public_url>/ui/apps/<app>. Empty: no links."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = var.public_url == "" || can(regex("^https://", var.public_url))
+    error_message = "public_url must be empty or an https:// URL."
+  }
+}
+
+variable "github_api_url" {
+  description = "GitHub's REST API for commit statuses, deployments and PR previews (GitHub Enterprise: https://HOST/api/v3)."
+  type        = string
+  default     = "https://api.github.com"
+}

@@ -822,3 +822,11 @@ def test_state_bucket_expires_deliveries_snapshots_and_manifests_by_lifecycle_ru
 
     defaults = tf["variable"]["retention"]["default"]
     assert defaults == dict(Retention().__dict__), "Terraform and tidecd agree on the defaults"
+
+
+def test_functions_know_the_dashboard_url_and_github_api(tf: Module) -> None:
+    """GitHub statuses and notifications link to the dashboard: the cloud functions get its URL."""
+    env = tf["locals"]["common_env"]
+    assert env["TIDECD_PUBLIC_URL"] == "${var.public_url}"
+    assert env["TIDECD_GITHUB_API_URL"] == "${var.github_api_url}"
+    assert tf["variable"]["github_api_url"]["default"] == "https://api.github.com"
