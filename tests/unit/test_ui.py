@@ -335,3 +335,16 @@ def test_terminate_marks_the_running_operation(runtime: Runtime) -> None:
     assert bad.status == 400
     missing = post(runtime, "/ui/apps/web/rollback", cookie, {"csrf": csrf, "id": "99"}, origin=f"https://{HOST}")
     assert missing.status == 404
+
+
+def test_app_page_shows_the_image_updaters_override_and_pin(runtime: Runtime) -> None:
+    """Issue 13: the `argocd` write-back keeps the override in tidecd's state; the dashboard shows it."""
+    from tidecd.images import state as images_state
+
+    assert "data-images" not in get(runtime, "/ui/apps/web").body.decode()
+    value = images_state.ImageValue(alias="web", image="registry.local/web", tag="1.2.3")
+    images_state.pin(runtime.store, "web", by="rollback", revision="a" * 40, deployed_at="2026-12-01T10:00:00Z")
+    images_state.update(runtime.store, "web", lambda s: s.set_override([value]))
+    html = get(runtime, "/ui/apps/web").body.decode()
+    assert 'data-image-override>registry.local/web:1.2.3<' in html
+    assert "pinned since" in html and "by rollback" in html
