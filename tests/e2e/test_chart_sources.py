@@ -6,7 +6,6 @@ distribution registry from `scripts/tools.sh`, filled with `helm push`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import yaml
 from tests.support.apps import GitOps
 from tests.support.charts import HelmRepo, package, write_chart
 from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_REPOSITORY
-from tidecd.dispatch import Refresh
+from tidecd.dispatch import ManualDispatcher
 from tidecd.poll import poll
 from tidecd.reconcile import SyncRequest
 from tidecd.secrets import generate_key, seal_secret, write_key_pair
@@ -46,19 +45,6 @@ def cm(gitops: GitOps, app: str) -> dict[str, Any]:
     return live
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.refreshes: list[Refresh] = []
-        self.scheduled: list[tuple[str, float, str]] = []
-
-    def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
-        self.refreshes.extend(refreshes)
-        return {}
-
-    def schedule(self, app: str, delay: float, reason: str) -> None:
-        self.scheduled.append((app, delay, reason))
-
-
 def test_chart_from_a_helm_repository_with_a_semver_range(gitops: GitOps, helm_repo: HelmRepo) -> None:
     for version in ("1.0.0", "1.1.0", "2.0.0"):
         helm_repo.add("web", version)
@@ -83,7 +69,7 @@ def test_poll_checks_chart_versions_with_one_index_call_per_repository(gitops: G
     first = chart_app(gitops, helm_repo.url, "1.x", name="first")
     second = chart_app(gitops, helm_repo.url, "~1.0", name="second", automated={"prune": True})
     runtime = gitops.runtime()
-    recorder = Recorder()
+    recorder = ManualDispatcher()
     poll(runtime, recorder, jitter_seconds=0)
     assert {r.app for r in recorder.refreshes} >= {first, second}
     gitops.reconcile("second")

@@ -119,28 +119,15 @@ def test_a_missing_ref_names_the_source_and_the_refs(gitops: GitOps, values_repo
 
 
 def test_the_poll_refreshes_a_multi_source_app_when_any_source_moves(gitops: GitOps, values_repo: GitRepo) -> None:
-    from collections.abc import Sequence
 
-    from tidecd.dispatch import Refresh
+    from tidecd.dispatch import ManualDispatcher
     from tidecd.poll import poll
-
-    class Recorder:
-        def __init__(self) -> None:
-            self.refreshes: list[Refresh] = []
-            self.scheduled: list[tuple[str, float, str]] = []
-
-        def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
-            self.refreshes.extend(refreshes)
-            return {}
-
-        def schedule(self, app: str, delay: float, reason: str) -> None:
-            self.scheduled.append((app, delay, reason))
 
     gitops.push(CHART)
     push(values_repo, {"envs/prod.yaml": "color: blue\n", "extra/cm.yaml": configmap("extra")})
     app = multi_app(gitops, values_repo)
     runtime = gitops.runtime()
-    recorder = Recorder()
+    recorder = ManualDispatcher()
     poll(runtime, recorder, jitter_seconds=0)
     gitops.reconcile(automate=False)
     recorder.refreshes.clear()

@@ -50,22 +50,9 @@ def test_plain_oci_artifact_of_manifests_as_a_source(gitops: GitOps, oci_registr
 
 
 def test_poll_checks_oci_tags_once_per_repository(gitops: GitOps, oci_registry: Registry, tmp_path: Path) -> None:
-    from collections.abc import Sequence
 
-    from tidecd.dispatch import Refresh
+    from tidecd.dispatch import ManualDispatcher
     from tidecd.poll import poll
-
-    class Recorder:
-        def __init__(self) -> None:
-            self.refreshes: list[Refresh] = []
-            self.scheduled: list[tuple[str, float, str]] = []
-
-        def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
-            self.refreshes.extend(refreshes)
-            return {}
-
-        def schedule(self, app: str, delay: float, reason: str) -> None:
-            self.scheduled.append((app, delay, reason))
 
     namespace = f"charts-{uuid.uuid4().hex[:6]}"
     home = tmp_path / "home"
@@ -74,7 +61,7 @@ def test_poll_checks_oci_tags_once_per_repository(gitops: GitOps, oci_registry: 
     url = f"oci://{oci_registry.host}/{namespace}/web"
     first = chart_app(gitops, url, "1.x", name="first", chart="")
     second = chart_app(gitops, url, ">=1.0.0", name="second", chart="")
-    runtime, recorder = gitops.runtime(), Recorder()
+    runtime, recorder = gitops.runtime(), ManualDispatcher()
     summary = poll(runtime, recorder, jitter_seconds=0)
     assert (summary.repos_checked, summary.ls_remote_calls, summary.errors) == (1, 1, [])  # one tags call
     for app in ("first", "second"):
