@@ -10,6 +10,7 @@ automated sync so that anything it could apply would be applied) and `good`. Eac
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import http.server
@@ -408,3 +409,60 @@ def test_kustomize_itself_cannot_reach_a_loopback_server(tmp_path: Path,
     with pytest.raises(RenderError, match="kustomize build app failed"):
         tool.run(build_argv(app), what="kustomize build app", cwd=app, home=tmp_path, timeout=60)
     assert seen == []
+
+
+def _no_user_namespaces(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without user namespaces: `unshare` is there but the kernel refuses (as the real one says)."""
+    from tidecd.render import tool
+
+    fake = tmp / "fake-bin"
+    fake.mkdir()
+    (fake / "unshare").write_text("#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n")
+    (fake / "unshare").chmod(0o755)
+    import os
+
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    tool._unshare_problem.cache_clear()
+    monkeypatch.setattr(tool, "_reported", set())
+
+
+def test_without_user_namespaces_the_confinement_check_alone_keeps_renders_off_the_network(
+        tmp_path: Path, loopback_server: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where unshare is not allowed, renders run without a network namespace: that is said once (a warning
+    naming the reason), the confinement check still refuses the remote resource before kustomize runs, and
+    nothing reaches the loopback server. Real kustomize handed the same resource directly does reach it:
+    the proxies do not cover loopback, so there the check is the only guard (the README says so)."""
+    from structlog.testing import capture_logs
+
+    from tidecd.config import ApplicationSource
+    from tidecd.errors import RenderError
+    from tidecd.render import render, tool
+    from tidecd.render.kustomize import build_argv
+
+    server, seen = loopback_server
+    _no_user_namespaces(tmp_path, monkeypatch)
+    try:
+        status = tool.sandbox_status()
+        assert not status.active and "user namespaces not allowed: unshare: unshare failed: Operation not " \
+                                      "permitted" in status.reason, status
+        root = tmp_path / "checkout"
+        (root / "app").mkdir(parents=True)
+        (root / "app" / "kustomization.yaml").write_text(f"resources: ['{server}/cm.yaml']\n")
+        with capture_logs() as logs:
+            for _ in range(2):
+                with pytest.raises(RenderError, match=r"kustomization app/kustomization\.yaml: resources\[0\] "
+                                                      r"'http://127\.0\.0\.1:\d+/cm\.yaml' is remote"):
+                    render(root, ApplicationSource(repo_url="https://git.example/x", path="app"), app_name="a",
+                           namespace="")
+        assert tool.sandbox_prefix() == []
+        assert seen == [], "the confinement check refused it before any tool ran"
+        lines = [e for e in logs if e["event"].startswith("render sandbox unavailable")]
+        assert len(lines) == 1 and lines[0]["log_level"] == "warning", logs
+        assert "only the confinement check" in lines[0]["event"]
+        # Beneath the check there is no namespace now: real kustomize, given the URL directly, fetches it.
+        app = root / "app"
+        with contextlib.suppress(RenderError):  # it may fail on what it fetched: it reached the server
+            tool.run(build_argv(app), what="kustomize build app", cwd=app, home=tmp_path, timeout=60)
+        assert seen, "without a namespace loopback is reachable: the confinement check is the only guard"
+    finally:
+        tool._unshare_problem.cache_clear()

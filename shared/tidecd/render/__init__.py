@@ -32,6 +32,7 @@ from tidecd.render.documents import Document, check
 from tidecd.render.helm import is_chart, render_helm
 from tidecd.render.kustomize import is_kustomization, render_kustomize
 from tidecd.render.overrides import SourceOverride, apply, read_source_files
+from tidecd.render.tool import report_sandbox
 from tidecd.store import ObjectStore, PreconditionFailed
 
 __all__ = ["Tool", "choose_tool", "manifest_key", "render", "render_cached"]
@@ -60,6 +61,7 @@ def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespac
             f"spec.source.chart {source.chart!r}: charts from helm repositories are not supported; "
             "commit the chart to git and point spec.source.path at it"
         )
+    report_sandbox()  # once per process: whether tools get a network namespace, or only the checks guard
     check_tree(checkout)
     app_dir = inside(checkout, source.path or ".", what="spec.source.path")
     label = posixpath.normpath(source.path or ".")

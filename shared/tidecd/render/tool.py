@@ -9,6 +9,12 @@ files), and the tool itself runs where network use fails. Where the kernel allow
 namespaces) the child gets its own empty network namespace (`unshare --net`): not even loopback answers.
 Everywhere, HTTP(S) proxies point at a closed loopback port (Go clients honour them for every host but
 loopback) and git may use no protocol at all. `TIDECD_RENDER_SANDBOX=off` turns the namespace off.
+
+Where the namespace is not available (no `unshare`, or a kernel or container that allows no user
+namespaces), a Go tool still reaches loopback directly (Go skips proxies for loopback) and any address a
+tool is handed without a proxy: then the confinement check (`render.confine`, refusing remote resources,
+bases, git URLs and helm repositories before the tool runs) is the only guard. `sandbox_status` says
+which case holds, and the first render of a process logs it once (`render sandbox unavailable ...`).
 """
 
 from __future__ import annotations
@@ -17,10 +23,16 @@ import functools
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from tidecd.errors import RenderError
+
+log = structlog.get_logger("tidecd.render")
 
 DEFAULT_TIMEOUT = 120.0
 STDERR_LIMIT = 2000
@@ -34,24 +46,69 @@ NO_NETWORK_ENV = {
 }
 
 
+@dataclass(frozen=True)
+class SandboxStatus:
+    """Whether renders get a network namespace of their own; `reason` says why not."""
+
+    active: bool
+    prefix: tuple[str, ...] = ()
+    reason: str = ""
+
+    @property
+    def line(self) -> str:
+        """The one line the first render of a process logs (and `tidecd` prints where it matters)."""
+        if self.active:
+            return "render sandbox: each helm/kustomize run gets its own network namespace (unshare --net)"
+        return (f"render sandbox unavailable ({self.reason}): only the confinement check (remote resources, "
+                "bases, git URLs and helm repositories refused before the tool runs) and closed proxies guard "
+                "network access during render")
+
+
 @functools.cache
-def _unshare_works(unshare: str) -> bool:
+def _unshare_problem(unshare: str) -> str:
+    """"" when `unshare --net --map-root-user` works here, else what it said (first line)."""
     try:
         done = subprocess.run([unshare, "--net", "--map-root-user", "true"], capture_output=True, timeout=10,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
+                              check=False, text=True)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{unshare} cannot run: {type(exc).__name__}"
+    if done.returncode == 0:
+        return ""
+    said = (done.stderr or done.stdout).strip().splitlines()
+    return said[0][:200] if said else f"{unshare} exited {done.returncode}"
+
+
+def sandbox_status() -> SandboxStatus:
+    if os.environ.get("TIDECD_RENDER_SANDBOX", "auto").strip().lower() in ("off", "0", "false", "no"):
+        return SandboxStatus(False, reason="TIDECD_RENDER_SANDBOX=off")
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return SandboxStatus(False, reason="no unshare on PATH")
+    problem = _unshare_problem(unshare)
+    if problem:
+        return SandboxStatus(False, reason=f"user namespaces not allowed: {problem}")
+    return SandboxStatus(True, (unshare, "--net", "--map-root-user", "--"))
+
+
+_reported: set[SandboxStatus] = set()
+_report_lock = threading.Lock()
+
+
+def report_sandbox() -> SandboxStatus:
+    """The sandbox status, logged the first time each outcome is seen in this process (a warning when
+    there is no namespace). Every render calls it first, so the line appears before any tool runs."""
+    status = sandbox_status()
+    with _report_lock:
+        first = status not in _reported
+        _reported.add(status)
+    if first:
+        (log.info if status.active else log.warning)(status.line, sandbox=status.active)
+    return status
 
 
 def sandbox_prefix() -> list[str]:
     """`unshare --net --map-root-user` where the kernel lets us (a network namespace of our own), else []."""
-    if os.environ.get("TIDECD_RENDER_SANDBOX", "auto").strip().lower() in ("off", "0", "false", "no"):
-        return []
-    unshare = shutil.which("unshare")
-    if unshare is None or not _unshare_works(unshare):
-        return []
-    return [unshare, "--net", "--map-root-user", "--"]
+    return list(report_sandbox().prefix)
 
 
 def run(
