@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import structlog
 import yaml
 
-from tidecd import limits
+from tidecd import argocd_cm, limits
+from tidecd.argocd_settings import ArgoSettings
 from tidecd.config_model import (
     DEFAULT_PROJECT,
     DNS_NAME,
@@ -61,6 +63,8 @@ __all__ = [
 ]
 
 
+log = structlog.get_logger("tidecd.config")
+
 # ---------------------------------------------------------------------------------------------------
 # Loading a directory
 
@@ -87,6 +91,7 @@ def load_config(directory: Path, *, display: str | None = None, strict: bool = T
         prefix += "/"
     errors: list[str] = []
     found: list[ConfigItem] = []
+    settings_objects: list[tuple[Any, str]] = []  # argocd-cm and friends, read after every file
     invalid: dict[str, list[str]] = {}
     bad_projects: dict[str, list[str]] = {}
     for path in config_files(directory):
@@ -105,6 +110,9 @@ def load_config(directory: Path, *, display: str | None = None, strict: bool = T
             if app_names or project_names:
                 del errors[before:]
         for index, doc in docs:
+            if argocd_cm.recognised(doc):
+                settings_objects.append((doc, origin))
+                continue
             before = len(errors)
             item = _parse_document(doc, origin, index, errors)
             if item is not None:
@@ -115,14 +123,25 @@ def load_config(directory: Path, *, display: str | None = None, strict: bool = T
             elif not strict and (name := _object_name(doc, "AppProject")):
                 bad_projects.setdefault(name, []).extend(errors[before:])
                 del errors[before:]
+    settings = _argo_settings(settings_objects, errors)
     if strict:
         config = _assemble(found, errors)
         if errors:
             raise ConfigError(_summary(errors))
+        config.argo_settings = settings
         return config
     config = _assemble_isolated(found, invalid, bad_projects)
     config.problems = errors
+    config.argo_settings = settings
     return config
+
+
+def _argo_settings(objects: list[tuple[Any, str]], errors: list[str]) -> ArgoSettings:
+    """argocd-cm and the other Argo CD settings objects; what is not honoured is logged here, once per load."""
+    settings = argocd_cm.read(objects, errors)
+    for notice in settings.notices:
+        log.info("Argo CD setting not honoured", notice=notice)
+    return settings
 
 
 def _escaping_symlink(directory: Path, path: Path) -> str:

@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tidecd.argocd_settings import NO_SETTINGS, ArgoSettings
 from tidecd.constants import (
     SECRET_TYPE_CLUSTER,
     SECRET_TYPE_GITHUB,
@@ -234,6 +235,8 @@ class Config:
     # Problems that set aside no application by name (an unknown kind, a bad Secret, a file that could
     # not be read at all): reported by `app list`, the api and the webhook, while every app keeps working.
     problems: list[str] = field(default_factory=list)
+    # What tidecd honours of argocd-cm (health Lua, ignoreDifferences, exclusions, timeout.reconciliation)
+    argo_settings: ArgoSettings = NO_SETTINGS
 
     def project_of(self, app: Application) -> AppProject:
         return self.projects[app.project]
