@@ -18,6 +18,7 @@
     │   ├── dispatch.BadRefreshMessage  a refresh message that cannot be decoded
     │   ├── github.Rejected           GitHub refused a request (4xx other than rate limiting)
     │   ├── preview.BadPullRequest    a pull_request payload without a field a preview needs
+    │   ├── migrate.MigrationError    `tidecd import` cannot read Argo CD or write its output
     │   ├── cluster.UnknownKind       the API server serves no such group/kind
     │   ├── cluster.ClusterTlsError   the API server's certificate does not verify against the CA data
     │   └── cluster.ApiError ∧ PermanentError    the API server refused, and would refuse again:

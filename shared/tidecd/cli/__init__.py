@@ -1,4 +1,5 @@
-"""The `tidecd` command: apps (list, get, diff, sync, history, rollback), secrets, and the dev cluster.
+"""The `tidecd` command: apps (list, get, diff, sync, history, rollback), secrets, `import` (from Argo CD),
+and the dev cluster.
 
 `tidecd dev ...` lives in the dev tooling package (`tidecd_dev.cli`), which is not part of the product: it is
 imported only when that command runs, so every other command starts without it, and a missing package
@@ -36,9 +37,10 @@ def dev(ctx: typer.Context) -> None:
 
 def _register_optional() -> None:
     """Command groups whose modules register themselves on the main app."""
-    from tidecd.cli import secrets
+    from tidecd.cli import migrate, secrets
 
     secrets.register(app)
+    migrate.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,275 @@
+"""`tidecd import` without a cluster: Argo CD objects as the API server returns them (status, operation,
+server metadata and all) → the config source tidecd loads, the sealed Secrets, and the report."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidecd import migrate
+from tidecd.config import load_config
+from tidecd.constants import LABEL_SECRET_TYPE
+from tidecd.model import Manifest
+from tidecd.secrets import KeyPair, generate_key, unseal
+
+PASSWORD = "s3cret-Pa55word-" + "x" * 8
+TOKEN = "bearer-token-value-0123456789"
+KEY_DATA = base64.b64encode(b"-----BEGIN PRIVATE KEY-----client-key-----END PRIVATE KEY-----").decode()
+
+
+@pytest.fixture(scope="module")
+def pair() -> KeyPair:
+    return generate_key()
+
+
+def server_metadata(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "namespace": "argocd", "uid": "0b6e5f1c-0000-4000-8000-000000000001",
+            "resourceVersion": "4242", "generation": 7, "creationTimestamp": "2026-12-01T10:00:00Z",
+            "managedFields": [{"manager": "argocd-application-controller", "operation": "Update"}], **extra}
+
+
+def application(name: str, project: str = "default", **spec: Any) -> Manifest:
+    body: dict[str, Any] = {
+        "project": project,
+        "source": {"repoURL": "https://git.example.com/org/apps.git", "targetRevision": "main", "path": name},
+        "destination": {"server": "https://kubernetes.default.svc", "namespace": name},
+        "syncPolicy": {"automated": {"prune": True, "selfHeal": True}},
+    }
+    body.update(spec)
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": server_metadata(name, finalizers=["resources-finalizer.argocd.argoproj.io"],
+                                        annotations={"argocd.argoproj.io/refresh": "normal",
+                                                     "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                                                     "notifications.argoproj.io/subscribe.on-sync-succeeded.slack":
+                                                         "ops"}),
+            "spec": body,
+            "status": {"sync": {"status": "Synced", "revision": "abc"}, "health": {"status": "Healthy"},
+                       "resources": [{"kind": "ConfigMap", "name": "x"}], "reconciledAt": "2026-12-01T10:00:00Z"},
+            "operation": {"sync": {"revision": "abc"}, "initiatedBy": {"automated": True}}}
+
+
+def project(name: str, **spec: Any) -> Manifest:
+    body: dict[str, Any] = {"sourceRepos": ["https://git.example.com/org/*"],
+                            "destinations": [{"server": "*", "namespace": "team-*"}],
+                            "clusterResourceWhitelist": [{"group": "", "kind": "Namespace"}]}
+    body.update(spec)
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject", "metadata": server_metadata(name),
+            "spec": body, "status": {"jwtTokensByRole": {"ci": {"items": [{"iat": 1}]}}}}
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def secret(secret_name: str, secret_type: str, **values: str) -> Manifest:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": server_metadata(secret_name, labels={LABEL_SECRET_TYPE: secret_type},
+                                        annotations={"managed-by": "argocd.argoproj.io"}),
+            "data": {k: b64(v) for k, v in values.items()}}
+
+
+def cluster_secret(name: str, config: dict[str, Any], server: str = "https://10.0.0.5:6443") -> Manifest:
+    return secret(name, "cluster", name=name, server=server, config=json.dumps(config))
+
+
+class FakeArgo:
+    """An Argo CD namespace behind the read-only Protocol, recording every call."""
+
+    def __init__(self, objects: list[Manifest]) -> None:
+        self.objects = objects
+        self.calls: list[tuple[str, str, str, str]] = []
+
+    def list(self, group: str, kind: str, *, namespace: str = "", label_selector: str = "") -> list[Manifest]:
+        self.calls.append((group, kind, namespace, label_selector))
+        return [copy.deepcopy(o) for o in self.objects
+                if o["kind"] == kind and o["metadata"].get("namespace") == namespace
+                and (kind != "Secret" or o["metadata"]["labels"].get(LABEL_SECRET_TYPE)
+                     in ("repository", "repo-creds", "cluster"))]
+
+
+def run_import(objects: list[Manifest], pair: KeyPair, out: Path) -> migrate.ImportPlan:
+    plan = migrate.plan_import(migrate.read_argocd(FakeArgo(objects)), pair.cert_pem)
+    migrate.write_import(plan, out)
+    return plan
+
+
+def texts(out: Path) -> str:
+    return "\n".join(p.read_text() for p in sorted(out.rglob("*")) if p.is_file())
+
+
+def finding(plan: migrate.ImportPlan, obj: str, field: str) -> migrate.Finding:
+    matches = [f for f in plan.findings if f.obj == obj and f.field == field]
+    assert matches, f"no finding for {obj} {field}: {[str(f) for f in plan.findings]}"
+    return matches[0]
+
+
+# -- reading ----------------------------------------------------------------------------------------------
+
+
+def test_reads_with_list_only_in_the_given_namespace() -> None:
+    fake = FakeArgo([application("a")])
+    found = migrate.read_argocd(fake, "argocd")
+    assert [o["metadata"]["name"] for o in found.applications] == ["a"]
+    assert [(g, k, ns) for g, k, ns, _ in fake.calls] == [
+        ("argoproj.io", "Application", "argocd"), ("argoproj.io", "AppProject", "argocd"), ("", "Secret", "argocd")]
+    assert fake.calls[2][3] == "argocd.argoproj.io/secret-type in (repository,repo-creds,cluster)"
+
+
+def test_argo_cd_not_installed_is_one_clear_error() -> None:
+    from tidecd.cluster import UnknownKind
+
+    class NoArgo(FakeArgo):
+        def list(self, group: str, kind: str, *, namespace: str = "", label_selector: str = "") -> list[Manifest]:
+            raise UnknownKind("the API server serves no argoproj.io/Application")
+
+    with pytest.raises(migrate.MigrationError, match="is Argo CD installed there"):
+        migrate.read_argocd(NoArgo([]), "argocd")
+
+
+# -- applications and projects ----------------------------------------------------------------------------
+
+
+def test_read_only_fields_are_stripped_and_the_output_loads_strictly(pair: KeyPair, tmp_path: Path) -> None:
+    plan = run_import([application("guestbook"), project("team"), application("api", project="team",
+                       destination={"name": "in-cluster", "namespace": "team-api"})], pair, tmp_path)
+    assert not plan.errors
+    config = load_config(tmp_path)  # strict: raises on any problem
+    assert sorted(config.applications) == ["api", "guestbook"]
+    assert config.applications["guestbook"].sync_policy.prune
+    assert config.projects["team"].source_repos == ("https://git.example.com/org/*",)
+    written = (tmp_path / "applications" / "guestbook.yaml").read_text()
+    for server_field in ("status:", "operation:", "uid:", "resourceVersion", "managedFields", "generation",
+                         "creationTimestamp", "argocd.argoproj.io/refresh", "last-applied", "finalizers"):
+        assert server_field not in written
+    assert "notifications.argoproj.io/subscribe.on-sync-succeeded.slack" in written
+    assert "jwtTokensByRole" not in (tmp_path / "projects" / "team.yaml").read_text()
+    assert "cascade" not in str(finding(plan, "Application/guestbook", "metadata.finalizers"))
+
+
+def test_fields_tidecd_does_not_implement_are_removed_and_reported(pair: KeyPair, tmp_path: Path) -> None:
+    app = application("web", revisionHistoryLimit=3, info=[{"name": "owner", "value": "team"}])
+    app["spec"]["syncPolicy"]["retry"] = {"limit": 2, "refresh": True}
+    app["spec"]["syncPolicy"]["syncOptions"] = ["CreateNamespace=true", "Prune=confirm"]
+    app["spec"]["futureField"] = {"x": 1}
+    proj = project("team", roles=[{"name": "ci", "policies": ["p, proj:team:ci, applications, sync, team/*, allow"]}],
+                   signatureKeys=[{"keyID": "4AEE18F83AFDEB23"}])
+    plan = run_import([app, proj], pair, tmp_path)
+    assert not plan.errors, [str(f) for f in plan.errors]
+    config = load_config(tmp_path)
+    assert config.applications["web"].sync_policy.retry is not None
+    assert config.applications["web"].sync_policy.retry.limit == 2
+    for field in ("spec.revisionHistoryLimit", "spec.info", "spec.syncPolicy.retry.refresh", "spec.futureField"):
+        assert "removed" in str(finding(plan, "Application/web", field))
+    for field in ("spec.roles", "spec.signatureKeys"):
+        assert "removed" in str(finding(plan, "AppProject/team", field))
+    assert "Prune=confirm" in finding(plan, "Application/web", "spec.syncPolicy.syncOptions").note
+    report = (tmp_path / migrate.REPORT_FILE).read_text()
+    assert "Application/web: spec.syncPolicy.retry.refresh: removed" in report
+    assert "AppProject/team: spec.roles: removed" in report
+
+
+def test_one_bad_object_never_stops_the_others(pair: KeyPair, tmp_path: Path) -> None:
+    plugin = application("plugged")
+    plugin["spec"]["source"]["plugin"] = {"name": "cdk8s"}
+    broken = application("broken")
+    del broken["spec"]["destination"]
+    wrong_type = application("typed")
+    wrong_type["spec"]["syncPolicy"]["automated"]["prune"] = "yes"
+    bad_project = project("bad", destinations="everywhere")
+    orphan = application("orphan", project="bad")
+    missing = application("lost", project="nowhere")
+    no_name = application("x")
+    no_name["metadata"]["name"] = ""
+    objects = [plugin, broken, wrong_type, bad_project, orphan, missing, application("fine"),
+               secret("repo", "repository", url="https://git.example.com/org/apps.git", password=PASSWORD), no_name]
+    plan = run_import(objects, pair, tmp_path)
+    errors = {f.obj: str(f) for f in plan.errors}
+    assert "config-management plugin" in errors["Application/plugged"]
+    assert "spec.destination" in errors["Application/broken"]
+    assert "spec.syncPolicy.automated.prune" in errors["Application/typed"]
+    assert "spec.destinations" in errors["AppProject/bad"]
+    assert "AppProject 'bad' could not be converted" in errors["Application/orphan"]
+    assert "AppProject 'nowhere' does not exist" in errors["Application/lost"]
+    assert "Application/(no name)" in errors
+    config = load_config(tmp_path)
+    assert sorted(config.applications) == ["fine"]
+    assert len(config.secrets) == 1
+    report = (tmp_path / migrate.REPORT_FILE).read_text()
+    assert "## Not converted (7)" in report
+    assert "Application/plugged" in report
+
+
+# -- secrets ----------------------------------------------------------------------------------------------
+
+
+def test_secrets_are_sealed_and_open_to_the_same_values(pair: KeyPair, tmp_path: Path) -> None:
+    repo = secret("repo-apps", "repository", type="git", url="https://git.example.com/org/apps.git",
+                  username="deploy", password=PASSWORD, project="team", enableLfs="true")
+    creds = secret("creds-org", "repo-creds", url="https://git.example.com/org", password=PASSWORD)
+    cluster = cluster_secret("prod", {"bearerToken": TOKEN, "tlsClientConfig": {"caData": KEY_DATA,
+                                                                                 "serverName": "prod.local"},
+                                      "execProviderConfig": {"command": "aws"}})
+    cluster["data"]["namespaces"] = b64("a,b")
+    plan = run_import([repo, creds, cluster], pair, tmp_path)
+    assert not plan.errors, [str(f) for f in plan.errors]
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "secrets").iterdir())
+    assert files == ["secrets/cluster-prod.yaml", "secrets/repo-creds-creds-org.yaml",
+                     "secrets/repository-repo-apps.yaml"]
+    everything = texts(tmp_path)
+    for plain in (PASSWORD, TOKEN, KEY_DATA, b64(PASSWORD), b64(TOKEN), "prod.local", "deploy"):
+        assert plain not in everything
+    config = load_config(tmp_path)
+    opened = {s["metadata"]["name"]: unseal(s, [pair.private_pem]) for s in config.secrets}
+    assert opened["repo-apps"]["data"] == repo["data"]
+    assert opened["repo-apps"]["metadata"]["labels"] == {LABEL_SECRET_TYPE: "repository"}
+    assert "uid" not in opened["repo-apps"]["metadata"]
+    assert opened["prod"]["data"] == cluster["data"]
+    for field in ("data.project", "data.enableLfs"):
+        assert "not honoured" in finding(plan, "Secret/argocd/repo-apps", field).note
+    for field in ("data.namespaces", "data.config.execProviderConfig", "data.config.tlsClientConfig.serverName"):
+        assert "not honoured" in finding(plan, "Secret/argocd/prod", field).note
+
+
+def test_secret_problems_name_the_object_never_a_value(pair: KeyPair, tmp_path: Path) -> None:
+    in_cluster = cluster_secret("local", {}, server="https://kubernetes.default.svc")
+    no_url = secret("nourl", "repository", password=PASSWORD)
+    bad_json = secret("badjson", "cluster", name="x", server="https://1.2.3.4", config="{" + PASSWORD)
+    not_base64 = secret("garbled", "repository", url="https://x/y")
+    not_base64["data"]["password"] = "%%%" + PASSWORD
+    no_creds = cluster_secret("anon", {"tlsClientConfig": {"insecure": True}})
+    plan = run_import([in_cluster, no_url, bad_json, not_base64, no_creds], pair, tmp_path)
+    errors = {f.obj: str(f) for f in plan.errors}
+    assert "Argo CD's own cluster" in errors["Secret/argocd/local"]
+    assert "needs a url" in errors["Secret/argocd/nourl"]
+    assert "not valid JSON" in errors["Secret/argocd/badjson"]
+    assert "data.password is not valid base64" in errors["Secret/argocd/garbled"]
+    assert "without credentials" in finding(plan, "Secret/argocd/anon", "data.config").note
+    report = (tmp_path / migrate.REPORT_FILE).read_text()
+    assert PASSWORD not in report and PASSWORD not in " ".join(str(f) for f in plan.findings)
+    assert [p.name for p in (tmp_path / "secrets").iterdir()] == ["cluster-anon.yaml"]
+
+
+# -- writing ----------------------------------------------------------------------------------------------
+
+
+def test_refuses_a_directory_that_is_not_empty(pair: KeyPair, tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("mine")
+    plan = migrate.plan_import(migrate.read_argocd(FakeArgo([application("a")])), pair.cert_pem)
+    with pytest.raises(migrate.MigrationError, match="not empty"):
+        migrate.write_import(plan, tmp_path)
+    migrate.write_import(plan, tmp_path, force=True)
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+    assert (tmp_path / "applications" / "a.yaml").is_file()
+
+
+def test_report_is_complete_for_an_empty_argo_cd(pair: KeyPair, tmp_path: Path) -> None:
+    plan = run_import([], pair, tmp_path)
+    assert plan.documents == [] and plan.findings == []
+    report = (tmp_path / migrate.REPORT_FILE).read_text()
+    assert "Written: nothing" in report and "## Not converted (0)" in report
+    assert load_config(tmp_path).applications == {}
