@@ -12,9 +12,14 @@ unless removing it would change what gets deployed (a config-management plugin, 
 which case the object is not converted. Secrets are sealed for the installation's sealing certificate in
 memory (`secrets.seal_secret`, the format `kubeseal --cert` writes): no plaintext value is ever written.
 
+Argo CD's `argocd-cm` is imported with the settings tidecd honours (`tidecd.argocd_cm`: health Lua,
+ignoreDifferences customizations, exclusions, reconciliation timeout); each other key, and each other
+settings ConfigMap (`argocd-rbac-cm`, ...), is a finding. `argocd-secret` is never read.
+
 Write (`write_import`): `applications/<name>.yaml`, `projects/<name>.yaml`, `secrets/<type>-<name>.yaml`
-(SealedSecrets only) and `IMPORT-REPORT.md`, the report of what tidecd will not honour, per object and
-field. Nothing in a finding or error quotes a Secret value: only object names and field names.
+(SealedSecrets only), `settings/argocd-cm.yaml` and `IMPORT-REPORT.md`, the report of what tidecd will not
+honour, per object and field. Nothing in a finding or error quotes a Secret value: only object names and
+field names.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from tidecd import syncoptions
+from tidecd import argocd_cm, syncoptions
 from tidecd.config_schema import PARSERS, Errors, Node
 from tidecd.constants import (
     ARGO_GROUP,
@@ -125,6 +130,7 @@ class ArgoObjects:
     applications: list[Manifest]
     projects: list[Manifest]
     secrets: list[Manifest]
+    config_maps: list[Manifest] = field(default_factory=list)  # Argo CD's settings ConfigMaps only
 
 
 class MigrationError(PermanentError):
@@ -147,8 +153,12 @@ def read_argocd(reader: ArgoReader, namespace: str = DEFAULT_NAMESPACE) -> ArgoO
         secrets = reader.list("", "Secret", namespace=namespace, label_selector=SECRET_SELECTOR)
     except TidecdError as exc:
         raise MigrationError(f"cannot list the Secrets of namespace {namespace!r}: {exc}") from None
-    by_name = lambda obj: str((obj.get("metadata") or {}).get("name") or "")  # noqa: E731
-    return ArgoObjects(sorted(apps, key=by_name), sorted(projects, key=by_name), sorted(secrets, key=by_name))
+    try:
+        config_maps = [c for c in reader.list("", "ConfigMap", namespace=namespace) if argocd_cm.recognised(c)]
+    except TidecdError as exc:
+        raise MigrationError(f"cannot list the ConfigMaps of namespace {namespace!r}: {exc}") from None
+    return ArgoObjects(sorted(apps, key=_name), sorted(projects, key=_name), sorted(secrets, key=_name),
+                       sorted(config_maps, key=_name))
 
 
 # ---------------------------------------------------------------------------------------------- converting
@@ -169,6 +179,8 @@ def plan_import(objects: ArgoObjects, cert_pem: bytes, *, namespace: str = DEFAU
         _guarded(plan, "Application", obj, app)
     for obj in objects.secrets:
         _guarded(plan, "Secret", obj, lambda o, f: convert_secret(o, cert_pem, f))
+    for obj in objects.config_maps:
+        _guarded(plan, "ConfigMap", obj, convert_settings)
     return plan
 
 
@@ -187,7 +199,7 @@ def _guarded(plan: ImportPlan, kind: str, obj: Manifest, convert: Any) -> bool:
         doc = None
     plan.findings.extend(found)
     if doc is None:
-        if not any(f.error for f in found):
+        if kind != "ConfigMap" and not any(f.error for f in found):  # a ConfigMap may hold nothing to import
             plan.findings.append(Finding(label, "", "not converted", error=True))
         return False
     plan.documents.append(Converted(label, _path_for(kind, doc), doc))
@@ -305,6 +317,33 @@ def _remove(doc: Manifest, path: str) -> bool:
     return False
 
 
+# ---------------------------------------------------------------------------------------------- settings
+
+
+def convert_settings(obj: Manifest, found: list[Finding]) -> Manifest | None:
+    """`argocd-cm` with the keys tidecd honours; every other key, and every other settings ConfigMap, is
+    reported (None: nothing to write)."""
+    name = _name(obj)
+    label = f"ConfigMap/{name}"
+    data = obj.get("data") or {}
+    if name != argocd_cm.ARGOCD_CM:
+        found.append(Finding(label, "", f"{len(data)} setting(s) not imported: {argocd_cm.CONFIG_MAPS[name]}"))
+        return None
+    kept = {str(k): v for k, v in data.items() if argocd_cm.honoured(str(k))}
+    for key in sorted(str(k) for k in data if not argocd_cm.honoured(str(k))):
+        found.append(Finding(label, f"data.{key}", f"not imported: {_setting_reason(key)}"))
+    if not kept:
+        return None
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": kept}
+
+
+def _setting_reason(key: str) -> str:
+    for prefix, reason in argocd_cm.NOT_HONOURED:
+        if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
+            return reason
+    return "not a setting tidecd knows"
+
+
 # ---------------------------------------------------------------------------------------------- secrets
 
 
@@ -389,6 +428,8 @@ def _path_for(kind: str, doc: Manifest) -> str:
         return f"applications/{meta['name']}.yaml"
     if kind == "AppProject":
         return f"projects/{meta['name']}.yaml"
+    if kind == "ConfigMap":
+        return f"settings/{meta['name']}.yaml"
     template = (doc.get("spec") or {}).get("template") or {}
     secret_type = ((template.get("metadata") or {}).get("labels") or {}).get(LABEL_SECRET_TYPE, "secret")
     return f"secrets/{secret_type}-{meta['name']}.yaml"
@@ -414,11 +455,10 @@ def report_text(plan: ImportPlan, *, problems: Iterable[str] = ()) -> str:
     lines.extend(f"- {f}" for f in notes)
     if not notes:
         lines.append("- none")
-    lines += ["", "## Not imported", "",
-              "- argocd-cm, argocd-rbac-cm and argocd-notifications-cm: tidecd has no Argo CD UI, SSO or "
-              "RBAC; see the README (Moving from Argo CD)",
+    lines += ["", "## Not read", "",
               "- argocd-secret (admin password, webhook secrets): set TIDECD_WEBHOOK_SECRET and "
-              "TIDECD_API_TOKEN instead",
+              "TIDECD_API_TOKEN instead; Argo CD's UI, SSO and RBAC have no tidecd counterpart (README, "
+              "Moving from Argo CD)",
               ""]
     return "\n".join(lines)
 

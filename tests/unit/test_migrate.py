@@ -88,7 +88,7 @@ class FakeArgo:
         self.calls.append((group, kind, namespace, label_selector))
         return [copy.deepcopy(o) for o in self.objects
                 if o["kind"] == kind and o["metadata"].get("namespace") == namespace
-                and (kind != "Secret" or o["metadata"]["labels"].get(LABEL_SECRET_TYPE)
+                and (kind != "Secret" or (o["metadata"].get("labels") or {}).get(LABEL_SECRET_TYPE)
                      in ("repository", "repo-creds", "cluster"))]
 
 
@@ -116,7 +116,8 @@ def test_reads_with_list_only_in_the_given_namespace() -> None:
     found = migrate.read_argocd(fake, "argocd")
     assert [o["metadata"]["name"] for o in found.applications] == ["a"]
     assert [(g, k, ns) for g, k, ns, _ in fake.calls] == [
-        ("argoproj.io", "Application", "argocd"), ("argoproj.io", "AppProject", "argocd"), ("", "Secret", "argocd")]
+        ("argoproj.io", "Application", "argocd"), ("argoproj.io", "AppProject", "argocd"), ("", "Secret", "argocd"),
+        ("", "ConfigMap", "argocd")]
     assert fake.calls[2][3] == "argocd.argoproj.io/secret-type in (repository,repo-creds,cluster)"
 
 
@@ -252,6 +253,36 @@ def test_secret_problems_name_the_object_never_a_value(pair: KeyPair, tmp_path: 
     report = (tmp_path / migrate.REPORT_FILE).read_text()
     assert PASSWORD not in report and PASSWORD not in " ".join(str(f) for f in plan.findings)
     assert [p.name for p in (tmp_path / "secrets").iterdir()] == ["cluster-anon.yaml"]
+
+
+# -- Argo CD's settings ----------------------------------------------------------------------------------------
+
+
+def config_map(name: str, data: dict[str, str]) -> Manifest:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": server_metadata(name), "data": data}
+
+
+def test_argocd_cm_keeps_what_tidecd_honours_and_reports_the_rest(pair: KeyPair, tmp_path: Path) -> None:
+    lua = 'hs = {status = "Healthy", message = "ok"}\nreturn hs'
+    cm = config_map("argocd-cm", {"resource.customizations.health.example.com_Widget": lua,
+                                  "timeout.reconciliation": "300s", "url": "https://argocd.example.com",
+                                  "dex.config": "connectors: []", "kustomize.buildOptions": "--enable-helm"})
+    rbac = config_map("argocd-rbac-cm", {"policy.csv": "g, admins, role:admin", "policy.default": "role:readonly"})
+    other = config_map("my-own-settings", {"k": "v"})
+    secret_cm = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": server_metadata("argocd-secret"),
+                 "data": {"admin.password": b64(PASSWORD)}}
+    plan = run_import([cm, rbac, other, secret_cm, application("a")], pair, tmp_path)
+    assert not plan.errors, [str(f) for f in plan.errors]
+    config = load_config(tmp_path)
+    assert config.argo_settings.health_lua == {"example.com/Widget": lua}
+    assert config.argo_settings.reconciliation_timeout == 300.0
+    written = (tmp_path / "settings" / "argocd-cm.yaml").read_text()
+    assert "dex.config" not in written and "argocd.example.com" not in written
+    assert "web UI" in finding(plan, "ConfigMap/argocd-cm", "data.url").note
+    assert "kustomize build options" in finding(plan, "ConfigMap/argocd-cm", "data.kustomize.buildOptions").note
+    assert "2 setting(s) not imported" in finding(plan, "ConfigMap/argocd-rbac-cm", "").note
+    assert not [f for f in plan.findings if "my-own-settings" in f.obj or "argocd-secret" in f.obj]
+    assert PASSWORD not in texts(tmp_path)
 
 
 # -- writing ----------------------------------------------------------------------------------------------
