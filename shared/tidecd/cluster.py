@@ -451,7 +451,10 @@ def _kubeconfig_problem(path: str | None, exc: Exception) -> str:
 
 
 def managed_selector(app: str) -> str:
-    return f"{constants.LABEL_INSTANCE}={app}"
+    """The label selector of an app's objects (tidecd's own label; the tracking id proves ownership)."""
+    from tidecd.ownership import selector
+
+    return selector(app)
 
 
 # -- clusters from Argo CD cluster secrets -----------------------------------------------------------------

@@ -1,15 +1,25 @@
 """Every annotation, label and field-manager name tidecd reads or writes, in one place.
 
-The names are Argo CD's, so repositories written for Argo CD behave the same under tidecd.
+The manifest annotations are Argo CD's, so repositories written for Argo CD behave the same under tidecd;
+the ownership marks are tidecd's own (see `tidecd.ownership`), so tidecd and Argo CD can share a cluster.
 """
 
 from typing import Final
 
 FIELD_MANAGER: Final = "tidecd"
 
-# Ownership: the label makes server-side selection cheap, the annotation proves ownership.
+# Ownership (tidecd.ownership): the label makes server-side selection cheap, the annotation proves ownership.
+LABEL_APP: Final = "tidecd.io/app"
+ANNOTATION_TRACKING_ID: Final = "tidecd.io/tracking-id"  # <installation>:<app>:<group>/<kind>:<ns>/<name>
+# Argo CD's marks: read to refuse (or adopt) Argo CD's objects; written only for an app that opts in.
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
-ANNOTATION_TRACKING_ID: Final = "argocd.argoproj.io/tracking-id"
+ANNOTATION_ARGOCD_TRACKING_ID: Final = "argocd.argoproj.io/tracking-id"
+ANNOTATION_ARGOCD_INSTALLATION_ID: Final = "argocd.argoproj.io/installation-id"
+# On an Application: write Argo CD's tracking id and instance label too (a cluster Argo CD has left).
+ANNOTATION_WRITE_ARGOCD_TRACKING: Final = "tidecd.io/write-argocd-tracking"
+# On an Application: take its objects over from the Argo CD Application named (`[<namespace>/]<name>`).
+ANNOTATION_ADOPT_FROM_ARGOCD: Final = "tidecd.io/adopt-from-argocd"
+ARGOCD_RESOURCES_FINALIZER: Final = "resources-finalizer.argocd.argoproj.io"
 # Stamped on the hooks an operation creates: a resumed step finds its own hook instead of creating another.
 ANNOTATION_OPERATION: Final = "tidecd.io/operation-id"
 

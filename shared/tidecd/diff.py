@@ -21,6 +21,7 @@ import yaml
 from tidecd import constants
 from tidecd.config import IgnoreDifference
 from tidecd.model import Action, ChangeEntry, ChangeSet, Manifest, ResourceKey, SyncStatus
+from tidecd.ownership import MARK_ANNOTATIONS, MARK_LABELS
 from tidecd.secrets import redact
 
 VOLATILE_METADATA = ("managedFields", "resourceVersion", "uid", "generation", "creationTimestamp", "selfLink",
@@ -88,10 +89,11 @@ def normalize(obj: Manifest, ignore: Iterable[IgnoreDifference] = ()) -> Manifes
     for name in VOLATILE_METADATA:
         meta.pop(name, None)
     annotations = meta.get("annotations") or {}
-    for name in (constants.LAST_APPLIED, constants.ANNOTATION_TRACKING_ID, "deployment.kubernetes.io/revision"):
+    for name in (constants.LAST_APPLIED, *MARK_ANNOTATIONS, "deployment.kubernetes.io/revision"):
         annotations.pop(name, None)
     labels = meta.get("labels") or {}
-    labels.pop(constants.LABEL_INSTANCE, None)
+    for name in MARK_LABELS:  # the marks are checked on their own (tidecd.ownership.needs_remark)
+        labels.pop(name, None)
     for holder, name in ((meta, "annotations"), (meta, "labels")):
         if not holder.get(name):
             holder.pop(name, None)

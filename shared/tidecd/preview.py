@@ -319,7 +319,7 @@ def preview_app(runtime: Runtime, app: Application, head_sha: str) -> AppPreview
 def _compare(cluster: Any, app: Application, manifests: list[Manifest]) -> list[ResourceDiff]:
     from tidecd.cluster import ApiError, UnknownKind, managed_selector
     from tidecd.sync import plan
-    from tidecd.sync.apply import owned_by, owner_of, with_ownership
+    from tidecd.sync.apply import conflict, owned_by, with_ownership
 
     desired = {ResourceKey.of(m): m for m in plan.resources(manifests)}
     live: dict[ResourceKey, Manifest] = {}
@@ -339,8 +339,8 @@ def _compare(cluster: Any, app: Application, manifests: list[Manifest]) -> list[
             current = None
         if current is None:
             return compare(key, None, owned)
-        if (other := owner_of(current)) not in (None, app.name):
-            return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, error=f"owned by app {other!r}")
+        if other := conflict(current, app.name):
+            return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, error=other)
         try:
             predicted = cluster.apply(owned, dry_run=True)
         except (ApiError, UnknownKind) as exc:

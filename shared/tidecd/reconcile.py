@@ -29,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from tidecd import constants, health, notify, render, syncoptions
+from tidecd import constants, health, notify, ownership, render, syncoptions
 from tidecd import source as git
 from tidecd import state as app_state
 from tidecd.clock import SYSTEM, Clock
@@ -54,7 +54,7 @@ from tidecd.state import CachedComparison, Operation, OperationPhase, TaskPhase,
 from tidecd.store import LEASE_TTL, LeaseKeeper, PreconditionFailed, acquire_lease
 from tidecd.sync import decide as decision
 from tidecd.sync import plan
-from tidecd.sync.apply import apply_task, explain, owned_by, owner_of, with_ownership
+from tidecd.sync.apply import apply_task, conflict, explain, owned_by, with_ownership
 from tidecd.sync.hooks import create_hook, delete_earlier_copies, dry_run_hook
 from tidecd.sync.prune import prune
 
@@ -382,6 +382,7 @@ class _Step:
         self.app: Application | None = None
         self.sha = ""
         self.render_warnings: list[str] = []
+        self.claimed: list[str] = []  # desired objects someone else owns (an Argo CD Application, ...)
         self.manifests: list[Manifest] = []
         self.tasks: tuple[plan.Task, ...] = ()
         self.comparison = Comparison()
@@ -427,6 +428,11 @@ class _Step:
             return entry
         found = next((r.text for r in self.comparison.resources if r.key == entry.key and r.text), "")
         return dataclasses.replace(entry, diff=found) if found else entry
+
+    @property
+    def _argocd_marks(self) -> bool:
+        """The app opted in to Argo CD's marks beside tidecd's (`tidecd.io/write-argocd-tracking`)."""
+        return ownership.writes_argocd_marks(dict(self._app.annotations))
 
     @property
     def _app(self) -> Application:
@@ -616,7 +622,8 @@ class _Step:
             if op.dry_run and task.key in self.live and task.key not in self._out_of_sync():
                 return ChangeEntry(task.key, Action.UNCHANGED)
             try:
-                return apply_task(self.cluster, task, self.name, dry_run=True, exists=self.live.__contains__)
+                return apply_task(self.cluster, task, self.name, dry_run=True, exists=self.live.__contains__,
+                                  argocd_marks=self._argocd_marks)
             except UnknownKind as exc:
                 return ChangeEntry(task.key, Action.FAILED, str(exc))
 
@@ -661,7 +668,7 @@ class _Step:
                 obj = respect_ignored(task.obj, self.live.get(task.key), self._app.ignore_differences)
                 task = dataclasses.replace(task, obj=obj)
             return task, apply_task(self.cluster, task, self.name, dry_run=False, exists=self.live.__contains__,
-                                    written=self._record_write), ""
+                                    written=self._record_write, argocd_marks=self._argocd_marks), ""
 
         with ThreadPoolExecutor(max_workers=min(APPLY_CONCURRENCY, max(1, len(step.tasks)))) as pool:
             done = list(pool.map(one, step.tasks))
@@ -725,7 +732,7 @@ class _Step:
         for obj in plan.resources(self.manifests):
             key = ResourceKey.of(obj)
             if key in self.written:
-                owned = with_ownership(obj, self.name)
+                owned = with_ownership(obj, self.name, argocd=self._argocd_marks)
                 self.state.comparison_cache[str(key)] = CachedComparison(fingerprint(owned), self.written[key],
                                                                          SyncStatus.SYNCED)
 
@@ -793,12 +800,18 @@ class _Step:
         cache = self.state.comparison_cache
         new_cache: dict[str, CachedComparison] = {}
 
+        argocd_marks = ownership.writes_argocd_marks(dict(app.annotations))
+        claimed: list[str] = []
+
         def one(item: tuple[ResourceKey, Manifest]) -> ResourceDiff:
             key, obj = item
-            owned = with_ownership(obj, app.name)
+            owned = with_ownership(obj, app.name, argocd=argocd_marks)
             current = live.get(key)
-            if current is not None and (other := owner_of(current)) not in (None, app.name):
-                return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, error=f"owned by app {other!r}")
+            if current is not None and (other := conflict(current, app.name)):
+                claimed.append(f"{key}: {other}")  # never compared as this app's: a condition names the owner
+                return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, error=other)
+            if current is not None and (remark := ownership.needs_remark(current, app.name, argocd=argocd_marks)):
+                return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, ("metadata.annotations",), remark)
             rv = str((current or {}).get("metadata", {}).get("resourceVersion", ""))
             cache_key, print_ = str(key), fingerprint(owned)
             hit = cache.get(cache_key)
@@ -813,6 +826,7 @@ class _Step:
 
         with ThreadPoolExecutor(max_workers=DRY_RUN_CONCURRENCY) as pool:
             results = list(pool.map(one, sorted(desired.items())))
+        self.claimed = sorted(claimed)
         for key, obj in sorted(live.items()):
             if key not in desired and key not in hooks and owned_by(obj, app.name) and not _ignores_extraneous(obj):
                 results.append(compare(key, obj, None))
@@ -842,7 +856,9 @@ class _Step:
                     live[ResourceKey.of(obj)] = obj
             except UnknownKind:
                 continue
-        for key in desired:
+        # unlabelled: desired objects not created yet (or someone else's), and inventory objects an older
+        # tidecd marked with Argo CD's names (tidecd.ownership), which keep their app until the next sync
+        for key in [*desired, *(k for k, _ in self.state.inventory_keys())]:
             if key not in live:
                 try:
                     found = cluster.get(key)
@@ -875,6 +891,9 @@ class _Step:
         self.state.conditions = self._kept_conditions() + syncoptions.conditions(app.sync_policy.sync_options, now)
         self.state.conditions += [{"type": "RepeatedResourceWarning", "message": text, "at": now}
                                   for text in self.render_warnings]
+        if self.claimed:  # as Argo CD names two apps wanting one object; the owner is named, never overwritten
+            self.state.conditions.append({"type": "SharedResourceWarning", "at": now,
+                                          "message": "; ".join(self.claimed)})
 
     def _kept_conditions(self) -> list[dict[str, str]]:
         return [c for c in self.state.conditions if c["type"] == app_state.STATE_UNREADABLE and self.state.rebuilt]

@@ -131,7 +131,8 @@ def test_two_apps_declaring_the_same_object_do_not_take_it_from_each_other(gitop
     assert op.phase is OperationPhase.FAILED and repr(first) in op.message
     live = gitops.live("ConfigMap", "shared")
     assert live is not None and live["data"] == {"owner": "first"}
-    assert live["metadata"]["labels"]["app.kubernetes.io/instance"] == first
+    assert live["metadata"]["labels"]["tidecd.io/app"] == first
+    assert "app.kubernetes.io/instance" not in live["metadata"]["labels"]  # Argo CD's marks: never written
     assert gitops.live("ConfigMap", "own") is None  # the failed operation wrote nothing
     runtime = gitops.runtime()
     gitops.reconcile("first", request=SyncRequest(), runtime=runtime)

@@ -97,9 +97,16 @@ def test_nothing_is_written_before_the_checks() -> None:
     violation = d.decide(observe([dep("a")], violations="project 'p' forbids: x"), running(), d.Policy()).step
     assert violation == d.Finish(OperationPhase.FAILED, "project 'p' forbids: x")
     other = {**obj("ConfigMap", "c"), "metadata": {"name": "c", "namespace": "ns", "annotations": {
-        "argocd.argoproj.io/tracking-id": "theirs:/ConfigMap:ns/c"}}}
+        "tidecd.io/tracking-id": "default:theirs:/ConfigMap:ns/c"}}}
     taken = d.decide(observe([obj("ConfigMap", "c")], [other]), running(), d.Policy()).step
-    assert isinstance(taken, d.Finish) and "owned by app 'theirs'" in taken.message
+    assert isinstance(taken, d.Finish) and "owned by tidecd app 'theirs'" in taken.message
+    argo = {**obj("ConfigMap", "c"), "metadata": {"name": "c", "namespace": "ns", "annotations": {
+        "argocd.argoproj.io/tracking-id": "app:/ConfigMap:ns/c"}}}
+    refused = d.decide(observe([obj("ConfigMap", "c", notes={"argocd.argoproj.io/sync-options": "AllowTakeover=true"})],
+                               [argo]), running(),
+                       d.Policy()).step
+    assert isinstance(refused, d.Finish) and "tracked by Argo CD Application 'app'" in refused.message
+    assert "tidecd app adopt app" in refused.message
     create = d.decide(observe([dep("a")], missing_namespaces=frozenset({"ns"})), running(),
                       d.Policy(create_namespace="ns")).step
     assert create == d.CreateNamespace("ns")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from tidecd.config import IgnoreDifference
 from tidecd.diff import changed_paths, compare, normalize, text_diff
 from tidecd.model import ResourceKey, SyncStatus
@@ -11,8 +13,9 @@ LIVE = {
     "apiVersion": "apps/v1", "kind": "Deployment",
     "metadata": {"name": "web", "namespace": "ns", "uid": "u", "resourceVersion": "7", "generation": 3,
                  "creationTimestamp": "2026-01-01T00:00:00Z",
-                 "labels": {"app.kubernetes.io/instance": "demo"},
+                 "labels": {"tidecd.io/app": "demo"},
                  "annotations": {"deployment.kubernetes.io/revision": "2",
+                                 "tidecd.io/tracking-id": "default:demo:apps/Deployment:ns/web",
                                  "argocd.argoproj.io/tracking-id": "demo:apps/Deployment:ns/web"},
                  "managedFields": [{"manager": "hpa", "operation": "Update",
                                     "fieldsV1": {"f:spec": {"f:replicas": {}}}}]},
@@ -74,4 +77,7 @@ def test_normalize_keeps_user_metadata() -> None:
     out = normalize(LIVE)
     assert "status" not in out and "uid" not in out["metadata"]
     assert "labels" not in out["metadata"] and "annotations" not in out["metadata"]
+    helm = copy.deepcopy(LIVE)
+    helm["metadata"]["labels"] = {"app.kubernetes.io/instance": "demo"}  # type: ignore[index]
+    assert normalize(helm)["metadata"]["labels"] == {"app.kubernetes.io/instance": "demo"}  # a chart's label
     assert changed_paths({"a": [1, 2]}, {"a": [1]}) == ["a"]

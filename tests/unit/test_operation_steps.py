@@ -6,6 +6,8 @@ time) and moves the fake cluster's objects along by hand, the way controllers wo
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +86,11 @@ class Harness:
             if outcome.continue_after is None or (op is not None and not op.running):
                 return outcome
         raise AssertionError(f"still running after {limit} steps: {self.op().step}")
+
+    def state_with_inventory(self, keys: list[ResourceKey]) -> None:
+        state, generation = app_state.load(self.store, self.name)
+        state.set_inventory([*state.inventory_keys(), *((k, 0) for k in keys)])
+        app_state.save(self.store, state, if_generation_match=generation)
 
     def configure(self, **policy: Any) -> None:
         app = application(**policy)
@@ -223,20 +230,107 @@ def test_automated_prune_of_everything_needs_allow_empty(h: Harness) -> None:
 
 def test_an_object_of_another_app_is_not_taken_over(h: Harness) -> None:
     h.cluster.add({**configmap("shared"), "metadata": {
-        "name": "shared", "namespace": "ns", "labels": {"app.kubernetes.io/instance": "other"},
-        "annotations": {"argocd.argoproj.io/tracking-id": "other:/ConfigMap:ns/shared"}}})
+        "name": "shared", "namespace": "ns", "labels": {"tidecd.io/app": "other"},
+        "annotations": {"tidecd.io/tracking-id": "default:other:/ConfigMap:ns/shared"}}})
     h.git.push([configmap("shared"), configmap("mine")])
     h.sync()
     h.until_done()
     op = h.op()
-    assert op.phase is OperationPhase.FAILED and "owned by app 'other'" in op.message
-    assert h.cluster.objects[key("ConfigMap", "shared")]["metadata"]["labels"]["app.kubernetes.io/instance"] == "other"
+    assert op.phase is OperationPhase.FAILED and "owned by tidecd app 'other'" in op.message
+    assert h.cluster.objects[key("ConfigMap", "shared")]["metadata"]["labels"]["tidecd.io/app"] == "other"
     assert key("ConfigMap", "mine") not in h.cluster.objects
     h.git.push([configmap("shared", **{OPTIONS: "AllowTakeover=true"}), configmap("mine")])
     h.sync()
     h.until_done()
     assert h.op().phase is OperationPhase.SUCCEEDED
-    assert h.cluster.objects[key("ConfigMap", "shared")]["metadata"]["labels"]["app.kubernetes.io/instance"] == "app"
+    marks = h.cluster.objects[key("ConfigMap", "shared")]["metadata"]
+    assert marks["labels"]["tidecd.io/app"] == "app"
+    assert marks["annotations"]["tidecd.io/tracking-id"] == "default:app:/ConfigMap:ns/shared"
+
+
+def argocd_tracked(name: str, app: str = "app") -> dict[str, Any]:
+    """A ConfigMap as Argo CD leaves it: its tracking id, written by its field manager."""
+    return {**configmap(name), "metadata": {
+        "name": name, "namespace": "ns",
+        "annotations": {"argocd.argoproj.io/tracking-id": f"{app}:/ConfigMap:ns/{name}"},
+        "managedFields": [{"manager": "argocd-controller", "operation": "Apply", "fieldsV1": {"f:metadata": {
+            "f:annotations": {"f:argocd.argoproj.io/tracking-id": {}}}}}]}}
+
+
+def test_argo_cd_objects_are_never_compared_overwritten_or_pruned(h: Harness) -> None:
+    h.cluster.add(argocd_tracked("theirs", app="app"))
+    before = copy.deepcopy(h.cluster.objects[key("ConfigMap", "theirs")])
+    h.git.push([configmap("theirs", **{OPTIONS: "AllowTakeover=true"}), configmap("mine")])
+    h.step()
+    state = h.state()
+    warning = [c for c in state.conditions if c["type"] == "SharedResourceWarning"]
+    assert warning and "ConfigMap ns/theirs: tracked by Argo CD Application 'app'" in warning[0]["message"]
+    assert [r.status for r in state.resources if r.name == "theirs"] == ["OutOfSync"]
+    h.sync(prune=True)
+    h.until_done()
+    assert h.op().phase is OperationPhase.FAILED and "tidecd app adopt app" in h.op().message
+    assert h.cluster.objects[key("ConfigMap", "theirs")] == before  # untouched
+    assert key("ConfigMap", "mine") not in h.cluster.objects  # nothing written at all
+    # git no longer declares it and the inventory (wrongly) lists it: still never pruned
+    h.state_with_inventory([key("ConfigMap", "theirs")])
+    h.git.push([configmap("mine")])
+    h.sync(prune=True)
+    h.until_done()
+    assert h.op().phase is OperationPhase.SUCCEEDED, h.op().message
+    assert h.cluster.objects[key("ConfigMap", "theirs")] == before
+
+
+def test_another_installations_objects_are_refused(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    h.cluster.add({**configmap("c"), "metadata": {
+        "name": "c", "namespace": "ns", "labels": {"tidecd.io/app": "app"},
+        "annotations": {"tidecd.io/tracking-id": "blue:app:/ConfigMap:ns/c"}}})
+    monkeypatch.setenv("TIDECD_INSTALLATION_ID", "green")
+    h.git.push([configmap("c", **{OPTIONS: "AllowTakeover=true"})])
+    h.sync()
+    h.until_done()
+    assert h.op().phase is OperationPhase.FAILED
+    assert "owned by tidecd app 'app' of installation 'blue'" in h.op().message
+    monkeypatch.setenv("TIDECD_INSTALLATION_ID", "blue")
+    h.sync()
+    h.until_done()
+    assert h.op().phase is OperationPhase.SUCCEEDED
+
+
+def test_an_older_tidecds_marks_keep_their_app_and_are_rewritten_by_the_next_sync(h: Harness) -> None:
+    legacy = {**configmap("old"), "metadata": {
+        "name": "old", "namespace": "ns", "labels": {"app.kubernetes.io/instance": "app"},
+        "annotations": {"argocd.argoproj.io/tracking-id": "app:/ConfigMap:ns/old"},
+        "managedFields": [{"manager": "tidecd", "operation": "Apply", "fieldsV1": {"f:metadata": {
+            "f:labels": {"f:app.kubernetes.io/instance": {}},
+            "f:annotations": {"f:argocd.argoproj.io/tracking-id": {}}}}}]}}
+    h.cluster.add(legacy)
+    uid = h.cluster.objects[key("ConfigMap", "old")]["metadata"]["uid"]
+    h.git.push([configmap("old")])
+    h.step()
+    [status] = [r for r in h.state().resources if r.name == "old"]
+    assert status.status == "OutOfSync" and "older tidecd" in status.diff
+    assert not [c for c in h.state().conditions if c["type"] == "SharedResourceWarning"]
+    h.sync()
+    h.until_done()
+    assert h.op().phase is OperationPhase.SUCCEEDED, h.op().message
+    meta = h.cluster.objects[key("ConfigMap", "old")]["metadata"]
+    assert meta["uid"] == uid
+    assert meta["annotations"] == {"tidecd.io/tracking-id": "default:app:/ConfigMap:ns/old"}
+    assert meta["labels"] == {"tidecd.io/app": "app"}
+    h.step()
+    assert h.state().sync_status == "Synced"
+
+
+def test_an_app_may_opt_in_to_argo_cds_marks(h: Harness) -> None:
+    h.runtime = fake_runtime(h.cluster, h.store, dataclasses.replace(
+        application(), annotations=(("tidecd.io/write-argocd-tracking", "true"),)))
+    h.git.push([configmap("c")])
+    h.sync()
+    h.until_done()
+    meta = h.cluster.objects[key("ConfigMap", "c")]["metadata"]
+    assert meta["annotations"]["argocd.argoproj.io/tracking-id"] == "app:/ConfigMap:ns/c"
+    assert meta["annotations"]["tidecd.io/tracking-id"] == "default:app:/ConfigMap:ns/c"
+    assert meta["labels"] == {"tidecd.io/app": "app", "app.kubernetes.io/instance": "app"}
 
 
 def test_a_degraded_wave_runs_syncfail_and_fails(h: Harness) -> None:

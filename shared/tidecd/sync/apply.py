@@ -1,16 +1,17 @@
 """Applying one object: server-side apply (or replace) with tidecd's ownership marks.
 
-Every object tidecd writes carries the label `app.kubernetes.io/instance: <app>` (cheap selection) and the
-annotation `argocd.argoproj.io/tracking-id` (proof of ownership), as Argo CD writes them.
+Every object tidecd writes carries its own marks (`tidecd.ownership`): the label `tidecd.io/app: <app>`
+(cheap selection) and the annotation `tidecd.io/tracking-id: <installation>:<app>:<group>/<kind>:<ns>/<name>`
+(proof of ownership). Argo CD's `argocd.argoproj.io/tracking-id` and `app.kubernetes.io/instance` are
+written only for an app that opts in (`tidecd.io/write-argocd-tracking: "true"`).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
-from tidecd import constants
+from tidecd import ownership
 from tidecd.cluster import ApiError, Cluster
 from tidecd.model import Action, ChangeEntry, Manifest, ResourceKey
 from tidecd.sync.plan import Task
@@ -18,32 +19,29 @@ from tidecd.sync.plan import Task
 REPLACE = "Replace=true"
 
 
-def with_ownership(obj: Manifest, app: str) -> Manifest:
-    """A copy of `obj` marked as owned by `app`."""
-    out = copy.deepcopy(obj)
-    meta = out.setdefault("metadata", {})
-    meta.setdefault("labels", {})[constants.LABEL_INSTANCE] = app
-    meta.setdefault("annotations", {})[constants.ANNOTATION_TRACKING_ID] = ResourceKey.of(obj).tracking_id(app)
-    return out
-
-
-def owner_of(live: Manifest) -> str | None:
-    """The app named by a live object's tracking id, or None when it carries none."""
-    tracking = ((live.get("metadata") or {}).get("annotations") or {}).get(constants.ANNOTATION_TRACKING_ID)
-    return tracking.split(":", 1)[0] if tracking else None
+def with_ownership(obj: Manifest, app: str, *, argocd: bool = False) -> Manifest:
+    """A copy of `obj` marked as owned by `app` (`argocd`: with Argo CD's marks too, for an app that opted in)."""
+    return ownership.marked(obj, app, argocd=argocd)
 
 
 def owned_by(live: Manifest, app: str) -> bool:
-    """True only when the object's tracking id names exactly this object and this app."""
-    tracking = ((live.get("metadata") or {}).get("annotations") or {}).get(constants.ANNOTATION_TRACKING_ID)
-    return tracking == ResourceKey.of(live).tracking_id(app)
+    """True only when the object carries this installation's mark for exactly this object and this app."""
+    return ownership.owned_by(live, app)
+
+
+def conflict(live: Manifest, app: str) -> str:
+    """Why `app` may not take `live` ("" when it may: unmarked, or already its own), naming the owner:
+    another tidecd app or installation, or the Argo CD Application that tracks it."""
+    found = ownership.claim(live, app)
+    return found.describe() if found else ""
 
 
 def apply_task(cluster: Cluster, task: Task, app: str, *, dry_run: bool,
                exists: Callable[[ResourceKey], bool],
-               written: Callable[[ResourceKey, Manifest], None] | None = None) -> ChangeEntry:
+               written: Callable[[ResourceKey, Manifest], None] | None = None,
+               argocd_marks: bool = False) -> ChangeEntry:
     """Apply one task's object and say what happened; API errors become a failed entry, never an exception."""
-    obj = with_ownership(task.obj, app)
+    obj = with_ownership(task.obj, app, argocd=argocd_marks)
     existed = exists(task.key)
     try:
         if dry_run:

@@ -27,10 +27,9 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tidecd import constants, health
+from tidecd import constants, health, ownership
 from tidecd.model import Action, HealthStatus, Manifest, ResourceKey
 from tidecd.state import Operation, OperationPhase, TaskPhase, TaskResult
-from tidecd.sync.apply import owner_of
 from tidecd.sync.plan import PHASE_ORDER, Phase, Task
 from tidecd.sync.prune import prune_candidates
 
@@ -350,11 +349,16 @@ def _check(obs: Observation, op: Operation, policy: Policy, tasks: list[Task]) -
     conflicts = []
     for task in tasks:
         live = obs.live.get(task.key)
-        if task.hook or live is None or task.has_option(ALLOW_TAKEOVER):
+        other = ownership.claim(live, obs.app) if live is not None and not task.hook else None
+        if other is None:
             continue
-        other = owner_of(live)
-        if other is not None and other != obs.app:
-            conflicts.append(f"{task.key}: owned by app {other!r}; not taken over (add the sync option "
+        if other.tool is ownership.Tool.ARGOCD:  # never overwritten: only `tidecd app adopt` moves it
+            conflicts.append(f"{task.key}: {other.describe()}; not overwritten (move the app over with "
+                             f"`tidecd app adopt {obs.app}`, see the README's \"Moving from Argo CD\")")
+        elif other.installation != ownership.installation_id():
+            conflicts.append(f"{task.key}: {other.describe()}; not overwritten")
+        elif not task.has_option(ALLOW_TAKEOVER):
+            conflicts.append(f"{task.key}: {other.describe()}; not taken over (add the sync option "
                              f"{ALLOW_TAKEOVER} to the object to move it to this app)")
     if conflicts:
         return Finish(OperationPhase.FAILED, "; ".join(conflicts))
