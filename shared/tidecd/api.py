@@ -159,9 +159,10 @@ def list_apps(runtime: Runtime, _: str, __: dict[str, Any], ___: Mapping[str, st
     for name in sorted(config.applications):
         current = app_state.load(runtime.store, name)[0]
         apps.append({"name": name, "sync": current.sync_status, "health": current.health,
-                     "revision": current.revision, "reconciledAt": current.reconciled_at})
+                     "revision": current.revision, "revisions": current.revisions,
+                     "reconciledAt": current.reconciled_at})
     for name, problem in sorted(config.invalid.items()):
-        apps.append({"name": name, "sync": "Unknown", "health": "Unknown", "revision": "",
+        apps.append({"name": name, "sync": "Unknown", "health": "Unknown", "revision": "", "revisions": [],
                      "reconciledAt": "", "error": problem})
     body: dict[str, Any] = {"apps": apps}
     if config.problems:
@@ -254,8 +255,9 @@ def rollback(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[st
     entry = next((h for h in _state(runtime, name).history if h.id == wanted), None)
     if entry is None:
         raise NotFound(f"app {name!r} has no history entry {wanted}")
-    request = SyncRequest(prune=bool(payload.get("prune", False)), revision=entry.revision, rollback=True,
-                          initiated_by="rollback", history_id=entry.id)
+    request = SyncRequest(prune=bool(payload.get("prune", False)), revision=entry.revision,
+                          revisions=tuple(entry.revisions), rollback=True, initiated_by="rollback",
+                          history_id=entry.id)
     return _started(runtime, name, request, f"rollback to {wanted}")
 
 

@@ -78,6 +78,7 @@ class SyncRequest:
     dry_run: bool = False
     resources: frozenset[ResourceKey] | None = None
     revision: str = ""  # a sha from history (rollback); empty means the app's targetRevision
+    revisions: tuple[str, ...] = ()  # multi-source: each source's revision from history (rollback), in order
     rollback: bool = False
     initiated_by: str = ""  # "api", "cli", "automated", "rollback", a user name...
     history_id: int = 0  # the history entry a rollback goes back to
@@ -146,10 +147,13 @@ def new_operation(app: Application, request: SyncRequest, *, automated: bool = F
                   retry_count: int = 0, revision: str = "") -> Operation:
     source: dict[str, Any] = {"repoURL": app.source.repo_url, "path": app.source.path,
                               "targetRevision": app.source.target_revision}
-    if request.revision:
-        source["revision"] = request.revision
+    pinned = app_state.joined(request.revisions) if request.revisions else request.revision  # each source's
+    if pinned:
+        source["revision"] = pinned
+    revisions = list(request.revisions) or app_state.split_revisions(pinned or revision)
     return Operation(
-        id=uuid.uuid4().hex[:16], revision=request.revision or revision, started_at=app_state.now_iso(),
+        id=uuid.uuid4().hex[:16], revision=pinned or revision, revisions=revisions if app.sources else [],
+        started_at=app_state.now_iso(),
         initiated_by=request.initiated_by or ("automated" if automated else "user"), source=source,
         automated=automated, dry_run=request.dry_run, prune=request.prune,
         only=None if request.resources is None else [k.to_dict() for k in sorted(request.resources)],
@@ -178,26 +182,32 @@ def render_desired(runtime: Runtime, app: Application, revision: str = "",
     """The observe stage's render: (sha, manifests) of the app at `revision` (default: its targetRevision).
 
     The one place desired manifests come from; other sources extend this function. Warnings for the
-    app's conditions (a multi-source RepeatedResourceWarning) are appended to `warnings`."""
+    app's conditions (a multi-source RepeatedResourceWarning) are appended to `warnings`. A multi-source
+    app's `revision` is each source's revision joined (`state.joined`; an empty or missing one follows
+    that source's targetRevision), and so is the sha it returns (`revisions_of` splits it)."""
     if app.sources:
-        sha, manifests, found = _render_multi(runtime, app, revision)
+        pinned = app_state.split_revisions(revision) or ([revision] if revision else [])
+        sha, manifests, found = _render_multi(runtime, app, pinned)
         if warnings is not None:
             warnings.extend(found)
         return sha, manifests
     return _render_single(runtime, app, revision)
 
 
-MULTI_SEPARATOR = ","  # a multi-source app's revision: each source's revision, in spec.sources order
+def revisions_of(app: Application, sha: str) -> list[str]:
+    """Each source's revision of a multi-source app from what `render_desired` returned ([] otherwise)."""
+    return (app_state.split_revisions(sha) or [sha]) if app.sources and sha else []
 
 
-def _render_multi(runtime: Runtime, app: Application, revision: str) -> tuple[str, list[Manifest], list[str]]:
+def _render_multi(runtime: Runtime, app: Application,
+                  pinned: list[str]) -> tuple[str, list[Manifest], list[str]]:
     """`spec.sources`: every source resolved (a git commit or a chart version each), `ref` sources checked
     out for `$<ref>/...` value files, each renderable source rendered, and the results merged in order:
     an object declared by two sources is taken from the later one, with a RepeatedResourceWarning (as
-    Argo CD). The revision is each source's revision joined by ","; rollback passes it back whole."""
+    Argo CD). The revision returned is each source's revision joined (`state.joined`); a rollback pins
+    each source to its revision in `pinned`."""
     import hashlib
 
-    pinned = revision.split(MULTI_SEPARATOR) if revision else []
     resolved: list[tuple[ApplicationSource, Any, str | charts.ChartRef]] = []  # (source, creds, sha | chart)
     for index, source in enumerate(app.sources):
         creds = runtime.repo_credentials(source.repo_url)
@@ -209,7 +219,7 @@ def _render_multi(runtime: Runtime, app: Application, revision: str) -> tuple[st
         else:
             resolved.append((source, creds, charts.resolve(source, creds, rev)))
     revisions = [r if isinstance(r, str) else r.version for _, _, r in resolved]
-    combined = MULTI_SEPARATOR.join(revisions)
+    combined = app_state.joined(revisions)
     key_text = json.dumps([[s.spec_hash(), r if isinstance(r, str) else r.cache_revision] for s, _, r in resolved])
     cache_revision = "multi-" + hashlib.sha256(key_text.encode()).hexdigest()[:40]
     namespace = app.destination.namespace
@@ -464,10 +474,13 @@ class _Step:
         self._check_project_scope(self.project, app)
         op = self.state.operation
         self.render_warnings = []
-        sha, manifests = render_desired(self.runtime, app, op.revision if op is not None and op.running else "",
-                                        warnings=self.render_warnings)
+        running = op is not None and op.running
+        pinned = op.revision if op is not None and running else ""  # a multi-source one: each source's, joined
+        sha, manifests = render_desired(self.runtime, app, pinned, warnings=self.render_warnings)
         if op is not None and op.running and not op.revision:
             op.revision = sha
+        if op is not None and op.running and not op.revisions:
+            op.revisions = revisions_of(app, op.revision)
         self.sha = sha
         self.cluster = self.runtime.cluster(app.destination)
         namespaced = scope_lookup(self.cluster, manifests)
@@ -702,7 +715,8 @@ class _Step:
                               and r.action in (Action.CREATED, Action.CONFIGURED) and r.phase is not TaskPhase.FAILED})
         self.state.set_inventory([(k, w) for k, w in inventory.items() if k not in pruned])
         self.state.add_history(op.revision, phase.value, str(op.source.get("path", "")),
-                               str(op.source.get("targetRevision", "")), op.id)
+                               str(op.source.get("targetRevision", "")), op.id,
+                               op.revisions or (revisions_of(self.app, op.revision) if self.app else None))
         images_state.on_deployed(self.runtime.store, self.name, op.id)  # which image override it deployed
         if op.automated and phase is OperationPhase.SUCCEEDED and self.app is not None:
             self.state.auto_synced = images_state.sync_marker(self.runtime.store, self.app, op.revision,
@@ -883,6 +897,7 @@ class _Step:
             ))
         roll = health.app_health(assessed)
         self.state.sync_status, self.state.revision = comparison.status, sha
+        self.state.revisions = revisions_of(app, sha)
         self.state.health = roll
         self.state.health_message = next((f"{k}: {r.message}" for k, r in assessed if r and r.status is roll
                                           and r.message), "")

@@ -19,6 +19,12 @@ Forward compatibility of state files (the rule; readers of every tidecd version 
   which overwrites the broken file (with a precondition on its generation). Other apps are not affected.
 - The comparison cache is a typed record (`CachedComparison`); an entry in an older shape is dropped
   (it is only a cache: the next reconcile recomputes it).
+- A multi-source app records each source's revision as a list, in `spec.sources` order: `revisions` of the
+  state, of the operation and of each history entry (Argo CD's `status.sync.revisions`,
+  `operationState.syncResult.revisions`, `history[].revisions`); single-source apps leave it empty, as
+  Argo CD does. `revision` stays the list joined by "," (the one text older readers know, and what
+  once-per-revision markers key on). A file written before `revisions` existed is read by splitting
+  `revision` (no sha, chart version or tag contains a comma).
 """
 
 from __future__ import annotations
@@ -75,6 +81,26 @@ class TaskPhase(enum.StrEnum):
 
 
 E = TypeVar("E", bound=enum.Enum)
+
+
+REVISION_SEPARATOR = ","  # `revision` of a multi-source app: `revisions` joined, in spec.sources order
+
+
+def joined(revisions: list[str] | tuple[str, ...]) -> str:
+    return REVISION_SEPARATOR.join(revisions)
+
+
+def split_revisions(revision: str) -> list[str]:
+    """Each source's revision from a joined `revision` ([] for a single source's)."""
+    return revision.split(REVISION_SEPARATOR) if REVISION_SEPARATOR in revision else []
+
+
+def _revisions(data: dict[str, Any]) -> list[str]:
+    """`revisions` as stored, or (files of older versions) split from `revision`; malformed reads as []."""
+    value = data.get("revisions")
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    return split_revisions(str(data.get("revision") or ""))
 
 
 def _enum(kind: type[E], value: Any, default: E) -> E:
@@ -182,6 +208,7 @@ class Operation:
     failure: str = ""  # why it failed, kept while its SyncFail hooks run
     step_errors: int = 0  # temporary errors in a row (a source or API blip): retried, up to a bound
     results: list[TaskResult] = field(default_factory=list)
+    revisions: list[str] = field(default_factory=list)  # multi-source: each source's (pinned by a rollback)
     extra: dict[str, Any] = field(default_factory=dict)  # fields of newer versions, written back as read
 
     def __post_init__(self) -> None:
@@ -209,6 +236,7 @@ class Operation:
         known.pop("extra", None)
         known.setdefault("id", "")
         known.setdefault("revision", "")
+        known["revisions"] = _revisions(data)
         known["phase"] = _enum(OperationPhase, known.get("phase"), OperationPhase.ERROR)
         known["results"] = _records(TaskResult.from_json, data.get("results"))
         return cls(**known, extra=extra)
@@ -223,10 +251,13 @@ class HistoryEntry:
     source_path: str = ""
     target_revision: str = ""
     operation_id: str = ""
+    revisions: list[str] = field(default_factory=list)  # multi-source: each source's, as deployed
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HistoryEntry:
-        return cls(**_known(cls, data)[0])
+        known = _known(cls, data)[0]
+        known["revisions"] = _revisions(data)
+        return cls(**known)
 
 
 @dataclass(frozen=True)
@@ -256,6 +287,7 @@ class AppState:
     app: str
     sync_status: SyncStatus = SyncStatus.UNKNOWN
     revision: str = ""
+    revisions: list[str] = field(default_factory=list)  # multi-source: each source's revision, in order
     health: HealthStatus = HealthStatus.UNKNOWN
     health_message: str = ""
     resources: list[ResourceStatus] = field(default_factory=list)
@@ -281,9 +313,10 @@ class AppState:
         self.inventory = [{**key.to_dict(), "wave": wave} for key, wave in sorted(items)]
 
     def add_history(self, revision: str, result: str, source_path: str, target_revision: str,
-                    operation_id: str = "") -> HistoryEntry:
+                    operation_id: str = "", revisions: list[str] | None = None) -> HistoryEntry:
         next_id = (self.history[-1].id + 1) if self.history else 1
-        entry = HistoryEntry(next_id, revision, now_iso(), result, source_path, target_revision, operation_id)
+        entry = HistoryEntry(next_id, revision, now_iso(), result, source_path, target_revision, operation_id,
+                             list(revisions) if revisions is not None else split_revisions(revision))
         from tidecd.retention import history_limit
 
         self.history = [*self.history, entry][-history_limit():]  # TIDECD_HISTORY_LIMIT (default 10)
@@ -292,7 +325,7 @@ class AppState:
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "app": self.app, "sync_status": self.sync_status.value, "revision": self.revision,
-            "health": self.health.value, "health_message": self.health_message,
+            "revisions": self.revisions, "health": self.health.value, "health_message": self.health_message,
             "resources": [r.to_json() for r in self.resources], "conditions": self.conditions,
             "inventory": self.inventory, "operation": self.operation.to_json() if self.operation else None,
             "history": [dataclasses.asdict(h) for h in self.history], "auto_synced": self.auto_synced,
@@ -317,6 +350,8 @@ class AppState:
         known["app"] = str(known.get("app", ""))
         known["sync_status"] = _enum(SyncStatus, known.get("sync_status"), SyncStatus.UNKNOWN)
         known["health"] = _enum(HealthStatus, known.get("health"), HealthStatus.UNKNOWN)
+        known["revision"] = str(known.get("revision") or "")
+        known["revisions"] = _revisions(data)
         known["resources"] = _records(ResourceStatus.from_json, data.get("resources"))
         known["history"] = _records(HistoryEntry.from_json, data.get("history"))
         op = data.get("operation")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import textwrap
 import uuid
 from pathlib import Path
@@ -13,7 +15,6 @@ import yaml
 
 from tests.support.apps import GitOps, configmap
 from tests.support.gitserver import GitRepo
-from tidecd.reconcile import SyncRequest
 from tidecd.state import AppState
 from tidecd_dev.gitserver import GitServer
 
@@ -71,8 +72,10 @@ def test_chart_with_values_from_another_repo_and_merged_sources(gitops: GitOps, 
     gitops.sync()
     state = gitops.state()
     assert_synced(state)
-    assert state.revision == f"{app_sha},{values_sha},{values_sha}"  # each source's revision, in order
-    assert [h.revision for h in state.history] == [state.revision]
+    assert state.revisions == [app_sha, values_sha, values_sha]  # each source's revision, in order (Argo CD's)
+    assert state.revision == f"{app_sha},{values_sha},{values_sha}"  # what older readers know: the list joined
+    assert [h.revisions for h in state.history] == [state.revisions]
+    assert state.operation is not None and state.operation.revisions == state.revisions
     # The third source declares web-settings too: the later source wins, with Argo CD's warning.
     assert gitops.live("ConfigMap", "web-settings")["data"] == {"color": "from-extra"}  # type: ignore[index]
     assert gitops.live("ConfigMap", "extra")["data"] == {"from": "values repo"}  # type: ignore[index]
@@ -82,25 +85,51 @@ def test_chart_with_values_from_another_repo_and_merged_sources(gitops: GitOps, 
 
 
 def test_values_ref_changes_and_rollback_restores_every_source(gitops: GitOps, values_repo: GitRepo) -> None:
-    gitops.push(CHART)
-    push(values_repo, {"envs/prod.yaml": "color: blue\n", "extra/cm.yaml": configmap("extra", {"v": "1"})})
-    multi_app(gitops, values_repo)
+    """Two repositories move; a rollback through the api (as the CLI and the dashboard send it) restores
+    each source's revision from the history entry's list, and api, CLI and dashboard show the list."""
+    from tidecd import api
+
+    app_sha1 = gitops.push(CHART)
+    values_sha1 = push(values_repo, {"envs/prod.yaml": "color: blue\n",
+                                     "extra/cm.yaml": configmap("extra", {"v": "1"})})
+    app = multi_app(gitops, values_repo)
     gitops.sync()
     first = gitops.state()
     assert_synced(first)
+    assert first.revisions == [app_sha1, values_sha1, values_sha1]
     assert gitops.live("ConfigMap", "web-settings")["data"] == {"color": "blue", "size": "small"}  # type: ignore[index]
     gitops.push({"chart/values.yaml": "color: red\nsize: large\n"})
     push(values_repo, {"envs/prod.yaml": "color: green\n", "extra/cm.yaml": configmap("extra", {"v": "2"})})
+    app_sha2 = gitops.repo.head()
+    values_sha2 = values_repo.head()
     gitops.sync()
     second = gitops.state()
     assert_synced(second)
-    assert second.revision != first.revision
+    assert second.revisions == [app_sha2, values_sha2, values_sha2]
+    assert [h.revisions for h in second.history] == [first.revisions, second.revisions]
     assert gitops.live("ConfigMap", "web-settings")["data"] == {"color": "green", "size": "large"}  # type: ignore[index]
     assert gitops.live("ConfigMap", "extra")["data"] == {"v": "2"}  # type: ignore[index]
-    gitops.reconcile(request=SyncRequest(revision=second.history[0].revision, rollback=True))
-    state = gitops.state()
-    assert_synced(state)
-    assert state.revision == first.revision
+    runtime = gitops.runtime(api_token="t")
+    auth = {"Authorization": "Bearer t"}
+    listed = api.handle("GET", "/api/v1/apps", auth, b"", runtime).body["apps"]
+    assert [a["revisions"] for a in listed if a["name"] == app] == [second.revisions]
+    history = api.handle("GET", f"/api/v1/apps/{app}/history", auth, b"", runtime).body["history"]
+    assert [h["revisions"] for h in history] == [first.revisions, second.revisions]
+    started = api.handle("POST", f"/api/v1/apps/{app}/rollback", auth,
+                         json.dumps({"id": second.history[0].id}).encode(), runtime)
+    assert started.status == 202, started.body
+    if (running := gitops.state().operation) is not None and running.running:  # the api ran its first step
+        gitops.reconcile(runtime=runtime)
+    state = gitops.state()  # a refresh after the rollback compares with the targetRevision again (OutOfSync)
+    assert state.operation is not None and state.operation.rollback and state.operation.phase == "Succeeded"
+    assert state.operation.revisions == [app_sha1, values_sha1, values_sha1]
+    assert state.operation.revision == first.revision
+    assert state.history[-1].revisions == first.revisions and state.automated_disabled
+    assert len(state.revisions) == 3
+    body = api.handle("GET", f"/api/v1/apps/{app}", auth, b"", runtime).body
+    assert body["operation"]["revisions"] == first.revisions and body["history"][-1]["revisions"] == first.revisions
+    assert body["revisions"] == state.revisions
+    _cli_and_dashboard_show_each_revision(gitops, app, state, runtime)
     assert gitops.live("ConfigMap", "web-settings")["data"] == {"color": "blue", "size": "small"}  # type: ignore[index]
     assert gitops.live("ConfigMap", "extra")["data"] == {"v": "1"}  # type: ignore[index]
 
@@ -139,3 +168,26 @@ def test_the_poll_refreshes_a_multi_source_app_when_any_source_moves(gitops: Git
     assert [r.app for r in recorder.refreshes if r.reason.startswith("main moved")] == [app]
     gitops.sync()
     assert gitops.live("ConfigMap", "web-settings")["data"]["color"] == "green"  # type: ignore[index]
+
+
+def _cli_and_dashboard_show_each_revision(gitops: GitOps, app: str, state: AppState, runtime: Any) -> None:
+    from typer.testing import CliRunner
+
+    from tidecd import ui
+    from tidecd.cli import app as cli
+
+    env = {"TIDECD_CONFIG": str(gitops.config_dir), "TIDECD_STORE": str(gitops.store.root),
+           "KUBECONFIG": str(gitops.dev.kubeconfig)}
+    shorts = ", ".join(r[:12] for r in state.revisions)
+    listed = CliRunner().invoke(cli, ["app", "history", app], env=env)
+    assert listed.exit_code == 0, listed.output
+    rolled_back = ", ".join(r[:12] for r in state.history[-1].revisions)
+    assert rolled_back in listed.output.splitlines()[-1], listed.output  # the rollback's entry, each source
+    got = CliRunner().invoke(cli, ["app", "get", app, "--cached"], env=env)
+    assert got.exit_code == 0 and f"(revision {shorts})" in got.output, got.output
+    page = ui.handle(ui.Request("GET", f"/ui/apps/{app}", {"Authorization": "Bearer t", "Host": "ui.test"}),
+                     runtime)
+    html = page.body.decode()
+    assert page.status == 200, html[:500]
+    for index, revision in enumerate(state.revisions):
+        assert re.search(rf'data-source-revision="{index}"[^>]*>.*?title="{revision}"', html), (index, html[:300])

@@ -64,6 +64,32 @@ def test_unknown_statuses_and_older_shapes_read_without_failing() -> None:
     assert state.comparison_cache == {"/ConfigMap n/d": CachedComparison("fp", "3", SyncStatus.OUT_OF_SYNC)}
 
 
+def test_multi_source_revisions_are_lists_and_older_joined_revisions_read_as_lists() -> None:
+    """Each source's revision is a list in state, operation and history; a file of an older version that
+    has only the comma-joined `revision` reads as that list; a malformed `revisions` falls back likewise."""
+    store = MemoryStore()
+    old = {"app": "a", "revision": "aaa,bbb,bbb",
+           "operation": {"id": "o", "revision": "aaa,bbb,bbb", "phase": "Succeeded"},
+           "history": [{"id": 1, "revision": "aaa,ccc", "deployed_at": "t", "result": "Succeeded"},
+                       {"id": 2, "revision": "d" * 40, "deployed_at": "t", "result": "Succeeded"},
+                       {"id": 3, "revision": "x,y", "revisions": "not a list", "deployed_at": "t",
+                        "result": "Succeeded"}]}
+    write(store, "a", json.dumps(old).encode())
+    state, generation = app_state.load(store, "a")
+    assert state.revisions == ["aaa", "bbb", "bbb"]
+    assert state.operation is not None and state.operation.revisions == ["aaa", "bbb", "bbb"]
+    assert [e.revisions for e in state.history] == [["aaa", "ccc"], [], ["x", "y"]]
+    state.add_history("e1,e2", "Succeeded", "", "main", "op2", ["e1", "e2"])
+    app_state.save(store, state, if_generation_match=generation)
+    again = json.loads(store.read(app_state.state_key("a")).data)  # type: ignore[union-attr]
+    assert again["revisions"] == ["aaa", "bbb", "bbb"] and again["revision"] == "aaa,bbb,bbb"
+    assert again["operation"]["revisions"] == ["aaa", "bbb", "bbb"]
+    assert [e["revisions"] for e in again["history"]] == [["aaa", "ccc"], [], ["x", "y"], ["e1", "e2"]]
+    newer = {**again, "revisions": ["p", "q"], "revision": "p,q"}  # the list wins when both are there
+    write(store, "a", json.dumps(newer).encode())
+    assert app_state.load(store, "a")[0].revisions == ["p", "q"]
+
+
 @pytest.mark.parametrize("data", [b'{"app": "a", "sync_st', b"", b"\xff\xfe", b"[1, 2]", b"null"])
 def test_an_unreadable_state_file_is_a_condition_not_an_error(data: bytes) -> None:
     store = MemoryStore()

@@ -117,7 +117,7 @@ def list_apps(server: str = SERVER, token: str = TOKEN, output: str = OUTPUT,
 
     def table(b: dict[str, Any]) -> None:
         _print_table(["NAME", "SYNC", "HEALTH", "REVISION"],
-                     [[a["name"], a["sync"] if "error" not in a else "Invalid", a["health"], a["revision"][:12]]
+                     [[a["name"], a["sync"] if "error" not in a else "Invalid", a["health"], short_revision(a)]
                       for a in b["apps"]])
         for a in b["apps"]:
             if "error" in a:
@@ -135,7 +135,7 @@ def get(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPU
     body = _refreshed(name, server, token, cached)
 
     def table(b: dict[str, Any]) -> None:
-        typer.echo(f"Name:       {b['app']}\nSync:       {b['syncStatus']}  (revision {b['revision'][:12]})\n"
+        typer.echo(f"Name:       {b['app']}\nSync:       {b['syncStatus']}  (revision {short_revision(b)})\n"
                    f"Health:     {b['health']}" + (f"  ({b['healthMessage']})" if b.get("healthMessage") else ""))
         for cond in b.get("conditions", []):
             typer.echo(f"Condition:  {cond['type']}: {cond['message']}")
@@ -275,13 +275,21 @@ def refresh(name: str, server: str = SERVER, token: str = TOKEN, output: str = O
     _finish(body)
 
 
+def short_revision(record: dict[str, Any]) -> str:
+    """A revision as tables print it: 12 characters, or each source's (multi-source) joined by ", "."""
+    revisions = record.get("revisions") or []
+    if revisions:
+        return ", ".join(str(r)[:12] for r in revisions)
+    return str(record.get("revision", ""))[:12]
+
+
 @app.command("history")
 def history(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
     """The last deployments (id, revision, time, result)."""
     body = _checked(*_call("GET", f"/apps/{name}/history", server, token))
     _emit(body, output, lambda b: _print_table(
         ["ID", "REVISION", "DEPLOYED AT", "RESULT"],
-        [[str(h["id"]), h["revision"][:12], h["deployedAt"], h["result"]] for h in b["history"]]))
+        [[str(h["id"]), short_revision(h), h["deployedAt"], h["result"]] for h in b["history"]]))
 
 
 @app.command("rollback")

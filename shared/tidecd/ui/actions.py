@@ -72,7 +72,9 @@ def rollback(runtime: Runtime, name: str, history_id: int) -> Done:
     entry = next((h for h in current.history if h.id == history_id), None)
     if entry is None:
         return Done(404, message=f"app {name!r} has no history entry {history_id}")
-    return _sync(runtime, name, SyncRequest(revision=entry.revision, rollback=True, history_id=entry.id), "rollback")
+    request = SyncRequest(revision=entry.revision, revisions=tuple(entry.revisions), rollback=True,
+                          history_id=entry.id)
+    return _sync(runtime, name, request, "rollback")
 
 
 def terminate(runtime: Runtime, name: str) -> Done:

@@ -39,6 +39,7 @@ class OperationView:
     dry_run: bool
     prune: bool
     results: tuple[dict[str, Any], ...] = ()
+    revisions: tuple[str, ...] = ()  # multi-source: each source's revision
 
     @property
     def running(self) -> bool:
@@ -60,6 +61,7 @@ def operation_view(op: Any) -> OperationView | None:
         initiated_by=initiated, revision=str(getattr(op, "revision", "")),
         dry_run=bool(getattr(op, "dry_run", False)), prune=bool(getattr(op, "prune", False)),
         results=tuple(_result_dict(r) for r in results),
+        revisions=tuple(str(r) for r in getattr(op, "revisions", None) or ()),
     )
 
 
@@ -101,6 +103,7 @@ class AppRow:
     error: str = ""
     reconciled_at: str = ""
     commit: str = ""  # the subject of the deployed commit, when its snapshot recorded one
+    revisions: tuple[str, ...] = ()  # multi-source: each source's revision
 
     def matches(self, text: str) -> bool:
         hay = f"{self.name} {self.project} {self.cluster} {self.namespace} {self.repo} {self.path}".lower()
@@ -121,15 +124,17 @@ class Summary:
     reconciled_at: str = ""
     error: str = ""
     operation: OperationView | None = None
+    revisions: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, current: app_state.AppState) -> Summary:
         op = operation_view(current.operation)
         if op is not None:
             op = OperationView(op.phase, op.message[:300], op.step[:300], op.wave, op.started_at, op.finished_at,
-                               op.initiated_by, op.revision, op.dry_run, op.prune)
+                               op.initiated_by, op.revision, op.dry_run, op.prune, revisions=op.revisions)
         error = "; ".join(c.get("message", "") for c in current.conditions if c.get("type", "").endswith("Error"))
-        return cls(current.sync_status, current.health, current.revision, current.reconciled_at, error[:500], op)
+        return cls(current.sync_status, current.health, current.revision, current.reconciled_at, error[:500], op,
+                   tuple(current.revisions))
 
 
 # (store, key) → (generation, summary): a warm instance parses a state again only when it changed.
@@ -171,7 +176,7 @@ def app_rows(config: Config, summaries: Mapping[str, Summary]) -> list[AppRow]:
             repo=redact_repo_url(app.source.repo_url), path=app.source.path,
             target_revision=app.source.target_revision, revision=current.revision, sync=current.sync,
             health=current.health, operation=current.operation, error=current.error,
-            reconciled_at=current.reconciled_at,
+            reconciled_at=current.reconciled_at, revisions=current.revisions,
         ))
     for name, problem in sorted(config.invalid.items()):
         rows.append(AppRow(name, "", "", "", "", "", "", "", "Unknown", "Unknown", None, error=problem))
