@@ -24,6 +24,7 @@ import structlog
 import yaml
 
 from tidecd import argocd_cm, limits
+from tidecd.appset.model import ApplicationSet, parse_application_set
 from tidecd.argocd_settings import ArgoSettings
 from tidecd.config_model import (
     DEFAULT_PROJECT,
@@ -94,6 +95,7 @@ def load_config(directory: Path, *, display: str | None = None, strict: bool = T
     settings_objects: list[tuple[Any, str]] = []  # argocd-cm and friends, read after every file
     invalid: dict[str, list[str]] = {}
     bad_projects: dict[str, list[str]] = {}
+    bad_appsets: dict[str, list[str]] = {}
     for path in config_files(directory):
         origin = prefix + path.relative_to(directory).as_posix()
         if not strict and (escape := _escaping_symlink(directory, path)):
@@ -103,6 +105,11 @@ def load_config(directory: Path, *, display: str | None = None, strict: bool = T
         docs = _read_documents(path, origin, errors)
         if not strict and len(errors) > before:  # the file could not be parsed: set aside what it names
             app_names, project_names = _names_in_text(path, "Application"), _names_in_text(path, "AppProject")
+            appset_names = _names_in_text(path, "ApplicationSet")
+            for name in appset_names:
+                bad_appsets.setdefault(name, []).extend(errors[before:])
+            if appset_names and not app_names and not project_names:
+                del errors[before:]
             for name in app_names:
                 invalid.setdefault(name, []).extend(errors[before:])
             for name in project_names:
@@ -123,6 +130,9 @@ def load_config(directory: Path, *, display: str | None = None, strict: bool = T
             elif not strict and (name := _object_name(doc, "AppProject")):
                 bad_projects.setdefault(name, []).extend(errors[before:])
                 del errors[before:]
+            elif not strict and (name := _object_name(doc, "ApplicationSet")):
+                bad_appsets.setdefault(name, []).extend(errors[before:])
+                del errors[before:]
     settings = _argo_settings(settings_objects, errors)
     if strict:
         config = _assemble(found, errors)
@@ -133,6 +143,7 @@ def load_config(directory: Path, *, display: str | None = None, strict: bool = T
     config = _assemble_isolated(found, invalid, bad_projects)
     config.problems = errors
     config.argo_settings = settings
+    _add_appsets(config, found, bad_appsets)
     return config
 
 
@@ -142,6 +153,24 @@ def _argo_settings(objects: list[tuple[Any, str]], errors: list[str]) -> ArgoSet
     for notice in settings.notices:
         log.info("Argo CD setting not honoured", notice=notice)
     return settings
+
+
+def _add_appsets(config: Config, found: list[Any], bad: dict[str, list[str]]) -> None:
+    """ApplicationSets into `config.appsets`; an invalid or duplicated one goes to `config.invalid_appsets`
+    (what it generated before is then set aside, not removed: see `tidecd.generated`)."""
+    defined: dict[str, list[ApplicationSet]] = {}
+    for item in found:
+        if isinstance(item, ApplicationSet):
+            defined.setdefault(item.name, []).append(item)
+    for name, sets in defined.items():
+        if len(sets) > 1:
+            origins = ", ".join(s.origin for s in sets)
+            bad.setdefault(name, []).append(f"ApplicationSet/{name}: metadata.name: defined more than once ({origins})")
+        elif name not in bad:
+            config.appsets[name] = sets[0]
+    config.invalid_appsets = {name: _summary(problems) for name, problems in bad.items()}
+    config.problems.extend(f"ApplicationSet/{name} set aside (the apps it generated are kept as they were): "
+                           f"{message}" for name, message in sorted(config.invalid_appsets.items()))
 
 
 def _escaping_symlink(directory: Path, path: Path) -> str:
@@ -201,7 +230,7 @@ def _assemble_isolated(found: list[ConfigItem], invalid: dict[str, list[str]],
             apps.setdefault(item.name, []).append(item)
         elif isinstance(item, AppProject):
             projects.setdefault(item.name, []).append(item)
-        else:
+        elif isinstance(item, dict):
             secrets.append(item)
     good_projects: dict[str, AppProject] = {}
     for name, defined in projects.items():
@@ -308,17 +337,22 @@ def _read_documents(path: Path, origin: str, errors: list[str]) -> list[tuple[in
     return [(i, doc) for i, doc in enumerate(docs, 1) if doc is not None]
 
 
+# ApplicationSets are read by their own package (tidecd.appset) next to the kinds of config_schema
+_PARSERS: dict[tuple[str, str], Callable[[Node], Any]] = {**PARSERS,
+                                                          (ARGO_VERSION, "ApplicationSet"): parse_application_set}
+
+
 def _parse_document(doc: Any, origin: str, index: int, errors: list[str]) -> ConfigItem | None:
     """Dispatch one document on (apiVersion, kind)."""
     if not isinstance(doc, dict):
         errors.append(f"{origin}: document {index}: expected a Kubernetes object, got {type_name(doc)}")
         return None
     api, kind = doc.get("apiVersion"), doc.get("kind")
-    parser = PARSERS.get((api, kind)) if isinstance(api, str) and isinstance(kind, str) else None
+    parser = _PARSERS.get((api, kind)) if isinstance(api, str) and isinstance(kind, str) else None
     if parser is None:
         errors.append(
             f"{origin}: document {index}: unsupported object (apiVersion {api!r}, kind {kind!r}); expected "
-            f"{ARGO_VERSION} Application or AppProject, or a v1 Secret or SealedSecret labelled "
+            f"{ARGO_VERSION} Application, AppProject or ApplicationSet, or a v1 Secret or SealedSecret labelled "
             f"{LABEL_SECRET_TYPE}")
         return None
     meta = doc.get("metadata")
@@ -335,11 +369,14 @@ def _assemble(found: list[ConfigItem], errors: list[str]) -> Config:
     apps: dict[str, Application] = {}
     projects: dict[str, AppProject] = {}
     secrets: list[dict[str, Any]] = []
+    appsets: dict[str, ApplicationSet] = {}
     for item in found:
         if isinstance(item, Application):
             _add_unique(apps, "Application", item.name, item, item.origin, errors)
         elif isinstance(item, AppProject):
             _add_unique(projects, "AppProject", item.name, item, item.origin, errors)
+        elif isinstance(item, ApplicationSet):
+            _add_unique(appsets, "ApplicationSet", item.name, item, item.origin, errors)
         else:
             secrets.append(item)
     projects.setdefault("default", DEFAULT_PROJECT)
@@ -347,7 +384,7 @@ def _assemble(found: list[ConfigItem], errors: list[str]) -> Config:
         if app.project not in projects:
             errors.append(f"{app.origin}: Application/{app.name}: spec.project: project {app.project!r} "
                           "is not defined in the config source")
-    return Config(applications=apps, projects=projects, secrets=secrets)
+    return Config(applications=apps, projects=projects, secrets=secrets, appsets=dict(appsets))
 
 
 def _add_unique(into: dict[str, Any], kind: str, name: str, item: Any, origin: str,

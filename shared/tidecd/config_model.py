@@ -237,6 +237,12 @@ class Config:
     problems: list[str] = field(default_factory=list)
     # What tidecd honours of argocd-cm (health Lua, ignoreDifferences, exclusions, timeout.reconciliation)
     argo_settings: ArgoSettings = NO_SETTINGS
+    # ApplicationSets (`tidecd.appset.model.ApplicationSet`) by name, and those set aside (name → errors)
+    appsets: dict[str, Any] = field(default_factory=dict)
+    invalid_appsets: dict[str, str] = field(default_factory=dict)
+    # Generated apps (`tidecd.generated`): app name → its owner, `ApplicationSet/<name>` or `Application/<parent>`
+    owners: dict[str, str] = field(default_factory=dict)
+    deleting: set[str] = field(default_factory=set)  # generated apps being removed (their objects pruned first)
 
     def project_of(self, app: Application) -> AppProject:
         return self.projects[app.project]

@@ -4,7 +4,9 @@
     ├── PermanentError                retrying will not help: events are acknowledged, HTTP answers 4xx
     │   ├── ConfigError               a user-written file or field is wrong (names the file and field);
     │   │                             also a missing or broken kubeconfig (cluster.KubeCluster.from_kubeconfig)
-    │   │   └── source.versions.BadConstraint  a targetRevision that is no version or semver constraint
+    │   │   ├── source.versions.BadConstraint  a targetRevision that is no version or semver constraint
+    │   │   ├── appset.gotemplate.TemplateError  an ApplicationSet template that cannot be parsed or run
+    │   │   └── appset.generators.GeneratorError  an ApplicationSet generator that cannot produce its parameters
     │   ├── UnsafePathError           a path, symlink or archive member would leave a repository checkout
     │   │   └── store.InvalidKey      an object-store key with `..`, empty or clashing segments
     │   ├── RenderError               a manifest source could not be rendered

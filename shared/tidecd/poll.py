@@ -69,6 +69,7 @@ class PollSummary:
     config_changed: bool = False
     resumed: list[str] = field(default_factory=list)  # running operations whose continuation was lost
     expired: int = 0  # objects deleted by retention (local backend)
+    appsets_changed: list[str] = field(default_factory=list)  # ApplicationSets whose generated apps changed
 
 
 def _expire(runtime: Runtime, summary: PollSummary) -> None:
@@ -107,6 +108,8 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
         sleep((rng or random.Random()).uniform(0, jitter_seconds))  # noqa: S311 (jitter, not crypto)
     try:
         config_source = parse_config_source(runtime.settings.config)
+        ls_remote = _once_per_repo(ls_remote)
+        _refresh_appsets(runtime, ls_remote, summary)
         config = runtime.config()
         apps = list(config.applications.values())
         summary.errors.extend(f"config source: {p}" for p in config.problems)  # everything else keeps working
@@ -141,6 +144,33 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
              refreshed=summary.apps_refreshed, resumed=summary.resumed, drift_checked=len(summary.drift_checked),
              errors=len(summary.errors), left=len(summary.left), elapsed=round(summary.elapsed, 3))
     return summary
+
+
+def _once_per_repo(ls_remote: LsRemote) -> LsRemote:
+    """One ls-remote per repository per tick, shared by the ApplicationSet refresh and the change check."""
+    seen: dict[str, dict[str, str]] = {}
+
+    def once(url: str, credentials: Any) -> dict[str, str]:
+        key = normalize_repo_url(url)
+        if key not in seen:
+            seen[key] = ls_remote(url, credentials)
+        return seen[key]
+
+    return once
+
+
+def _refresh_appsets(runtime: Runtime, ls_remote: LsRemote, summary: PollSummary) -> None:
+    """Before the tick looks at the apps: ApplicationSets evaluated, so a generated app for a directory
+    pushed since the last tick is in the config (and refreshed as never reconciled) in this very tick."""
+    from tidecd.appset_refresh import refresh
+
+    try:
+        found = refresh(runtime, ls_remote=ls_remote)
+    except TidecdError as exc:
+        summary.errors.append(f"ApplicationSets: {exc}")
+        return
+    summary.errors.extend(f"config source: {e}" for e in found.errors)
+    summary.appsets_changed = found.changed
 
 
 def _key_of(source: ApplicationSource) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from tidecd import constants, health, notify, ownership, render, syncoptions
+from tidecd import constants, generated, health, notify, ownership, render, syncoptions
 from tidecd import source as git
 from tidecd import state as app_state
 from tidecd.clock import SYSTEM, Clock
@@ -184,7 +184,10 @@ def render_desired(runtime: Runtime, app: Application, revision: str = "",
     The one place desired manifests come from; other sources extend this function. Warnings for the
     app's conditions (a multi-source RepeatedResourceWarning) are appended to `warnings`. A multi-source
     app's `revision` is each source's revision joined (`state.joined`; an empty or missing one follows
-    that source's targetRevision), and so is the sha it returns (`revisions_of` splits it)."""
+    that source's targetRevision), and so is the sha it returns (`revisions_of` splits it). A generated
+    app being deleted (`tidecd.generated`) desires nothing: its objects are pruned."""
+    if generated.is_deleting(app):
+        return DELETING_REVISION, []
     if app.sources:
         pinned = app_state.split_revisions(revision) or ([revision] if revision else [])
         sha, manifests, found = _render_multi(runtime, app, pinned)
@@ -197,6 +200,9 @@ def render_desired(runtime: Runtime, app: Application, revision: str = "",
 def revisions_of(app: Application, sha: str) -> list[str]:
     """Each source's revision of a multi-source app from what `render_desired` returned ([] otherwise)."""
     return (app_state.split_revisions(sha) or [sha]) if app.sources and sha else []
+
+
+DELETING_REVISION = "deleting"  # the revision of a generated app being removed
 
 
 def _render_multi(runtime: Runtime, app: Application,
@@ -503,7 +509,18 @@ class _Step:
         if op is not None and op.running:
             op.step_errors = 0  # observed fine: earlier blips are forgiven
         policy = policy_of(app)
-        self._advance(policy if self.automate else dataclasses.replace(policy, automated=False))
+        self._advance(policy if self.automate or generated.is_deleting(app)
+                      else dataclasses.replace(policy, automated=False))
+        if generated.is_deleting(app):
+            self._forget_when_gone(app)
+
+    def _forget_when_gone(self, app: Application) -> None:
+        """A generated app being deleted leaves its owner's record once it owns nothing any more."""
+        owner = self.runtime.config().owners.get(app.name)
+        if owner is None or self._running() or self.state.inventory_keys() or self.comparison.resources:
+            return
+        generated.forget(self.runtime.store, owner, app.name)
+        log.info("generated app deleted", app=app.name, owner=owner)
 
     def _plan(self) -> tuple[plan.Task, ...]:
         """The tasks, with the app's per-object sync options and generateName hooks named for the running

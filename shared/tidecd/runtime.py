@@ -6,6 +6,7 @@ written anywhere.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import tempfile
@@ -126,9 +127,23 @@ class Runtime:
     # -- configuration --------------------------------------------------------------------------------
 
     def config(self) -> Config:
+        """The config source's apps and projects, joined by the apps generated from them (ApplicationSets,
+        apps of apps: `tidecd.generated`), which are read from the object store."""
         if self._config is None:
-            self._config = self._load_config()
+            from tidecd import generated
+
+            base = self._load_config()
+            problems: list[str] = []
+            records = generated.safe_load_records(self.store, problems)
+            config = generated.merge(base, records) if records else base
+            if problems:
+                config = dataclasses.replace(config, problems=[*config.problems, *problems])
+            self._config = config
         return self._config
+
+    def forget_config(self) -> None:
+        """Read the config again at the next `config()` (after generated apps changed)."""
+        self._config = None
 
     def _load_config(self) -> Config:
         source = parse_config_source(self.settings.config)

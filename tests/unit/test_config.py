@@ -314,8 +314,7 @@ BAD_DOCUMENTS = [
     pytest.param("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
                  "app.yaml: document 1: unsupported object (apiVersion 'v1', kind 'ConfigMap')", id="kind"),
     pytest.param(APP + "---\napiVersion: argoproj.io/v1alpha1\nkind: ApplicationSet\n",
-                 "app.yaml: document 2: unsupported object (apiVersion 'argoproj.io/v1alpha1', "
-                 "kind 'ApplicationSet')", id="applicationset"),
+                 "app.yaml: ApplicationSet (document 2): spec: required field is missing", id="applicationset"),
     pytest.param("- a\n- b\n", "app.yaml: document 1: expected a Kubernetes object, got a list", id="list"),
     pytest.param("apiVersion: v1\nkind: Secret\nmetadata: {name: creds}\n",
                  "app.yaml: Secret/creds: metadata.labels.argocd.argoproj.io/secret-type: missing; expected "

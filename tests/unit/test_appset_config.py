@@ -1,0 +1,151 @@
+"""ApplicationSets in the config source: loading, the refresh recording generated apps, and how those join
+the config (origin, applicationsSync, finalizers, bad ApplicationSets set aside alone)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tidecd import generated
+from tidecd.appset_refresh import refresh
+from tidecd.config import load_config
+from tidecd.runtime import Runtime, Settings
+from tidecd.store import LocalStore
+
+APP = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": "written"},
+       "spec": {"project": "default", "source": {"repoURL": "https://git.example/a", "path": "a"},
+                "destination": {"name": "in-cluster", "namespace": "a"}}}
+
+
+def list_set(elements: list[str], *, finalizer: bool = True, **spec: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "{{name}}"}
+    if finalizer:
+        meta["finalizers"] = ["resources-finalizer.argocd.argoproj.io"]
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet", "metadata": {"name": "envs"},
+            "spec": {"generators": [{"list": {"elements": [{"name": e} for e in elements]}}],
+                     "template": {"metadata": meta, "spec": {
+                         "project": "default", "source": {"repoURL": "https://git.example/a", "path": "{{name}}"},
+                         "destination": {"name": "in-cluster", "namespace": "{{name}}"}}}, **spec}}
+
+
+def write(config: Path, *docs: dict[str, Any]) -> None:
+    config.mkdir(exist_ok=True)
+    (config / "all.yaml").write_text(yaml.safe_dump_all(list(docs)))
+
+
+def runtime(tmp_path: Path) -> Runtime:
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    return Runtime(settings=Settings(config=str(config), store=str(tmp_path / "store")),
+                   store=LocalStore(tmp_path / "store"))
+
+
+def test_an_application_set_no_longer_stops_the_other_apps(tmp_path: Path) -> None:
+    write(tmp_path, APP, list_set(["one"]))
+    config = load_config(tmp_path, strict=False)
+    assert list(config.applications) == ["written"] and list(config.appsets) == ["envs"]
+    assert config.problems == [] and config.invalid == {}
+    strict = load_config(tmp_path)
+    assert list(strict.appsets) == ["envs"]
+
+
+def test_a_bad_application_set_is_set_aside_alone_naming_file_and_field(tmp_path: Path) -> None:
+    bad = list_set(["one"])
+    bad["spec"]["generators"][0]["list"]["elemnts"] = []
+    write(tmp_path, APP, bad)
+    config = load_config(tmp_path, strict=False)
+    assert list(config.applications) == ["written"] and config.appsets == {}
+    assert "all.yaml: ApplicationSet/envs: spec.generators[0].list.elemnts: unknown field" in \
+        config.invalid_appsets["envs"]
+    assert any("ApplicationSet/envs set aside" in p and "elemnts" in p for p in config.problems)
+
+
+def test_refresh_generates_apps_that_join_the_config_with_their_origin(tmp_path: Path) -> None:
+    rt = runtime(tmp_path)
+    write(tmp_path / "config", APP, list_set(["one", "two"]))
+    summary = refresh(rt)
+    assert summary.changed == ["envs"] and sorted(summary.created) == ["one", "two"]
+    config = rt.config()
+    assert sorted(config.applications) == ["one", "two", "written"]
+    assert config.owners == {"one": "ApplicationSet/envs", "two": "ApplicationSet/envs"}
+    assert config.applications["two"].destination.namespace == "two"
+    assert "ApplicationSet/envs (spec.generators[0] (list element 1))" in config.applications["two"].origin
+    assert rt.app("one").source.path == "one"
+    assert refresh(runtime(tmp_path)).changed == []  # nothing changed: nothing written
+
+
+def test_removed_apps_with_the_finalizer_are_deleting_until_forgotten(tmp_path: Path) -> None:
+    rt = runtime(tmp_path)
+    write(tmp_path / "config", list_set(["one", "two"]))
+    refresh(rt)
+    write(tmp_path / "config", list_set(["one"]))
+    summary = refresh(runtime(tmp_path))
+    assert summary.deleted == ["two"]
+    config = runtime(tmp_path).config()
+    assert config.deleting == {"two"}
+    two = config.applications["two"]
+    assert generated.is_deleting(two) and two.sync_policy.prune and two.sync_policy.allow_empty
+    generated.forget(rt.store, "ApplicationSet/envs", "two")
+    assert sorted(runtime(tmp_path).config().applications) == ["one"]
+
+
+def test_without_the_finalizer_or_with_preserve_removed_apps_leave_at_once(tmp_path: Path) -> None:
+    for doc in (list_set(["one", "two"], finalizer=False),
+                list_set(["one", "two"], syncPolicy={"preserveResourcesOnDeletion": True})):
+        write(tmp_path / "config", doc)
+        refresh(runtime(tmp_path))
+        smaller = dict(doc, spec=dict(doc["spec"], generators=[{"list": {"elements": [{"name": "one"}]}}]))
+        write(tmp_path / "config", smaller)
+        refresh(runtime(tmp_path))
+        config = runtime(tmp_path).config()
+        assert sorted(config.applications) == ["one"] and config.deleting == set()
+
+
+def test_create_only_keeps_existing_apps_as_they_were(tmp_path: Path) -> None:
+    write(tmp_path / "config", list_set(["one"], syncPolicy={"applicationsSync": "create-only"}))
+    refresh(runtime(tmp_path))
+    changed = list_set(["two"], syncPolicy={"applicationsSync": "create-only"})
+    changed["spec"]["template"]["spec"]["source"]["path"] = "changed-{{name}}"
+    write(tmp_path / "config", changed)
+    refresh(runtime(tmp_path))
+    config = runtime(tmp_path).config()
+    assert config.applications["one"].source.path == "one"
+    assert config.applications["two"].source.path == "changed-two"
+
+
+def test_a_generated_app_never_shadows_a_written_one_and_bad_ones_are_set_aside(tmp_path: Path) -> None:
+    doc = list_set(["written", "ok"])
+    doc["spec"]["generators"][0]["list"]["elements"].append({"name": "bad", "extra": "x"})
+    doc["spec"]["template"]["spec"]["project"] = "{{extra}}"
+    write(tmp_path / "config", APP, doc)
+    refresh(runtime(tmp_path))
+    config = runtime(tmp_path).config()
+    assert "written" not in config.owners
+    assert any("Application/written: metadata.name: an app of that name is already defined" in p
+               for p in config.problems)
+    assert "project '{{extra}}'" in config.invalid["ok"]  # fasttemplate keeps an unknown tag: no such project
+    assert "bad" in config.invalid and "project 'x' is not defined" in config.invalid["bad"]
+
+
+def test_a_set_aside_application_set_keeps_its_apps_set_aside_not_deleted(tmp_path: Path) -> None:
+    write(tmp_path / "config", list_set(["one"]))
+    refresh(runtime(tmp_path))
+    bad = list_set(["one"])
+    bad["spec"]["goTemplate"] = "yes"
+    write(tmp_path / "config", bad)
+    summary = refresh(runtime(tmp_path))
+    assert summary.deleted == []
+    config = runtime(tmp_path).config()
+    assert "one" not in config.applications and "ApplicationSet/envs is set aside" in config.invalid["one"]
+    assert "spec.goTemplate: expected a boolean" in config.invalid_appsets["envs"]
+
+
+def test_a_removed_application_set_deletes_its_apps(tmp_path: Path) -> None:
+    write(tmp_path / "config", APP, list_set(["one"]))
+    refresh(runtime(tmp_path))
+    write(tmp_path / "config", APP)
+    refresh(runtime(tmp_path))
+    config = runtime(tmp_path).config()
+    assert config.deleting == {"one"} and generated.is_deleting(config.applications["one"])
