@@ -358,7 +358,7 @@ def _parse_document(doc: Any, origin: str, index: int, errors: list[str]) -> Con
     meta = doc.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     label = f"{kind}/{name}" if isinstance(name, str) and name else f"{kind} (document {index})"
-    errs = Errors(origin, label, errors)
+    errs = Errors(origin, label, errors, kind=str(kind))
     before = len(errors)
     item = parser(Node(doc, "", errs))
     return item if len(errors) == before else None

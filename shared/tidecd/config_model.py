@@ -194,6 +194,37 @@ class GroupKind:
 
 
 @dataclass(frozen=True)
+class SyncWindow:
+    """One AppProject `syncWindows` entry (see `tidecd.syncwindows` for Argo CD's rules)."""
+
+    kind: str  # "allow" or "deny"
+    schedule: str  # cron, five fields (or a descriptor such as @daily)
+    duration_seconds: float
+    applications: tuple[str, ...] = ()  # globs over app names
+    namespaces: tuple[str, ...] = ()  # globs over the destination namespace
+    clusters: tuple[str, ...] = ()  # globs over the destination server or name
+    manual_sync: bool = False  # manual syncs are let through while this window is active
+    time_zone: str = "UTC"
+    and_operator: bool = False  # match only when every non-empty list matches (else any)
+    index: int = 0  # its position in spec.syncWindows, for messages
+
+
+@dataclass(frozen=True)
+class OrphanIgnore:
+    group: str = ""  # globs, as Argo CD
+    kind: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class OrphanedResources:
+    """`orphanedResources`: objects in the app's destination namespace that no app manages."""
+
+    warn: bool = False  # an OrphanedResourceWarning condition listing them
+    ignore: tuple[OrphanIgnore, ...] = ()
+
+
+@dataclass(frozen=True)
 class AppProject:
     """An AppProject, with Argo CD's semantics for absent fields (see `project.py`).
 
@@ -212,6 +243,8 @@ class AppProject:
     namespace_resource_blacklist: tuple[GroupKind, ...] = ()
     origin: str = ""
     description: str = ""
+    sync_windows: tuple[SyncWindow, ...] = ()
+    orphaned_resources: OrphanedResources | None = None  # None: not monitored
 
 
 # Argo CD creates `default` allowing everything, cluster-scoped kinds included, unless it is redefined.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import zoneinfo
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -18,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from tidecd import config_fields
 from tidecd.config_model import (
     DNS_NAME,
     SECRET_TYPES,
@@ -35,9 +37,12 @@ from tidecd.config_model import (
     JsonnetSpec,
     JsonnetVar,
     KustomizeSpec,
+    OrphanedResources,
+    OrphanIgnore,
     ProjectDestination,
     Retry,
     SyncPolicy,
+    SyncWindow,
 )
 from tidecd.constants import ARGO_VERSION, LABEL_SECRET_TYPE
 
@@ -50,6 +55,7 @@ class Errors:
     origin: str
     obj: str
     items: list[str]
+    kind: str = ""  # Application or AppProject: which of Argo CD's field lists applies
 
     def add(self, path: str, message: str) -> None:
         where = f"{path}: " if path else ""
@@ -89,9 +95,21 @@ class Node:
             elif key in keys.unsupported:
                 self.error(key, "not supported by tidecd")
             elif key not in keys.allowed:
-                close = difflib.get_close_matches(key, keys.allowed, n=1)
-                self.error(key, "unknown field" + (f" (did you mean {close[0]}?)" if close else ""))
+                self._not_read(key, keys)
         return self
+
+    def _not_read(self, key: str, keys: _Keys) -> None:
+        """A field this reader does not read: ignored, a real Argo CD field not implemented, or a typo."""
+        if self.path == "metadata" and key in config_fields.READ_ONLY_METADATA:
+            return  # what `kubectl get -o yaml` adds
+        status, reason = config_fields.classify(self.errs.kind, self.at(key))
+        if status == config_fields.IGNORED:
+            return
+        if status == config_fields.NOT_IMPLEMENTED:
+            self.errs.add("", config_fields.not_implemented_message(self.at(key), reason))
+            return
+        close = difflib.get_close_matches(key, keys.allowed, n=1)
+        self.error(key, "unknown field" + (f" (did you mean {close[0]}?)" if close else ""))
 
     def get(self, key: str, types: tuple[type, ...], expected: str, required: bool = False) -> Any:
         value = self.data.get(key)
@@ -150,39 +168,38 @@ class Node:
         return nodes
 
 
-_TOP = _Keys(("apiVersion", "kind", "metadata", "spec"), ("status", "operation"))
+_TOP = _Keys(("apiVersion", "kind", "metadata", "spec"))
 _METADATA = _Keys(("name", "namespace", "labels", "annotations", "finalizers"))
-_APP_SPEC = _Keys(("project", "source", "sources", "destination", "syncPolicy", "ignoreDifferences"),
-                  ("info", "revisionHistoryLimit", "sourceHydrator"))
-_SOURCE = _Keys(("repoURL", "targetRevision", "path", "chart", "directory", "kustomize", "helm", "ref", "name"),
-                ("plugin",))
+_APP_SPEC = _Keys(("project", "source", "sources", "destination", "syncPolicy", "ignoreDifferences"))
+_SOURCE = _Keys(("repoURL", "targetRevision", "path", "chart", "directory", "kustomize", "helm", "ref", "name"))
 _REF = re.compile(r"^[A-Za-z0-9_-]+$")
 _DIRECTORY = _Keys(("recurse", "include", "exclude", "jsonnet"))
 _JSONNET = _Keys(("tlas", "extVars", "libs"))
 _JSONNET_VAR = _Keys(("name", "value", "code"))
 _KUSTOMIZE = _Keys(("namePrefix", "nameSuffix", "images", "commonLabels", "commonAnnotations",
                     "forceCommonLabels", "forceCommonAnnotations", "namespace", "replicas", "patches",
-                    "components"),
-                   ("version",))
+                    "components"))
 _KUSTOMIZE_REPLICA = _Keys(("name", "count"))
 _HELM = _Keys(("releaseName", "valueFiles", "values", "valuesObject", "parameters", "fileParameters",
-               "passCredentials", "ignoreMissingValueFiles", "skipCrds", "namespace"),
-              ("version",))
+               "passCredentials", "ignoreMissingValueFiles", "skipCrds", "namespace"))
 _HELM_PARAMETER = _Keys(("name", "value", "forceString"))
 _HELM_FILE_PARAMETER = _Keys(("name", "path"))
 _MANAGED_NAMESPACE = _Keys(("labels", "annotations"))
 _DESTINATION = _PROJECT_DESTINATION = _Keys(("server", "name", "namespace"))
 _SYNC_POLICY = _Keys(("automated", "syncOptions", "retry", "managedNamespaceMetadata"))
 _AUTOMATED = _Keys(("prune", "selfHeal", "allowEmpty", "enabled"))
-_RETRY = _Keys(("limit", "backoff"), ("refresh",))
+_RETRY = _Keys(("limit", "backoff"))
 _BACKOFF = _Keys(("duration", "factor", "maxDuration"))
 _IGNORE = _Keys(("group", "kind", "name", "namespace", "jsonPointers", "managedFieldsManagers",
                  "jqPathExpressions"))
 _PROJECT_SPEC = _Keys(("description", "sourceRepos", "destinations", "clusterResourceWhitelist",
                        "clusterResourceBlacklist", "namespaceResourceWhitelist",
-                       "namespaceResourceBlacklist"),
-                      ("roles", "syncWindows", "orphanedResources", "signatureKeys", "sourceNamespaces"))
+                       "namespaceResourceBlacklist", "syncWindows", "orphanedResources"))
 _GROUP_KIND = _Keys(("group", "kind"))
+_SYNC_WINDOW = _Keys(("kind", "schedule", "duration", "applications", "namespaces", "clusters", "manualSync",
+                      "timeZone", "andOperator"))
+_ORPHANED = _Keys(("warn", "ignore"))
+_ORPHAN_IGNORE = _Keys(("group", "kind", "name"))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -449,7 +466,43 @@ def _parse_project(top: Node) -> AppProject | None:
         cluster_resource_blacklist=_group_kinds(spec, "clusterResourceBlacklist") or (),
         namespace_resource_whitelist=_group_kinds(spec, "namespaceResourceWhitelist"),
         namespace_resource_blacklist=_group_kinds(spec, "namespaceResourceBlacklist") or (),
-        origin=top.errs.origin)
+        origin=top.errs.origin,
+        sync_windows=tuple(_sync_window(n, i) for i, n in enumerate(spec.children("syncWindows", _SYNC_WINDOW))),
+        orphaned_resources=_orphaned(spec.child("orphanedResources", _ORPHANED)))
+
+
+def _sync_window(node: Node, index: int) -> SyncWindow:
+    """Checked as Argo CD's `SyncWindow.Validate`: kind allow/deny, a cron schedule, a duration, a time zone."""
+    kind = node.text("kind", required=True)
+    if kind and kind not in ("allow", "deny"):
+        node.error("kind", f"{kind!r}: expected allow or deny")
+    schedule = node.text("schedule", required=True)
+    if schedule:
+        from tidecd.syncwindows import schedule_problem
+
+        if problem := schedule_problem(schedule):
+            node.error("schedule", problem)
+    duration = node.text("duration", required=True)
+    seconds = parse_duration(duration) if duration else None
+    if duration and (seconds is None or seconds <= 0):
+        node.error("duration", f'{duration!r} is not a duration such as "1h" or "30m"')
+    time_zone = node.text("timeZone", "UTC") or "UTC"
+    try:
+        zoneinfo.ZoneInfo(time_zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        node.error("timeZone", f"{time_zone!r} is not a known time zone (e.g. UTC, Europe/Berlin)")
+    return SyncWindow(kind=kind, schedule=schedule, duration_seconds=seconds or 0.0,
+                      applications=node.texts("applications"), namespaces=node.texts("namespaces"),
+                      clusters=node.texts("clusters"), manual_sync=node.flag("manualSync"), time_zone=time_zone,
+                      and_operator=node.flag("andOperator"), index=index)
+
+
+def _orphaned(node: Node | None) -> OrphanedResources | None:
+    if node is None:
+        return None
+    return OrphanedResources(warn=node.flag("warn"), ignore=tuple(
+        OrphanIgnore(group=n.text("group"), kind=n.text("kind"), name=n.text("name"))
+        for n in node.children("ignore", _ORPHAN_IGNORE)))
 
 
 def _project_destination(node: Node) -> ProjectDestination:

@@ -16,6 +16,7 @@
     │   ├── SecretError               a sealed secret cannot be sealed or opened (never includes the value)
     │   ├── NotFound                  an app, revision or history entry does not exist
     │   ├── OperationInProgress       an operation of the app is running already (`.operation_id`)
+    │   ├── SyncWindowClosed          the project's sync windows do not let this sync start now
     │   ├── tools.MissingTool         a binary tidecd runs (helm, kustomize) is not installed
     │   ├── dispatch.BadRefreshMessage  a refresh message that cannot be decoded
     │   ├── github.Rejected           GitHub refused a request (4xx other than rate limiting)
@@ -116,6 +117,10 @@ class OperationInProgress(PermanentError):
         super().__init__(f"app {app!r}: operation {operation_id} is running")
 
 
+class SyncWindowClosed(PermanentError):
+    """A sync was asked for while the app's AppProject `syncWindows` block it (the message names the window)."""
+
+
 class TemporaryError(TidecdError):
     """An error that may go away; retry after `delay` seconds."""
 
@@ -151,6 +156,7 @@ class Disposition:
 _DISPOSITIONS: tuple[tuple[type[BaseException], int, str], ...] = (  # first match wins: specific first
     (NotFound, 404, "not_found"),
     (OperationInProgress, 409, "conflict"),
+    (SyncWindowClosed, 409, "sync_window"),
     (LeaseHeld, 409, "busy"),
     (PermanentError, 400, "bad_request"),
     (TemporaryError, 503, "unavailable"),

@@ -29,7 +29,7 @@ from typing import Any
 
 import structlog
 
-from tidecd import constants, generated, health, notify, ownership, render, syncoptions
+from tidecd import constants, generated, health, notify, ownership, render, syncoptions, syncwindows
 from tidecd import source as git
 from tidecd import state as app_state
 from tidecd.clock import SYSTEM, Clock
@@ -43,6 +43,7 @@ from tidecd.errors import (
     PermanentError,
     ProjectViolation,
     RenderError,
+    SyncWindowClosed,
     TemporaryError,
 )
 from tidecd.images import state as images_state
@@ -125,6 +126,7 @@ def start_operation(runtime: Runtime, name: str, request: SyncRequest) -> str:
 
     Raises OperationInProgress when one is running, NotFound for an unknown app (creating nothing)."""
     app = runtime.app(name)
+    _check_sync_window(runtime, app, manual=True)
     while True:
         current, generation = app_state.load(runtime.store, name)
         if current.operation is not None and current.operation.running:
@@ -141,6 +143,21 @@ def start_operation(runtime: Runtime, name: str, request: SyncRequest) -> str:
                                           dry_run=request.dry_run, deployed_at=entry.deployed_at if entry else "",
                                           deployed_by=entry.operation_id if entry else "")
         return op.id
+
+
+def _check_sync_window(runtime: Runtime, app: Application, *, manual: bool, now: float | None = None) -> str:
+    """The project's syncWindows (`tidecd.syncwindows`): raises SyncWindowClosed for a blocked manual sync;
+    for an automated one returns why it is blocked ("" when it may start)."""
+    project = runtime.config().projects.get(app.project)
+    if project is None or not project.sync_windows:
+        return ""
+    when = datetime.datetime.fromtimestamp(now, datetime.UTC) if now is not None else None
+    verdict = syncwindows.can_sync(project, app.name, app.destination, manual=manual, now=when)
+    if verdict.allowed:
+        return ""
+    if manual:
+        raise SyncWindowClosed(f"app {app.name!r}: {verdict.message}")
+    return verdict.message
 
 
 def new_operation(app: Application, request: SyncRequest, *, automated: bool = False,
@@ -508,7 +525,8 @@ class _Step:
         self.missing_namespaces = self._missing_namespaces()
         if op is not None and op.running:
             op.step_errors = 0  # observed fine: earlier blips are forgiven
-        policy = policy_of(app)
+        # a generated app being deleted is pruned whatever the windows say (Argo CD never blocks deletion)
+        policy = policy_of(app) if generated.is_deleting(app) else self._windowed(policy_of(app))
         self._advance(policy if self.automate or generated.is_deleting(app)
                       else dataclasses.replace(policy, automated=False))
         if generated.is_deleting(app):
@@ -521,6 +539,20 @@ class _Step:
             return
         generated.forget(self.runtime.store, owner, app.name)
         log.info("generated app deleted", app=app.name, owner=owner)
+
+    def _windowed(self, policy: decision.Policy) -> decision.Policy:
+        """An automated sync the project's syncWindows block now does not start: a condition says why, and the
+        poll's next refresh after the window opens starts it. A running operation goes on."""
+        op = self.state.operation
+        if not policy.automated or (op is not None and op.running):
+            return policy
+        blocked = _check_sync_window(self.runtime, self._app, manual=False, now=self.clock.now())
+        if not blocked:
+            return policy
+        if self.comparison.status is not SyncStatus.SYNCED:
+            self.state.conditions.append({"type": syncwindows.CONDITION, "message": blocked,
+                                          "at": app_state.now_iso()})
+        return dataclasses.replace(policy, automated=False)
 
     def _plan(self) -> tuple[plan.Task, ...]:
         """The tasks, with the app's per-object sync options and generateName hooks named for the running
