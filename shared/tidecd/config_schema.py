@@ -57,9 +57,16 @@ class Errors:
     items: list[str]
     kind: str = ""  # Application or AppProject: which of Argo CD's field lists applies
 
+    def __post_init__(self) -> None:
+        if not self.kind:  # "Application/guestbook" or "Application (document 2)"
+            self.kind = self.obj.split("/", 1)[0].split(" ", 1)[0]
+
     def add(self, path: str, message: str) -> None:
         where = f"{path}: " if path else ""
         self.items.append(f"{self.origin}: {self.obj}: {where}{message}")
+
+    def ignored(self, path: str, reason: str) -> None:
+        """A real Argo CD field accepted and ignored (`config_fields`); a hook for reports such as the import's."""
 
 
 @dataclass(frozen=True)
@@ -104,9 +111,10 @@ class Node:
             return  # what `kubectl get -o yaml` adds
         status, reason = config_fields.classify(self.errs.kind, self.at(key))
         if status == config_fields.IGNORED:
+            self.errs.ignored(self.at(key), reason)
             return
         if status == config_fields.NOT_IMPLEMENTED:
-            self.errs.add("", config_fields.not_implemented_message(self.at(key), reason))
+            self.error(key, config_fields.not_implemented_message(self.at(key), reason))
             return
         close = difflib.get_close_matches(key, keys.allowed, n=1)
         self.error(key, "unknown field" + (f" (did you mean {close[0]}?)" if close else ""))

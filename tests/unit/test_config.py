@@ -274,7 +274,8 @@ BAD_APPS = [
     pytest.param(APP.replace("name: guestbook", "name: guestbook\n  uidd: abc"),
                  "Application/guestbook: metadata.uidd: unknown field", id="metadata-field"),
     pytest.param(app_with(source_extra="plugin: {name: cmp}\n"),
-                 "Application/guestbook: Argo CD field spec.source.plugin is not implemented by tidecd "
+                 "Application/guestbook: spec.source.plugin: Argo CD field spec.source.plugin is not implemented "
+                 "by tidecd "
                  "(config management plugins)", id="not-implemented"),
     pytest.param(app_with(source_extra="helm:\n  skipSchemaValidaton: true\n"),
                  "Application/guestbook: spec.source.helm.skipSchemaValidaton: unknown field", id="typo"),
@@ -303,7 +304,7 @@ BAD_PROJECTS = [
     pytest.param("  sourceRepos: https://github.com/x\n",
                  "spec.sourceRepos: expected a list of strings, got a string", id="repos-type"),
     pytest.param("  signatureKeys: [{keyID: ABCDEF}]\n",
-                 "AppProject/team-a: Argo CD field spec.signatureKeys is not implemented by tidecd", id="gpg"),
+                 "spec.signatureKeys: Argo CD field spec.signatureKeys is not implemented by tidecd", id="gpg"),
     pytest.param("  namespaceResourceBlacklist:\n  - {group: '', kind: Secret, version: v1}\n",
                  "spec.namespaceResourceBlacklist[0].version: unknown field", id="group-kind-field"),
 ]
