@@ -75,7 +75,7 @@ def poll(request: Request) -> Response:
     from tidecd import poll as poller
 
     runtime = _runtime()
-    summary = poller.poll(runtime, dispatch.dispatcher_for(runtime))
+    summary = poller.poll(runtime, dispatch.dispatcher_for(runtime), jitter_seconds=runtime.settings.poll_jitter)
     return _json(200, asdict(summary))
 
 

@@ -42,6 +42,7 @@ class Settings:
     public_url: str = ""  # the dashboard's public base URL (links in GitHub statuses and notifications)
     github_api_url: str = ""  # GitHub's API base URL; empty: https://api.github.com (or the github Secret's url)
     step_budget: float = 10.0  # seconds one reconcile step may work before it schedules its continuation
+    poll_jitter: float = 10.0  # the poll tick starts after a random 0..this many seconds (0: at once)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -61,6 +62,7 @@ class Settings:
             public_url=env.get("TIDECD_PUBLIC_URL", ""),
             github_api_url=env.get("TIDECD_GITHUB_API_URL", ""),
             step_budget=_seconds(env, "TIDECD_STEP_BUDGET", cls.step_budget),
+            poll_jitter=_seconds(env, "TIDECD_POLL_JITTER", cls.poll_jitter, allow_zero=True),
         )
 
     def __repr__(self) -> str:  # never print the secrets
@@ -98,7 +100,7 @@ def _directory_config(directory: Path) -> Config:
     return config
 
 
-def _seconds(env: dict[str, str], name: str, default: float) -> float:
+def _seconds(env: dict[str, str], name: str, default: float, *, allow_zero: bool = False) -> float:
     text = env.get(name, "").strip()
     if not text:
         return default
@@ -106,7 +108,8 @@ def _seconds(env: dict[str, str], name: str, default: float) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 < value <= 600:
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not low_ok or value > 600:
         raise ConfigError(f"{name}={text!r}: expected a number of seconds between 0 and 600")
     return value
 

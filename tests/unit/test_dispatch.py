@@ -305,3 +305,14 @@ def test_the_step_budget_comes_from_the_environment() -> None:
     for bad in ("soon", "0", "-3", "9999"):
         with pytest.raises(ConfigError, match="TIDECD_STEP_BUDGET"):
             Settings.from_env({"TIDECD_STEP_BUDGET": bad})
+
+
+def test_the_poll_jitter_comes_from_the_environment_and_may_be_zero() -> None:
+    from tidecd.errors import ConfigError
+
+    assert Settings.from_env({}).poll_jitter == 10.0
+    assert Settings.from_env({"TIDECD_POLL_JITTER": "0"}).poll_jitter == 0.0
+    assert Settings.from_env({"TIDECD_POLL_JITTER": "2.5"}).poll_jitter == 2.5
+    for bad in ("soon", "-1", "601"):
+        with pytest.raises(ConfigError, match="TIDECD_POLL_JITTER"):
+            Settings.from_env({"TIDECD_POLL_JITTER": bad})
