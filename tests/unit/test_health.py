@@ -133,9 +133,9 @@ CASES: list[tuple[str, HealthStatus | None, str]] = [
     ("crd-established.yaml", H, "CRD is established"),
     ("crd-installing.yaml", P, "CRD is not established yet"),
     ("crd-names-not-accepted.yaml", D, 'CRD names have not been accepted: "cert" is already in use'),
-    # No health check: no health, as in Argo CD (not even from a Ready=False condition).
+    # No health check: no health, as in Argo CD.
     ("configmap.yaml", None, ""),
-    ("certificate-not-ready.yaml", None, ""),
+    ("certificate-not-ready.yaml", D, "Issuing certificate as Secret does not exist"),  # cert-manager.io built-in
 ]
 MALFORMED = ["hpa-v1-malformed.yaml"]
 

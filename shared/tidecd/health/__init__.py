@@ -1,17 +1,26 @@
 """Health assessment: one pure module per kind, rolled up to the app here.
 
 Each `<kind>.check(obj)` maps one live object (raw API JSON, with its status) to a `HealthResult`;
-`assess` picks the check by (group, kind), as gitops-engine's `GetHealthCheckFunc` does. A kind without a
-check has no health (None) and, as in Argo CD, does not affect the app's health.
+`assess` picks the check by (group, kind), as gitops-engine's `GetHealthCheckFunc` does. The order:
+
+1. a user's Lua check from argocd-cm (`resource.customizations.health.<group>_<Kind>`, passed in as
+   `scripts`, keyed "group/Kind"; see `lua.py`), which takes precedence over everything, as in Argo CD;
+2. the built-in check of the kind (Kubernetes kinds, Argo Rollouts, Argo CD Applications, SealedSecrets,
+   cert-manager Certificates);
+3. for custom resources, the kstatus conventions (observedGeneration, Reconciling, Stalled, Ready).
+
+A kind with none of these has no health (None) and, as in Argo CD, does not affect the app's health.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from tidecd.health import (
     apiservice,
+    application,
+    certificate,
     crd,
     cronjob,
     daemonset,
@@ -19,10 +28,14 @@ from tidecd.health import (
     hpa,
     ingress,
     job,
+    kstatus,
+    lua,
     namespace,
     pod,
     pvc,
     replicaset,
+    rollout,
+    sealedsecret,
     service,
     statefulset,
 )
@@ -50,23 +63,53 @@ _CHECKS: dict[tuple[str, str], Check] = {
     ("autoscaling", "HorizontalPodAutoscaler"): hpa.check,
     ("apiregistration.k8s.io", "APIService"): apiservice.check,
     ("apiextensions.k8s.io", "CustomResourceDefinition"): crd.check,
+    ("argoproj.io", "Rollout"): rollout.check,
+    ("argoproj.io", "Application"): application.check,
+    ("bitnami.com", "SealedSecret"): sealedsecret.check,
+    ("cert-manager.io", "Certificate"): certificate.check,
 }
 
+Scripts = Mapping[str, str]  # "group/Kind" (core kinds: "Kind") → Lua health script, from argocd-cm
+_NO_SCRIPTS: Scripts = {}
 
-def has_check(group: str, kind: str) -> bool:
-    """Whether objects of this kind have a health at all."""
-    return (group, kind) in _CHECKS
+# API groups served by Kubernetes itself: their kinds get no kstatus fallback (a Node's Ready is not an
+# app's health); every other group is a custom resource's.
+_KUBERNETES_GROUPS = frozenset({
+    "", "apps", "batch", "autoscaling", "policy", "extensions", "admissionregistration.k8s.io",
+    "apiextensions.k8s.io", "apiregistration.k8s.io", "authentication.k8s.io", "authorization.k8s.io",
+    "certificates.k8s.io", "coordination.k8s.io", "discovery.k8s.io", "events.k8s.io",
+    "flowcontrol.apiserver.k8s.io", "internal.apiserver.k8s.io", "networking.k8s.io", "node.k8s.io",
+    "rbac.authorization.k8s.io", "resource.k8s.io", "scheduling.k8s.io", "storage.k8s.io",
+    "storagemigration.k8s.io",
+})
 
 
-def assess(obj: Manifest | None) -> HealthResult | None:
+def has_check(group: str, kind: str, scripts: Scripts = _NO_SCRIPTS) -> bool:
+    """Whether objects of this kind have a health check of their own (a Lua or a built-in one)."""
+    return (group, kind) in _CHECKS or lua.script_for(scripts, group, kind) is not None
+
+
+def assess(obj: Manifest | None, scripts: Scripts = _NO_SCRIPTS) -> HealthResult | None:
     """Health of one live object: Missing when absent, None when its kind has no health check."""
     if obj is None:
         return HealthResult(HealthStatus.MISSING)
     if get(obj, "metadata", "deletionTimestamp"):
         return HealthResult(HealthStatus.PROGRESSING, "Pending deletion")
-    key = ResourceKey.of(obj)
+    return _judge(obj, ResourceKey.of(obj), scripts)
+
+
+def _judge(obj: Manifest, key: ResourceKey, scripts: Scripts) -> HealthResult | None:
+    """Lua first, then the built-in check, then kstatus for custom resources (see the module text)."""
+    custom = lua.script_for(scripts, key.group, key.kind)
+    if custom is not None:
+        where = f"{key.group}/{key.kind}" if key.group else key.kind
+        return lua.evaluate(custom[1], obj, where=f"{where} (argocd-cm {custom[0]!r})")
     check = _CHECKS.get((key.group, key.kind))
-    return None if check is None else _run(check, obj, key)
+    if check is not None:
+        return _run(check, obj, key)
+    if key.group in _KUBERNETES_GROUPS:
+        return None
+    return _run(kstatus.check, obj, key)
 
 
 def roll_up(results: Iterable[HealthResult | None]) -> HealthStatus:
@@ -78,7 +121,8 @@ def roll_up(results: Iterable[HealthResult | None]) -> HealthStatus:
     return worst
 
 
-def app_health(resources: Iterable[tuple[ResourceKey, HealthResult | None]]) -> HealthStatus:
+def app_health(resources: Iterable[tuple[ResourceKey, HealthResult | None]],
+               scripts: Scripts = _NO_SCRIPTS) -> HealthStatus:
     """An app's health from (key, `assess` result) of each of its resources, with Argo CD's rules.
 
     As `roll_up`, except that a Missing resource counts only when its kind has a health check: a missing
@@ -88,7 +132,7 @@ def app_health(resources: Iterable[tuple[ResourceKey, HealthResult | None]]) -> 
     return roll_up(
         result for key, result in resources
         if not (result is not None and result.status is HealthStatus.MISSING
-                and not has_check(key.group, key.kind))
+                and not has_check(key.group, key.kind, scripts))
     )
 
 
@@ -101,7 +145,7 @@ class HookOutcome:
     message: str = ""
 
 
-def hook_outcome(obj: Manifest) -> HookOutcome:
+def hook_outcome(obj: Manifest, scripts: Scripts = _NO_SCRIPTS) -> HookOutcome:
     """Judge a live hook object as gitops-engine does, from its health.
 
     Healthy → succeeded; Degraded or Unknown → failed; Progressing or Suspended → still running; a kind
@@ -109,10 +153,9 @@ def hook_outcome(obj: Manifest) -> HookOutcome:
     consulted: a Job that completed stays completed while a delete policy removes it.
     """
     key = ResourceKey.of(obj)
-    check = _CHECKS.get((key.group, key.kind))
-    if check is None:
+    result = _judge(obj, key, scripts)
+    if result is None:
         return HookOutcome(True, True, f"{key} created")
-    result = _run(check, obj, key)
     if result.status is HealthStatus.HEALTHY:
         return HookOutcome(True, True, result.message)
     if result.status in (HealthStatus.DEGRADED, HealthStatus.UNKNOWN):
@@ -126,7 +169,7 @@ def is_hook_done(obj: Manifest) -> tuple[bool, bool]:
     return outcome.finished, outcome.succeeded
 
 
-def _run(check: Check, obj: Manifest, key: ResourceKey) -> HealthResult:
+def _run(check: Callable[[Manifest], HealthResult | None], obj: Manifest, key: ResourceKey) -> HealthResult | None:
     """A check that trips over a malformed object reports Unknown naming the object, as Argo CD does."""
     try:
         return check(obj)
@@ -134,4 +177,4 @@ def _run(check: Check, obj: Manifest, key: ResourceKey) -> HealthResult:
         return HealthResult(HealthStatus.UNKNOWN, f"{key}: health check failed: {exc}")
 
 
-__all__ = ["HookOutcome", "app_health", "assess", "has_check", "hook_outcome", "is_hook_done", "roll_up"]
+__all__ = ["HookOutcome", "Scripts", "app_health", "assess", "has_check", "hook_outcome", "is_hook_done", "roll_up"]

@@ -1,0 +1,31 @@
+"""Argo CD `Application` health, for app-of-apps waves: the child's own `status.health`.
+
+This is the check Argo CD's documentation gives for `resource.customizations.health.argoproj.io_Application`
+(a parent's wave waits until its children report Healthy): no status yet is Progressing; otherwise the
+reported health and its message. One addition: while the child's sync operation is still running
+(`status.operationState.phase: Running`) it is Progressing whatever it reported, so a wave never passes a
+child that has not finished syncing; the sync status is named in the message when it is not Synced.
+"""
+
+from __future__ import annotations
+
+from tidecd.health._fields import get, text
+from tidecd.model import HealthResult, HealthStatus, Manifest
+
+_STATUSES = {s.value: s for s in HealthStatus}
+
+
+def check(obj: Manifest) -> HealthResult:
+    reported = get(obj, "status", "health", "status")
+    if reported is None:
+        return HealthResult(HealthStatus.PROGRESSING, "")
+    status = _STATUSES.get(str(reported))
+    if status is None:
+        return HealthResult(HealthStatus.UNKNOWN, f"Application reports an unknown health {str(reported)!r}")
+    message = text(obj, "status", "health", "message")
+    if text(obj, "status", "operationState", "phase") == "Running":
+        return HealthResult(HealthStatus.PROGRESSING, message or "sync operation is running")
+    sync = text(obj, "status", "sync", "status")
+    if sync and sync != "Synced" and not message:
+        message = f"sync status is {sync}"
+    return HealthResult(status, message)
