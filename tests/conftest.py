@@ -17,6 +17,7 @@ pytest_plugins = [
     "tests.support.examples",
     "tests.support.registry",
     "tests.support.github_repos",
+    "tests.support.argocd_catalogue",
 ]
 
 
