@@ -150,6 +150,16 @@ def test_read_only_fields_are_stripped_and_the_output_loads_strictly(pair: KeyPa
     assert "notifications.argoproj.io/subscribe.on-sync-succeeded.slack" in written
     assert "jwtTokensByRole" not in (tmp_path / "projects" / "team.yaml").read_text()
     assert "cascade" not in str(finding(plan, "Application/guestbook", "metadata.finalizers"))
+    assert "ownerReferences" not in written
+
+
+def test_an_application_of_an_application_set_is_imported_and_says_so(pair: KeyPair, tmp_path: Path) -> None:
+    app = application("gen-prod")
+    app["metadata"]["ownerReferences"] = [{"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet",
+                                           "name": "gen", "uid": "u", "controller": True}]
+    plan = run_import([app], pair, tmp_path)
+    assert "ApplicationSet/gen" in finding(plan, "Application/gen-prod", "metadata.ownerReferences").note
+    assert "ownerReferences" not in (tmp_path / "applications" / "gen-prod.yaml").read_text()
 
 
 def test_fields_tidecd_does_not_implement_are_removed_and_reported(pair: KeyPair, tmp_path: Path) -> None:
