@@ -65,6 +65,8 @@ _CHANGES_WHAT_IS_DEPLOYED = {
     "plugin": "a config-management plugin renders this source; tidecd has none, so it would render the "
               "path as a plain directory",
     "sourceHydrator": "the source hydrator decides what is deployed; tidecd does not implement it",
+    "signatureKeys": "GnuPG commit verification: without it tidecd would deploy unverified commits",
+    "sourceIntegrity": "GnuPG commit verification: without it tidecd would deploy unverified commits",
 }
 _NOT_HONOURED = ("not supported by tidecd", "unknown field", "not implemented")
 
@@ -234,8 +236,11 @@ def convert_object(obj: Manifest, kind: str, found: list[Finding]) -> Manifest |
     doc: Manifest = {"apiVersion": ARGO_VERSION, "kind": kind, "metadata": _metadata(obj, label, found),
                      "spec": copy.deepcopy(obj.get("spec") or {})}
     for _ in range(4):  # removing a field can only uncover problems below it: a few rounds settle it
-        problems = _problems(doc, kind)
+        ignored: list[tuple[str, str]] = []
+        problems = _problems(doc, kind, ignored)
         if not problems:
+            for path, reason in ignored:
+                found.append(Finding(label, path, f"kept, ignored by tidecd: {reason}"))
             return doc
         fatal = [(path, message) for path, message in problems if not _droppable(path, message)]
         if fatal:
@@ -274,15 +279,21 @@ class _Recorded(Errors):
     def __init__(self, label: str) -> None:
         super().__init__("", label, [])
         self.found: list[tuple[str, str]] = []
+        self.ignored_fields: list[tuple[str, str]] = []
 
     def add(self, path: str, message: str) -> None:
         self.found.append((path, message))
         super().add(path, message)
 
+    def ignored(self, path: str, reason: str) -> None:
+        self.ignored_fields.append((path, reason))
 
-def _problems(doc: Manifest, kind: str) -> list[tuple[str, str]]:
+
+def _problems(doc: Manifest, kind: str, ignored: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
     errs = _Recorded(f"{kind}/{(doc.get('metadata') or {}).get('name')}")
     PARSERS[(ARGO_VERSION, kind)](Node(doc, "", errs))
+    if ignored is not None:
+        ignored.extend(errs.ignored_fields)
     return errs.found
 
 

@@ -168,7 +168,7 @@ def test_fields_tidecd_does_not_implement_are_removed_and_reported(pair: KeyPair
     app["spec"]["syncPolicy"]["syncOptions"] = ["CreateNamespace=true", "Prune=confirm"]
     app["spec"]["futureField"] = {"x": 1}
     proj = project("team", roles=[{"name": "ci", "policies": ["p, proj:team:ci, applications, sync, team/*, allow"]}],
-                   signatureKeys=[{"keyID": "4AEE18F83AFDEB23"}])
+                   permitOnlyProjectScopedClusters=True)
     plan = run_import([app, proj], pair, tmp_path)
     assert not plan.errors, [str(f) for f in plan.errors]
     config = load_config(tmp_path)
@@ -176,13 +176,19 @@ def test_fields_tidecd_does_not_implement_are_removed_and_reported(pair: KeyPair
     assert config.applications["web"].sync_policy.retry.limit == 2
     for field in ("spec.syncPolicy.retry.refresh", "spec.futureField"):
         assert "removed" in str(finding(plan, "Application/web", field))
-    assert "removed" in str(finding(plan, "AppProject/team", "spec.signatureKeys"))
-    # fields tidecd's loader accepts and ignores (config_fields: display-only, Argo CD's own API) are kept
-    assert not [f for f in plan.findings if f.field in ("spec.revisionHistoryLimit", "spec.info", "spec.roles")]
+    assert "removed" in str(finding(plan, "AppProject/team", "spec.permitOnlyProjectScopedClusters"))
+    # fields tidecd's loader accepts and ignores (config_fields: display-only, Argo CD's own API) are kept,
+    # and reported with the loader's reason
+    assert "kept, ignored by tidecd: tidecd keeps the last 10" in finding(plan, "Application/web",
+                                                                          "spec.revisionHistoryLimit").note
+    assert "UI" in finding(plan, "Application/web", "spec.info").note
+    assert "bearer tokens" in finding(plan, "AppProject/team", "spec.roles").note
+    assert load_config(tmp_path).projects["team"].source_repos
     assert "Prune=confirm" in finding(plan, "Application/web", "spec.syncPolicy.syncOptions").note
     report = (tmp_path / migrate.REPORT_FILE).read_text()
     assert "Application/web: spec.syncPolicy.retry.refresh: removed" in report
-    assert "AppProject/team: spec.signatureKeys: removed" in report
+    assert "AppProject/team: spec.permitOnlyProjectScopedClusters: removed" in report
+    assert "AppProject/team: spec.roles: kept, ignored by tidecd" in report
 
 
 def test_one_bad_object_never_stops_the_others(pair: KeyPair, tmp_path: Path) -> None:
@@ -193,11 +199,13 @@ def test_one_bad_object_never_stops_the_others(pair: KeyPair, tmp_path: Path) ->
     wrong_type = application("typed")
     wrong_type["spec"]["syncPolicy"]["automated"]["prune"] = "yes"
     bad_project = project("bad", destinations="everywhere")
+    signed = project("signed", signatureKeys=[{"keyID": "4AEE18F83AFDEB23"}])
     orphan = application("orphan", project="bad")
     missing = application("lost", project="nowhere")
     no_name = application("x")
     no_name["metadata"]["name"] = ""
-    objects = [plugin, broken, wrong_type, bad_project, orphan, missing, application("fine"),
+    objects = [plugin, broken, wrong_type, bad_project, signed, application("unverified", project="signed"),
+               orphan, missing, application("fine"),
                secret("repo", "repository", url="https://git.example.com/org/apps.git", password=PASSWORD), no_name]
     plan = run_import(objects, pair, tmp_path)
     errors = {f.obj: str(f) for f in plan.errors}
@@ -205,6 +213,8 @@ def test_one_bad_object_never_stops_the_others(pair: KeyPair, tmp_path: Path) ->
     assert "spec.destination" in errors["Application/broken"]
     assert "spec.syncPolicy.automated.prune" in errors["Application/typed"]
     assert "spec.destinations" in errors["AppProject/bad"]
+    assert "deploy unverified commits" in errors["AppProject/signed"]
+    assert "AppProject 'signed' could not be converted" in errors["Application/unverified"]
     assert "AppProject 'bad' could not be converted" in errors["Application/orphan"]
     assert "AppProject 'nowhere' does not exist" in errors["Application/lost"]
     assert "Application/(no name)" in errors
@@ -212,7 +222,7 @@ def test_one_bad_object_never_stops_the_others(pair: KeyPair, tmp_path: Path) ->
     assert sorted(config.applications) == ["fine"]
     assert len(config.secrets) == 1
     report = (tmp_path / migrate.REPORT_FILE).read_text()
-    assert "## Not converted (7)" in report
+    assert "## Not converted (9)" in report
     assert "Application/plugged" in report
 
 
