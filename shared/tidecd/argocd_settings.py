@@ -96,6 +96,9 @@ class ArgoSettings:
     notices: tuple[str, ...] = ()  # recognised, not honoured: reported once per load
     origin: str = ""  # the file argocd-cm came from
 
+    def __deepcopy__(self, memo: dict[int, object]) -> ArgoSettings:
+        return self  # immutable (its mappings are read-only views)
+
     def excluded(self, group: str, kind: str, cluster: str = "") -> bool:
         """Whether tidecd leaves objects of this kind alone (Argo CD: neither compared, synced nor pruned).
 

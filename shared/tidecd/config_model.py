@@ -156,6 +156,9 @@ class IgnoreDifference:
     json_pointers: tuple[str, ...] = ()
     managed_fields_managers: tuple[str, ...] = ()
     jq_path_expressions: tuple[str, ...] = ()
+    # argocd-cm customizations: `group` and `kind` are globs and "" is the core group only (an app's own
+    # rules treat an empty group or kind as any)
+    from_settings: bool = False
 
 
 @dataclass(frozen=True)
@@ -279,6 +282,20 @@ class Config:
 
     def project_of(self, app: Application) -> AppProject:
         return self.projects[app.project]
+
+    def ignore_differences_of(self, app: Application) -> tuple[IgnoreDifference, ...]:
+        """The app's ignoreDifferences, then argocd-cm's `resource.customizations.ignoreDifferences.*`."""
+        return app.ignore_differences + settings_ignores(self.argo_settings)
+
+
+def settings_ignores(settings: ArgoSettings) -> tuple[IgnoreDifference, ...]:
+    out = []
+    for key, rule in sorted(settings.ignore_differences.items()):
+        group, _, kind = ("*", "", "*") if key == "all" else key.rpartition("/")
+        out.append(IgnoreDifference(group=group, kind=kind, json_pointers=rule.json_pointers,
+                                    managed_fields_managers=rule.managed_fields_managers,
+                                    jq_path_expressions=rule.jq_path_expressions, from_settings=True))
+    return tuple(out)
 
 
 ConfigItem = Application | AppProject | dict[str, Any]  # one parsed document: app, project or raw Secret

@@ -19,6 +19,7 @@ heads instead would make a tick that is always too short start over from the sam
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -30,6 +31,7 @@ import structlog
 
 from tidecd import pending
 from tidecd import source as git
+from tidecd.argocd_settings import ArgoSettings
 from tidecd.config import (
     Application,
     ApplicationSource,
@@ -55,6 +57,8 @@ DRIFT_SWEEP = "drift sweep"
 LS_REMOTE_WORKERS = 8
 BATCH_SIZE = 8
 PENDING = "state/poll-pending.json"
+SWEEPS = "state/poll-sweeps.json"  # with argocd-cm timeout.reconciliation: when each app was last swept
+SWEEP_SLACK = 15.0  # seconds: a tick a little early still counts (Cloud Scheduler is not exact)
 
 
 @dataclass
@@ -130,7 +134,10 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
     drift = [Refresh(a.name, DRIFT_SWEEP) for a in sorted(apps, key=lambda a: a.name)
              if (a.sync_policy.self_heal or a.sync_policy.automated) and a.name not in refreshes
              and a.name in reachable]
+    drift, swept = _due_for_sweep(runtime, config.argo_settings, drift, summary)
     undone = _dispatch([*refreshes.values(), *drift], dispatcher, batch_size, start, max_seconds, now, summary)
+    if swept is not None:
+        _save_sweep(runtime, swept, {r.app for r in drift if r.app not in undone}, summary)
     summary.apps_refreshed = sorted(n for n in refreshes if n not in undone)
     summary.drift_checked = sorted(r.app for r in drift if r.app not in undone)
     _save_heads(runtime, repos, summary)
@@ -171,6 +178,50 @@ def _refresh_appsets(runtime: Runtime, ls_remote: LsRemote, summary: PollSummary
         return
     summary.errors.extend(f"config source: {e}" for e in found.errors)
     summary.appsets_changed = found.changed
+
+
+def _due_for_sweep(runtime: Runtime, settings: ArgoSettings, drift: list[Refresh],
+                   summary: PollSummary) -> tuple[list[Refresh], tuple[dict[str, float], int] | None]:
+    """argocd-cm `timeout.reconciliation` (+ `.jitter`): the drift sweep re-compares an app only when its last
+    sweep is that old (0: never; unset: every tick, tidecd's default). Git changes are found every tick
+    regardless. Returns the sweeps due and the sweep memory (times by app, generation) to update."""
+    timeout = settings.reconciliation_timeout
+    if timeout is None:
+        return drift, None
+    if timeout <= 0:
+        return [], None
+    try:
+        found = read_json(runtime.store, SWEEPS)
+    except TidecdError as exc:
+        summary.errors.append(f"{SWEEPS}: {exc}")
+        return drift, None
+    doc, generation = found if found is not None else ({}, 0)
+    recorded = doc.get("swept", {}) if isinstance(doc, dict) else {}
+    times = {str(k): float(v) for k, v in recorded.items() if isinstance(v, int | float)} \
+        if isinstance(recorded, dict) else {}
+    jitter = settings.reconciliation_jitter or 0.0
+    current = now_unix()
+
+    def due(app: str) -> bool:
+        spread = (int(hashlib.sha256(app.encode()).hexdigest()[:8], 16) % 1000) / 1000 * jitter
+        return bool(current - times.get(app, 0.0) >= timeout + spread - SWEEP_SLACK)
+
+    return [r for r in drift if due(r.app)], (times, generation)
+
+
+def _save_sweep(runtime: Runtime, memory: tuple[dict[str, float], int], swept: set[str],
+                summary: PollSummary) -> None:
+    times, generation = memory
+    if not swept:
+        return
+    current = now_unix()
+    doc = {"swept": {**times, **{app: current for app in swept}}}
+    try:
+        write_json(runtime.store, SWEEPS, doc, if_generation_match=generation)
+    except PreconditionFailed:
+        summary.errors.append(f"{SWEEPS}: changed by an overlapping poll; kept")
+    except TidecdError as exc:
+        summary.errors.append(f"{SWEEPS}: {exc}")
 
 
 def _key_of(source: ApplicationSource) -> str:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from tidecd import github as gh
-from tidecd.config import Application, normalize_repo_url
+from tidecd.config import Application, IgnoreDifference, normalize_repo_url
 from tidecd.diff import ResourceDiff, compare
 from tidecd.errors import PermanentError, ProjectViolation, TidecdError
 from tidecd.model import Manifest, ResourceKey, SyncStatus
@@ -305,7 +305,7 @@ def preview_app(runtime: Runtime, app: Application, head_sha: str) -> AppPreview
     except ProjectViolation as exc:
         violations = tuple(exc.violations)
     try:
-        diffs = _compare(cluster, app, manifests)
+        diffs = _compare(cluster, app, manifests, runtime.config().ignore_differences_of(app))
     except TidecdError as exc:
         return AppPreview(app.name, head_sha, errors=(f"compare: {exc}",), violations=violations)
     created = tuple(d for d in diffs if d.changed_paths == (".",) and not d.requires_pruning and not d.error)
@@ -316,7 +316,8 @@ def preview_app(runtime: Runtime, app: Application, head_sha: str) -> AppPreview
     return AppPreview(app.name, head_sha, created, changed, deleted, errors, violations)
 
 
-def _compare(cluster: Any, app: Application, manifests: list[Manifest]) -> list[ResourceDiff]:
+def _compare(cluster: Any, app: Application, manifests: list[Manifest],
+             ignore: tuple[IgnoreDifference, ...] = ()) -> list[ResourceDiff]:
     from tidecd.cluster import ApiError, UnknownKind, managed_selector
     from tidecd.sync import plan
     from tidecd.sync.apply import conflict, owned_by, with_ownership
@@ -345,7 +346,7 @@ def _compare(cluster: Any, app: Application, manifests: list[Manifest]) -> list[
             predicted = cluster.apply(owned, dry_run=True)
         except (ApiError, UnknownKind) as exc:
             return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), error=f"dry-run failed: {exc}")
-        return compare(key, current, predicted, app.ignore_differences)
+        return compare(key, current, predicted, ignore or app.ignore_differences)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(one, sorted(desired.items())))

@@ -32,6 +32,7 @@ import structlog
 from tidecd import constants, generated, health, notify, ownership, render, syncoptions, syncwindows
 from tidecd import source as git
 from tidecd import state as app_state
+from tidecd.argocd_settings import ArgoSettings
 from tidecd.clock import SYSTEM, Clock
 from tidecd.cluster import ApiError, KubeCluster, UnknownKind, managed_selector
 from tidecd.config import Application, ApplicationSource, AppProject
@@ -415,6 +416,7 @@ class _Step:
         self.app: Application | None = None
         self.sha = ""
         self.render_warnings: list[str] = []
+        self.excluded: list[ResourceKey] = []
         self.claimed: list[str] = []  # desired objects someone else owns (an Argo CD Application, ...)
         self.manifests: list[Manifest] = []
         self.tasks: tuple[plan.Task, ...] = ()
@@ -508,6 +510,7 @@ class _Step:
         self.cluster = self.runtime.cluster(app.destination)
         namespaced = scope_lookup(self.cluster, manifests)
         self.manifests = _with_namespaces(namespaced, manifests, app.destination.namespace)
+        self.manifests, self.excluded = without_excluded(self.runtime.config().argo_settings, app, self.manifests)
         self.tasks = self._plan()
         self.violations = ""
         try:
@@ -617,7 +620,8 @@ class _Step:
             tasks=self.tasks, live=dict(self.live),
             out_of_sync=frozenset(r.key for r in resources if r.status is not SyncStatus.SYNCED),
             dry_run_errors={r.key: r.error for r in resources if r.error.startswith("dry-run failed")},
-            inventory=tuple(self.state.inventory_keys()), unserved=self.unserved,
+            inventory=tuple(i for i in self.state.inventory_keys() if not self._excluded_kind(i[0])),
+            unserved=self.unserved,
             missing_namespaces=self.missing_namespaces, violations=self.violations,
             synced=self.comparison.status is SyncStatus.SYNCED, auto_synced=self.state.auto_synced,
             automated_disabled=self.state.automated_disabled, now=self.clock.now(),
@@ -727,7 +731,8 @@ class _Step:
             if task.key in self.live and task.key not in out_of_sync:
                 return task, ChangeEntry(task.key, Action.UNCHANGED), ""
             if respect:
-                obj = respect_ignored(task.obj, self.live.get(task.key), self._app.ignore_differences)
+                obj = respect_ignored(task.obj, self.live.get(task.key),
+                                      self.runtime.config().ignore_differences_of(self._app))
                 task = dataclasses.replace(task, obj=obj)
             return task, apply_task(self.cluster, task, self.name, dry_run=False, exists=self.live.__contains__,
                                     written=self._record_write, argocd_marks=self._argocd_marks), ""
@@ -862,6 +867,7 @@ class _Step:
         live = self._live(cluster, app, desired)
         cache = self.state.comparison_cache
         new_cache: dict[str, CachedComparison] = {}
+        ignores = _rules_hash(self.runtime.config().ignore_differences_of(app))
 
         argocd_marks = ownership.writes_argocd_marks(dict(app.annotations))
         claimed: list[str] = []
@@ -876,7 +882,7 @@ class _Step:
             if current is not None and (remark := ownership.needs_remark(current, app.name, argocd=argocd_marks)):
                 return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, ("metadata.annotations",), remark)
             rv = str((current or {}).get("metadata", {}).get("resourceVersion", ""))
-            cache_key, print_ = str(key), fingerprint(owned)
+            cache_key, print_ = str(key), fingerprint(owned) + ignores  # a changed ignore rule re-compares
             hit = cache.get(cache_key)
             if current is not None and hit and (hit.fingerprint, hit.resource_version) == (print_, rv):
                 new_cache[cache_key] = hit
@@ -891,7 +897,8 @@ class _Step:
             results = list(pool.map(one, sorted(desired.items())))
         self.claimed = sorted(claimed)
         for key, obj in sorted(live.items()):
-            if key not in desired and key not in hooks and owned_by(obj, app.name) and not _ignores_extraneous(obj):
+            if key not in desired and key not in hooks and owned_by(obj, app.name) and not _ignores_extraneous(obj) \
+                    and not self._excluded_kind(key):
                 results.append(compare(key, obj, None))
         self.state.comparison_cache = new_cache
         return Comparison(results), live
@@ -906,13 +913,14 @@ class _Step:
             return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), error=f"dry-run failed: {explain(exc)}")
         except UnknownKind as exc:
             return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), error=f"dry-run failed: {exc}")
-        return compare(key, current, predicted, app.ignore_differences)
+        return compare(key, current, predicted, self.runtime.config().ignore_differences_of(app))
 
     def _live(self, cluster: KubeCluster, app: Application,
               desired: dict[ResourceKey, Manifest]) -> dict[ResourceKey, Manifest]:
         """The app's objects: listed by ownership label per kind, then fetched one by one if unlabelled."""
         live: dict[ResourceKey, Manifest] = {}
-        kinds = {(k.group, k.kind) for k in desired} | {(k.group, k.kind) for k, _ in self.state.inventory_keys()}
+        kinds = {(k.group, k.kind) for k in desired} | {(k.group, k.kind) for k, _ in self.state.inventory_keys()
+                                                      if not self._excluded_kind(k)}
         for group, kind in sorted(kinds):
             try:
                 for obj in cluster.list(group, kind, label_selector=managed_selector(app.name)):
@@ -955,9 +963,19 @@ class _Step:
         self.state.conditions = self._kept_conditions() + syncoptions.conditions(app.sync_policy.sync_options, now)
         self.state.conditions += [{"type": "RepeatedResourceWarning", "message": text, "at": now}
                                   for text in self.render_warnings]
+        if self.excluded:
+            self.state.conditions.append({"type": "ExcludedResourceWarning", "at": now, "message": (
+                "excluded by argocd-cm resource.exclusions/inclusions, neither synced nor pruned: "
+                + ", ".join(str(k) for k in self.excluded[:20]) + (" ..." if len(self.excluded) > 20 else ""))})
         if self.claimed:  # as Argo CD names two apps wanting one object; the owner is named, never overwritten
             self.state.conditions.append({"type": "SharedResourceWarning", "at": now,
                                           "message": "; ".join(self.claimed)})
+
+    def _excluded_kind(self, key: ResourceKey) -> bool:
+        """argocd-cm `resource.exclusions`/`inclusions`: tidecd leaves objects of this kind alone (no prune)."""
+        settings = self.runtime.config().argo_settings
+        destination = self._app.destination
+        return settings.excluded(key.group, key.kind, destination.server or destination.name)
 
     def _kept_conditions(self) -> list[dict[str, str]]:
         return [c for c in self.state.conditions if c["type"] == app_state.STATE_UNREADABLE and self.state.rebuilt]
@@ -975,6 +993,28 @@ def _unix(iso: str) -> int:
         return int(datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
     except ValueError:
         return 0
+
+
+def _rules_hash(rules: tuple[Any, ...]) -> str:
+    import hashlib
+
+    return hashlib.sha256(repr(rules).encode()).hexdigest()[:8] if rules else ""
+
+
+def without_excluded(settings: ArgoSettings, app: Application,
+                     manifests: list[Manifest]) -> tuple[list[Manifest], list[ResourceKey]]:
+    """The manifests minus those argocd-cm excludes (Argo CD neither syncs nor prunes them), and their keys."""
+    if not settings.exclusions and not settings.inclusions:
+        return manifests, []
+    cluster = app.destination.server or app.destination.name
+    kept, dropped = [], []
+    for obj in manifests:
+        key = ResourceKey.of(obj)
+        if settings.excluded(key.group, key.kind, cluster):
+            dropped.append(key)
+        else:
+            kept.append(obj)
+    return kept, sorted(dropped)
 
 
 def managed_namespace(app: Application, namespace: str) -> Manifest:

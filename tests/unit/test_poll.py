@@ -465,3 +465,38 @@ def test_a_running_operation_whose_continuation_was_lost_is_resumed(tmp_path: Pa
 
     assert summary.resumed == ["web"]
     assert sent.reasons() == {"web": "resume: continuation lost (wave 1: waiting for Deployment/web/web)"}
+
+
+# --- argocd-cm timeout.reconciliation ---------------------------------------------------------------------
+
+
+def argocd_cm(tmp_path: Path, **data: str) -> None:
+    (tmp_path / "config" / "argocd-cm.yaml").write_text(yaml.safe_dump(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "argocd-cm"}, "data": data}))
+
+
+def test_timeout_reconciliation_spaces_the_drift_sweep_and_zero_turns_it_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidecd import poll as poll_module
+
+    clock = [1_800_000_000.0]
+    monkeypatch.setattr(poll_module, "now_unix", lambda: clock[0])
+    runtime = make_runtime(tmp_path, [application("auto", REPO_A, automated=True)])
+    argocd_cm(tmp_path, **{"timeout.reconciliation": "10m"})
+    git = FakeGit({REPO_A: heads(SHA[1])})
+    run(runtime, git, Recorder())
+    reconciled(runtime, "auto")
+    assert run(runtime, git, Recorder()).drift_checked == ["auto"]  # never swept: due
+    clock[0] += 180  # the next tick, 3 minutes later: not due yet
+    runtime = Runtime(settings=runtime.settings, store=runtime.store)
+    assert run(runtime, git, Recorder()).drift_checked == []
+    clock[0] += 420  # 10 minutes after the sweep
+    assert run(runtime, git, Recorder()).drift_checked == ["auto"]
+    git.move(REPO_A, "refs/heads/main", SHA[3])  # a git change is found on the next tick regardless
+    clock[0] += 60
+    assert run(runtime, git, sent := Recorder()).apps_refreshed == ["auto"]
+    assert sent.reasons()["auto"].startswith("main moved")
+    argocd_cm(tmp_path, **{"timeout.reconciliation": "0s"})
+    runtime = Runtime(settings=runtime.settings, store=runtime.store)
+    clock[0] += 3600
+    assert run(runtime, git, Recorder()).drift_checked == []
