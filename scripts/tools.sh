@@ -7,6 +7,13 @@
 #
 # Usage: scripts/tools.sh [--check] [name ...]     (no names: the default set; --check: build nothing,
 #                                                   exit 1 if anything is missing)
+#
+# The peer GitOps engines the bench compares against (and the Argo CD migration tests run) are opt-in,
+# never in the default set: `scripts/tools.sh peers` (or any of gitops-agent source-controller
+# kustomize-controller argocd redis-server). Recipes and pitfalls: shared/PEERS-BUILD.md of the handbook.
+# Each peer is built in a wrapper module whose go.mod is the upstream go.mod copied whole (so its replaces
+# apply) minus its local-path replaces; the run-time data they need (CRDs, Argo CD's install ConfigMaps and
+# git/gpg wrapper scripts) is copied from the module source next to the binary, under share/.
 set -euo pipefail
 
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/tidecd"
@@ -33,6 +40,15 @@ REGISTRY_VERSION=v3.1.1
 CRANE_VERSION=v0.21.9
 KAPP_VERSION=v0.66.0
 TERRAFORM_VERSION=v1.5.7  # the newest release whose go.mod builds from the module proxy
+# Peers. Argo CD v3.5.x needs a gitops-engine pseudo-version the proxy refuses (403) and Flux v1.10.x needs
+# fluxcd/pkg versions it refuses, so these are the newest that build. The two v3.6.1 builds need go 1.27,
+# fetched by the go command for those builds only (GOTOOLCHAIN stays local for everything else).
+GITOPS_AGENT_VERSION=v3.6.1   # github.com/argoproj/argo-cd/gitops-engine/v3, the engine inside Argo CD
+FLUX_VERSION=v1.9.6           # source-controller and kustomize-controller
+FLUX_ARTIFACT_VERSION=v0.18.0 # the proxy refuses fluxcd/pkg/artifact v0.18.3, which v1.9.6 requires
+ARGOCD_VERSION=v3.6.1
+PEER_GO_TOOLCHAIN=go1.27.3
+PEER_TOOLS="gitops-agent source-controller kustomize-controller argocd redis-server"
 
 DEFAULT_TOOLS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm kustomize kubeseal fake-gcs-server registry"
 
@@ -51,12 +67,24 @@ version_of() {
     crane) echo "$CRANE_VERSION" ;;
     kapp) echo "$KAPP_VERSION" ;;
     terraform) echo "$TERRAFORM_VERSION" ;;
+    gitops-agent) echo "$GITOPS_AGENT_VERSION" ;;
+    source-controller|kustomize-controller) echo "$FLUX_VERSION" ;;
+    argocd) echo "$ARGOCD_VERSION" ;;
+    redis-server) echo "debian" ;;
     *) echo "unknown tool: $1" >&2; return 1 ;;
   esac
 }
 
-target_of() { echo "$CACHE/versions/$1/$(version_of "$1")/$1"; }
-have() { [ -x "$(target_of "$1")" ]; }
+target_of() {
+  if [ "$1" = redis-server ]; then echo /usr/bin/redis-server; return; fi
+  echo "$CACHE/versions/$1/$(version_of "$1")/$1"
+}
+# A peer with run-time data counts as built only once its share/ directory is complete (marker file).
+has_share() { case "$1" in source-controller|kustomize-controller|argocd) return 0 ;; *) return 1 ;; esac; }
+have() {
+  [ -x "$(target_of "$1")" ] || return 1
+  ! has_share "$1" || [ -f "$(dirname "$(target_of "$1")")/share/.complete" ]
+}
 
 link() {  # link a built binary into $BIN
   ln -sfn "$(target_of "$1")" "$BIN/$1"
@@ -131,6 +159,81 @@ GO
   done
 }
 
+# -- peers ----------------------------------------------------------------------------------------------
+
+wrap_upstream() {  # DIR MODULE VERSION: a wrapper module whose go.mod is upstream's, renamed, minus local replaces
+  local dir=$1 mod=$2 ver=$3 gomod
+  rm -rf "$dir" && mkdir -p "$dir"
+  gomod=$(go mod download -json "$mod@$ver" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+  python3 - "$gomod" "$mod" "$ver" > "$dir/go.mod" <<'PY'
+import re, sys
+src, mod, ver = sys.argv[1:4]
+out = []
+for line in open(src):
+    if line.startswith("module "):
+        out.append("module tidecd.local/wrap\n"); continue
+    if "=>" in line and re.search(r"=>\s*\.\.?/", line):
+        continue  # a local-path replace (./api, ./gitops-engine): a separate module the proxy serves
+    out.append(line)
+out.append("\nrequire %s %s\n" % (mod, ver))
+sys.stdout.write("".join(out))
+PY
+}
+
+module_dir() {  # MODULE VERSION: its source in the module cache (downloaded if needed)
+  go mod download -json "$1@$2" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
+}
+
+build_gitops_agent() {
+  export GOTOOLCHAIN=$PEER_GO_TOOLCHAIN
+  local mod=github.com/argoproj/argo-cd/gitops-engine/v3 w="$CACHE/work/gitops-agent-$GITOPS_AGENT_VERSION"
+  wrap_upstream "$w" "$mod" "$GITOPS_AGENT_VERSION"
+  mkdir -p "$(dirname "$(target_of gitops-agent)")"
+  ( cd "$w" && go build -o "$(target_of gitops-agent)" "$mod/agent" )
+}
+
+build_flux() {  # name: source-controller | kustomize-controller
+  local name=$1 mod="github.com/fluxcd/$1" w="$CACHE/work/$1-$FLUX_VERSION"
+  local dir; dir=$(dirname "$(target_of "$name")")
+  wrap_upstream "$w" "$mod" "$FLUX_VERSION"
+  if [ "$name" = source-controller ]; then
+    echo "replace github.com/fluxcd/pkg/artifact => github.com/fluxcd/pkg/artifact $FLUX_ARTIFACT_VERSION" >> "$w/go.mod"
+  fi
+  mkdir -p "$dir"
+  ( cd "$w" && go build -o "$(target_of "$name")" "$mod" )
+  local src; src=$(module_dir "$mod" "$FLUX_VERSION")
+  rm -rf "$dir/share" && mkdir -p "$dir/share/crds"
+  cp "$src"/config/crd/bases/*.yaml "$dir/share/crds/"
+  chmod -R u+w "$dir/share" && touch "$dir/share/.complete"
+}
+
+build_argocd() {
+  export GOTOOLCHAIN=$PEER_GO_TOOLCHAIN
+  local mod=github.com/argoproj/argo-cd/v3 w="$CACHE/work/argocd-$ARGOCD_VERSION"
+  local dir; dir=$(dirname "$(target_of argocd)")
+  wrap_upstream "$w" "$mod" "$ARGOCD_VERSION"
+  mkdir -p "$dir"
+  ( cd "$w" && go build -ldflags "-X $mod/common.version=${ARGOCD_VERSION#v}" -o "$(target_of argocd)" "$mod/cmd" )
+  # What the controller and repo-server need beside the binary: CRDs, install.yaml (its ConfigMaps and
+  # Secrets), and the repo-server's git-verify-wrapper.sh/gpg-wrapper.sh, which it runs from $PATH on every
+  # manifest generation (even with GPG off). The module cache is read-only, so copy and chmod.
+  local src; src=$(module_dir "$mod" "$ARGOCD_VERSION")
+  rm -rf "$dir/share" && mkdir -p "$dir/share/crds" "$dir/share/bin"
+  cp "$src"/manifests/crds/application-crd.yaml "$src"/manifests/crds/appproject-crd.yaml \
+     "$src"/manifests/crds/applicationset-crd.yaml "$dir/share/crds/"
+  cp "$src"/manifests/install.yaml "$dir/share/install.yaml"
+  cp "$src"/hack/git-verify-wrapper.sh "$src"/hack/gpg-wrapper.sh "$dir/share/bin/"
+  chmod -R u+w "$dir/share" && chmod 755 "$dir/share/bin/"*.sh
+  touch "$dir/share/.complete"
+}
+
+install_redis() {  # Debian's redis-server (the repo-server and controller cache in it); its service stays off
+  command -v apt-get >/dev/null || { echo "redis-server missing and no apt-get to install it" >&2; return 1; }
+  local sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+}
+
 build() {
   local name=$1
   case "$name" in
@@ -147,6 +250,10 @@ build() {
     crane) go_install crane "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION" ;;
     kapp) build_wrapped kapp "carvel.dev/kapp@$KAPP_VERSION" carvel.dev/kapp/cmd/kapp ;;
     terraform) go_install terraform "github.com/hashicorp/terraform@$TERRAFORM_VERSION" ;;
+    gitops-agent) build_gitops_agent ;;
+    source-controller|kustomize-controller) build_flux "$name" ;;
+    argocd) build_argocd ;;
+    redis-server) install_redis ;;
   esac
   link "$name"
 }
@@ -165,14 +272,26 @@ version_check() {  # print the tool's own version line, proving the binary runs
     crane) out=$("$BIN/crane" version) ;;
     kapp) out=$("$BIN/kapp" version | head -1) ;;
     terraform) out=$("$BIN/terraform" version | head -1) ;;
+    gitops-agent) out=$("$BIN/gitops-agent" --help 2>&1 | grep -m1 -E '^Usage|^  gitops-agent' || true)
+                  [ -n "$out" ] || { log "gitops-agent --help printed no usage"; return 1; } ;;
+    source-controller|kustomize-controller)
+                  out=$("$BIN/$name" --help 2>&1 | grep -m1 -e '--metrics-addr' | sed 's/^ *//' || true)
+                  [ -n "$out" ] || { log "$name --help has no --metrics-addr"; return 1; }
+                  out="built ($FLUX_VERSION), $out" ;;
+    argocd) out=$("$BIN/argocd" version --client --short 2>&1 | head -1) ;;
+    redis-server) out=$("$BIN/redis-server" --version) ;;
   esac
   log "ok $name: $out"
 }
 
 main() {
-  local check=0 tools=()
+  local check=0 tools=() peer_tools=()
   for a in "$@"; do
-    case "$a" in --check) check=1 ;; *) tools+=("$a") ;; esac
+    case "$a" in
+      --check) check=1 ;;
+      peers) read -r -a peer_tools <<<"$PEER_TOOLS"; tools+=("${peer_tools[@]}") ;;
+      *) version_of "$a" >/dev/null; tools+=("$a") ;;
+    esac
   done
   [ ${#tools[@]} -gt 0 ] || read -r -a tools <<<"$DEFAULT_TOOLS"
   local missing=0
