@@ -18,6 +18,7 @@ pytest_plugins = [
     "tests.support.registry",
     "tests.support.github_repos",
     "tests.support.argocd_catalogue",
+    "tests.support.peers",
 ]
 
 
