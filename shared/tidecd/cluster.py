@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -277,14 +278,26 @@ class KubeCluster:
 
     def apply(self, obj: Manifest, *, dry_run: bool = False) -> Manifest:
         """Server-side apply as field manager `tidecd`, taking over conflicting fields."""
+        return self.apply_as(obj, constants.FIELD_MANAGER, dry_run=dry_run)
+
+    def apply_as(self, obj: Manifest, manager: str, *, dry_run: bool = False) -> Manifest:
+        """Server-side apply as field manager `manager` (Argo CD's, for `tidecd app release`), forced."""
         key = ResourceKey.of(obj)
         res = self.resource(key.group, key.kind)
-        query = {"fieldManager": constants.FIELD_MANAGER, "force": "true"}
+        query = {"fieldManager": manager, "force": "true"}
         if dry_run:
             query["dryRun"] = "All"
         with metrics.timed("dry_run" if dry_run else "apply"):
             return dict(self.request("PATCH", res.path(key.namespace, key.name), body=json.dumps(obj), query=query,
                                      content_type="application/apply-patch+yaml", key=key))
+
+    def json_patch(self, key: ResourceKey, operations: Sequence[Mapping[str, Any]]) -> Manifest:
+        """A JSON patch (RFC 6902) of one object: adopt/release rewrite marks and `managedFields` with it,
+        guarded by a `test` of the resourceVersion they read."""
+        res = self.resource(key.group, key.kind)
+        return dict(self.request("PATCH", res.path(key.namespace, key.name), body=list(operations),
+                                 query={"fieldManager": constants.FIELD_MANAGER},
+                                 content_type="application/json-patch+json", key=key))
 
     def replace(self, obj: Manifest) -> Manifest:
         """Sync option Replace=true: PUT the object whole (POST when absent). When a field is immutable,

@@ -22,6 +22,7 @@
     │   ├── github.Rejected           GitHub refused a request (4xx other than rate limiting)
     │   ├── preview.BadPullRequest    a pull_request payload without a field a preview needs
     │   ├── migrate.MigrationError    `tidecd import` cannot read Argo CD or write its output
+    │   ├── sync.adopt.AdoptRefused   `tidecd app adopt/release` would not be exact (names each object)
     │   ├── cluster.UnknownKind       the API server serves no such group/kind
     │   ├── cluster.ClusterTlsError   the API server's certificate does not verify against the CA data
     │   └── cluster.ApiError ∧ PermanentError    the API server refused, and would refuse again:

@@ -1,4 +1,4 @@
-"""`tidecd app ...`: list, get, diff, sync, refresh, history, rollback, wait, terminate-op.
+"""`tidecd app ...`: list, get, diff, sync, refresh, history, rollback, wait, terminate-op, adopt, release.
 
 Works locally (reading TIDECD_CONFIG, TIDECD_STORE and KUBECONFIG, as the functions do) or against a
 running api with `--server URL` (token from `--token` or TIDECD_API_TOKEN). Both paths go through
@@ -345,3 +345,68 @@ def terminate_op(name: str, server: str = SERVER, token: str = TOKEN, output: st
     if not server:
         _local_step(name)  # locally nobody else takes the step that stops it
     _emit(body, output, lambda b: typer.echo(f"operation {b['operationId']} of {name}: terminating"))
+
+
+ARGOCD_NAMESPACE = typer.Option("argocd", "--argocd-namespace", help="Argo CD's own namespace (argocd-cm).")
+
+
+def _moved(outcome: Any, output: str, what: str) -> None:
+    from tidecd.model import Action
+
+    body = {"app": outcome.app, "argocd": f"{outcome.argo.namespace}/{outcome.argo.name}",
+            "dryRun": outcome.dry_run, "changes": [c.to_dict() for c in outcome.changes], "next": outcome.steps}
+
+    def table(b: dict[str, Any]) -> None:
+        typer.echo("\n".join(ChangeSet(outcome.changes).lines()) or "nothing to move")
+        if outcome.dry_run:
+            typer.echo(f"\ndry run: nothing was changed; without --dry-run, {what}")
+        else:
+            typer.echo("\nnext, on the Argo CD side:")
+        for step in b["next"]:
+            typer.echo(f"  {step}")
+
+    _emit(body, output, table)
+    if any(c.action is Action.FAILED for c in outcome.changes):
+        raise typer.Exit(1)
+
+
+@app.command("adopt")
+def adopt(name: str, dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change, change nothing."),
+          source: str = typer.Option("", "--from", help="The Argo CD Application ([namespace/]name); default NAME."),
+          argocd_namespace: str = ARGOCD_NAMESPACE, output: str = OUTPUT) -> None:
+    """Take an app over from Argo CD in place: same objects (uids), tidecd's marks and field ownership.
+
+    Checks that the live objects are exactly those the Argo CD Application tracks, and that tidecd's apply
+    would change nothing but the marks; refuses otherwise, naming each object. Then prints the step that
+    makes Argo CD let go without deleting anything (finalizer off, then delete the Application)."""
+    from tidecd.adoption import adopt_app
+    from tidecd.errors import TidecdError
+
+    try:
+        outcome = adopt_app(_local_runtime(), name, dry_run=dry_run, argocd_namespace=argocd_namespace, source=source)
+    except TidecdError as exc:
+        _fail(str(exc))
+    _moved(outcome, output, "these objects become tidecd's")
+
+
+@app.command("release")
+def release(name: str, dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change, change nothing."),
+            target: str = typer.Option("", "--to", help="The Argo CD Application ([namespace/]name); default NAME."),
+            argocd_namespace: str = ARGOCD_NAMESPACE, output: str = OUTPUT) -> None:
+    """Hand an app back to Argo CD in place (rolling a migration back): Argo CD's marks, as its argocd-cm
+    says it writes them, and its field manager; tidecd's marks removed. Uids stay."""
+    from tidecd.adoption import release_app
+    from tidecd.errors import TidecdError
+
+    try:
+        outcome = release_app(_local_runtime(), name, dry_run=dry_run, argocd_namespace=argocd_namespace,
+                              target=target)
+    except TidecdError as exc:
+        _fail(str(exc))
+    _moved(outcome, output, "these objects become Argo CD's")
+
+
+def _local_runtime() -> Any:
+    from tidecd.runtime import Runtime
+
+    return Runtime.from_env()
