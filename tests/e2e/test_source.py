@@ -6,6 +6,7 @@ import io
 import os
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -224,6 +225,46 @@ def test_snapshot_content_and_cache(git_repo: GitRepo, tmp_path: Path) -> None:
     assert (dest / "current").is_symlink() and (dest / "current").read_text() == "kind: ConfigMap\n"
     assert (dest / "app/up/bin/run.sh").exists()
     assert os.access(dest / "bin/run.sh", os.X_OK)
+
+
+def test_snapshot_of_deltified_and_whole_objects_has_every_byte(git_repo: GitRepo, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blobs stored whole in the fetched pack are streamed out of the pack file; blobs the server sent as
+    deltas (two near-identical files in one commit, and a file of an earlier pushed commit changed) are
+    resolved by dulwich. Both come out byte for byte."""
+    import random
+
+    rng = random.Random(7)
+    lines = [f"line {i} {rng.random()}\n" for i in range(20000)]
+    git_repo.write("data/a.txt", "".join(lines))
+    git_repo.commit("a")
+    git_repo.push()
+    lines[100] = "changed\n"
+    git_repo.write("data/b.txt", "".join(lines))
+    git_repo.write("data/a.txt", "".join(lines[:-1]))
+    git_repo.write("data/empty.txt", "")
+    sha = git_repo.commit("near copies")
+    git_repo.push()
+    bare = git_repo.server.root / f"{git_repo.name.removesuffix('.git')}.git"
+    run_git("repack", "-a", "-d", "-f", "--depth=5", cwd=bare)  # the server's objects as deltas where it can
+    from dulwich.object_store import DiskObjectStore
+
+    resolved: list[bytes] = []
+    original = DiskObjectStore.get_raw
+
+    def spy(self: DiskObjectStore, name: Any) -> tuple[int, bytes]:
+        found = original(self, name)
+        if found[0] == 3:  # a blob resolved in memory: a delta
+            resolved.append(found[1])
+        return found
+
+    monkeypatch.setattr(DiskObjectStore, "get_raw", spy)
+    dest = tmp_path / "checkout"
+    Snapshots(MemoryStore()).checkout(git_repo.url, sha, dest)
+    wanted = {name: (git_repo.workdir / name).read_bytes() for name in ("data/a.txt", "data/b.txt")}
+    assert 1 <= len(resolved) < 2 and resolved[0] in wanted.values(), "one of the two came as a delta"
+    for name in ("data/a.txt", "data/b.txt", "data/empty.txt"):
+        assert (dest / name).read_bytes() == (git_repo.workdir / name).read_bytes(), name
 
 
 def test_snapshot_with_credentials(git_server_auth: AuthGitServer, tmp_path: Path) -> None:

@@ -376,6 +376,7 @@ def _fetch_into(repo: BaseRepo, repo_url: str, sha: str, credentials: RepoCreden
         return sorted({v for k, v in refs.items() if k.startswith((b"refs/heads/", b"refs/tags/"))})
 
     with _client(repo_url, credentials) as (client, path):
+        _no_thin_pack(client)
         try:
             client.fetch(path.encode(), repo, determine_wants=wants, depth=1 if full else None)
         except _transport_errors() as exc:
@@ -394,6 +395,18 @@ def _fetch_into(repo: BaseRepo, repo_url: str, sha: str, credentials: RepoCreden
     if not isinstance(obj, Commit):
         raise NotFound(f"revision {sha!r} in {redact_repo_url(repo_url)} is not a commit")
     return obj
+
+
+def _no_thin_pack(client: GitClient) -> None:
+    """Ask for a plain pack, not a thin one. A shallow fetch with no local objects gets the same objects
+    either way, but dulwich copies a thin pack through a stream reader that holds each object compressed
+    and decompressed at once (2x a big blob in memory); a plain pack is written to disk as it arrives and
+    indexed from the file, one decompressed object at a time."""
+    from dulwich.protocol import CAPABILITY_THIN_PACK
+
+    capabilities = getattr(client, "_fetch_capabilities", None)
+    if isinstance(capabilities, set):
+        capabilities.discard(CAPABILITY_THIN_PACK)
 
 
 def _peel(repo: BaseRepo, object_id: ObjectID) -> Commit | None:
@@ -431,19 +444,89 @@ def write_tar(repo: BaseRepo, tree_id: ObjectID, out: BinaryIO) -> None:
                 continue  # submodules (gitlinks) are not part of the snapshot
             name = os.fsdecode(entry.path)
             budget.add(_check_name(name), 0)
-            type_num, data = repo.object_store.get_raw(entry.sha)  # one copy of the content, no Blob object
-            if type_num != Blob.type_num:
-                raise UnsafePathError(f"tree entry {name!r} is not a blob")
-            info = tarfile.TarInfo(name)
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            if stat.S_ISLNK(entry.mode):
-                info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.fsdecode(data), 0o777
-                tar.addfile(info)
-            else:
-                info.size, info.mode = len(data), 0o755 if entry.mode & 0o111 else 0o644
-                budget.add_bytes(name, info.size)
-                tar.addfile(info, io.BytesIO(data))
-            del data
+            with _open_blob(repo, entry.sha) as (type_num, size, content):
+                if type_num != Blob.type_num:
+                    raise UnsafePathError(f"tree entry {name!r} is not a blob")
+                info = tarfile.TarInfo(name)
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                if stat.S_ISLNK(entry.mode):
+                    target = content.read(min(size, 64 * 1024))
+                    info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.fsdecode(target), 0o777
+                    tar.addfile(info)
+                else:
+                    info.size, info.mode = size, 0o755 if entry.mode & 0o111 else 0o644
+                    budget.add_bytes(name, info.size)  # before a byte of it is read
+                    tar.addfile(info, content)
+
+
+_STREAM_CHUNK = 256 * 1024
+_FULL_TYPES = (1, 2, 3, 4)  # commit, tree, blob, tag stored whole in a pack (6, 7: deltas)
+
+
+@contextlib.contextmanager
+def _open_blob(repo: BaseRepo, sha: bytes) -> Iterator[tuple[int, int, BinaryIO]]:
+    """(type number, size, a reader of the content) of one object. An object stored whole in a pack on
+    disk is decompressed from the pack file as it is read (a big blob never sits in memory); a delta, or
+    a loose object, is resolved in memory (one copy) as dulwich does."""
+    from dulwich.object_store import DiskObjectStore
+
+    store = repo.object_store
+    if isinstance(store, DiskObjectStore):
+        for pack in store.packs:
+            try:
+                offset = pack.index.object_offset(sha)  # type: ignore[arg-type]
+            except KeyError:
+                continue
+            with open(pack._data_path, "rb") as raw:  # noqa: SLF001 - the pack file dulwich indexed
+                raw.seek(offset)
+                type_num, size = _pack_entry_header(raw)
+                if type_num in _FULL_TYPES:
+                    yield type_num, size, _InflatingReader(raw, size)  # type: ignore[misc]
+                    return
+            break
+    type_num, data = store.get_raw(sha)  # type: ignore[arg-type]
+    yield type_num, len(data), io.BytesIO(data)
+
+
+def _pack_entry_header(raw: BinaryIO) -> tuple[int, int]:
+    """A pack entry's type and uncompressed size (git's variable-length header)."""
+    byte = raw.read(1)[0]
+    type_num, size, shift = (byte >> 4) & 7, byte & 15, 4
+    while byte & 0x80:
+        byte = raw.read(1)[0]
+        size |= (byte & 0x7F) << shift
+        shift += 7
+    return type_num, size
+
+
+class _InflatingReader(io.RawIOBase):
+    """The zlib stream at the file's position, inflated as it is read, at most `size` bytes."""
+
+    def __init__(self, raw: BinaryIO, size: int) -> None:
+        import zlib
+
+        self.raw, self.left = raw, size
+        self.inflate = zlib.decompressobj()
+        self.pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        want = self.left if n is None or n < 0 else min(n, self.left)
+        out = bytearray()
+        while len(out) < want:
+            source = self.inflate.unconsumed_tail or self.raw.read(_STREAM_CHUNK)
+            if not source:
+                raise UnsafePathError("pack entry ends before its object does")
+            out += self.inflate.decompress(source, want - len(out))
+        self.left -= len(out)
+        return bytes(out)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
 
 class _SnapshotBudget:
