@@ -50,6 +50,9 @@ log = structlog.get_logger("tidecd.dispatch")
 PUBLISH_TIMEOUT = 30.0
 LEASE_RETRY = 2.0  # locally: a step that found the app's lease held runs again this much later
 EARLY_SLACK = 0.5  # a continuation this close to its time runs now
+# A poll's resolved head is used this long. Ticks are minutes apart, so two fresh heads of different ticks
+# never meet; a redelivery later than this resolves again.
+HEAD_FRESH_SECONDS = 60.0
 
 
 class BadRefreshMessage(PermanentError):
@@ -64,13 +67,22 @@ class NotYet(TemporaryError):
 class Refresh:
     """Reconcile `app` because of `reason`; `revision` is the commit that triggered it (coalescing, logs).
 
-    With a `token` it is a continuation of the app's operation, due at `not_before` (unix seconds)."""
+    With a `token` it is a continuation of the app's operation, due at `not_before` (unix seconds). With
+    `resolved_at` (unix seconds), `revision` is the head the poll's ls-remote resolved the app's
+    targetRevision to at that time: a step within `HEAD_FRESH_SECONDS` of it renders that commit without an
+    ls-remote of its own (one ls-remote per repository per tick, not one per app)."""
 
     app: str
     reason: str
     revision: str = ""
     not_before: float = 0.0
     token: str = ""
+    resolved_at: float = 0.0
+
+    def head(self, now: float) -> str:
+        """The commit to render without resolving again, "" when this refresh carries none still fresh."""
+        fresh = bool(self.resolved_at) and 0 <= now - self.resolved_at <= HEAD_FRESH_SECONDS
+        return self.revision if fresh and not self.token else ""
 
     @property
     def continuation(self) -> bool:
@@ -80,6 +92,8 @@ class Refresh:
         doc: dict[str, Any] = {"app": self.app, "reason": self.reason, "revision": self.revision}
         if self.token:
             doc |= {"notBefore": self.not_before, "token": self.token}
+        if self.resolved_at:
+            doc["resolvedAt"] = self.resolved_at
         return json.dumps(doc, sort_keys=True).encode()
 
     def attributes(self) -> dict[str, str]:
@@ -278,7 +292,11 @@ def decode_message(data: bytes, attributes: Mapping[str, str]) -> Refresh:
         due = None
     if due is None or due != due:  # NaN
         raise BadRefreshMessage(f"refresh message for {app!r}: notBefore must be a number of unix seconds")
-    return Refresh(app=app, reason=reason, revision=revision, not_before=due, token=token)
+    resolved_at = doc.get("resolvedAt", 0)
+    if isinstance(resolved_at, bool) or not isinstance(resolved_at, int | float) or resolved_at != resolved_at:
+        raise BadRefreshMessage(f"refresh message for {app!r}: resolvedAt must be a number of unix seconds")
+    return Refresh(app=app, reason=reason, revision=revision, not_before=due, token=token,
+                   resolved_at=float(resolved_at))
 
 
 # --- one step, the same in every mode --------------------------------------------------------------------
@@ -299,7 +317,8 @@ def run_step(runtime: Runtime, refresh: Refresh, dispatcher: Dispatcher) -> Outc
     from tidecd.reconcile import reconcile
 
     started = time.monotonic()
-    outcome = reconcile(runtime, refresh.app, reason=refresh.reason, budget=runtime.settings.step_budget)
+    outcome = reconcile(runtime, refresh.app, reason=refresh.reason, budget=runtime.settings.step_budget,
+                        head=refresh.head(time.time()))
     log.info("step", app=refresh.app, reason=refresh.reason, continuation=refresh.continuation,
              skipped=outcome.skipped, seconds=round(time.monotonic() - started, 3),
              continue_after=outcome.continue_after)
@@ -309,7 +328,7 @@ def run_step(runtime: Runtime, refresh: Refresh, dispatcher: Dispatcher) -> Outc
     if not refresh.continuation:
         reconciled = outcome.state.revision if outcome.state is not None else ""
         if pending.finish(runtime.store, refresh.app, reconciled):
-            again = replace(refresh, reason=f"again after: {refresh.reason}"[:200], revision="")
+            again = replace(refresh, reason=f"again after: {refresh.reason}"[:200], revision="", resolved_at=0.0)
             failures = dispatcher_publish(dispatcher, again)
             if failures:
                 pending.release(runtime.store, refresh.app)

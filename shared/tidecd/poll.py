@@ -97,6 +97,7 @@ class _Repo:
     kind: str = charts.GIT  # or a chart repository: charts.HELM (index.yaml), charts.OCI (tags)
     chart: str = ""  # the chart of Argo CD's schemeless OCI form (part of the OCI repository)
     sources: dict[str, list[ApplicationSource]] = field(default_factory=dict)  # app → its sources here
+    seen: dict[str, str] | None = None  # the refs the previous tick saved (None: not read)
 
     @property
     def url(self) -> str:
@@ -131,7 +132,7 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
         refreshes.setdefault(name, refresh)
     for refresh in _lost_continuations(runtime, {a.name for a in apps}, now_unix(), summary):
         refreshes.setdefault(refresh.app, refresh)
-    drift = [Refresh(a.name, DRIFT_SWEEP) for a in sorted(apps, key=lambda a: a.name)
+    drift = [_drift(a, repos) for a in sorted(apps, key=lambda a: a.name)
              if (a.sync_policy.self_heal or a.sync_policy.automated) and a.name not in refreshes
              and a.name in reachable]
     drift, swept = _due_for_sweep(runtime, config.argo_settings, drift, summary)
@@ -224,6 +225,16 @@ def _save_sweep(runtime: Runtime, memory: tuple[dict[str, float], int], swept: s
         summary.errors.append(f"{SWEEPS}: {exc}")
 
 
+def _drift(app: Application, repos: dict[str, _Repo]) -> Refresh:
+    """A drift-sweep refresh carrying the head this tick resolved (a single-source git app), so its step
+    needs no ls-remote of its own."""
+    if app.sources or charts.kind_of(app.source) != charts.GIT:
+        return Refresh(app.name, DRIFT_SWEEP)
+    repo = repos[_key_of(app.source)]
+    sha = _resolve(repo.refs or {}, app.source.target_revision, repo.url) or ""
+    return Refresh(app.name, DRIFT_SWEEP, sha, resolved_at=now_unix() if len(sha) == 40 else 0.0)
+
+
 def _key_of(source: ApplicationSource) -> str:
     """Sources of one repository share a key; a chart repository's key names its kind (and OCI chart)."""
     kind = charts.kind_of(source)
@@ -311,6 +322,7 @@ def _changes(runtime: Runtime, repos: dict[str, _Repo], apps: list[Application],
         if repo.refs is None:
             continue
         seen = _load_heads(cache, repo.url, summary)
+        repo.seen = seen
         if repo.config_ref and _moved(seen, repo.refs, repo.config_ref, repo.url):
             summary.config_changed = True
             for app in apps:
@@ -326,7 +338,8 @@ def _changes(runtime: Runtime, repos: dict[str, _Repo], apps: list[Application],
                 reason = _why(seen, repo.refs, source.target_revision, repo.url, app.name in known)
                 if reason:
                     sha = _resolve(repo.refs, source.target_revision, repo.url) or "" if not app.sources else ""
-                    refreshes.setdefault(app.name, Refresh(app.name, reason, sha))
+                    refreshes.setdefault(app.name, Refresh(app.name, reason, sha,
+                                                           resolved_at=now_unix() if len(sha) == 40 else 0.0))
     return refreshes
 
 
@@ -402,7 +415,7 @@ def _save_heads(runtime: Runtime, repos: dict[str, _Repo], summary: PollSummary)
     cache = git.RefCache(runtime.store)
     for key in sorted(repos):
         repo = repos[key]
-        if repo.refs is None:
+        if repo.refs is None or repo.refs == repo.seen:  # unchanged heads cost no write
             continue
         try:
             cache.save(repo.url, repo.refs)

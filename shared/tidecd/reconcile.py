@@ -98,10 +98,12 @@ class Outcome:
 
 
 def reconcile(runtime: Runtime, name: str, *, reason: str = "", budget: float = 10.0, automate: bool = True,
-              clock: Clock = SYSTEM) -> Outcome:
+              clock: Clock = SYSTEM, head: str = "") -> Outcome:
     """ONE step: observe, decide, execute, record; returns within about `budget` seconds.
 
-    Starts an automated operation when the policy says so (unless `automate` is False: a refresh only)."""
+    Starts an automated operation when the policy says so (unless `automate` is False: a refresh only).
+    `head` is the commit the app's targetRevision resolved to moments ago (the poll's ls-remote): a
+    single-source git app then renders it without an ls-remote of its own."""
     holder = uuid.uuid4().hex
     if not acquire_lease(runtime.store, name, holder, LEASE_TTL, clock.now()):
         log.info("reconcile skipped", app=name, reason=ALREADY_RUNNING)
@@ -111,7 +113,8 @@ def reconcile(runtime: Runtime, name: str, *, reason: str = "", budget: float = 
     try:
         for _ in range(RACE_ATTEMPTS):
             try:
-                return notify.after_step(runtime, _Step(runtime, name, reason, budget, automate, clock, keeper).run())
+                return notify.after_step(runtime, _Step(runtime, name, reason, budget, automate, clock, keeper,
+                                                               head).run())
             except PreconditionFailed:
                 if keeper.lost:
                     return Outcome(name, app_state.load(runtime.store, name)[0], skipped="lease lost")
@@ -193,6 +196,13 @@ def terminate_operation(runtime: Runtime, name: str) -> str:
         except PreconditionFailed:
             continue
         return op.id
+
+
+def _record(state: app_state.AppState) -> str:
+    """The state as it would be written, but for `reconciled_at` (what a no-op step changes)."""
+    doc = state.to_json()
+    doc.pop("reconciled_at", None)
+    return json.dumps(doc, sort_keys=True, default=str)
 
 
 def render_desired(runtime: Runtime, app: Application, revision: str = "",
@@ -404,11 +414,13 @@ class _Step:
     """One reconcile call: observe once, then decide → execute → record until a wait outlasts the budget."""
 
     def __init__(self, runtime: Runtime, name: str, reason: str, budget: float, automate: bool,
-                 clock: Clock, keeper: LeaseKeeper | None = None) -> None:
+                 clock: Clock, keeper: LeaseKeeper | None = None, head: str = "") -> None:
         self.runtime, self.name, self.reason, self.automate, self.clock = runtime, name, reason, automate, clock
         self.keeper = keeper
+        self.head = head  # the poll's fresh resolution of the targetRevision ("" resolves it here)
         self.deadline = clock.monotonic() + budget
         self.state, self.generation = app_state.load(runtime.store, name)
+        self.loaded = _record(self.state)
         self.changes = ChangeSet()
         self.continue_after: float | None = None
         self.live: dict[ResourceKey, Manifest] = {}
@@ -489,7 +501,12 @@ class _Step:
         return self.state.operation is not None and self.state.operation.running
 
     def _save(self) -> None:
-        """Record: a lost race raises PreconditionFailed, and `reconcile` re-reads and re-decides."""
+        """Record: a lost race raises PreconditionFailed, and `reconcile` re-reads and re-decides. A settled
+        app whose record did not change but for `reconciled_at` is not written: a no-op resync makes no
+        write, in the store either (`reconciled_at` is then the last step that changed something)."""
+        settled = not self._running() and self.state.health is not HealthStatus.PROGRESSING
+        if settled and self.generation and self.continue_after is None and _record(self.state) == self.loaded:
+            return
         self.generation = app_state.save(self.runtime.store, self.state, if_generation_match=self.generation)
 
     def _observe_and_advance(self) -> None:
@@ -501,6 +518,8 @@ class _Step:
         self.render_warnings = []
         running = op is not None and op.running
         pinned = op.revision if op is not None and running else ""  # a multi-source one: each source's, joined
+        if not running and len(self.head) == 40 and not app.sources and charts.kind_of(app.source) == charts.GIT:
+            pinned = self.head  # resolved by this tick's ls-remote of the repository
         sha, manifests = render_desired(self.runtime, app, pinned, warnings=self.render_warnings)
         if op is not None and op.running and not op.revision:
             op.revision = sha

@@ -2,7 +2,8 @@
 functions (poll target → Pub/Sub emulator → 2 reconcile instances), then a no-op tick.
 
 `make bench-scale` runs the same path with 1,000 apps in 50 repos and times it; this test checks that the
-path works and keeps the no-op promises: one ls-remote per repository and no write to the cluster.
+path works and keeps the no-op promises: one ls-remote per repository, no write to the cluster and none to
+the apps' or repositories' state (leases and refresh records are the only store writes).
 """
 
 from __future__ import annotations
@@ -63,10 +64,11 @@ def test_twenty_apps_in_four_repos_from_cold_then_a_noop_tick(
             assert status == 200 and b'"replicas":0' in body
 
             git_server.reset_counts()
-            before = scale.api_requests(cluster)
+            before, stored = scale.api_requests(cluster), scale.store_snapshot(inst.store)
             noop = fleet.tick()
             wait_quiet(fleet)
             calls = scale.ApiCalls.between(before, scale.api_requests(cluster))
+            writes = scale.store_writes(stored, scale.store_snapshot(inst.store))
             ls_remote = sum(git_server.requests(r, LS_REMOTE) for r in scenario.repo_names())
             steps = [c for c in fleet.frontend.snapshot()[len(cold):] if not c.refused_early]
         finally:
@@ -74,4 +76,5 @@ def test_twenty_apps_in_four_repos_from_cold_then_a_noop_tick(
     assert len(noop["drift_checked"]) == 20 and not noop["apps_refreshed"], noop
     assert len(steps) == 20 and all(c.status < 300 for c in steps)
     assert calls.writes_on_app_kinds == 0, calls
-    assert ls_remote <= 4 + 20, f"{ls_remote} ls-remote calls for 4 repositories"
+    assert ls_remote == 4, f"{ls_remote} ls-remote calls for 4 repositories"
+    assert "state" not in writes, writes

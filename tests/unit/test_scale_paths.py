@@ -1,0 +1,126 @@
+"""What the 1,000-app scenario (bench/scale.py) showed costly, fixed and held here:
+
+- each reconcile step did its own ls-remote: the poll now hands the head it resolved along (fresh for
+  `HEAD_FRESH_SECONDS`), so a tick costs one ls-remote per repository, not one per app;
+- a no-op step rewrote the app's state (only `reconciled_at` changed), and the poll rewrote every
+  repository's unchanged heads: neither writes now.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
+from tests.unit.test_poll import REPO_A, REPO_B, SHA, Recorder, heads, make_runtime
+from tests.unit.test_poll import FakeGit as FakeLsRemote
+from tests.unit.test_poll import application as app_doc
+from tidecd import reconcile as engine
+from tidecd import state as app_state
+from tidecd.clock import FakeClock
+from tidecd.dispatch import HEAD_FRESH_SECONDS, BadRefreshMessage, Refresh, decode_refresh
+from tidecd.poll import DRIFT_SWEEP, poll
+from tidecd.reconcile import reconcile
+from tidecd.store import MemoryStore
+
+
+class CountingStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, key: str, data: bytes, *, if_generation_match: int | None = None) -> int:
+        self.writes.append(key)
+        return super().write(key, data, if_generation_match=if_generation_match)
+
+
+def configmap(name: str, value: str = "v") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": value}}
+
+
+@pytest.fixture()
+def setup(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeCluster, CountingStore, FakeGit, Any]]:
+    cluster, store, git = FakeCluster(), CountingStore(), FakeGit()
+    cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
+    monkeypatch.setattr(engine, "render_desired", git.render)
+    yield cluster, store, git, fake_runtime(cluster, store, application(automated=True))
+
+
+def test_a_noop_step_of_a_settled_app_writes_no_state(setup: Any) -> None:
+    cluster, store, git, runtime = setup
+    git.push([configmap("settings")])
+    clock = FakeClock()
+    reconcile(runtime, "app", clock=clock)  # the automated sync
+    state, generation = app_state.load(store, "app")
+    assert state.sync_status == "Synced" and state.health == "Healthy" and generation
+
+    store.writes.clear()
+    clock.advance(30)
+    outcome = reconcile(runtime, "app", clock=clock)
+
+    assert outcome.state is not None and outcome.state.sync_status == "Synced"
+    assert [k for k in store.writes if k.startswith("state/")] == []
+    assert app_state.load(store, "app")[1] == generation
+
+    git.push([configmap("settings", "changed")])  # something to record: written again
+    reconcile(runtime, "app", clock=clock)
+    assert "state/apps/app.json" in store.writes and app_state.load(store, "app")[0].revision == git.head
+
+
+def test_a_step_given_the_polls_head_renders_it_without_resolving(setup: Any) -> None:
+    cluster, store, git, runtime = setup
+    first = git.push([configmap("settings", "one")])
+    git.push([configmap("settings", "two")])  # the remote's head now
+
+    reconcile(runtime, "app", clock=FakeClock(), head=first)
+    assert app_state.load(store, "app")[0].revision == first
+
+    reconcile(runtime, "app", clock=FakeClock(), head="abc1234")  # not a full sha: resolved as usual
+    assert app_state.load(store, "app")[0].revision == git.head
+
+
+def test_a_refresh_head_is_used_only_while_fresh_and_never_by_a_continuation() -> None:
+    sha = "a" * 40
+    fresh = Refresh("web", DRIFT_SWEEP, sha, resolved_at=1000.0)
+    assert fresh.head(1000.0 + HEAD_FRESH_SECONDS - 1) == sha
+    assert fresh.head(1000.0 + HEAD_FRESH_SECONDS + 1) == ""  # a late redelivery resolves again
+    assert Refresh("web", "webhook: push", sha).head(1000.0) == ""  # no resolved_at: not a head
+    assert Refresh("web", "continue", sha, token="t", resolved_at=1000.0).head(1000.0) == ""
+
+    event = {"message": {"data": base64.b64encode(fresh.to_json()).decode(), "attributes": fresh.attributes()}}
+    assert decode_refresh(event) == fresh
+    bad = {"message": {"data": base64.b64encode(b'{"app": "web", "resolvedAt": "soon"}').decode()}}
+    with pytest.raises(BadRefreshMessage, match="resolvedAt"):
+        decode_refresh(bad)
+
+
+def test_a_noop_tick_hands_each_app_its_head_and_saves_no_unchanged_heads(tmp_path: Path) -> None:
+    apps = [app_doc(f"a{i}", REPO_A, automated=True) for i in range(6)]
+    apps += [app_doc(f"b{i}", REPO_B, "v1", automated=True) for i in range(4)]
+    runtime = make_runtime(tmp_path, apps)
+    store = CountingStore()
+    runtime.store = store
+    git = FakeLsRemote({REPO_A: heads(SHA[1]), REPO_B: heads(SHA[2])})
+    poll(runtime, Recorder(), jitter_seconds=0, ls_remote=git)  # first seen: heads saved
+    assert sum(k.startswith("state/repos/") for k in store.writes) == 2
+    for doc in apps:
+        app_state.save(store, app_state.AppState(app=doc["metadata"]["name"]))
+
+    store.writes.clear()
+    sent = Recorder()
+    summary = poll(runtime, sent, jitter_seconds=0, ls_remote=git)
+
+    assert summary.ls_remote_calls == 2 and len(summary.drift_checked) == 10
+    assert [k for k in store.writes if k.startswith("state/")] == []
+    by_app = {r.app: r for r in sent.refreshes}
+    assert by_app["a3"].revision == SHA[1] and by_app["b2"].revision == SHA[9]  # the tag v1 resolves to SHA[9]
+    assert all(r.resolved_at > 0 and r.head(r.resolved_at) == r.revision for r in sent.refreshes)
+
+    git.move(REPO_A, "refs/heads/main", SHA[3])
+    store.writes.clear()
+    poll(runtime, Recorder(), jitter_seconds=0, ls_remote=git)
+    assert len([k for k in store.writes if k.startswith("state/repos/")]) == 1  # only the moved repository
