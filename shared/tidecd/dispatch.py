@@ -325,6 +325,10 @@ def run_step(runtime: Runtime, refresh: Refresh, dispatcher: Dispatcher) -> Outc
     if outcome.skipped:
         return outcome
     _continue(runtime.store, dispatcher, refresh, outcome.continue_after)
+    if outcome.refresh:  # apps this step created or changed (an app of apps' children)
+        failures = dispatcher.dispatch([Refresh(app, f"changed by {refresh.app}") for app in outcome.refresh])
+        for app, message in sorted(failures.items()):
+            log.warning("child refresh not handed over (the poll will)", app=app, error=message)
     if not refresh.continuation:
         reconciled = outcome.state.revision if outcome.state is not None else ""
         if pending.finish(runtime.store, refresh.app, reconciled):

@@ -25,13 +25,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
-from tidecd import constants, generated, health, notify, ownership, render, syncoptions, syncwindows
+from tidecd import appofapps, constants, generated, health, notify, ownership, render, syncoptions, syncwindows
 from tidecd import source as git
 from tidecd import state as app_state
+from tidecd.appofapps import ChildCluster
 from tidecd.argocd_settings import ArgoSettings
 from tidecd.clock import SYSTEM, Clock
 from tidecd.cluster import ApiError, KubeCluster, UnknownKind, managed_selector
@@ -95,6 +96,7 @@ class Outcome:
     skipped: str = ""  # non-empty: did nothing (e.g. "already running")
     continue_after: float | None = None  # seconds until this app wants its next step; None: nothing pending
     changes: ChangeSet = field(default_factory=ChangeSet)
+    refresh: tuple[str, ...] = ()  # other apps this step changed (an app of apps' children): refresh them
 
 
 def reconcile(runtime: Runtime, name: str, *, reason: str = "", budget: float = 10.0, automate: bool = True,
@@ -433,6 +435,8 @@ class _Step:
         self.manifests: list[Manifest] = []
         self.tasks: tuple[plan.Task, ...] = ()
         self.comparison = Comparison()
+        self.seen_status = (self.state.sync_status, self.state.health)
+        self.children: ChildCluster | None = None  # the app-of-apps view of the cluster (`tidecd.appofapps`)
 
     # -- the step -------------------------------------------------------------------------------------
 
@@ -467,7 +471,17 @@ class _Step:
                  health=self.state.health, revision=self.state.revision[:12],
                  operation=self.state.operation.phase if self.state.operation else "",
                  continue_after=self.continue_after)
-        return Outcome(self.name, self.state, changes=self.changes, continue_after=self.continue_after)
+        touched = tuple(dict.fromkeys([*(self.children.touched if self.children else ()), *self._parent_to_tell()]))
+        return Outcome(self.name, self.state, changes=self.changes, continue_after=self.continue_after,
+                       refresh=touched)
+
+    def _parent_to_tell(self) -> list[str]:
+        """An app of apps' child whose sync or health changed asks its parent to look again (its waves wait
+        on it, and its resource list shows it)."""
+        if (self.state.sync_status, self.state.health) == self.seen_status:
+            return []
+        owner = self.runtime.config().owners.get(self.name, "")
+        return [generated.owner_name(owner)] if generated.owner_kind(owner) == "Application" else []
 
     def _with_diff(self, entry: ChangeEntry) -> ChangeEntry:
         """The entry with the masked diff its object's comparison found (the change set carries its diff)."""
@@ -527,6 +541,9 @@ class _Step:
             op.revisions = revisions_of(app, op.revision)
         self.sha = sha
         self.cluster = self.runtime.cluster(app.destination)
+        if app.annotation(appofapps.ANNOTATION_MODE) != "apply":  # Application objects become child apps
+            self.children = ChildCluster(self.cluster, self.runtime.store, app.name)
+            self.cluster = cast(KubeCluster, self.children)  # the same calls; it hands every other kind on
         namespaced = scope_lookup(self.cluster, manifests)
         self.manifests = _with_namespaces(namespaced, manifests, app.destination.namespace)
         self.manifests, self.excluded = without_excluded(self.runtime.config().argo_settings, app, self.manifests)
@@ -535,7 +552,11 @@ class _Step:
         try:
             from tidecd import project as rules
 
-            rules.enforce(self.project, app, self.manifests, namespaced)
+            # an app of apps' children are not objects in a cluster: `generated.merge` scopes them instead
+            # (a child may use only what the parent's project allows)
+            checked = self.manifests if self.children is None else [
+                m for m in self.manifests if not appofapps.is_child_object(m)]
+            rules.enforce(self.project, app, checked, namespaced)
         except ProjectViolation as exc:
             self.violations = str(exc)
         self._refresh_comparison()

@@ -182,6 +182,7 @@ class FakeOutcome:
     state: FakeState | None = field(default_factory=FakeState)
     skipped: str = ""
     continue_after: float | None = None
+    refresh: tuple[str, ...] = ()
 
 
 class FakeEngine:
@@ -229,6 +230,14 @@ def test_a_step_that_asks_for_more_schedules_its_continuation(runtime: Runtime,
     run_step(runtime, Refresh("web", "continue", not_before=1, token="t1"), recorder)
     assert len(recorder.scheduled) == 1  # done: nothing more, and the record is gone
     assert pending.continuation(runtime.store, "web") is None
+
+
+def test_apps_a_step_changed_are_refreshed(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tidecd.reconcile.reconcile", FakeEngine([FakeOutcome("root", refresh=("a", "b"))]))
+    recorder = Recorder()
+    run_step(runtime, Refresh("root", "webhook"), recorder)
+    assert [(r.app, r.reason) for r in recorder.dispatched if r.app != "root"] == [
+        ("a", "changed by root"), ("b", "changed by root")]
 
 
 def test_one_chain_of_continuations_per_app(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -85,7 +85,7 @@ def app(health: str | None, *, sync: str = "Synced", phase: str = "", message: s
     (app("Healthy"), HealthResult(H)),
     (app("Degraded", message="Deployment web failed"), HealthResult(D, "Deployment web failed")),
     (app("Healthy", phase="Running"), HealthResult(P, "sync operation is running")),
-    (app("Healthy", sync="OutOfSync"), HealthResult(H, "sync status is OutOfSync")),
+    (app("Healthy", sync="OutOfSync"), HealthResult(P, "sync status is OutOfSync")),  # waves wait on Synced too
     (app("Suspended"), HealthResult(S)),
     (app("Fine"), HealthResult(U, "Application reports an unknown health 'Fine'")),
 ], ids=["no-status", "healthy", "degraded", "operation-running", "out-of-sync", "suspended", "bad-health"])

@@ -4,7 +4,8 @@ This is the check Argo CD's documentation gives for `resource.customizations.hea
 (a parent's wave waits until its children report Healthy): no status yet is Progressing; otherwise the
 reported health and its message. One addition: while the child's sync operation is still running
 (`status.operationState.phase: Running`) it is Progressing whatever it reported, so a wave never passes a
-child that has not finished syncing; the sync status is named in the message when it is not Synced.
+child that has not finished syncing, and a Healthy child whose sync status is not Synced (OutOfSync,
+Unknown) is Progressing too: a wave passes only children that are Synced and Healthy.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def check(obj: Manifest) -> HealthResult:
     if text(obj, "status", "operationState", "phase") == "Running":
         return HealthResult(HealthStatus.PROGRESSING, message or "sync operation is running")
     sync = text(obj, "status", "sync", "status")
-    if sync and sync != "Synced" and not message:
-        message = f"sync status is {sync}"
+    if sync and sync != "Synced" and status is HealthStatus.HEALTHY:
+        # an app of apps' wave waits until the earlier children are Synced *and* Healthy (tidecd's children
+        # report their sync status; a child not synced yet has not deployed what its parent declared)
+        return HealthResult(HealthStatus.PROGRESSING, message or f"sync status is {sync}")
     return HealthResult(status, message)

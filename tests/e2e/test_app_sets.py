@@ -1,0 +1,151 @@
+"""App of apps and ApplicationSets against the real control plane and git server.
+
+- An app of apps with three children in two waves: the children become tidecd apps (no Application CR is
+  applied), the wave-1 child starts only after both wave-0 children are Synced and Healthy, through the
+  engine's own continuations and child refreshes (the local scheduler, as in `make demo`). Deleting a child
+  from git prunes it: the child app prunes its objects (resources finalizer), then leaves the config.
+- A git-directories ApplicationSet over 5 directories yields 5 apps; a pushed sixth directory is an app,
+  refreshed, in the very next poll tick.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.support.apps import GitOps, configmap
+from tidecd import generated
+from tidecd.dispatch import DirectDispatcher, ManualDispatcher, Refresh
+from tidecd.model import ResourceKey
+from tidecd.poll import poll
+from tidecd.reconcile import SyncRequest, start_operation
+from tidecd.runtime import Runtime
+from tidecd.scheduler import LocalScheduler
+
+pytestmark = pytest.mark.e2e
+
+FINALIZER = "resources-finalizer.argocd.argoproj.io"
+
+
+def child(gitops: GitOps, name: str, wave: int) -> dict[str, Any]:
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": gitops.real(name), "namespace": "argocd", "finalizers": [FINALIZER],
+                         "annotations": {"argocd.argoproj.io/sync-wave": str(wave)}},
+            "spec": {"project": "default",
+                     "source": {"repoURL": gitops.repo.url, "targetRevision": "main", "path": f"apps/{name}"},
+                     "destination": {"name": "in-cluster", "namespace": gitops.namespace},
+                     "syncPolicy": {"automated": {"prune": True}}}}
+
+
+def drive(runtime: Runtime, app: str, scheduler: LocalScheduler, timeout: float = 120.0) -> None:
+    """Hand a refresh of `app` to the local scheduler and let every step it leads to run (children too)."""
+    dispatcher = DirectDispatcher(lambda: Runtime(settings=runtime.settings, store=runtime.store),
+                                  store=runtime.store, scheduler=scheduler)
+    assert dispatcher.dispatch([Refresh(app, "test")]) == {}
+    assert scheduler.wait_idle(timeout), f"steps still pending after {timeout}s: {scheduler.pending()}"
+
+
+def test_app_of_apps_syncs_children_in_waves_and_prunes_a_child_deleted_from_git(gitops: GitOps) -> None:
+    files: dict[str, Any] = {f"apps/{n}/cm.yaml": configmap(f"cm-{n}") for n in ("a", "b", "c")}
+    files["root/children.yaml"] = [child(gitops, "a", 0), child(gitops, "b", 0), child(gitops, "c", 1)]
+    gitops.push(files)
+    root = gitops.application("root", path="root", automated={"prune": True})
+    runtime = gitops.runtime()
+    scheduler = LocalScheduler(workers=2)
+    started = time.monotonic()
+    drive(runtime, root, scheduler)
+    elapsed = time.monotonic() - started
+
+    parent = gitops.state("root")
+    assert parent.operation is not None and parent.operation.phase == "Succeeded", parent.operation
+    config = gitops.runtime().config()
+    names = {gitops.real(n) for n in ("a", "b", "c")}
+    assert names <= set(config.applications)
+    assert {config.owners[n] for n in names} == {f"Application/{root}"}
+    states = {n: gitops.state(n) for n in ("a", "b", "c")}
+    for name, state in states.items():
+        assert state.operation is not None and state.operation.phase == "Succeeded", (name, state.operation)
+        assert (state.sync_status, state.health) == ("Synced", "Healthy"), name
+        assert gitops.live("ConfigMap", f"cm-{name}") is not None
+    wave0_done = max(states[n].operation.finished_at for n in ("a", "b"))  # type: ignore[union-attr]
+    assert states["c"].operation.started_at >= wave0_done, "wave 1 started before wave 0 was Synced and Healthy"  # type: ignore[union-attr]
+    waited = [r for r in parent.resources if r.kind == "Application"]
+    assert len(waited) == 3 and all(r.health == "Healthy" for r in waited)
+    assert elapsed < 120
+
+    # deleting a child from git: the parent prunes it, the child prunes its objects, then leaves
+    gitops.push({"root/children.yaml": [child(gitops, "a", 0), child(gitops, "c", 1)]}, "drop child b")
+    drive(runtime, root, scheduler)
+    record = generated.load_records(runtime.store)[f"Application/{root}"]
+    assert gitops.real("b") not in record["apps"]
+    assert gitops.live("ConfigMap", "cm-b") is None
+    assert gitops.live("ConfigMap", "cm-a") is not None
+    after = gitops.runtime().config()
+    assert gitops.real("b") not in after.applications and gitops.real("a") in after.applications
+
+
+def test_a_child_may_not_widen_its_parents_project(gitops: GitOps) -> None:
+    gitops.project({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject", "metadata": {"name": "narrow"},
+                    "spec": {"sourceRepos": [gitops.repo.url],
+                             "destinations": [{"server": "*", "name": "*", "namespace": gitops.namespace}]}})
+    wide = child(gitops, "wide", 0)
+    wide["spec"]["destination"]["namespace"] = "kube-system"
+    gitops.push({"apps/wide/cm.yaml": configmap("cm-wide"), "root/children.yaml": [wide]})
+    root = gitops.application("root", path="root", project="narrow", automated={"prune": True})
+    runtime = gitops.runtime()
+    drive(runtime, root, LocalScheduler(workers=2))
+    config = gitops.runtime().config()
+    problem = config.invalid[gitops.real("wide")]
+    assert "kube-system" in problem and "narrow" in problem, problem
+    assert gitops.kube.get(ResourceKey("", "ConfigMap", "kube-system", "cm-wide")) is None
+    assert gitops.state("root").operation.phase == "Succeeded"  # type: ignore[union-attr]
+
+
+def directories_set(gitops: GitOps) -> dict[str, Any]:
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet", "metadata": {"name": "dirs"},
+            "spec": {"goTemplate": True,
+                     "generators": [{"git": {"repoURL": gitops.repo.url, "revision": "main",
+                                             "directories": [{"path": "services/*"}]}}],
+                     "template": {"metadata": {"name": "{{ .path.basename }}-" + gitops.namespace},
+                                  "spec": {"project": "default",
+                                           "source": {"repoURL": gitops.repo.url, "targetRevision": "main",
+                                                      "path": "{{ .path.path }}"},
+                                           "destination": {"name": "in-cluster", "namespace": gitops.namespace}}}}}
+
+
+def test_git_directories_application_set_yields_an_app_per_directory_and_follows_pushes(gitops: GitOps) -> None:
+    import yaml
+
+    services = ["alpha", "bravo", "charlie", "delta", "echo"]
+    gitops.push({f"services/{s}/cm.yaml": configmap(f"svc-{s}") for s in services})
+    (gitops.config_dir / "appset.yaml").write_text(yaml.safe_dump(directories_set(gitops)))
+    runtime = gitops.runtime()
+    recorder = ManualDispatcher()
+    started = time.monotonic()
+    summary = poll(runtime, recorder, jitter_seconds=0)
+    first_tick = time.monotonic() - started
+    expected = {f"{s}-{gitops.namespace}" for s in services}
+    assert summary.appsets_changed == ["dirs"], summary.errors
+    assert expected <= {r.app for r in recorder.refreshes}
+    config = gitops.runtime().config()
+    assert expected == {n for n, o in config.owners.items() if o == "ApplicationSet/dirs"}
+    assert "git directory services/charlie" in config.applications[f"charlie-{gitops.namespace}"].origin
+
+    gitops.reconcile("charlie", SyncRequest())  # a generated app syncs like a written one
+    assert gitops.live("ConfigMap", "svc-charlie") is not None
+    assert gitops.state("charlie").sync_status == "Synced"
+
+    recorder.refreshes.clear()
+    gitops.push({"services/foxtrot/cm.yaml": configmap("svc-foxtrot")}, "a sixth service")
+    started = time.monotonic()
+    summary = poll(runtime, recorder, jitter_seconds=0)
+    second_tick = time.monotonic() - started
+    new = f"foxtrot-{gitops.namespace}"
+    assert new in {r.app for r in recorder.refreshes}, summary
+    assert new in gitops.runtime().config().applications
+    start_operation(gitops.runtime(), new, SyncRequest())
+    gitops.reconcile("foxtrot")
+    assert gitops.live("ConfigMap", "svc-foxtrot") is not None
+    print(f"appset poll ticks: first {first_tick:.2f}s (5 apps), after a push {second_tick:.2f}s (6 apps)")
