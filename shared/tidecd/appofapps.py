@@ -89,6 +89,8 @@ class ChildCluster:
         obj["status"] = {"sync": {"status": str(child.sync_status), "revision": child.revision},
                          "health": {"status": str(child.health), "message": child.health_message},
                          "reconciledAt": child.reconciled_at}
+        if child.operation is not None:
+            obj["status"]["operationState"] = {"phase": str(child.operation.phase)}
         return obj
 
     def get(self, key: ResourceKey) -> Manifest | None:
