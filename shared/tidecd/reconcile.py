@@ -21,7 +21,7 @@ import datetime
 import json
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -665,6 +665,7 @@ class _Step:
             missing_namespaces=self.missing_namespaces, violations=self.violations,
             synced=self.comparison.status is SyncStatus.SYNCED, auto_synced=self.state.auto_synced,
             automated_disabled=self.state.automated_disabled, now=self.clock.now(),
+            health_scripts=self._health_scripts(),
         )
 
     # -- execute (cluster calls) and record -----------------------------------------------------------
@@ -985,14 +986,14 @@ class _Step:
         for res in comparison.resources:
             result: HealthResult | None = None
             if not res.requires_pruning:
-                result = health.assess(live.get(res.key))
+                result = health.assess(live.get(res.key), self._health_scripts())
                 assessed.append((res.key, result))
             statuses.append(app_state.ResourceStatus(
                 res.key.group, res.key.kind, res.key.namespace, res.key.name, res.status,
                 result.status if result else None, result.message if result else "",
                 list(res.changed_paths), res.requires_pruning, res.text or res.error,
             ))
-        roll = health.app_health(assessed)
+        roll = health.app_health(assessed, self._health_scripts())
         self.state.sync_status, self.state.revision = comparison.status, sha
         self.state.revisions = revisions_of(app, sha)
         self.state.health = roll
@@ -1016,6 +1017,10 @@ class _Step:
         settings = self.runtime.config().argo_settings
         destination = self._app.destination
         return settings.excluded(key.group, key.kind, destination.server or destination.name)
+
+    def _health_scripts(self) -> Mapping[str, str]:
+        """argocd-cm's Lua health checks (`resource.customizations.health.*`), which come before built-ins."""
+        return self.runtime.config().argo_settings.health_lua
 
     def _kept_conditions(self) -> list[dict[str, str]]:
         return [c for c in self.state.conditions if c["type"] == app_state.STATE_UNREADABLE and self.state.rebuilt]

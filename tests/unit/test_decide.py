@@ -205,3 +205,18 @@ def test_a_selective_sync_has_no_hooks_and_prunes_only_its_resources() -> None:
     assert isinstance(step, d.RunTasks) and [t.key.name for t in step.tasks] == ["a"]
     op.results = [result(a)]
     assert d.decide(observe([pre, a, b]), op, d.Policy()).step == d.Prune((), enabled=False)
+
+
+def test_waves_wait_for_custom_resources_by_their_health_checks() -> None:
+    """A Rollout in wave 0 holds wave 1 until it is Healthy (built-in check); argocd-cm's Lua check for it
+    comes first when the Observation carries one (here: it fails the wave)."""
+    ro = obj("Rollout", "canary", "argoproj.io/v1alpha1", notes={WAVE: "0"})
+    web = dep("web", **{WAVE: "1"})
+    op = running(checked=True, results=[result(ro)])
+    wait = d.decide(observe([ro, web], [ro]), op, d.Policy())
+    assert isinstance(wait.step, d.Wait)
+    assert wait.results[0].message == "Waiting for rollout spec update to be observed"
+    lua = {"argoproj.io/Rollout": 'return {status = "Degraded", message = "by the Lua check"}'}
+    failed = d.decide(observe([ro, web], [ro], health_scripts=lua), op, d.Policy())
+    assert isinstance(failed.step, d.Finish) and failed.step.phase is OperationPhase.FAILED
+    assert failed.results[0].message == "Degraded: by the Lua check"

@@ -209,6 +209,7 @@ def test_has_check_and_missing_resources() -> None:
 def test_a_broken_script_names_the_kind_and_fails_a_hook() -> None:
     result = assess(widget(), {"example.com/Widget": "return {status = "})
     assert result is not None and result.status is U
-    assert result.message.startswith("health check for example.com/Widget (argocd-cm 'example.com/Widget'): Lua error:")
+    assert result.message.startswith("health check for example.com/Widget "
+                                     "(argocd-cm resource.customizations.health.example.com_Widget): Lua error:")
     outcome = hook_outcome(widget(), {"example.com/Widget": "error('nope')"})
     assert not outcome.succeeded and outcome.finished and "nope" in outcome.message

@@ -103,7 +103,8 @@ def _judge(obj: Manifest, key: ResourceKey, scripts: Scripts) -> HealthResult | 
     custom = lua.script_for(scripts, key.group, key.kind)
     if custom is not None:
         where = f"{key.group}/{key.kind}" if key.group else key.kind
-        return lua.evaluate(custom[1], obj, where=f"{where} (argocd-cm {custom[0]!r})")
+        setting = "resource.customizations.health." + custom[0].lstrip("/").replace("/", "_")
+        return lua.evaluate(custom[1], obj, where=f"{where} (argocd-cm {setting})")
     check = _CHECKS.get((key.group, key.kind))
     if check is not None:
         return _run(check, obj, key)

@@ -81,6 +81,7 @@ class Observation:
     auto_synced: str = ""
     automated_disabled: bool = False
     now: float = 0.0
+    health_scripts: Mapping[str, str] = field(default_factory=dict)  # argocd-cm Lua checks, "group/Kind"
 
     @property
     def crd_kinds(self) -> frozenset[tuple[str, str]]:
@@ -259,19 +260,19 @@ def _assess(obs: Observation, op: Operation) -> dict[tuple[ResourceKey, str], Ta
             result.phase, result.uid = TaskPhase.RUNNING, str(live["metadata"].get("uid", ""))  # type: ignore[index]
         if result.phase is TaskPhase.RUNNING:
             if result.hook:
-                _judge_hook(result, live, op)
+                _judge_hook(result, live, op, obs.health_scripts)
             elif result.action is not Action.PRUNED:
-                _judge_resource(result, live)
+                _judge_resource(result, live, obs.health_scripts)
         out[result.id] = result
     return out
 
 
-def _judge_hook(result: TaskResult, live: Manifest | None, op: Operation) -> None:
+def _judge_hook(result: TaskResult, live: Manifest | None, op: Operation, scripts: Mapping[str, str]) -> None:
     if live is None or not _is_ours(live, op):
         # gone (deleted by a policy or by hand) after we created it: finished, as the blocking engine had it
         result.phase, result.message = TaskPhase.SUCCEEDED, result.message or "hook finished (gone)"
         return
-    outcome = health.hook_outcome(live)
+    outcome = health.hook_outcome(live, scripts)
     if outcome.finished and outcome.succeeded:
         result.phase, result.message = TaskPhase.SUCCEEDED, outcome.message
     elif outcome.finished:
@@ -279,10 +280,10 @@ def _judge_hook(result: TaskResult, live: Manifest | None, op: Operation) -> Non
         result.phase, result.message = TaskPhase.FAILED, f"{result.sync_phase} hook failed{detail}"
 
 
-def _judge_resource(result: TaskResult, live: Manifest | None) -> None:
+def _judge_resource(result: TaskResult, live: Manifest | None, scripts: Mapping[str, str]) -> None:
     if live is None:
         return  # applied, not visible yet
-    assessed = health.assess(live)
+    assessed = health.assess(live, scripts)
     if assessed is None or assessed.status in (HealthStatus.HEALTHY, HealthStatus.SUSPENDED):
         result.phase = TaskPhase.SUCCEEDED
     elif assessed.status is HealthStatus.DEGRADED:

@@ -233,7 +233,7 @@ def app_page(ctx: Context) -> Page:
         lister = ctx.runtime.cluster(values["app"].destination)
     except Exception as exc:  # any client failure: the page still shows the stored state
         problem = f"the destination cluster cannot be reached ({type(exc).__name__}): {str(exc)[:200]}"
-    resource_tree = tree.build(values["state"], lister)
+    resource_tree = tree.build(values["state"], lister, ctx.runtime.config().argo_settings.health_lua)
     split = ctx.request.query.get("diff") == "split"
     diffs = {}
     for _, nodes in resource_tree.groups:

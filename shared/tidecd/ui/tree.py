@@ -8,7 +8,7 @@ from children: never a Secret, never a spec.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -119,13 +119,14 @@ def app_nodes(current: app_state.AppState) -> list[Node]:
     return list(nodes.values())
 
 
-def build(current: app_state.AppState, lister: Lister | None) -> Tree:
-    """The tree of one app; with a lister, each owning object gets its live children."""
+def build(current: app_state.AppState, lister: Lister | None, scripts: Mapping[str, str] | None = None) -> Tree:
+    """The tree of one app; with a lister, each owning object gets its live children (their health with
+    argocd-cm's Lua `scripts` first, as the app's own resources)."""
     nodes = app_nodes(current)
     problem = ""
     if lister is not None:
         try:
-            _attach_children(nodes, lister)
+            _attach_children(nodes, lister, scripts or {})
         except Exception as exc:  # any cluster failure leaves the stored tree readable
             problem = f"live objects could not be read: {type(exc).__name__}: {str(exc)[:200]}"
     groups: dict[str, list[Node]] = {}
@@ -159,7 +160,7 @@ class _LiveIndex:
         return sorted(found, key=lambda o: str((o.get("metadata") or {}).get("name", "")))[:MAX_CHILDREN]
 
 
-def _attach_children(nodes: list[Node], lister: Lister) -> None:
+def _attach_children(nodes: list[Node], lister: Lister, scripts: Mapping[str, str]) -> None:
     index = _LiveIndex(lister)
     for node in nodes:
         key = node.key
@@ -168,21 +169,22 @@ def _attach_children(nodes: list[Node], lister: Lister) -> None:
         live = next((o for o in index.objects(key.group, key.kind, key.namespace)
                      if (o.get("metadata") or {}).get("name") == key.name), None)
         if live is not None:
-            node.children = _child_nodes(index, live, key.namespace, depth=0)
+            node.children = _child_nodes(index, live, key.namespace, 0, scripts)
 
 
-def _child_nodes(index: _LiveIndex, owner: Manifest, namespace: str, depth: int) -> list[Node]:
+def _child_nodes(index: _LiveIndex, owner: Manifest, namespace: str, depth: int,
+                 scripts: Mapping[str, str]) -> list[Node]:
     if depth > 3:
         return []
     out = []
     for obj in index.children(owner, namespace):
-        result = health.assess(obj)
+        result = health.assess(obj, scripts)
         status = obj.get("status") or {}
         detail = str(status.get("phase", "")) if obj.get("kind") == "Pod" else ""
         if obj.get("kind") == "ReplicaSet":
             detail = f"{status.get('readyReplicas', 0) or 0}/{(obj.get('spec') or {}).get('replicas', 0)} ready"
         child = Node(ResourceKey.of(obj), health=result.status.value if result else "",
                      health_message=result.message if result else "", detail=detail)
-        child.children = _child_nodes(index, obj, namespace, depth + 1)
+        child.children = _child_nodes(index, obj, namespace, depth + 1, scripts)
         out.append(child)
     return out
