@@ -432,6 +432,7 @@ class _Step:
         self.render_warnings: list[str] = []
         self.excluded: list[ResourceKey] = []
         self.claimed: list[str] = []  # desired objects someone else owns (an Argo CD Application, ...)
+        self.adoption_refused = ""  # why tidecd.io/adopt-from-argocd could not take the objects over
         self.manifests: list[Manifest] = []
         self.tasks: tuple[plan.Task, ...] = ()
         self.comparison = Comparison()
@@ -863,11 +864,39 @@ class _Step:
     def _refresh_comparison(self) -> None:
         self._remember_writes()
         self.comparison, live = self._compare(self.cluster, self._app, self.manifests)
+        source = self._app.annotation(constants.ANNOTATION_ADOPT_FROM_ARGOCD).strip()
+        if self.claimed and source and self._adopt_from_argocd(source):
+            self.comparison, live = self._compare(self.cluster, self._app, self.manifests)
         self.live = live
         for key in self._hook_keys():
             self.live.pop(key, None)
         self._refresh(self._hook_keys())
         self._record(self._app, self.sha, self.comparison, self.live)
+
+    def _adopt_from_argocd(self, source: str) -> bool:
+        """`tidecd.io/adopt-from-argocd: [<namespace>/]<name>` (or "true": the app's own name, in `argocd`):
+        what `tidecd app adopt` does, when the desired objects are that Argo CD Application's. A refusal
+        becomes the condition ArgoCDAdoptionRefused, naming each object; nothing is written then."""
+        from tidecd.sync import adopt as moves
+
+        namespace, _, name = source.rpartition("/")
+        name = self.name if name.lower() in ("true", "") else name
+        control = namespace or "argocd"
+        desired = {ResourceKey.of(m): m for m in plan.resources(self.manifests)}
+        try:
+            argo = moves.read_argo_app(self.cluster, f"{control}/{name}", control)
+            checked = moves.plan_adopt(self.cluster, self.name, argo, desired, self._app.ignore_differences,
+                                       argocd_marks=self._argocd_marks)
+        except moves.AdoptRefused as exc:
+            self.adoption_refused = str(exc)
+            return False
+        for entry in moves.adopt(self.cluster, checked, argocd_marks=self._argocd_marks):
+            self.changes.add(entry)
+        waves = {t.key: t.wave for t in self.tasks if not t.hook}
+        self.state.set_inventory([*self.state.inventory_keys(), *((k, waves.get(k, 0)) for k in desired)])
+        log.info("adopted from Argo CD", app=self.name, argocd=f"{argo.namespace}/{argo.name}",
+                 objects=len(checked.moves), next="; ".join(moves.argocd_steps_after_adopt(argo)))
+        return True
 
     def _refresh(self, keys: Any) -> None:
         keys = list(dict.fromkeys(keys))
@@ -1011,6 +1040,9 @@ class _Step:
         if self.claimed:  # as Argo CD names two apps wanting one object; the owner is named, never overwritten
             self.state.conditions.append({"type": "SharedResourceWarning", "at": now,
                                           "message": "; ".join(self.claimed)})
+        if self.adoption_refused:
+            self.state.conditions.append({"type": "ArgoCDAdoptionRefused", "at": now,
+                                          "message": self.adoption_refused})
 
     def _excluded_kind(self, key: ResourceKey) -> bool:
         """argocd-cm `resource.exclusions`/`inclusions`: tidecd leaves objects of this kind alone (no prune)."""

@@ -66,13 +66,18 @@ def argo_application(gitops: GitOps, name: str, keys: list[ResourceKey], *, auto
     apply_as(gitops, doc, "argocd-application-controller")
 
 
+CONTROLLERS = ("kube-controller-manager", "kwok")  # they write status and revision annotations on their own
+
+
 def written(obj: dict[str, Any] | None) -> Any:
     """What a write by a tool changes (controllers' status updates aside): marks, owners, content."""
     assert obj is not None
     meta = obj["metadata"]
     owners = sorted((e.get("manager"), e.get("operation"), json.dumps(e.get("fieldsV1"), sort_keys=True))
-                    for e in meta.get("managedFields") or [] if e.get("subresource") != "status")
-    return (meta.get("annotations"), meta.get("labels"), owners,
+                    for e in meta.get("managedFields") or []
+                    if e.get("subresource") != "status" and e.get("manager") not in CONTROLLERS)
+    notes = {k: v for k, v in (meta.get("annotations") or {}).items() if k != "deployment.kubernetes.io/revision"}
+    return (notes, meta.get("labels"), owners,
             {k: v for k, v in obj.items() if k not in ("metadata", "status")})
 
 
@@ -203,3 +208,30 @@ def test_adopt_moves_ownership_in_place_and_release_gives_it_back(
     assert [c["type"] for c in state.conditions if c["type"] == "SharedResourceWarning"]
     assert writes == []
     print(f"adopt of {len(live)} objects took {took:.2f} s")
+
+
+def test_the_adopt_annotation_takes_the_app_over_on_reconcile(gitops: GitOps) -> None:
+    name = gitops.real("app")
+    live = {}
+    for obj in manifests().values():
+        written_obj = apply_as(gitops, marked(obj, name, gitops), "argocd-controller")
+        live[ResourceKey.of(written_obj)] = written_obj
+    gitops.push(manifests())
+    gitops.application(annotations={"tidecd.io/adopt-from-argocd": f"{gitops.namespace}/{name}"})
+    argo_application(gitops, name, sorted(live)[1:])  # one object short: refused, nothing written
+    gitops.reconcile()
+    state = gitops.state()
+    refused = [c["message"] for c in state.conditions if c["type"] == "ArgoCDAdoptionRefused"]
+    assert refused and "not tracked by Argo CD Application" in refused[0], state.conditions
+    for key, before in live.items():
+        assert written(gitops.kube.get(key)) == written(before)
+    argo_application(gitops, name, sorted(live))
+    gitops.reconcile()
+    state = gitops.state()
+    assert state.sync_status == "Synced", state.conditions
+    assert not [c for c in state.conditions if c["type"] in ("ArgoCDAdoptionRefused", "SharedResourceWarning")]
+    for key, before in live.items():
+        now = gitops.kube.get(key)
+        assert now is not None and now["metadata"]["uid"] == before["metadata"]["uid"]
+        assert "argocd.argoproj.io/tracking-id" not in (now["metadata"].get("annotations") or {})
+    assert sorted(k for k, _ in state.inventory_keys()) == sorted(live)
