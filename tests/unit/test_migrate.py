@@ -325,3 +325,48 @@ def test_report_is_complete_for_an_empty_argo_cd(pair: KeyPair, tmp_path: Path) 
     report = (tmp_path / migrate.REPORT_FILE).read_text()
     assert "Written: nothing" in report and "## Not converted (0)" in report
     assert load_config(tmp_path).applications == {}
+
+
+# -- the command ------------------------------------------------------------------------------------------
+
+
+def cli(monkeypatch: pytest.MonkeyPatch, objects: list[Manifest], args: list[str]) -> Any:
+    import typer
+    from typer.testing import CliRunner
+
+    from tidecd.cli import migrate as command
+    from tidecd.cluster import KubeCluster
+
+    fake = FakeArgo(objects)
+    monkeypatch.setattr(KubeCluster, "from_kubeconfig", classmethod(lambda cls, path=None, context=None: fake))
+    root = typer.Typer()
+    command.register(root)
+    root.command("version")(lambda: None)  # a second command, so `import` is a subcommand as in tidecd
+    result = CliRunner().invoke(root, ["import", *args])
+    result.calls = fake.calls  # type: ignore[attr-defined]
+    return result
+
+
+def test_the_command_prints_the_report_and_exits_by_what_it_converted(
+        pair: KeyPair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cert = tmp_path / "tls.crt"
+    cert.write_bytes(pair.cert_pem)
+    good = cli(monkeypatch, [application("a")], ["--out", str(tmp_path / "one"), "--cert", str(cert)])
+    assert good.exit_code == 0, good.output
+    assert "# Import from Argo CD (namespace argocd)" in good.stdout and "Written: 1 Application" in good.stdout
+    assert {c[2] for c in good.calls} == {"argocd"}
+    plugin = application("p")
+    plugin["spec"]["source"]["plugin"] = {"name": "x"}
+    elsewhere = cli(monkeypatch, [application("a"), plugin], ["--out", str(tmp_path / "two"), "--cert", str(cert),
+                                                              "-n", "team-argocd"])
+    assert elsewhere.exit_code == 0 and "Written: nothing" in elsewhere.stdout  # nothing in that namespace
+    assert {c[2] for c in elsewhere.calls} == {"team-argocd"}
+    partial = cli(monkeypatch, [application("a"), plugin], ["--out", str(tmp_path / "three"), "--cert", str(cert)])
+    assert partial.exit_code == 1 and "Application/p: spec.source.plugin: not converted" in partial.stdout
+    assert (tmp_path / "three" / "applications" / "a.yaml").is_file()
+    again = cli(monkeypatch, [], ["--out", str(tmp_path / "three"), "--cert", str(cert)])
+    assert again.exit_code == 2 and "is not empty; pass --force" in again.stderr
+    monkeypatch.delenv("TIDECD_SEALING_KEYS", raising=False)
+    no_cert = cli(monkeypatch, [], ["--out", str(tmp_path / "four")])
+    assert no_cert.exit_code == 2 and "no sealing certificate" in no_cert.stderr
+    assert not (tmp_path / "four").exists() and no_cert.calls == []
