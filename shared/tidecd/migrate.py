@@ -201,7 +201,7 @@ def _guarded(plan: ImportPlan, kind: str, obj: Manifest, convert: Any) -> bool:
         doc = None
     plan.findings.extend(found)
     if doc is None:
-        if kind != "ConfigMap" and not any(f.error for f in found):  # a ConfigMap may hold nothing to import
+        if kind != "ConfigMap" and not any(f.error or f.note.startswith("not imported") for f in found):
             plan.findings.append(Finding(label, "", "not converted", error=True))
         return False
     plan.documents.append(Converted(label, _path_for(kind, doc), doc))
@@ -395,9 +395,9 @@ def _cluster_findings(fields: dict[str, str], label: str, found: list[Finding]) 
         found.append(Finding(label, "data.server", "not converted: a cluster Secret needs a server", error=True))
         return False
     if server == IN_CLUSTER_SERVER:
-        found.append(Finding(label, "data.server", f"{IN_CLUSTER_SERVER} is Argo CD's own cluster: not imported; "
+        found.append(Finding(label, "data.server", f"not imported: {IN_CLUSTER_SERVER} is Argo CD's own cluster; "
                                                    "tidecd reaches it through KUBECONFIG (destination name "
-                                                   "in-cluster)", error=True))
+                                                   "in-cluster)"))
         return False
     for name in sorted(set(fields) - _CLUSTER_FIELDS):
         found.append(Finding(label, f"data.{name}", "kept (sealed), not honoured by tidecd"))

@@ -266,7 +266,9 @@ def test_secret_problems_name_the_object_never_a_value(pair: KeyPair, tmp_path: 
     no_creds = cluster_secret("anon", {"tlsClientConfig": {"insecure": True}})
     plan = run_import([in_cluster, no_url, bad_json, not_base64, no_creds], pair, tmp_path)
     errors = {f.obj: str(f) for f in plan.errors}
-    assert "Argo CD's own cluster" in errors["Secret/argocd/local"]
+    assert "Secret/argocd/local" not in errors
+    assert "not imported: https://kubernetes.default.svc is Argo CD's own cluster" in finding(
+        plan, "Secret/argocd/local", "data.server").note
     assert "needs a url" in errors["Secret/argocd/nourl"]
     assert "not valid JSON" in errors["Secret/argocd/badjson"]
     assert "data.password is not valid base64" in errors["Secret/argocd/garbled"]
