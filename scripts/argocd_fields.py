@@ -4,6 +4,7 @@ The paths come from Argo CD's own CRD schemas (`manifests/crds/application-crd.y
 in the Go module github.com/argoproj/argo-cd/v3, fetched through the Go module proxy with the ordinary client:
 
     python3 scripts/argocd_fields.py [VERSION]        # default: the version in the generated file
+    python3 scripts/argocd_fields.py --readme          # the README's field tables, from the same list
 
 tidecd uses the list to tell a real Argo CD field it does not implement ("Argo CD field X is not implemented
 by tidecd") from a typo ("unknown field"), and the README's field table is checked against it. Only `spec`
@@ -88,10 +89,25 @@ def render(version: str, texts: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def write_readme() -> None:
+    """Replace the generated field tables in README.md (between the markers) with the current ones."""
+    sys.path.insert(0, str(ROOT / "shared"))
+    from tidecd import argocd_cm
+
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    begin, end = text.index(argocd_cm.README_BEGIN), text.index(argocd_cm.README_END) + len(argocd_cm.README_END)
+    readme.write_text(text[:begin] + argocd_cm.readme_block() + text[end:])
+    print("wrote the field tables of README.md")
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--readme"]:
+        write_readme()
+        return
     version = sys.argv[1] if len(sys.argv) > 1 else current_version()
     TARGET.write_text(render(version, module_files(version)))
-    print(f"wrote {TARGET.relative_to(ROOT)} from {MODULE}@{version}")
+    print(f"wrote {TARGET.relative_to(ROOT)} from {MODULE}@{version}; then run it with --readme")
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ NOT_HONOURED: tuple[tuple[str, str], ...] = (
     ("resource.excludeEventLabelKeys", "tidecd writes no Kubernetes events"),
     ("application.instanceLabelKey", _TRACKING), ("application.resourceTrackingMethod", _TRACKING),
     ("installationID", _TRACKING),
+    ("kustomize.enable", "tidecd always renders kustomize"),
     ("kustomize.", "kustomize build options, versions and paths are not implemented by tidecd"),
     ("jsonnet.enable", "tidecd always renders jsonnet"), ("helm.enable", "tidecd always renders helm"),
     ("helm.valuesFileSchemes", "tidecd reads helm value files from the source's checkout only"),
@@ -83,6 +84,57 @@ NOT_HONOURED: tuple[tuple[str, str], ...] = (
     ("ui.", _UI), ("help.", _UI), ("ga.", _UI), ("users.", _UI), ("passwordPattern", _UI), ("dex.", _UI),
     ("oidc.", _UI), ("admin.", _UI), ("accounts.", _UI), ("url", _UI), ("additionalUrls", _UI),
 )
+
+
+HONOURED_WHAT: Mapping[str, str] = MappingProxyType({
+    "resource.customizations": "the block form: `health.lua`, `health.lua.useOpenLibs` and `ignoreDifferences` "
+                               "per group/Kind (split keys win, as in Argo CD)",
+    "resource.customizations.health.<group>_<Kind>": "Lua health checks (tidecd.health runs them)",
+    "resource.customizations.useOpenLibs.<group>_<Kind>": "Lua standard libraries for that health check",
+    "resource.customizations.ignoreDifferences.<group>_<Kind>": "fields left out of every app's diff "
+                                                                "(jsonPointers, jqPathExpressions, "
+                                                                "managedFieldsManagers); `all` for every kind",
+    "resource.exclusions": "kinds tidecd neither syncs nor prunes (globs over apiGroups, kinds, clusters)",
+    "resource.inclusions": "only these kinds are synced and pruned",
+    "timeout.reconciliation": "how often the poll's drift sweep re-compares an automated app (0: never)",
+    "timeout.reconciliation.jitter": "spreads those sweeps per app",
+})
+
+
+def table_rows() -> list[tuple[str, str, str]]:
+    """(key, status, reason) of argocd-cm for the README: what is read, and every not-honoured key family."""
+    from tidecd.config_fields import IGNORED, NOT_IMPLEMENTED, SUPPORTED
+
+    rows = [(key, SUPPORTED, what) for key, what in HONOURED_WHAT.items()]
+    for prefix, reason in NOT_HONOURED:
+        status = NOT_IMPLEMENTED if "not implemented" in reason else IGNORED
+        rows.append((prefix + ("*" if prefix.endswith(".") else ""), status, reason))
+    rows += [(f"ConfigMap/{name}", IGNORED, why) for name, why in CONFIG_MAPS.items() if why]
+    rows += [(f"Secret/{name}", IGNORED, why) for name, why in SECRETS.items()]
+    return rows
+
+
+README_BEGIN = "<!-- argocd-fields:begin (generated: scripts/argocd_fields.py --readme) -->"
+README_END = "<!-- argocd-fields:end -->"
+
+
+def readme_block() -> str:
+    """The README's field tables (Application, AppProject, argocd-cm), checked by a unit test."""
+    from tidecd import argocd_fields, config_fields
+
+    cm = ["| argocd-cm key | tidecd | why |", "|---|---|---|"]
+    cm += [f"| `{key}` | {status} | {reason} |" for key, status, reason in table_rows()]
+    parts = [README_BEGIN,
+             f"Generated from Argo CD {argocd_fields.ARGOCD_VERSION}'s CRDs (every `spec` field; `spec.sources[]` has "
+             "the fields of `spec.source`). *ignored*: accepted, no effect; *not implemented*: the app (or the "
+             "project's apps) is set aside with \"Argo CD field X is not implemented by tidecd\" unless the field "
+             "holds its default value. A field Argo CD does not have is an \"unknown field\".",
+             "", "<details><summary>Application</summary>", "", config_fields.markdown_table("Application"), "",
+             "</details>", "", "<details><summary>AppProject</summary>", "",
+             config_fields.markdown_table("AppProject"), "", "</details>", "",
+             "<details><summary>argocd-cm and the other settings objects</summary>", "", "\n".join(cm), "",
+             "</details>", README_END]
+    return "\n".join(parts)
 
 
 def recognised(doc: Any) -> str:

@@ -150,8 +150,9 @@ def load_config(directory: Path, *, display: str | None = None, strict: bool = T
 def _argo_settings(objects: list[tuple[Any, str]], errors: list[str]) -> ArgoSettings:
     """argocd-cm and the other Argo CD settings objects; what is not honoured is logged here, once per load."""
     settings = argocd_cm.read(objects, errors)
-    for notice in settings.notices:
-        log.info("Argo CD setting not honoured", notice=notice)
+    if settings.notices:  # one line per load, however many settings (the api lists them one by one)
+        log.info("Argo CD settings not honoured by tidecd", count=len(settings.notices),
+                 settings=[n.rpartition(": not ")[0].rpartition(": ")[2] or n for n in settings.notices])
     return settings
 
 

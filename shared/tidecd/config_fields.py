@@ -61,6 +61,7 @@ _PROJECT_IGNORED: Mapping[str, str] = MappingProxyType({
     "spec.destinationServiceAccounts": "used only with sync impersonation (argocd-cm "
                                        "application.sync.impersonation.enabled), which tidecd does not have",
     "spec.syncWindows[].description": "a comment",
+    "spec.syncWindows[].syncOverrun": "tidecd checks windows when a sync starts; a running sync always finishes",
 })
 _PROJECT_NOT_IMPLEMENTED: Mapping[str, str] = MappingProxyType({
     "spec.signatureKeys": "GnuPG commit verification (the project's apps are set aside rather than "
@@ -70,7 +71,6 @@ _PROJECT_NOT_IMPLEMENTED: Mapping[str, str] = MappingProxyType({
     "spec.permitOnlyProjectScopedClusters": "project-scoped clusters",
     "spec.clusterResourceWhitelist[].name": "object names in resource lists",
     "spec.clusterResourceBlacklist[].name": "object names in resource lists",
-    "spec.syncWindows[].syncOverrun": "sync overrun of windows",
 })
 
 TABLES: Mapping[str, tuple[frozenset[str], Mapping[str, str], Mapping[str, str]]] = MappingProxyType({
@@ -129,3 +129,10 @@ def table_rows(kind: str) -> list[tuple[str, str, str]]:
         else:
             rows.append((path, SUPPORTED, ""))
     return rows
+
+
+def markdown_table(kind: str) -> str:
+    """The README table of `kind`'s fields (see `table_rows`)."""
+    lines = [f"| {kind} field | tidecd | why |", "|---|---|---|"]
+    lines += [f"| `{path}` | {status} | {reason} |" for path, status, reason in table_rows(kind)]
+    return "\n".join(lines)

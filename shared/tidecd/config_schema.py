@@ -114,6 +114,9 @@ class Node:
             self.errs.ignored(self.at(key), reason)
             return
         if status == config_fields.NOT_IMPLEMENTED:
+            if self.data[key] in (None, False, "", [], {}):  # set to its default: it changes nothing
+                self.errs.ignored(self.at(key), "set to its default value")
+                return
             self.error(key, config_fields.not_implemented_message(self.at(key), reason))
             return
         close = difflib.get_close_matches(key, keys.allowed, n=1)

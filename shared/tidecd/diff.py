@@ -151,7 +151,7 @@ def _restore(target: Any, live: Any, kept: Any) -> Any:
 def _rule_matches(rule: IgnoreDifference, key: ResourceKey) -> bool:
     if rule.from_settings:  # argocd-cm: group and kind globs, "" the core group only
         return _glob(rule.group, key.group) and _glob(rule.kind, key.kind)
-    return ((not rule.group or rule.group == key.group) and (not rule.kind or rule.kind == key.kind)
+    return ((not rule.group or _glob(rule.group, key.group)) and (not rule.kind or _glob(rule.kind, key.kind))
             and (not rule.name or rule.name == key.name) and (not rule.namespace or rule.namespace == key.namespace))
 
 

@@ -1033,6 +1033,7 @@ class _Step:
         self.state.conditions = self._kept_conditions() + syncoptions.conditions(app.sync_policy.sync_options, now)
         self.state.conditions += [{"type": "RepeatedResourceWarning", "message": text, "at": now}
                                   for text in self.render_warnings]
+        self._orphans()
         if self.excluded:
             self.state.conditions.append({"type": "ExcludedResourceWarning", "at": now, "message": (
                 "excluded by argocd-cm resource.exclusions/inclusions, neither synced nor pruned: "
@@ -1043,6 +1044,28 @@ class _Step:
         if self.adoption_refused:
             self.state.conditions.append({"type": "ArgoCDAdoptionRefused", "at": now,
                                           "message": self.adoption_refused})
+
+    def _orphans(self) -> None:
+        """AppProject `orphanedResources.warn`: a condition listing what no app manages in the namespace."""
+        wanted = self.project.orphaned_resources
+        namespace = self._app.destination.namespace
+        if wanted is None or not wanted.warn or not namespace:
+            return
+        from tidecd import orphans
+
+        def list_kind(group: str, kind: str) -> list[Manifest]:
+            if self._excluded_kind(ResourceKey(group, kind, "", "")):
+                return []
+            try:
+                return self.cluster.list(group, kind, namespace=namespace)
+            except (UnknownKind, ApiError):
+                return []
+
+        kinds = set(orphans.KINDS) | {(t.key.group, t.key.kind) for t in self.tasks if t.key.namespace}
+        found = orphans.find(list_kind, kinds, wanted)
+        if found:
+            self.state.conditions.append({"type": orphans.CONDITION, "message": orphans.message(namespace, found),
+                                          "at": app_state.now_iso()})
 
     def _excluded_kind(self, key: ResourceKey) -> bool:
         """argocd-cm `resource.exclusions`/`inclusions`: tidecd leaves objects of this kind alone (no prune)."""

@@ -94,3 +94,29 @@ def test_excluded_kinds_are_neither_synced_nor_pruned(world: Any) -> None:
     assert {r.kind for r in state.resources} == {"ConfigMap"}
     kept = copy.deepcopy(runtime.config().argo_settings)
     assert kept.excluded("batch", "Job", "https://kubernetes.default.svc")
+
+
+def test_orphaned_resources_warn_lists_what_no_app_manages_in_the_namespace(world: Any) -> None:
+    import dataclasses
+
+    from tidecd.config_model import DEFAULT_PROJECT, OrphanedResources, OrphanIgnore
+
+    runtime, cluster, git, clock = world
+    git.push([configmap()])
+    cluster.add({**configmap("stray"), "metadata": {"name": "stray", "namespace": "ns"}})
+    cluster.add({**configmap("kept"), "metadata": {"name": "generated-x", "namespace": "ns"}})
+    cluster.add({**configmap("child"), "metadata": {"name": "child", "namespace": "ns",
+                                                    "ownerReferences": [{"kind": "Deployment", "name": "d"}]}})
+    cluster.add({**configmap("elsewhere"), "metadata": {"name": "elsewhere", "namespace": "other"}})
+    sync(runtime, clock)
+    state = load_state(runtime.store, "app")[0]
+    assert "OrphanedResourceWarning" not in [c["type"] for c in state.conditions]  # not asked for
+    runtime.config().projects["default"] = dataclasses.replace(DEFAULT_PROJECT, orphaned_resources=OrphanedResources(
+        warn=True, ignore=(OrphanIgnore(kind="ConfigMap", name="generated-*"),)))
+    outcome = reconcile(runtime, "app", clock=clock)
+    assert outcome.state is not None
+    found = [c for c in outcome.state.conditions if c["type"] == "OrphanedResourceWarning"]
+    assert len(found) == 1, outcome.state.conditions
+    assert found[0]["message"] == ("1 orphaned resource(s) in namespace 'ns' (no app manages them): "
+                                   "ConfigMap ns/stray")
+    assert outcome.state.sync_status == "Synced"  # a warning, not a difference
