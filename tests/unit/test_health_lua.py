@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import pytest
@@ -173,3 +174,20 @@ def test_script_for_picks_exact_keys_before_globs() -> None:
     assert script_for(scripts, "", "Pod") == ("Pod", "c")
     assert script_for(scripts, "empty.io", "Thing") is None
     assert script_for(scripts, "apps", "Deployment") is None
+
+
+def test_a_script_that_spent_its_budget_is_not_run_again_for_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidecd.health import lua
+
+    monkeypatch.setattr(lua, "_spent", {})
+    script = "local n = 0 while true do n = n + 1 end"
+    budget = Budget(max_instructions=1_000_000)
+    first = run(script, budget=budget)
+    assert first is not None and "stopped after" in first.message
+    started = time.monotonic()
+    again = run(script, budget=budget)
+    assert time.monotonic() - started < 0.05
+    assert again is not None and again.status is U
+    assert again.message.startswith(PREFIX + "the script exceeded its time budget on an earlier object; "
+                                    "not run again for 300s"), again.message
+    assert run("return {status = 'Healthy'}") == HealthResult(H, "")  # other scripts still run

@@ -19,11 +19,14 @@ bytes beyond the converted object (objects come from the API server, which bound
 limit is set only once they are converted, and lifted again before the result is read, because an
 allocation failure outside a protected Lua call would abort the process). A script error, a timeout,
 running out of memory or a bad return value becomes an `Unknown` result whose message names the
-group/kind and what went wrong, never an exception.
+group/kind and what went wrong, never an exception. A script that spent its time budget is not run again
+in this process for `SPENT_COOLDOWN` seconds (its objects read Unknown at once), so one endless loop
+costs one budget per process, not one per object per reconcile.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +38,8 @@ MAX_MEMORY = 32 * 1024 * 1024
 MAX_INSTRUCTIONS = 50_000_000
 MAX_SECONDS = 1.0  # Argo CD gives a script one second
 _HOOK_EVERY = 10_000  # instructions between two budget checks
+SPENT_COOLDOWN = 300.0
+_spent: dict[str, float] = {}  # sha256 of a script that spent its time budget → monotonic time it may run again
 _MAX_DEPTH = 64  # nesting of the converted object; deeper values are cut off
 _MAX_MESSAGE = 4096  # characters of a script's message kept in status
 
@@ -122,6 +127,10 @@ class Budget:
 class _ScriptFailed(Exception):
     """A user script that failed; its text is the message the resource shows."""
 
+    def __init__(self, message: str, *, spent: bool = False) -> None:
+        super().__init__(message)
+        self.spent = spent
+
 
 def script_for(scripts: Mapping[str, str], group: str, kind: str) -> tuple[str, str] | None:
     """(key, script) of the customization for this kind: the exact key first, then a glob key (as
@@ -143,9 +152,17 @@ def evaluate(script: str, obj: Manifest, *, where: str = "", budget: Budget = Bu
     """Run a health script on one object. None when the script returns nil (no health, as Argo CD);
     an `Unknown` result naming `where` (the group/kind) for any failure."""
     label = where or str(ResourceKey.of(obj))
+    digest, now = hashlib.sha256(script.encode()).hexdigest(), time.monotonic()
+    if _spent.get(digest, 0.0) > now:
+        return HealthResult(HealthStatus.UNKNOWN, f"health check for {label}: the script exceeded its time budget "
+                            f"on an earlier object; not run again for {_spent[digest] - now:.0f}s")
     try:
         return _evaluate(script, obj, budget)
     except _ScriptFailed as exc:
+        if exc.spent:
+            if len(_spent) > 256:
+                _spent.clear()
+            _spent[digest] = now + SPENT_COOLDOWN
         return HealthResult(HealthStatus.UNKNOWN, f"health check for {label}: {exc}")
 
 
@@ -170,9 +187,11 @@ def _evaluate(script: str, obj: Manifest, budget: Budget) -> HealthResult | None
     except lua51.LuaMemoryError as exc:
         raise _ScriptFailed(f"the script exceeded its memory budget ({budget.max_memory // 2**20} MiB)") from exc
     except lua51.LuaError as exc:  # a spent budget fires on every instruction, the sandbox's own included
-        raise _ScriptFailed(_failure(str(exc), budget, time.monotonic() - started)) from exc
+        raise _ScriptFailed(_failure(str(exc), budget, time.monotonic() - started),
+                            spent="\0budget" in str(exc)) from exc
     if not ok:
-        raise _ScriptFailed(_failure(str(result), budget, time.monotonic() - started))
+        raise _ScriptFailed(_failure(str(result), budget, time.monotonic() - started),
+                            spent="\0budget" in str(result))
     return _result(runtime, result)
 
 
