@@ -37,6 +37,7 @@ import yaml
 from tidecd import argocd_cm, syncoptions
 from tidecd.config_schema import PARSERS, Errors, Node
 from tidecd.constants import (
+    ANNOTATION_ADOPT_FROM_ARGOCD,
     ARGO_GROUP,
     ARGO_VERSION,
     LABEL_SECRET_TYPE,
@@ -166,8 +167,12 @@ def read_argocd(reader: ArgoReader, namespace: str = DEFAULT_NAMESPACE) -> ArgoO
 # ---------------------------------------------------------------------------------------------- converting
 
 
-def plan_import(objects: ArgoObjects, cert_pem: bytes, *, namespace: str = DEFAULT_NAMESPACE) -> ImportPlan:
-    """Convert everything read; each object on its own, so one bad object never stops the others."""
+def plan_import(objects: ArgoObjects, cert_pem: bytes, *, namespace: str = DEFAULT_NAMESPACE,
+                adopt: bool = False) -> ImportPlan:
+    """Convert everything read; each object on its own, so one bad object never stops the others.
+
+    `adopt` annotates every Application `tidecd.io/adopt-from-argocd: <namespace>/<name>`, so tidecd takes
+    its objects over in place once Argo CD's automated sync of it is off (see `tidecd.adoption`)."""
     plan = ImportPlan(namespace=namespace)
     projects: set[str] = {"default"}  # tidecd has Argo CD's `default` project built in
     bad_projects: set[str] = set()
@@ -177,7 +182,10 @@ def plan_import(objects: ArgoObjects, cert_pem: bytes, *, namespace: str = DEFAU
         (projects if converted else bad_projects).add(name)
     for obj in objects.applications:
         def app(o: Manifest, found: list[Finding]) -> Manifest | None:
-            return _application(o, found, projects, bad_projects)
+            doc = _application(o, found, projects, bad_projects)
+            if doc is not None and adopt:
+                doc["metadata"].setdefault("annotations", {})[ANNOTATION_ADOPT_FROM_ARGOCD] = f"{namespace}/{_name(o)}"
+            return doc
         _guarded(plan, "Application", obj, app)
     for obj in objects.secrets:
         _guarded(plan, "Secret", obj, lambda o, f: convert_secret(o, cert_pem, f))

@@ -278,6 +278,16 @@ def test_secret_problems_name_the_object_never_a_value(pair: KeyPair, tmp_path: 
     assert [p.name for p in (tmp_path / "secrets").iterdir()] == ["cluster-anon.yaml"]
 
 
+def test_adopt_annotates_every_application_with_its_argo_cd_origin(pair: KeyPair, tmp_path: Path) -> None:
+    objects = [{**application("web"), "metadata": {**application("web")["metadata"], "namespace": "team-argocd"}}]
+    plan = migrate.plan_import(migrate.read_argocd(FakeArgo(objects), "team-argocd"), pair.cert_pem,
+                               namespace="team-argocd", adopt=True)
+    migrate.write_import(plan, tmp_path)
+    app = load_config(tmp_path).applications["web"]
+    assert app.annotation("tidecd.io/adopt-from-argocd") == "team-argocd/web"
+    assert app.annotation("notifications.argoproj.io/subscribe.on-sync-succeeded.slack") == "ops"
+
+
 # -- Argo CD's settings ----------------------------------------------------------------------------------------
 
 

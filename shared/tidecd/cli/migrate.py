@@ -29,6 +29,8 @@ def import_argocd(
     cert: Path | None = typer.Option(
         None, "--cert", help=f"Sealing certificate (PEM). Default: the active one in ${KEYS_ENV}."),
     force: bool = typer.Option(False, "--force", help="Write into a directory that is not empty."),
+    adopt: bool = typer.Option(False, "--adopt", help="Annotate every Application tidecd.io/adopt-from-argocd, "
+                               "so tidecd takes its objects over once Argo CD's automated sync of it is off."),
 ) -> None:
     """Import Argo CD's Applications, AppProjects, repository and cluster Secrets (sealed) into a config
     source directory, with a report of what tidecd will not honour. Argo CD is only read, never changed."""
@@ -46,7 +48,7 @@ def import_argocd(
         secrets.public_key_from_cert(cert_pem)  # an expired or broken certificate stops it before any read
         reader = _ReadOnly(KubeCluster.from_kubeconfig(kubeconfig or None, context=context))
         objects = migrate.read_argocd(reader, namespace)
-        plan = migrate.plan_import(objects, cert_pem, namespace=namespace)
+        plan = migrate.plan_import(objects, cert_pem, namespace=namespace, adopt=adopt)
         report = migrate.write_import(plan, out, force=force)
     except (TidecdError, OSError) as exc:
         text = str(exc) if isinstance(exc, TidecdError) else f"{exc.strerror or 'I/O error'}: {exc.filename}"
