@@ -158,9 +158,10 @@ def list_apps(runtime: Runtime, _: str, __: dict[str, Any], ___: Mapping[str, st
     config = runtime.config()
     for name in sorted(config.applications):
         current = app_state.load(runtime.store, name)[0]
-        apps.append({"name": name, "sync": current.sync_status, "health": current.health,
-                     "revision": current.revision, "revisions": current.revisions,
-                     "reconciledAt": current.reconciled_at})
+        item = {"name": name, "sync": current.sync_status, "health": current.health,
+                "revision": current.revision, "revisions": current.revisions,
+                "reconciledAt": current.reconciled_at}
+        apps.append(item | _lineage(config, name))
     for name, problem in sorted(config.invalid.items()):
         apps.append({"name": name, "sync": "Unknown", "health": "Unknown", "revision": "", "revisions": [],
                      "reconciledAt": "", "error": problem})
@@ -170,12 +171,28 @@ def list_apps(runtime: Runtime, _: str, __: dict[str, Any], ___: Mapping[str, st
     return Response(200, body)
 
 
+def _lineage(config: Any, name: str) -> dict[str, Any]:
+    """Where a generated app comes from (its owner: `ApplicationSet/<name>` or `Application/<parent>`, and
+    the generator or manifests), whether it is being deleted, and an app of apps' children."""
+    out: dict[str, Any] = {}
+    owner = config.owners.get(name)
+    if owner:
+        out["owner"] = owner
+        out["origin"] = config.applications[name].origin if name in config.applications else ""
+        if name in config.deleting:
+            out["deleting"] = True
+    children = sorted(n for n, o in config.owners.items() if o == f"Application/{name}")
+    if children:
+        out["children"] = children
+    return out
+
+
 @route("GET", "/apps/(?P<name>[^/]+)")
 def get_app(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, str]) -> Response:
     if query.get("refresh") in ("true", "1"):
         runtime.app(name)  # NotFound first: an unknown app gets no state and no lease
         reconcile(runtime, name, automate=False, reason="api refresh")
-    body = _state(runtime, name).summary()
+    body = _state(runtime, name).summary() | _lineage(runtime.config(), name)
     held = images_state.summary(runtime.store, name)
     if held:
         body["images"] = held

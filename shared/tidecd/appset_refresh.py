@@ -137,11 +137,12 @@ def list_pull_requests(api_url: str, owner: str, repo: str, token: str, labels: 
     from tidecd.github import REQUEST_TIMEOUT, RateLimited, Rejected, Unavailable, _translated
 
     client = github.Github(auth=Auth.Token(token) if token else None, base_url=api_url, retry=None,
-                           timeout=REQUEST_TIMEOUT, seconds_between_requests=None, seconds_between_writes=None)
+                           timeout=REQUEST_TIMEOUT, seconds_between_requests=None, seconds_between_writes=None,
+                           lazy=True)
     out = []
     try:
         with _translated():
-            for pull in client.get_repo(f"{owner}/{repo}", lazy=True).get_pulls(state="open"):
+            for pull in client.get_repo(f"{owner}/{repo}").get_pulls(state="open"):
                 names = tuple(label.name for label in pull.labels)
                 if all(label in names for label in labels):
                     out.append(PullRequest(number=int(pull.number), branch=str(pull.head.ref),
@@ -163,6 +164,30 @@ def _uses_pull_requests(gens: Iterable[dict[str, Any]]) -> bool:
             if kind in gen and _uses_pull_requests((gen[kind] or {}).get("generators") or []):
                 return True
     return False
+
+
+def _walk(gens: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+    for gen in gens:
+        yield gen
+        for kind in ("matrix", "merge"):
+            if isinstance(gen.get(kind), dict):
+                yield from _walk(gen[kind].get("generators") or [])
+
+
+def git_repos(appset: ApplicationSet) -> set[str]:
+    """The repositories the git generators of `appset` read (normalized; templated URLs left out)."""
+    return {normalize_repo_url(str(g["git"].get("repoURL", ""))) for g in _walk(appset.generators)
+            if isinstance(g.get("git"), dict) and "{{" not in str(g["git"].get("repoURL", ""))}
+
+
+def pull_request_repos(appset: ApplicationSet) -> set[str]:
+    """`owner/repo` (lowercase) of every pull-request generator of `appset`."""
+    out = set()
+    for gen in _walk(appset.generators):
+        github = (gen.get("pullRequest") or {}).get("github") if isinstance(gen.get("pullRequest"), dict) else None
+        if isinstance(github, dict):
+            out.add(f"{github.get('owner', '')}/{github.get('repo', '')}".lower())
+    return out
 
 
 def _requeue(gens: Iterable[dict[str, Any]]) -> float:

@@ -28,7 +28,7 @@ import structlog
 from tidecd.config import Application, Config, ConfigSourceRef, normalize_repo_url, parse_config_source
 from tidecd.constants import ANNOTATION_MANIFEST_GENERATE_PATHS
 from tidecd.dispatch import Dispatcher, Refresh
-from tidecd.errors import PermanentError, TemporaryError
+from tidecd.errors import PermanentError, TemporaryError, TidecdError
 from tidecd.globs import compile_glob
 from tidecd.model import Response
 from tidecd.store import PreconditionFailed, write_json
@@ -86,11 +86,15 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
     verify(provider, headers, body, runtime.settings.webhook_secret)
     if provider == "github" and event == "ping":
         return Response(200, {"msg": "pong"})
-    if provider == "github" and event == "pull_request":  # previews (tidecd.preview)
+    if provider == "github" and event == "pull_request":  # previews (tidecd.preview), PR generators
         from tidecd import preview
 
-        return Response(*preview.on_pull_request(_payload(headers, body), runtime, pr_apps,
-                                                 _delivery_id(provider, headers)))
+        payload = _payload(headers, body)
+        generated_apps = _pull_request_generators(payload, runtime, dispatcher)
+        status, previewed = preview.on_pull_request(payload, runtime, pr_apps, _delivery_id(provider, headers))
+        if generated_apps:
+            previewed = {**previewed, "applicationsets": generated_apps}
+        return Response(status, previewed)
     if event not in _PUSH_EVENTS[provider]:
         return Response(200, {"ignored": f"{provider} event {event!r} is not a push"})
     payload = _payload(headers, body)
@@ -100,7 +104,12 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
     if push.deleted:
         return Response(200, answer | {"note": f"{push.ref} was deleted: nothing to refresh"})
     config = _config(runtime)
+    created = _pushed_appsets(config, push, runtime, answer)
+    if created is not None:
+        config = _config(runtime)
     apps = matching_apps(config.applications.values(), push)
+    apps += [config.applications[n] for n in created or () if n in config.applications and
+             config.applications[n] not in apps]
     answer |= config_report(config)
     if config_source_matches(runtime.settings.config, push):
         answer["config_source"] = "changed: the next call loads the new configuration"
@@ -337,6 +346,45 @@ def config_source_matches(spec: str, push: Push) -> bool:
 
 
 # --- store and config ------------------------------------------------------------------------------------
+
+
+def _pushed_appsets(config: Config, push: Push, runtime: Runtime, answer: dict[str, Any]) -> list[str] | None:
+    """ApplicationSets whose git generators read the pushed repository are evaluated now; the apps they
+    created (None when no ApplicationSet reads it)."""
+    from tidecd.appset_refresh import git_repos, refresh
+
+    names = {n for n, s in config.appsets.items() if git_repos(s) & push.repo_urls}
+    if not names:
+        return None
+    summary = refresh(runtime, only=names)
+    answer["applicationsets"] = {"evaluated": summary.evaluated, "changed": summary.changed,
+                                 "created": summary.created, "deleted": summary.deleted}
+    if summary.errors:
+        answer["applicationsets"]["errors"] = summary.errors
+    return summary.created
+
+
+def _pull_request_generators(doc: Mapping[str, Any], runtime: Runtime, dispatcher: Dispatcher) -> dict[str, Any]:
+    """A `pull_request` event re-evaluates the ApplicationSets with a pull-request generator for that
+    repository at once (instead of after requeueAfterSeconds); the apps they create are refreshed."""
+    from tidecd.appset_refresh import pull_request_repos, refresh
+
+    repo = doc.get("repository") if isinstance(doc, Mapping) else None
+    full_name = str(repo.get("full_name", "")).lower() if isinstance(repo, Mapping) else ""
+    try:
+        config = runtime.config()
+    except TidecdError:
+        return {}
+    names = {n for n, s in config.appsets.items() if full_name and full_name in pull_request_repos(s)}
+    if not names:
+        return {}
+    summary = refresh(runtime, only=names, force_pull_requests=True)
+    if summary.created:
+        dispatcher.dispatch([Refresh(n, f"webhook: pull request on {full_name}") for n in summary.created])
+    out: dict[str, Any] = {"evaluated": summary.evaluated, "created": summary.created, "deleted": summary.deleted}
+    if summary.errors:
+        out["errors"] = summary.errors
+    return out
 
 
 def config_report(config: Config) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.support.apps import GitOps, configmap
+from tests.support.github_standin import GitHubStandIn
 from tidecd import generated
 from tidecd.dispatch import DirectDispatcher, ManualDispatcher, Refresh
 from tidecd.model import ResourceKey
@@ -149,3 +150,85 @@ def test_git_directories_application_set_yields_an_app_per_directory_and_follows
     gitops.reconcile("foxtrot")
     assert gitops.live("ConfigMap", "svc-foxtrot") is not None
     print(f"appset poll ticks: first {first_tick:.2f}s (5 apps), after a push {second_tick:.2f}s (6 apps)")
+
+    # a push webhook evaluates the ApplicationSets reading that repository at once (no poll tick needed)
+    import hashlib
+    import hmac
+    import json
+
+    from tidecd import webhook
+
+    sha = gitops.push({"services/golf/cm.yaml": configmap("svc-golf")}, "a seventh service")
+    body = json.dumps({"ref": "refs/heads/main", "after": sha, "repository": {
+        "clone_url": gitops.repo.url, "default_branch": "main"}, "commits": []}).encode()
+    headers = {"X-GitHub-Event": "push", "X-GitHub-Delivery": f"push-{sha[:8]}",
+               "X-Hub-Signature-256": "sha256=" + hmac.new(b"hook", body, hashlib.sha256).hexdigest()}
+    dispatched = ManualDispatcher()
+    answer = webhook.handle(headers, body, gitops.runtime(webhook_secret="hook"), dispatched)
+    golf = f"golf-{gitops.namespace}"
+    assert answer.body["applicationsets"]["created"] == [golf], answer.body
+    assert golf in answer.body["refreshed"] and golf in {r.app for r in dispatched.refreshes}
+
+
+def test_pull_request_generator_through_pygithub_and_the_webhook(
+        gitops: GitOps, github_standin: GitHubStandIn, webhook_examples: dict[str, list[dict[str, Any]]]) -> None:
+    import copy
+    import hashlib
+    import hmac
+    import json
+
+    import yaml
+
+    from tidecd import webhook
+    from tidecd.appset_refresh import refresh
+
+    event = copy.deepcopy(next(e for e in webhook_examples["pull_request"] if e["action"] == "opened"))
+    owner, repo = event["repository"]["full_name"].split("/")
+    token_secret = {"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "gh", "labels": {"argocd.argoproj.io/secret-type": "github"}},
+                    "stringData": {"token": "pr-token"}}
+    prs = {"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet", "metadata": {"name": "previews"},
+           "spec": {"goTemplate": True, "generators": [{"pullRequest": {"github": {"owner": owner, "repo": repo}}}],
+                    "template": {"metadata": {"name": "pr-{{ .number }}-" + gitops.namespace},
+                                 "spec": {"project": "default",
+                                          "source": {"repoURL": gitops.repo.url, "path": "app",
+                                                     "targetRevision": "{{ .head_sha }}"},
+                                          "destination": {"name": "in-cluster", "namespace": gitops.namespace}}}}}
+    (gitops.config_dir / "previews.yaml").write_text(yaml.safe_dump_all([token_secret, prs]))
+    runtime = gitops.runtime(github_api_url=github_standin.base_url, webhook_secret="hook")
+    summary = refresh(runtime)
+    assert summary.changed == ["previews"], summary.errors
+    pulls = github_standin.calls_to("pulls/list")
+    assert len(pulls) == 1 and "pr-token" in (pulls[0].authorization or "")
+    [name] = [n for n, o in gitops.runtime().config().owners.items() if o == "ApplicationSet/previews"]
+    app = gitops.runtime().config().applications[name]
+    assert name.startswith("pr-") and len(app.source.target_revision) == 40
+    assert refresh(gitops.runtime(github_api_url=github_standin.base_url)).evaluated == []  # requeueAfterSeconds
+    assert len(github_standin.calls_to("pulls/list")) == 1
+
+    body = json.dumps(event).encode()
+    headers = {"X-GitHub-Event": "pull_request", "X-GitHub-Delivery": "pr-1",
+               "X-Hub-Signature-256": "sha256=" + hmac.new(b"hook", body, hashlib.sha256).hexdigest(),
+               "Content-Type": "application/json"}
+    answer = webhook.handle(headers, body, gitops.runtime(github_api_url=github_standin.base_url,
+                                                          webhook_secret="hook"), ManualDispatcher())
+    assert answer.body["applicationsets"]["evaluated"] == ["previews"], answer.body
+    assert len(github_standin.calls_to("pulls/list")) == 2
+
+
+def test_an_application_set_in_the_config_source_no_longer_stops_every_app(gitops: GitOps) -> None:
+    """The opening-list bullet of issue 12: with an ApplicationSet (a bad one, even) next to a written app,
+    the written app loads and syncs, and the problem names the file and the field."""
+    import yaml
+
+    gitops.push({"app/cm.yaml": configmap("plain")})
+    app = gitops.application()
+    bad = directories_set(gitops)
+    bad["spec"]["generators"][0]["git"]["directories"] = [{"path": "services/*", "exlude": True}]
+    (gitops.config_dir / "appset.yaml").write_text(yaml.safe_dump(bad))
+    summary = poll(gitops.runtime(), ManualDispatcher(), jitter_seconds=0)
+    assert app in summary.apps_refreshed
+    assert any("appset.yaml: ApplicationSet/dirs: spec.generators[0].git.directories[0].exlude: unknown field" in e
+               for e in summary.errors), summary.errors
+    gitops.sync()
+    assert gitops.live("ConfigMap", "plain") is not None

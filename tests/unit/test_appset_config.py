@@ -149,3 +149,33 @@ def test_a_removed_application_set_deletes_its_apps(tmp_path: Path) -> None:
     refresh(runtime(tmp_path))
     config = runtime(tmp_path).config()
     assert config.deleting == {"one"} and generated.is_deleting(config.applications["one"])
+
+
+def test_the_api_shows_owner_and_origin_and_an_app_of_apps_children(tmp_path: Path) -> None:
+    import json
+
+    from tidecd import api
+
+    rt = Runtime(settings=Settings(config=str(tmp_path / "config"), store=str(tmp_path / "store"), api_token="t"),
+                 store=LocalStore(tmp_path / "store"))
+    write(tmp_path / "config", APP, list_set(["one"]))
+    refresh(rt)
+    generated.update(rt.store, "Application/written", lambda r: {**r, "apps": {"kid": {"doc": {
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": "kid"},
+        "spec": {"project": "default", "source": {"repoURL": "https://git.example/a", "path": "kid"},
+                 "destination": {"name": "in-cluster", "namespace": "kid"}}},
+        "generator": "manifests of Application/written"}}})
+    headers = {"Authorization": "Bearer t"}
+
+    def get(path: str) -> dict[str, Any]:
+        response = api.handle("GET", path, headers, b"", Runtime(settings=rt.settings, store=rt.store))
+        assert response.status == 200, response.body
+        body: dict[str, Any] = json.loads(response.body) if isinstance(response.body, bytes | str) else response.body
+        return body
+
+    listed = {a["name"]: a for a in get("/api/v1/apps")["apps"]}
+    assert listed["one"]["owner"] == "ApplicationSet/envs" and "list element 0" in listed["one"]["origin"]
+    assert listed["kid"]["owner"] == "Application/written" and listed["written"]["children"] == ["kid"]
+    one = get("/api/v1/apps/one")
+    assert one["owner"] == "ApplicationSet/envs" and one["app"] == "one"
+    assert get("/api/v1/apps/written")["children"] == ["kid"]

@@ -116,8 +116,9 @@ def list_apps(server: str = SERVER, token: str = TOKEN, output: str = OUTPUT,
         body = _checked(*_call("GET", "/apps", server, token))
 
     def table(b: dict[str, Any]) -> None:
-        _print_table(["NAME", "SYNC", "HEALTH", "REVISION"],
-                     [[a["name"], a["sync"] if "error" not in a else "Invalid", a["health"], short_revision(a)]
+        _print_table(["NAME", "SYNC", "HEALTH", "REVISION", "OWNER"],
+                     [[a["name"], a["sync"] if "error" not in a else "Invalid", a["health"], short_revision(a),
+                       a.get("owner", "") + (" (deleting)" if a.get("deleting") else "")]
                       for a in b["apps"]])
         for a in b["apps"]:
             if "error" in a:
@@ -137,6 +138,11 @@ def get(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPU
     def table(b: dict[str, Any]) -> None:
         typer.echo(f"Name:       {b['app']}\nSync:       {b['syncStatus']}  (revision {short_revision(b)})\n"
                    f"Health:     {b['health']}" + (f"  ({b['healthMessage']})" if b.get("healthMessage") else ""))
+        if b.get("owner"):
+            typer.echo(f"Owner:      {b['owner']}" + (" (deleting)" if b.get("deleting") else "")
+                       + f"\nOrigin:     {b.get('origin', '')}")
+        if b.get("children"):
+            typer.echo(f"Children:   {', '.join(b['children'])}")
         for cond in b.get("conditions", []):
             typer.echo(f"Condition:  {cond['type']}: {cond['message']}")
         if b.get("operation"):
