@@ -84,6 +84,10 @@ class HelmSpec:
     ignore_missing_value_files: bool = False
     pass_credentials: bool = False
     namespace: str = ""  # overrides the destination namespace for `helm template`
+    skip_schema_validation: bool = False  # --skip-schema-validation
+    skip_tests: bool = False  # --skip-tests
+    kube_version: str = ""  # --kube-version (default: tidecd's KUBE_VERSION)
+    api_versions: tuple[str, ...] = ()  # --api-versions, each
 
 
 @dataclass(frozen=True)

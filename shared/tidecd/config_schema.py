@@ -192,7 +192,8 @@ _KUSTOMIZE = _Keys(("namePrefix", "nameSuffix", "images", "commonLabels", "commo
                     "components"))
 _KUSTOMIZE_REPLICA = _Keys(("name", "count"))
 _HELM = _Keys(("releaseName", "valueFiles", "values", "valuesObject", "parameters", "fileParameters",
-               "passCredentials", "ignoreMissingValueFiles", "skipCrds", "namespace"))
+               "passCredentials", "ignoreMissingValueFiles", "skipCrds", "namespace", "skipSchemaValidation",
+               "skipTests", "kubeVersion", "apiVersions"))
 _HELM_PARAMETER = _Keys(("name", "value", "forceString"))
 _HELM_FILE_PARAMETER = _Keys(("name", "path"))
 _MANAGED_NAMESPACE = _Keys(("labels", "annotations"))
@@ -359,7 +360,9 @@ def _helm(node: Node | None) -> HelmSpec | None:
     return HelmSpec(release_name=node.text("releaseName"), value_files=node.texts("valueFiles"),
                     values=values, parameters=parameters, file_parameters=tuple(file_parameters),
                     skip_crds=node.flag("skipCrds"), ignore_missing_value_files=node.flag("ignoreMissingValueFiles"),
-                    pass_credentials=node.flag("passCredentials"), namespace=node.text("namespace"))
+                    pass_credentials=node.flag("passCredentials"), namespace=node.text("namespace"),
+                    skip_schema_validation=node.flag("skipSchemaValidation"), skip_tests=node.flag("skipTests"),
+                    kube_version=node.text("kubeVersion"), api_versions=node.texts("apiVersions"))
 
 
 def _helm_parameter(node: Node) -> HelmParameter:

@@ -68,13 +68,13 @@ def test_what_kubectl_get_adds_is_ignored(tmp_path: Path) -> None:
 
 def test_a_real_field_not_implemented_sets_aside_only_that_app(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(app("plain"))
-    (tmp_path / "b.yaml").write_text(app("schema", "helm:\n  skipSchemaValidation: true\n"))
+    (tmp_path / "b.yaml").write_text(app("schema", "kustomize:\n  commonAnnotationsEnvsubst: true\n"))
     (tmp_path / "c.yaml").write_text(app("labels", "kustomize:\n  labelWithoutSelector: true\n"))
     (tmp_path / "d.yaml").write_text(app("typo", "helm:\n  valueFile: [a.yaml]\n"))
     config = load_config(tmp_path, strict=False)
     assert sorted(config.applications) == ["plain"]
-    assert ("Argo CD field spec.source.helm.skipSchemaValidation is not implemented by tidecd "
-            "(helm --skip-schema-validation)") in config.invalid["schema"]
+    assert ("Argo CD field spec.source.kustomize.commonAnnotationsEnvsubst is not implemented by tidecd "
+            "(environment substitution in commonAnnotations)") in config.invalid["schema"]
     assert "Argo CD field spec.source.kustomize.labelWithoutSelector is not implemented" in config.invalid["labels"]
     assert "unknown field" not in config.invalid["schema"] + config.invalid["labels"]
     assert "spec.source.helm.valueFile: unknown field (did you mean valueFiles?)" in config.invalid["typo"]
@@ -117,3 +117,23 @@ def test_the_field_list_is_argo_cds_own() -> None:
     assert "spec.source.helm.valueFile" not in argocd_fields.APPLICATION
     assert config_fields.classify("Application", "spec.sources[3].plugin.name")[0] == config_fields.NOT_IMPLEMENTED
     assert config_fields.classify("Application", "spec.source.helm.nope") == ("", "")
+
+
+def test_newer_helm_fields_load_and_reach_helm_template(tmp_path: Path) -> None:
+    from tidecd.render.helm import template_argv
+
+    (tmp_path / "a.yaml").write_text(app("chart", """helm:
+  skipSchemaValidation: true
+  skipTests: true
+  kubeVersion: 1.30.0
+  apiVersions: [traefik.io/v1alpha1/TLSOption, v1/Service]
+"""))
+    helm = load_config(tmp_path).applications["chart"].source.helm
+    assert helm is not None
+    argv = template_argv("helm", helm, tmp_path, [], None, release="r", namespace="ns")
+    assert argv[argv.index("--kube-version") + 1] == "1.30.0"
+    assert "--skip-schema-validation" in argv and "--skip-tests" in argv
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--api-versions"] == ["traefik.io/v1alpha1/TLSOption",
+                                                                                  "v1/Service"]
+    plain = template_argv("helm", type(helm)(), tmp_path, [], None, release="r", namespace="ns")
+    assert "--skip-schema-validation" not in plain and "--api-versions" not in plain

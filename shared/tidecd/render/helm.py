@@ -96,7 +96,10 @@ def template_argv(
     namespace: str,
 ) -> list[str]:
     crds = "--skip-crds" if spec.skip_crds else "--include-crds"
-    argv = [helm, "template", release, str(chart_dir), crds, "--kube-version", KUBE_VERSION]
+    argv = [helm, "template", release, str(chart_dir), crds, "--kube-version", spec.kube_version or KUBE_VERSION]
+    argv += ["--skip-schema-validation"] * spec.skip_schema_validation + ["--skip-tests"] * spec.skip_tests
+    for api_version in spec.api_versions:
+        argv += ["--api-versions", api_version]
     if namespace:
         argv += ["--namespace", namespace]
     for path in value_files:
