@@ -58,6 +58,7 @@ class RuntimeSources:
         self._tmp = tempfile.TemporaryDirectory(prefix="tidecd-appset-")
         self._checkouts: dict[tuple[str, str], tuple[str, Path]] = {}
         self.used_repos: set[str] = set()
+        self.inputs: dict[str, str] = {}  # "repoURL#revision" → commit, of the evaluation running now
 
     def close(self) -> None:
         self._tmp.cleanup()
@@ -67,8 +68,8 @@ class RuntimeSources:
 
         self.used_repos.add(normalize_repo_url(repo_url))
         try:
+            sha = self.resolve(repo_url, revision)
             creds = self.runtime.repo_credentials(repo_url)
-            sha = git.resolve_revision(self.ls_remote(repo_url, creds), revision, repo_url)
             key = (normalize_repo_url(repo_url), sha)
             if key not in self._checkouts:
                 root = Path(self._tmp.name) / f"repo-{len(self._checkouts)}"
@@ -78,6 +79,15 @@ class RuntimeSources:
             return self._checkouts[key]
         except TidecdError as exc:
             raise GeneratorError(f"git: repository {redact_repo_url(repo_url)} at {revision}: {exc}") from None
+
+    def resolve(self, repo_url: str, revision: str) -> str:
+        """The commit `revision` names now (one ls-remote per repository per refresh); recorded as an input."""
+        from tidecd import source as git
+
+        creds = self.runtime.repo_credentials(repo_url)
+        sha = git.resolve_revision(self.ls_remote(repo_url, creds), revision, repo_url)
+        self.inputs[f"{repo_url}#{revision}"] = sha
+        return sha
 
     def clusters(self) -> list[ClusterInfo]:
         from tidecd.secrets import text_fields
@@ -218,7 +228,10 @@ def refresh(runtime: Runtime, *, only: set[str] | None = None, force_pull_reques
                     and record.get("specHash") == appset.spec_hash()
                     and now() - float(record.get("evaluatedAt") or 0) < _requeue(appset.generators)):
                 continue
+            if _unchanged(appset, record, sources):
+                continue
             summary.evaluated.append(name)
+            sources.inputs = {}
             _one(runtime, appset, sources, now, summary)
     finally:
         sources.close()
@@ -232,6 +245,22 @@ def refresh(runtime: Runtime, *, only: set[str] | None = None, force_pull_reques
     log.info("appsets refreshed", evaluated=len(summary.evaluated), changed=summary.changed,
              created=summary.created, deleted=summary.deleted, errors=len(summary.errors))
     return summary
+
+
+def _unchanged(appset: ApplicationSet, record: dict[str, Any], sources: RuntimeSources) -> bool:
+    """Nothing an evaluation reads has changed since the recorded one: same spec, every git revision it
+    read still resolves to the same commit (one ls-remote per repository, shared with the poll), no
+    failure recorded; cluster and pull-request generators are always evaluated (they are cheap to ask)."""
+    kinds = {k for g in _walk(appset.generators) for k in g}
+    if record.get("specHash") != appset.spec_hash() or record.get("failed") or kinds & {"clusters", "pullRequest"}:
+        return False
+    inputs = record.get("inputs")
+    if not isinstance(inputs, dict):
+        return False
+    try:
+        return all(sources.resolve(*key.rsplit("#", 1)) == sha for key, sha in inputs.items())
+    except TidecdError:
+        return False
 
 
 def _one(runtime: Runtime, appset: ApplicationSet, sources: RuntimeSources, now: Callable[[], float],
@@ -263,7 +292,7 @@ def _one(runtime: Runtime, appset: ApplicationSet, sources: RuntimeSources, now:
             removed.append(name)
         created.extend(sorted(n for n in kept if n not in live_old and not kept[n].get("deleting")))
         out = {**record, "apps": kept, "errors": list(expansion.errors), "specHash": appset.spec_hash(),
-               "origin": appset.origin}
+               "origin": appset.origin, "inputs": dict(sources.inputs), "failed": expansion.failed}
         if _uses_pull_requests(appset.generators):
             out["evaluatedAt"] = now()
         return out

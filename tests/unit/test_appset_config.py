@@ -73,7 +73,8 @@ def test_refresh_generates_apps_that_join_the_config_with_their_origin(tmp_path:
     assert config.applications["two"].destination.namespace == "two"
     assert "ApplicationSet/envs (spec.generators[0] (list element 1))" in config.applications["two"].origin
     assert rt.app("one").source.path == "one"
-    assert refresh(runtime(tmp_path)).changed == []  # nothing changed: nothing written
+    again = refresh(runtime(tmp_path))
+    assert again.changed == [] and again.evaluated == []  # nothing it reads changed: not even evaluated
 
 
 def test_removed_apps_with_the_finalizer_are_deleting_until_forgotten(tmp_path: Path) -> None:
