@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -194,7 +194,10 @@ def plan_import(objects: ArgoObjects, cert_pem: bytes, *, namespace: str = DEFAU
     return plan
 
 
-def _guarded(plan: ImportPlan, kind: str, obj: Manifest, convert: Any) -> bool:
+Converter = Callable[[Manifest, list[Finding]], Manifest | None]
+
+
+def _guarded(plan: ImportPlan, kind: str, obj: Manifest, convert: Converter) -> bool:
     """Run one conversion, turning any failure into an error finding for that object alone."""
     label = _label(kind, obj)
     found: list[Finding] = []
