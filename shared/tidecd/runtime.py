@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,16 @@ class Settings:
 _DIRECTORY_CONFIGS: dict[str, tuple[str, Config]] = {}
 
 
-def _fingerprint(directory: Path) -> str:
+RACY_SECONDS = 2.0  # a file modified this recently is fingerprinted by content, not by its stat alone
+
+
+def _fingerprint(directory: Path, *, now: float | None = None) -> str:
+    """What changes when any file of the directory changes: each path's size, mtime and inode, as git's
+    index does, and the content hash of files modified in the last RACY_SECONDS (a rewrite within the
+    file system's timestamp granularity keeps the mtime). Reading and hashing 1,000 Application files
+    was a tenth of every reconcile step's time in the 1,000-app scenario; their stat is ~20x cheaper."""
     digest = hashlib.sha256()
+    racy_after = (time.time() if now is None else now) - RACY_SECONDS
     for folder, dirs, files in os.walk(directory):
         dirs.sort()
         for name in sorted(dirs + files):
@@ -84,7 +93,15 @@ def _fingerprint(directory: Path) -> str:
             digest.update(path.encode() + b"\0")
             if os.path.islink(path):
                 digest.update(b"link:" + os.readlink(path).encode())
-            elif os.path.isfile(path):
+                continue
+            try:
+                stat = os.stat(path)
+            except FileNotFoundError:
+                continue
+            if not os.path.isfile(path):
+                continue
+            digest.update(f"{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}".encode())
+            if stat.st_mtime >= racy_after:
                 with open(path, "rb") as f:
                     digest.update(hashlib.sha256(f.read()).digest())
     return digest.hexdigest()

@@ -124,3 +124,62 @@ def test_a_noop_tick_hands_each_app_its_head_and_saves_no_unchanged_heads(tmp_pa
     store.writes.clear()
     poll(runtime, Recorder(), jitter_seconds=0, ls_remote=git)
     assert len([k for k in store.writes if k.startswith("state/repos/")]) == 1  # only the moved repository
+
+
+# -- a warm instance: the config directory by stat, the API clients kept ----------------------------------
+
+
+def test_the_config_fingerprint_reads_only_recently_modified_files(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from tidecd import runtime as rt
+
+    app = tmp_path / "app.yaml"
+    app.write_text("name: one\n")
+    fresh = rt._fingerprint(tmp_path)
+    app.write_text("name: two\n")  # same size, maybe the same mtime: a racy file is hashed
+    assert rt._fingerprint(tmp_path) != fresh
+
+    os.utime(app, (1_000_000_000, 1_000_000_000))  # an old file: its stat is enough
+    old = rt._fingerprint(tmp_path)
+
+    def no_reading(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an old file was read")
+
+    monkeypatch.setattr(rt, "open", no_reading, raising=False)
+    assert rt._fingerprint(tmp_path) == old
+    os.utime(app, (1_000_000_100, 1_000_000_100))  # touched: another stamp
+    assert rt._fingerprint(tmp_path) != old
+
+
+def _kubeconfig(path: Path, token: str) -> None:
+    import yaml
+
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+
+
+def test_api_clients_are_kept_per_kubeconfig_and_per_cluster_secret(tmp_path: Path) -> None:
+    import json
+    import os
+
+    from tidecd.cluster import KubeCluster, client_for_secret
+
+    config = tmp_path / "kubeconfig"
+    _kubeconfig(config, "first")
+    one, two = KubeCluster.from_kubeconfig(str(config)), KubeCluster.from_kubeconfig(str(config))
+    assert one.api is two.api and one is not two  # one connection pool; write counters stay apart
+    _kubeconfig(config, "second-token")
+    os.utime(config, ns=(os.stat(config).st_mtime_ns + 1_000_000, os.stat(config).st_mtime_ns + 1_000_000))
+    assert KubeCluster.from_kubeconfig(str(config)).api is not one.api  # a changed file: a new client
+
+    def secret(token: str) -> dict[str, Any]:
+        return {"metadata": {"name": "prod"}, "stringData": {
+            "server": "https://prod.example:6443", "config": json.dumps({"bearerToken": token})}}
+
+    assert client_for_secret(secret("a")) is client_for_secret(secret("a"))
+    assert client_for_secret(secret("a")) is not client_for_secret(secret("b"))  # a rotated token
