@@ -39,6 +39,7 @@ class ResourceDiff:
     requires_pruning: bool = False
     error: str = ""
     missing: bool = False  # no live object: a sync would create it
+    temporary: bool = False  # `error` is a TemporaryError's (409, 429, 5xx): a later try may pass
 
     def change(self) -> ChangeEntry:
         """This comparison in the change-set vocabulary: what a sync would do to the object, with its diff."""
@@ -233,8 +234,16 @@ def changed_paths(before: Any, after: Any, prefix: str = "") -> list[str]:
     return [] if before == after else [prefix or "."]
 
 
+# Objects larger than this (as JSON) get no text diff: the API server refuses them anyway (about 3 MiB), and
+# dumping and diffing 30 MB of YAML would cost a minute per comparison and bloat the stored state.
+MAX_DIFF_OBJECT_BYTES = 2 * 1024 * 1024
+
+
 def text_diff(key: ResourceKey, live: Manifest | None, predicted: Manifest | None) -> str:
     """Unified YAML diff, Secret values masked (a changed value shows as a changed mask)."""
+    size = max(len(json.dumps(obj, separators=(",", ":"))) if obj else 0 for obj in (live, predicted))
+    if size > MAX_DIFF_OBJECT_BYTES:
+        return f"# diff omitted: {key} is {size:,} bytes as JSON (over {MAX_DIFF_OBJECT_BYTES:,})\n"
     changed = frozenset(changed_paths(live, predicted)) if live and predicted else frozenset()
 
     def dump(obj: Manifest | None, marks: frozenset[str]) -> list[str]:

@@ -102,6 +102,7 @@ class ChangeEntry:
     diff: str = ""
     wave: int = 0
     phase: str = ""  # the sync phase (PreSync, Sync, PostSync, SyncFail); "" outside a sync
+    temporary: bool = False  # a failure a later try may not meet (409, 429, 5xx); not part of the api's form
 
     def __str__(self) -> str:
         text = f"{self.key} {self.action.value}"

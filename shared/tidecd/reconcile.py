@@ -479,6 +479,8 @@ class _Step:
             kind = "InvalidSpecError" if isinstance(exc, ProjectViolation) else "ComparisonError"
             self._condition(kind, str(exc))
             if self._running():
+                assert self.state.operation is not None
+                self.state.operation.retryable = False
                 self._fail_operation(str(exc))
         self.state.reconciled_at = app_state.now_iso()
         self._follow_health()
@@ -754,7 +756,9 @@ class _Step:
 
         entries = list(_pool().map(one, step.tasks))
         failures = [e for e in entries if e.action is Action.FAILED]
-        failures += [ChangeEntry(key, Action.FAILED, message) for key, message in step.known_failures]
+        temporary = {r.key for r in self.comparison.resources if r.temporary}
+        failures += [ChangeEntry(key, Action.FAILED, message, temporary=key in temporary)
+                     for key, message in step.known_failures]
         if op.dry_run:
             for entry in entries:
                 self.changes.add(self._with_diff(entry))
@@ -764,6 +768,7 @@ class _Step:
                     self.changes.add(self._with_diff(entry))
                 op.results.append(TaskResult(entry.key, "Sync", 0, False, Action.FAILED, TaskPhase.FAILED,
                                              entry.message))
+            op.retryable = all(e.temporary for e in failures)  # one permanent refusal: a retry meets it again
             self._finish(op, OperationPhase.FAILED, "one or more objects failed to apply (dry run), nothing "
                          "was written: " + "; ".join(f"{e.key}: {e.message}" for e in failures))
             return
@@ -832,7 +837,7 @@ class _Step:
         if op.automated and phase is OperationPhase.SUCCEEDED and self.app is not None:
             self.state.auto_synced = images_state.sync_marker(self.runtime.store, self.app, op.revision,
                                                               spec_hash(self.app))
-        if op.automated and phase is not OperationPhase.SUCCEEDED and self.app is not None:
+        if op.automated and phase is not OperationPhase.SUCCEEDED and self.app is not None and op.retryable:
             policy = policy_of(self.app)
             if policy.may_retry(op.retry_count):
                 delay = policy.retry_delay(op.retry_count)
@@ -993,7 +998,8 @@ class _Step:
         try:
             predicted = cluster.apply(owned, dry_run=True)
         except ApiError as exc:
-            return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), error=f"dry-run failed: {explain(exc)}")
+            return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), error=f"dry-run failed: {explain(exc)}",
+                                temporary=isinstance(exc, TemporaryError))
         except UnknownKind as exc:
             return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), error=f"dry-run failed: {exc}")
         return compare(key, current, predicted, self.runtime.config().ignore_differences_of(app))

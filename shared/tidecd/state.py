@@ -207,6 +207,9 @@ class Operation:
     pruned: bool = False
     failure: str = ""  # why it failed, kept while its SyncFail hooks run
     step_errors: int = 0  # temporary errors in a row (a source or API blip): retried, up to a bound
+    retryable: bool = True  # False: it failed for a reason a retry cannot change (a permanent API error,
+    #                         a refused object): automated sync does not retry it (the next revision or a
+    #                         manual sync tries again)
     results: list[TaskResult] = field(default_factory=list)
     revisions: list[str] = field(default_factory=list)  # multi-source: each source's (pinned by a rollback)
     extra: dict[str, Any] = field(default_factory=dict)  # fields of newer versions, written back as read

@@ -290,6 +290,20 @@ def test_bad_input(name: str, gitops: GitOps, tmp_path: Path, loopback_server: t
     if case.bad_app and name.startswith("config:"):
         listing = [a for a in _api_list(gitops) if a["name"] == bad]
         assert listing and "error" in listing[0], listing
+        _cli_lists_the_good_and_marks_the_bad(gitops, good, bad)
+
+
+def _cli_lists_the_good_and_marks_the_bad(gitops: GitOps, good: str, bad: str) -> None:
+    from typer.testing import CliRunner
+
+    from tidecd.cli import app as cli
+
+    env = {"TIDECD_CONFIG": str(gitops.config_dir), "TIDECD_STORE": str(gitops.store.root),
+           "KUBECONFIG": str(gitops.dev.kubeconfig)}
+    shown = CliRunner().invoke(cli, ["app", "list", "--cached"], env=env)
+    rows = {line.split()[0]: line.split()[1] for line in shown.stdout.splitlines()[1:] if line.split()}
+    assert rows.get(good) == "Synced" and rows.get(bad) == "Invalid", shown.output
+    assert f"invalid: {bad}: " in shown.output, shown.output
 
 
 def _api_list(gitops: GitOps) -> list[dict[str, Any]]:

@@ -100,7 +100,8 @@ def _print_table(headers: list[str], rows: list[list[str]]) -> None:
 
 
 def _refreshed(name: str, server: str, token: str, cached: bool) -> dict[str, Any]:
-    query = None if cached or server else {"refresh": "true"}
+    """The app's status after a fresh comparison (locally and through `--server` alike), unless `cached`."""
+    query = None if cached else {"refresh": "true"}
     return _checked(*_call("GET", f"/apps/{name}", server, token, query=query))
 
 

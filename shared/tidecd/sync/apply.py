@@ -13,6 +13,7 @@ from typing import Any
 
 from tidecd import ownership
 from tidecd.cluster import ApiError, Cluster
+from tidecd.errors import TemporaryError
 from tidecd.model import Action, ChangeEntry, Manifest, ResourceKey
 from tidecd.sync.plan import Task
 
@@ -53,7 +54,8 @@ def apply_task(cluster: Cluster, task: Task, app: str, *, dry_run: bool,
             if written is not None:
                 written(task.key, result)
     except ApiError as exc:
-        return ChangeEntry(task.key, Action.FAILED, explain(exc), **placed(task))
+        return ChangeEntry(task.key, Action.FAILED, explain(exc), temporary=isinstance(exc, TemporaryError),
+                           **placed(task))
     action = Action.CONFIGURED if existed else Action.CREATED
     return ChangeEntry(task.key, action, "dry run" if dry_run else "", **placed(task))
 

@@ -213,6 +213,9 @@ def _automated(obs: Observation, op: Operation | None, policy: Policy) -> Step:
     if obs.synced:
         return Nothing("synced")
     if op is not None and op.automated and op.phase is not OperationPhase.SUCCEEDED and op.revision == obs.revision:
+        if not op.retryable:
+            return Nothing(f"automated sync of {obs.revision[:12]} failed for a reason a retry cannot change; "
+                           "not retried")
         if not policy.may_retry(op.retry_count):
             return Nothing(f"automated sync of {obs.revision[:12]} failed; retries exhausted")
         if obs.now < op.next_attempt_at:
