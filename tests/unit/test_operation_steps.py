@@ -389,9 +389,17 @@ def test_before_hook_creation_deletes_the_old_copy_and_waits_for_it_to_go(h: Har
     assert h.op().phase is OperationPhase.SUCCEEDED
 
 
+def _throttled(verb: str, key: ResourceKey) -> None:
+    if key.name == "bad":
+        from tidecd.cluster import ApiError
+
+        raise ApiError(key, 429, "TooManyRequests", "the server is throttling", delay=1)
+
+
 def test_retries_are_scheduled_continuations(h: Harness) -> None:
     h.configure(automated=True, retry=__import__("tidecd.config", fromlist=["Retry"]).Retry(limit=2))
-    h.git.push([service("bad", port=99999)])
+    h.cluster.before_call = _throttled  # a temporary failure (429): worth retrying
+    h.git.push([service("bad")])
     outcome = h.step()
     assert h.op().phase is OperationPhase.FAILED and outcome.continue_after == 5.0
     assert h.step().continue_after == pytest.approx(5.0)  # not yet: the backoff holds
@@ -404,6 +412,18 @@ def test_retries_are_scheduled_continuations(h: Harness) -> None:
     h.clock.advance(100)
     assert h.step().continue_after is None  # limit reached
     assert [e.result for e in h.state().history] == ["Failed"] * 3
+
+
+def test_a_permanent_failure_is_not_retried(h: Harness) -> None:
+    """A port the API server refuses (422) would be refused again: no retry, whatever the retry policy."""
+    h.configure(automated=True, retry=__import__("tidecd.config", fromlist=["Retry"]).Retry(limit=2))
+    h.git.push([service("bad", port=99999)])
+    outcome = h.step()
+    op = h.op()
+    assert op.phase is OperationPhase.FAILED and not op.retryable and outcome.continue_after is None
+    h.clock.advance(100)
+    assert h.step().continue_after is None and h.op().id == op.id and h.op().retry_count == 0
+    assert [e.result for e in h.state().history] == ["Failed"]
 
 
 def test_a_dry_run_operation_writes_nothing_and_reports(h: Harness) -> None:
