@@ -903,8 +903,8 @@ class _Step:
         name = self.name if name.lower() in ("true", "") else name
         control = namespace or "argocd"
         desired = {ResourceKey.of(m): m for m in plan.resources(self.manifests)}
-        try:
-            argo = moves.read_argo_app(self.cluster, f"{control}/{name}", control)
+        try:  # the real Argo CD Application: not the app-of-apps view, where Applications are tidecd's
+            argo = moves.read_argo_app(self.runtime.cluster(self._app.destination), f"{control}/{name}", control)
             checked = moves.plan_adopt(self.cluster, self.name, argo, desired, self._app.ignore_differences,
                                        argocd_marks=self._argocd_marks)
         except moves.AdoptRefused as exc:
