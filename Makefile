@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools tools-if-missing test unit e2e lint demo bench bench-scale screenshots package infra-check clean fuzz
+.PHONY: all venv tools tools-if-missing test unit e2e lint demo bench bench-scale bench-peers screenshots package infra-check clean fuzz
 
 all: test
 
@@ -49,6 +49,11 @@ demo: venv tools-if-missing
 
 bench: venv tools-if-missing
 	$(PY) -m bench
+
+# Only tidecd against the real Argo CD, Flux and gitops-agent (built on first use; TIDECD_BENCH_PEERS=Flux,...
+# picks some, TIDECD_BENCH_PEER_REPS the repetitions).
+bench-peers: venv tools-if-missing
+	$(PY) -m bench peers
 
 # Only the scale scenario (issue 17): 1,000 apps in 50 repos from cold through the functions, with a progress
 # bar; TIDECD_SCALE_APPS / _REPOS / _WORKERS change its size. Heavy: about 10 minutes on 2 cores.

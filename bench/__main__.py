@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from bench import cli, diff, functions, images, operations, render, sync, ui
+from bench import cli, diff, functions, images, operations, peers, render, sync, ui
 from bench.harness import Bench, Row, fmt_time, print_plain, print_table, say
 from tidecd import logs
 
@@ -31,11 +31,30 @@ GROUPS: dict[str, Callable[[Bench], list[Row]]] = {
     "cli": cli.run,
     "ui": ui.run,
     "operations": operations.run,
+    "peers": peers.run,
 }
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def isolate() -> str:
+    """Run the rest of the bench in a network namespace of its own, whose only interface is loopback.
+
+    The control plane, git server, functions and peers then listen where nothing outside can reach them,
+    and the peers whose listeners are hard-wired to 0.0.0.0 (Argo CD's controller metrics, gitops-agent's
+    API) need no relay. Needs root (or CAP_SYS_ADMIN); without it the peers get a namespace each, with relays.
+    """
+    from tidecd_dev import netns
+
+    if netns.isolated():
+        return "network: already in a loopback-only namespace"
+    try:
+        netns.unshare_net()
+    except OSError as exc:
+        return f"network: shared with the host ({exc}); the peers bound to 0.0.0.0 get a namespace each"
+    return "network: the bench runs in a loopback-only network namespace of its own"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     failed = False
     started = time.perf_counter()
+    if "peers" in chosen:
+        peers.prebuild()  # may fetch from the Go module proxy: before the network goes
+    say(isolate())
     bench = Bench(Path(tempfile.mkdtemp(prefix="tidecd-bench-")))
     try:
         for name in chosen:
