@@ -354,9 +354,19 @@ class TidecdFunction(Tool):
         return self._trigger(case, "0" * 40, synced=True)
 
     def after(self, case: Case) -> None:
-        if not self.warm and self.proc is not None:
-            self.bench.stop(self.proc)
-            self.proc = None
+        """A cold instance is stopped only once it has no refresh or continuation of the app in flight (its
+        `pending/` and `continuations/` records gone), as a cloud instance finishes its call: killed
+        earlier, the next trigger would be coalesced into the dead run for minutes."""
+        if self.warm or self.proc is None:
+            return
+        from tidecd import pending
+
+        keys = (pending.PENDING + case.app, pending.CONTINUATIONS + case.app)
+        deadline = time.monotonic() + 120
+        while any(self.inst.store.read(k) is not None for k in keys) and time.monotonic() < deadline:
+            time.sleep(POLL)
+        self.bench.stop(self.proc)
+        self.proc = None
 
     def stop(self) -> None:
         if self.proc is not None:
