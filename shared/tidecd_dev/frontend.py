@@ -149,6 +149,9 @@ class PushBridge:
         self.delivered = 0
         self.redelivered = 0
         self._attempts: dict[str, int] = {}
+        self._done: set[str] = set()  # message ids answered 2xx: a redelivery of one is acked, not posted
+        self._in_flight: set[str] = set()
+        self.duplicates = 0
         self._lock = threading.Lock()
         self._future: Any = None
         self._subscriber: Any = None
@@ -167,6 +170,26 @@ class PushBridge:
         return self
 
     def _deliver(self, message: Any) -> None:
+        with self._lock:
+            done, running = message.message_id in self._done, message.message_id in self._in_flight
+            if done or running:
+                self.duplicates += 1
+            else:
+                self._in_flight.add(message.message_id)
+        if done:  # the emulator redelivers messages it already got an ack for: Pub/Sub's at-least-once
+            message.ack()
+            return
+        if running:
+            time.sleep(1.0)
+            message.nack()
+            return
+        try:
+            self._post(message)
+        finally:
+            with self._lock:
+                self._in_flight.discard(message.message_id)
+
+    def _post(self, message: Any) -> None:
         body = json.dumps({
             "message": {"data": base64.b64encode(message.data).decode(), "attributes": dict(message.attributes),
                         "messageId": message.message_id, "publishTime": message.publish_time.isoformat()},
@@ -186,6 +209,7 @@ class PushBridge:
                 self.redelivered += 1
             else:
                 self.delivered += 1
+                self._done.add(message.message_id)
         if ok:
             message.ack()
             return
