@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tidecd import constants
+from tidecd import constants, logs
 from tidecd import reconcile as engine
 from tidecd.clock import SystemClock
 from tidecd.cluster import KubeCluster
@@ -79,4 +79,5 @@ def main(raw: str) -> None:
 
 
 if __name__ == "__main__":
+    logs.configure()  # log lines to stderr, as the real entry points do: stdout carries only the result
     main(sys.argv[1])
