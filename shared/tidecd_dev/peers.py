@@ -81,6 +81,8 @@ def ensure_built(name: str) -> Path:
                               check=False)
         if proc.returncode != 0 or not _built(name):
             raise PeerError(f"scripts/tools.sh {name} failed (exit {proc.returncode}): {proc.stderr[-1500:]}")
+    if name == "redis-server":  # Debian's is a symlink to redis-check-rdb, which acts by argv[0]: keep the name
+        return Path(binary(name))
     return Path(os.path.realpath(binary(name)))
 
 
@@ -401,7 +403,10 @@ class ArgoCD(_Runner):
                "ARGOCD_TLS_DATA_PATH": str(local / "tls"), "ARGOCD_SSH_DATA_PATH": str(local / "ssh"),
                "ARGOCD_GNUPGHOME": str(local / "gpg/keys"), "ARGOCD_GPG_DATA_PATH": str(local / "gpg/source"),
                "ARGOCD_ASK_PASS_SOCK": str(local / "askpass.sock"), "TMPDIR": str(local / "tmp"),
-               "HOME": str(local)}
+               "HOME": str(local),
+               # ARGOCD_FAKE_IN_CLUSTER serves https://kubernetes.default.svc from the default loading rules
+               # (KUBECONFIG, else ~/.kube/config), not from --kubeconfig
+               "KUBECONFIG": self.kubeconfig}
         self.procs.spawn("redis", [str(redis), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                    "--appendonly", "no", "--dir", str(local / "redis")])
         redis_addr = f"127.0.0.1:{redis_port}"
