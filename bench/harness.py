@@ -7,9 +7,7 @@ after a failure or Ctrl-C.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -22,6 +20,7 @@ from typing import Any
 
 from tidecd_dev.devcluster import DevCluster
 from tidecd_dev.gitserver import GitServer
+from tidecd_dev.processes import stop_session
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -169,13 +168,13 @@ class Bench:
         return proc
 
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
-        _terminate(proc)
+        stop_session(proc, grace=5.0)
         if proc in self._procs:
             self._procs.remove(proc)
 
     def close(self) -> None:
         for proc in reversed(self._procs):
-            _terminate(proc)
+            stop_session(proc, grace=5.0)
         self._procs.clear()
         if self._dev is not None:
             self._dev.stop()
@@ -197,22 +196,6 @@ class _BenchCluster(DevCluster):
         if name == "kwok" and not any(a.startswith("--node-lease-duration-seconds") for a in args):
             args = [*args, "--node-lease-duration-seconds", "40"]
         super()._spawn(name, args, env)
-
-
-def _terminate(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    """SIGTERM the process's session (it was started with its own), SIGKILL after `grace` seconds."""
-    if proc.poll() is not None:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def sh(args: Sequence[str], *, ok: Sequence[int] = (0,), env: dict[str, str] | None = None,

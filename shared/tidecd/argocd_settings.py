@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from tidecd.globs import compile_glob
+from tidecd.globs import glob_match
 
 
 def _empty() -> Mapping[str, str]:
@@ -35,15 +35,6 @@ def gk_key(group: str, kind: str) -> str:
     return f"{group}/{kind}"
 
 
-def _glob_match(pattern: str, value: str) -> bool:
-    if pattern == value or pattern == "*":
-        return True
-    try:
-        return compile_glob(pattern).fullmatch(value) is not None
-    except ValueError:
-        return False
-
-
 def lookup(table: Mapping[str, str], group: str, kind: str) -> str | None:
     """The entry of a `"group/Kind"` table for (group, kind): an exact key first, then the first glob key
     (sorted) that matches, as Argo CD's `GetResourceOverrides` falls back to wildcard keys."""
@@ -52,7 +43,7 @@ def lookup(table: Mapping[str, str], group: str, kind: str) -> str | None:
         return exact
     for key in sorted(table):
         key_group, slash, key_kind = key.rpartition("/")
-        if slash and ("*" in key or "?" in key) and _glob_match(key_group, group) and _glob_match(key_kind, kind):
+        if slash and ("*" in key or "?" in key) and glob_match(key_group, group) and glob_match(key_kind, kind):
             return table[key]
     return None
 
@@ -76,7 +67,7 @@ class ResourceFilter:
 
     def matches(self, group: str, kind: str, cluster: str = "") -> bool:
         def any_of(patterns: tuple[str, ...], value: str) -> bool:
-            return not patterns or any(_glob_match(p, value) for p in patterns)
+            return not patterns or any(glob_match(p, value) for p in patterns)
 
         return any_of(self.api_groups, group) and any_of(self.kinds, kind) and (
             not cluster or any_of(self.clusters, cluster))
@@ -114,8 +105,8 @@ class ArgoSettings:
         if own is None:
             for key in sorted(self.ignore_differences):
                 key_group, slash, key_kind = key.rpartition("/")
-                if slash and ("*" in key or "?" in key) and _glob_match(key_group, group) \
-                        and _glob_match(key_kind, kind):
+                if slash and ("*" in key or "?" in key) and glob_match(key_group, group) \
+                        and glob_match(key_kind, kind):
                     own = self.ignore_differences[key]
                     break
         if own is not None:

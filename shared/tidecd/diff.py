@@ -20,6 +20,7 @@ import yaml
 
 from tidecd import constants
 from tidecd.config import IgnoreDifference
+from tidecd.globs import glob_match
 from tidecd.model import Action, ChangeEntry, ChangeSet, Manifest, ResourceKey, SyncStatus
 from tidecd.ownership import MARK_ANNOTATIONS, MARK_LABELS
 from tidecd.secrets import redact
@@ -151,20 +152,9 @@ def _restore(target: Any, live: Any, kept: Any) -> Any:
 
 def _rule_matches(rule: IgnoreDifference, key: ResourceKey) -> bool:
     if rule.from_settings:  # argocd-cm: group and kind globs, "" the core group only
-        return _glob(rule.group, key.group) and _glob(rule.kind, key.kind)
-    return ((not rule.group or _glob(rule.group, key.group)) and (not rule.kind or _glob(rule.kind, key.kind))
+        return glob_match(rule.group, key.group) and glob_match(rule.kind, key.kind)
+    return ((not rule.group or glob_match(rule.group, key.group)) and (not rule.kind or glob_match(rule.kind, key.kind))
             and (not rule.name or rule.name == key.name) and (not rule.namespace or rule.namespace == key.namespace))
-
-
-def _glob(pattern: str, value: str) -> bool:
-    if pattern == value or pattern == "*":
-        return True
-    from tidecd.globs import compile_glob
-
-    try:
-        return compile_glob(pattern).fullmatch(value) is not None
-    except ValueError:
-        return False
 
 
 def _remove_pointer(obj: Any, pointer: str) -> None:

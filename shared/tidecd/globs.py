@@ -25,6 +25,16 @@ from functools import lru_cache
 
 
 @lru_cache(maxsize=1024)
+def glob_match(pattern: str, value: str) -> bool:
+    """Whether `value` matches the glob `pattern` whole; a pattern that does not compile matches only itself."""
+    if pattern == value or pattern == "*":
+        return True
+    try:
+        return compile_glob(pattern).fullmatch(value) is not None
+    except ValueError:
+        return False
+
+
 def compile_glob(pattern: str, *, separator: str | None = None, globstar: bool = False) -> re.Pattern[str]:
     """The regex that `fullmatch`es exactly the strings `pattern` matches (see the module docstring)."""
     if separator is not None and len(separator) != 1:

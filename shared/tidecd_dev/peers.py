@@ -27,7 +27,6 @@ import abc
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from tidecd.model import ResourceKey
 from tidecd.tools import MissingTool, binary
 from tidecd_dev import netns
 from tidecd_dev.devcluster import free_port
+from tidecd_dev.processes import stop_session
 from tidecd_dev.tools import SCRIPT
 
 FIELD_MANAGER = "tidecd-peers"
@@ -185,10 +185,10 @@ class _Processes:
 
     def stop(self) -> None:
         for p in reversed(self.procs):
-            _terminate(p.proc)
+            stop_session(p.proc)
         self.procs.clear()
         if self.holder is not None:
-            _terminate(self.holder)
+            stop_session(self.holder)
             self.holder = None
 
 
@@ -197,21 +197,6 @@ def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(_SHARED), *filter(None, [env.get("PYTHONPATH")])])
     env.update(extra or {})
     return env
-
-
-def _terminate(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
-    if proc.poll() is not None:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _tail(path: Path, size: int = 2000) -> str:

@@ -30,6 +30,7 @@ import yaml
 from tidecd_dev.devcluster import DevCluster, free_port
 from tidecd_dev.frontend import Frontend, PushBridge
 from tidecd_dev.gitserver import GitServer
+from tidecd_dev.processes import stop_session
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "tidecd-scale"
@@ -305,18 +306,7 @@ class Function:
         return peak
 
     def stop(self) -> None:
-        import signal
-
-        if self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=10)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        stop_session(self.proc)
 
 
 @dataclass

@@ -7,7 +7,6 @@ import hmac
 import json
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import requests
 
 from tests.support.apps import GitOps
 from tidecd_dev.devcluster import free_port
+from tidecd_dev.processes import stop_session
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,14 +50,7 @@ class Function:
         raise RuntimeError(f"{target} did not start: {self.log.read_text()[-2000:]}")
 
     def stop(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=10)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        stop_session(self.proc)
 
 
 class Functions:
