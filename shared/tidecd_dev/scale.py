@@ -189,6 +189,24 @@ def install(git: GitServer, dev: DevCluster, workdir: Path, scenario: Scenario, 
 # -- what the API server counted ---------------------------------------------------------------------------
 
 
+def wait_namespaces_settled(dev: DevCluster, timeout: float = 120.0) -> None:
+    """Wait until no namespace is Terminating. The apiserver's request counters are cluster-wide, so the
+    namespace and garbage collectors' deletes (of earlier tests' or runs' namespaces) would otherwise be
+    counted as the measured window's writes."""
+    import json
+
+    deadline = time.monotonic() + timeout
+    while True:
+        status, body = _kube(dev, "GET", "/api/v1/namespaces")
+        terminating = [ns["metadata"]["name"] for ns in json.loads(body).get("items", [])
+                       if (ns.get("status") or {}).get("phase") == "Terminating"] if status == 200 else ["?"]
+        if not terminating:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"namespaces still terminating after {timeout:.0f}s: {', '.join(terminating[:5])}")
+        time.sleep(0.5)
+
+
 def api_requests(dev: DevCluster) -> Counter[tuple[str, str, str, str, str]]:
     """`apiserver_request_total` by (verb, group, resource, subresource, dry_run)."""
     from prometheus_client.parser import text_string_to_metric_families

@@ -63,6 +63,7 @@ def test_twenty_apps_in_four_repos_from_cold_then_a_noop_tick(
                                        f"{scenario.namespace(prefix, scenario.repo_names()[3])}/deployments/app-0007")
             assert status == 200 and b'"replicas":0' in body
 
+            scale.wait_namespaces_settled(cluster)  # earlier tests' namespace cleanup is not this tick's
             git_server.reset_counts()
             before, stored = scale.api_requests(cluster), scale.store_snapshot(inst.store)
             noop = fleet.tick()
