@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tidecd_dev.devcluster import free_port
+from tidecd_dev.processes import stop_session
 
 STARTUP_TIMEOUT = 120.0  # a cold JVM on a busy 2-core machine
 
@@ -80,16 +80,8 @@ class PubSubEmulator:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=15)
-        except ProcessLookupError:
-            pass
+        if proc is not None:
+            stop_session(proc, grace=15.0)  # the launcher and its JVM share the emulator's session
 
     def __enter__(self) -> PubSubEmulator:
         return self.start()

@@ -8,9 +8,7 @@ at least 3 characters.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,6 +19,7 @@ import requests
 from google.auth.credentials import Credentials
 
 from tidecd_dev.devcluster import free_port
+from tidecd_dev.processes import stop_session
 
 STARTUP_TIMEOUT = 120.0  # a cold JVM on a busy 2-core machine
 
@@ -56,7 +55,7 @@ def pubsub_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         _wait_until_up(host, proc, log_path)
         yield host
     finally:
-        _kill_group(proc)
+        stop_session(proc, grace=15.0)
 
 
 def _wait_until_up(host: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
@@ -70,23 +69,9 @@ def _wait_until_up(host: str, proc: subprocess.Popen[bytes], log_path: Path) -> 
         except requests.RequestException:
             pass
         time.sleep(0.2)
-    _kill_group(proc)
+    stop_session(proc, grace=15.0)
     pytest.fail(f"Pub/Sub emulator did not answer on {host} within {STARTUP_TIMEOUT:.0f}s:\n"
                 f"{log_path.read_text()[-2000:]}")
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the emulator's own process group (launcher and JVM), SIGKILL if it lingers."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
 
 
 def anonymous_credentials() -> Credentials:
