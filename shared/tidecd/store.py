@@ -528,10 +528,13 @@ def acquire_lease(store: ObjectStore, name: str, holder: str, ttl_seconds: float
 def renew_lease(store: ObjectStore, name: str, holder: str, ttl_seconds: float, now: float | None = None) -> bool:
     """Extend our lease; False if it is gone or someone else took it over."""
     now = time.time() if now is None else now
-    current, generation = _current_lease(store, name)
-    if current is None or current.holder != holder:
-        return False
-    return _write_lease(store, name, Lease(holder, now + ttl_seconds), generation)
+    for _ in range(3):  # a lost precondition race with our own other renewal is not a takeover: look again
+        current, generation = _current_lease(store, name)
+        if current is None or current.holder != holder:
+            return False
+        if _write_lease(store, name, Lease(holder, now + ttl_seconds), generation):
+            return True
+    return False
 
 
 def release_lease(store: ObjectStore, name: str, holder: str) -> bool:
@@ -576,6 +579,7 @@ class LeaseKeeper:
         self.interval = ttl_seconds / 3 if interval is None else interval
         self.lost = False
         self.renewals = 0
+        self._renewing = threading.Lock()  # the step's fence and the thread renew; one at a time
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lease-{name}", daemon=True)
 
@@ -586,7 +590,8 @@ class LeaseKeeper:
     def renew(self) -> bool:
         """Renew now; False (and `lost`) when someone else holds the lease."""
         try:
-            ok = renew_lease(self.store, self.name, self.holder, self.ttl, self.clock())
+            with self._renewing:
+                ok = renew_lease(self.store, self.name, self.holder, self.ttl, self.clock())
         except StoreUnavailable:
             return True  # try again at the next interval; the lease is still ours until it expires
         if ok:

@@ -123,10 +123,16 @@ class Demo:
             raise RuntimeError(f"api {method} {path}: {status} {answer}")
         return answer
 
-    def show_apps(self, *, refresh: bool = False) -> None:
-        if refresh:  # a sync does not wait for health: look again, as `argocd app get --refresh` does
-            for app in self.api("GET", "/apps")["apps"]:
-                self.api("GET", f"/apps/{app['name']}?refresh=true")
+    def show_apps(self, *, settle: float = 0.0) -> None:
+        """List the apps; with `settle`, first refresh them (as `argocd app get --refresh` does: a sync does
+        not wait for health) until all are Synced and Healthy, for at most `settle` seconds."""
+        deadline = time.monotonic() + settle
+        while settle:
+            apps = [self.api("GET", f"/apps/{app['name']}?refresh=true") for app in self.api("GET", "/apps")["apps"]]
+            if all(a["syncStatus"] == "Synced" and a["health"] == "Healthy" for a in apps) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(2.0)
         for app in self.api("GET", "/apps")["apps"]:
             print(f"    {app['name']:22} {app['sync']:10} {app['health']:12} {app['revision'][:12]}")
 
@@ -159,7 +165,7 @@ class Demo:
             "X-GitHub-Delivery": secrets.token_hex(8)})
         print(f"    webhook answered {status}: {answer}")
         self._wait_synced("guestbook", after, t0)
-        self.show_apps(refresh=True)
+        self.show_apps(settle=120.0)
 
     def _wait_synced(self, name: str, revision: str, t0: float, timeout: float = 300) -> None:
         last, looked = "", 0.0

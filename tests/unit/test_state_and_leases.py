@@ -187,6 +187,30 @@ def test_the_lease_keeper_renews_while_a_step_works_and_notices_a_takeover() -> 
     assert read_lease(store, "app").holder == "other"  # type: ignore[union-attr]  # not released by the loser
 
 
+class RacingStore(MemoryStore):
+    """Before the first lease write lands, another renewal by the same holder lands first (the step's
+    fence and the keeper's thread renewing at the same moment), so the first write's precondition fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raced = False
+
+    def write(self, key: str, data: bytes, *, if_generation_match: int | None = None) -> int:
+        if key.startswith("leases/") and if_generation_match and not self.raced:
+            self.raced = True
+            super().write(key, data)
+        return super().write(key, data, if_generation_match=if_generation_match)
+
+
+def test_two_renewals_by_the_same_holder_at_once_are_not_a_takeover() -> None:
+    store, clock = RacingStore(), FakeClock()
+    assert acquire_lease(store, "app", "me", LEASE_TTL, clock.now())
+    keeper = LeaseKeeper(store, "app", "me", LEASE_TTL, clock=clock.now, interval=3600)
+    assert keeper.renew() and not keeper.lost
+    assert store.raced  # the precondition really did fail once
+    assert read_lease(store, "app").holder == "me"  # type: ignore[union-attr]
+
+
 def test_a_broken_state_file_leaves_the_other_apps_alone() -> None:
     store = MemoryStore()
     app_state.save(store, AppState(app="good", sync_status=SyncStatus.SYNCED))
