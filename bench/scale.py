@@ -212,7 +212,9 @@ def run(bench: Bench) -> list[Row]:
                               int(os.environ.get("TIDECD_SCALE_REPOS", 50)))
     workers = int(os.environ.get("TIDECD_SCALE_WORKERS", 0)) or choose_workers()
     measured = run_tidecd(bench, scenario, workers, lambda *_: None)
-    return rows(measured)
+    from bench import scale_peers  # the same apps through Flux and Argo CD, same run (bench/scale_peers.py)
+
+    return rows(measured) + scale_peers.rows(measured, scale_peers.run_peers(bench, scenario, lambda *_: None))
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -239,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)  # `finally` then stops every process the run started
     scenario = scale.Scenario(args.apps, args.repos)
     workers = args.workers or choose_workers()
+    from bench import scale_peers  # the same apps through Flux and Argo CD, same run (bench/scale_peers.py)
+
+    say(scale_peers.prepare())  # builds the peers first if needed, then a loopback-only network namespace
     bench = Bench(Path(tempfile.mkdtemp(prefix="tidecd-scale-")))
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -251,11 +256,13 @@ def main(argv: list[str] | None = None) -> int:
                 bar.update(tasks[stage], completed=done)
 
             measured = run_tidecd(bench, scenario, workers, progress)
+            peer_results = scale_peers.run_peers(bench, scenario, progress)
     finally:
         bench.close()
     if args.json:
-        args.json.write_text(json.dumps(measured.to_json(), indent=1))
-    table = rows(measured)
+        args.json.write_text(json.dumps({**measured.to_json(), "peers": [m.to_json() for m in peer_results]},
+                                        indent=1))
+    table = rows(measured) + scale_peers.rows(measured, peer_results)
     (print_plain if args.plain else print_table)(table)
     return 0 if not measured.missed else 1
 

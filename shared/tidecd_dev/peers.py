@@ -314,6 +314,21 @@ class _Runner(abc.ABC):
     def logs(self, name: str, size: int = 2000) -> str:
         return _tail(self.workdir / f"{name}.log", size)
 
+    def peak_rss(self) -> dict[str, int]:
+        """Peak resident set (VmHWM, bytes) of each running process of this runner, by name."""
+        return {p.name: peak_rss(p.proc.pid) for p in self.procs.procs if p.proc.poll() is None}
+
+
+def peak_rss(pid: int) -> int:
+    """VmHWM of a process in bytes (0 when it is gone). `netns join` execs its command: same pid."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
 
 # -- Argo CD -----------------------------------------------------------------------------------------------
 
@@ -537,9 +552,12 @@ class Flux(_Runner):
     KINDS = {"GitRepository": "source.toolkit.fluxcd.io", "Kustomization": "kustomize.toolkit.fluxcd.io"}
 
     def __init__(self, kubeconfig: str | Path, workdir: Path, *, namespace: str = "flux-system",
-                 concurrent: int = 4) -> None:
+                 concurrent: int = 4, kustomize_concurrent: int = 0) -> None:
+        """`concurrent` is both controllers' `--concurrent`, unless `kustomize_concurrent` sets
+        kustomize-controller's apart (flux-benchmark ran source 10, kustomize 20)."""
         self.kubeconfig, self.workdir = str(kubeconfig), Path(workdir)
         self.namespace, self.concurrent = namespace, concurrent
+        self.kustomize_concurrent = kustomize_concurrent or concurrent
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.procs = _Processes(self.workdir)
         self.kube: _Kube
@@ -553,14 +571,14 @@ class Flux(_Runner):
         storage, ports = self.workdir / "storage", [free_port() for _ in range(5)]
         storage.mkdir(exist_ok=True)
         env = {"KUBECONFIG": self.kubeconfig, "RUNTIME_NAMESPACE": self.namespace}
-        common = ["--watch-all-namespaces=false", f"--concurrent={self.concurrent}", "--log-encoding=console"]
+        common = ["--watch-all-namespaces=false", "--log-encoding=console"]
         self.procs.spawn("source-controller", [
             str(source), f"--storage-path={storage}", f"--storage-addr=127.0.0.1:{ports[0]}",
             f"--storage-adv-addr=127.0.0.1:{ports[0]}", f"--metrics-addr=127.0.0.1:{ports[1]}",
-            f"--health-addr=127.0.0.1:{ports[2]}", *common], env=env)
+            f"--health-addr=127.0.0.1:{ports[2]}", f"--concurrent={self.concurrent}", *common], env=env)
         self.procs.spawn("kustomize-controller", [
             str(kustomize), f"--metrics-addr=127.0.0.1:{ports[3]}", f"--health-addr=127.0.0.1:{ports[4]}",
-            *common], env=env)
+            f"--concurrent={self.kustomize_concurrent}", *common], env=env)
         self.procs.wait_http(ports[2], "/readyz", "source-controller")
         self.procs.wait_http(ports[4], "/readyz", "kustomize-controller")
 
