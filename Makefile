@@ -56,7 +56,9 @@ bench-peers: venv tools-if-missing
 	$(PY) -m bench peers
 
 # Only the scale scenario (issue 17): 1,000 apps in 50 repos from cold through the functions, with a progress
-# bar; TIDECD_SCALE_APPS / _REPOS / _WORKERS change its size. Heavy: about 10 minutes on 2 cores.
+# bar; TIDECD_SCALE_APPS / _REPOS / _WORKERS change its size. Then the same apps through Flux and Argo CD
+# (bench/scale_peers.py; TIDECD_SCALE_PEERS=Flux,"Argo CD" or none, TIDECD_SCALE_PEER_TIMEOUT s each).
+# Heavy: 10 minutes for tidecd alone on 2 cores, up to 2 x the peer timeout more.
 bench-scale: venv tools-if-missing
 	$(PY) -m bench.scale
 
