@@ -66,6 +66,7 @@ SETTINGS = {
     "Argo CD": "controller defaults (status processors 20, operation processors 10, kubectl parallelism 20), "
                "--app-resync 3600; repo-server defaults",
 }
+LOGS = Path.home() / ".cache" / "tidecd" / "bench-scale-peers"  # each peer's logs of the last run
 Progress = Callable[[str, int, int], None]
 _BUILD_ERRORS: dict[str, str] = {}
 
@@ -84,6 +85,7 @@ class PeerMeasured:
     api: scale.ApiCalls | None = None
     git_per_repo: dict[str, int] = field(default_factory=dict)
     load: str = ""  # load averages (1, 5, 15 min) when the last app was done
+    phases: dict[str, float] = field(default_factory=dict)  # where the time went, by the tool's own status
     missed: list[str] = field(default_factory=list)
     broken: str = ""  # why there are no numbers
 
@@ -124,8 +126,9 @@ def ensure_repos(bench: Bench, scenario: scale.Scenario) -> dict[str, str]:
 
 
 def _measure(bench: Bench, scenario: scale.Scenario, m: PeerMeasured, objects: list[list[sp.Obj]],
-             readiness: sp.Readiness, watch_path: str, alive: Callable[[], None], progress: Progress) -> None:
-    """The timed window: create `objects` (in order of the lists), wait for every name in `readiness`."""
+             readiness: sp.Readiness, watch_path: str, alive: Callable[[], None], progress: Progress) -> float:
+    """The timed window: create `objects` (in order of the lists), wait for every name in `readiness`;
+    returns when the clock started (unix seconds)."""
     dev = bench.cluster()
     api = sp.Api(dev)
     watch = sp.ObjectWatch(api, watch_path, readiness).start()
@@ -160,6 +163,7 @@ def _measure(bench: Bench, scenario: scale.Scenario, m: PeerMeasured, objects: l
         m.git_per_repo = {k: int(statistics.median([c.get(k, 0) for c in counts.values()])) for k in kinds}
         if watch.errors:
             say(f"scale peers: {m.tool}: watch errors (retried): {watch.errors[:3]}")
+        return started
     finally:
         watch.stop()
 
@@ -188,6 +192,7 @@ def run_flux(bench: Bench, scenario: scale.Scenario, urls: dict[str, str], progr
                  flux.procs.check_alive, progress)
         m.rss = flux.peak_rss()
     finally:
+        keep_logs(flux.workdir, "flux")
         flux.stop()
         for path in (sp.KUSTOMIZATIONS, sp.GITREPOSITORIES):
             _teardown(api, path.format(ns=FLUX_NS))
@@ -211,13 +216,27 @@ def run_argocd(bench: Bench, scenario: scale.Scenario, urls: dict[str, str], pro
         apps = sp.argo_applications(scenario, urls, ARGO_NS)
         readiness = sp.Readiness(frozenset(o["metadata"]["name"] for o in apps), sp.application_done,
                                  sp.application_state)
-        _measure(bench, scenario, m, [apps], readiness, sp.APPLICATIONS.format(ns=ARGO_NS),
-                 argo.procs.check_alive, progress)
+        started = _measure(bench, scenario, m, [apps], readiness, sp.APPLICATIONS.format(ns=ARGO_NS),
+                           argo.procs.check_alive, progress)
         m.rss = argo.peak_rss()
+        listed = api.call("GET", sp.APPLICATIONS.format(ns=ARGO_NS)).get("items") or []
+        m.phases = sp.argo_phases([a for a in listed if a["metadata"]["name"] in readiness.names], started)
     finally:
+        keep_logs(argo.workdir, "argocd")
         argo.stop()
         _teardown(api, sp.APPLICATIONS.format(ns=ARGO_NS))
     return m
+
+
+def keep_logs(workdir: Path, name: str) -> None:
+    """Copy a peer's logs to ~/.cache/tidecd/bench-scale-peers/NAME/ (the run's temp dir is removed)."""
+    import shutil
+
+    target = LOGS / name
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True, exist_ok=True)
+    for log in workdir.glob("*.log"):
+        shutil.copy2(log, target / log.name)
 
 
 def _teardown(api: sp.Api, path: str) -> None:
@@ -295,7 +314,9 @@ def rows(tidecd: Measured | None, measured: list[PeerMeasured]) -> list[Row]:
         out.append(Row(GROUP, title, t_total, total, m.tool, notes))
         out.append(Row(GROUP, f"per app p50, vs {m.tool}", t_p50, scale.percentile(m.per_app, 50), m.tool,
                        "from the clock's start (tidecd: the poll tick; peer: its first object created)"))
-        out.append(Row(GROUP, f"per app p99, vs {m.tool}", t_p99, scale.percentile(m.per_app, 99), m.tool, ""))
+        phases = ", ".join(f"{k} {v:.1f}s" for k, v in m.phases.items())
+        out.append(Row(GROUP, f"per app p99, vs {m.tool}", t_p99, scale.percentile(m.per_app, 99), m.tool,
+                       f"{m.tool}'s own status: {phases}" if phases else ""))
         tidecd_rss = f"tidecd instances {_mib(tidecd.peak_rss)}" if tidecd else ""
         out.append(Row(GROUP, f"peak RSS, vs {m.tool}", None, None, m.tool,
                        f"{m.tool} {_mib(m.rss)} (sum {sum(m.rss.values()) / 2**20:.0f} MiB); {tidecd_rss}"))

@@ -107,6 +107,36 @@ def application_state(obj: Obj) -> str:
            f"{'; '.join(status.conditions)[:120]}".strip()
 
 
+def _unix(stamp: object) -> float | None:
+    """An RFC 3339 time of the API (`2026-12-01T18:00:00Z`) in unix seconds; None when missing or bad."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def argo_phases(apps: Iterable[Obj], started: float) -> dict[str, float]:
+    """Where Argo CD's time went, from its own operationState: medians and p99s over the apps of the wait
+    from the clock's start to the sync operation's start, and of the operation itself (seconds)."""
+    from tidecd_dev.scale import percentile
+
+    waits, runs = [], []
+    for app in apps:
+        op = (app.get("status") or {}).get("operationState") or {}
+        begun, ended = _unix(op.get("startedAt")), _unix(op.get("finishedAt"))
+        if begun is not None:
+            waits.append(begun - started)
+            if ended is not None:
+                runs.append(ended - begun)
+    out: dict[str, float] = {}
+    for name, values in (("until sync started", waits), ("sync operation", runs)):
+        if values:
+            out[f"{name} p50"], out[f"{name} p99"] = percentile(values, 50), percentile(values, 99)
+    return out
+
+
 @dataclass
 class Readiness:
     """When each of `names` was first seen done (unix seconds), from the objects observed."""

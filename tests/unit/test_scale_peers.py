@@ -142,3 +142,20 @@ def test_a_peer_that_timed_out_has_no_total_and_says_how_far_it_got() -> None:
     assert total.peer is None and total.ratio is None
     assert "NOT ALL DONE: 2/6 done after 900s" in total.notes
     assert late.to_json()["p50"] == scale.percentile([5.0, 6.0], 50) and math.isnan(late.to_json()["total"])
+
+
+def test_argo_phases_split_the_wait_for_a_sync_from_the_sync_itself() -> None:
+    def op(started: str, finished: str | None) -> sp.Obj:
+        state: sp.Obj = {"phase": "Succeeded", "startedAt": started}
+        if finished:
+            state["finishedAt"] = finished
+        return {"metadata": {"name": "a"}, "status": {"operationState": state}}
+
+    clock = sp._unix("2026-12-01T18:00:00Z")
+    assert clock is not None and sp._unix("not a time") is None
+    phases = sp.argo_phases([op("2026-12-01T18:00:10Z", "2026-12-01T18:00:12Z"),
+                             op("2026-12-01T18:00:30Z", "2026-12-01T18:00:36Z"),
+                             op("2026-12-01T18:00:20Z", None), {"metadata": {"name": "never"}}], clock)
+    assert phases["until sync started p50"] == 20.0 and phases["until sync started p99"] == 30.0
+    assert phases["sync operation p50"] in (2.0, 6.0) and phases["sync operation p99"] == 6.0
+    assert sp.argo_phases([], clock) == {}
