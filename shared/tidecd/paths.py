@@ -6,6 +6,7 @@ through `inside`, so `..`, absolute paths and symlinks pointing outside the chec
 
 from __future__ import annotations
 
+import os
 from pathlib import Path, PurePosixPath
 
 from tidecd.errors import UnsafePathError
@@ -24,11 +25,17 @@ def inside(root: Path, relative: str, *, what: str = "path") -> Path:
 
 
 def check_tree(root: Path) -> None:
-    """Refuse a checkout holding a symlink whose target lies outside it."""
+    """Refuse a checkout holding a symlink whose target lies outside it (symlinked directories are not
+    entered: their target is checked like any other link's)."""
     root_resolved = root.resolve()
-    for path in root.rglob("*"):
-        if path.is_symlink():
-            target = path.resolve()
-            if target != root_resolved and root_resolved not in target.parents:
-                rel = path.relative_to(root)
-                raise UnsafePathError(f"symlink {rel} points outside the repository checkout")
+    pending = [str(root)]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    target = Path(entry.path).resolve()
+                    if target != root_resolved and root_resolved not in target.parents:
+                        rel = Path(entry.path).relative_to(root)
+                        raise UnsafePathError(f"symlink {rel} points outside the repository checkout")
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)

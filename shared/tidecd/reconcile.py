@@ -15,6 +15,7 @@ Called by the reconcile function (Pub/Sub in the cloud, a direct call locally), 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import datetime
@@ -53,7 +54,7 @@ from tidecd.images import state as images_state
 from tidecd.images.state import render_override as image_override
 from tidecd.model import Action, ChangeEntry, ChangeSet, HealthResult, HealthStatus, Manifest, ResourceKey, SyncStatus
 from tidecd.runtime import Runtime
-from tidecd.source import charts
+from tidecd.source import charts, checkouts
 from tidecd.state import CachedComparison, Operation, OperationPhase, TaskPhase, TaskResult
 from tidecd.store import LEASE_TTL, LeaseKeeper, PreconditionFailed, acquire_lease
 from tidecd.sync import decide as decision
@@ -278,27 +279,27 @@ def _render_multi(runtime: Runtime, app: Application,
     namespace = app.destination.namespace
 
     def render_now() -> list[Manifest]:
-        with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp:
-            checkouts = []
+        with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp, contextlib.ExitStack() as held:
+            trees = []
             for index, (source, creds, rev) in enumerate(resolved):
                 root = Path(tmp) / f"source-{index}"
-                if isinstance(rev, str):
-                    git.extract(git.Snapshots(runtime.store).get_or_fetch(source.repo_url, rev, creds), root)
+                if isinstance(rev, str):  # a git source: the shared read-only tree of its commit
+                    root = held.enter_context(checkouts.tree(runtime.store, source.repo_url, rev, creds))
                 else:
                     pass_credentials = bool(source.helm and source.helm.pass_credentials)
                     git.extract(charts.ChartSnapshots(runtime.store).get_or_fetch(
                         rev, creds, pass_credentials=pass_credentials, credentials_for=runtime.repo_credentials,
                         permitted=_permitted_by_project(runtime, app)), root)
-                checkouts.append(root)
-            refs = {s.ref: checkouts[i] for i, (s, _, _) in enumerate(resolved) if s.ref}
+                trees.append(root)
+            refs = {s.ref: trees[i] for i, (s, _, _) in enumerate(resolved) if s.ref}
             out: list[Manifest] = []
             for index, (source, _, rev) in enumerate(resolved):
                 if not source.rendered:
                     continue
                 if not isinstance(rev, str):
-                    source = charts.render_source(source, rev, checkouts[index])
+                    source = charts.render_source(source, rev, trees[index])
                 try:
-                    out += render.render(checkouts[index], source, app_name=app.name, namespace=namespace,
+                    out += render.render(trees[index], source, app_name=app.name, namespace=namespace,
                                          value_refs=refs)
                 except RenderError as exc:
                     raise RenderError(f"spec.sources[{index}]: {exc}") from exc
@@ -348,10 +349,8 @@ def _render_single(runtime: Runtime, app: Application, revision: str = "") -> tu
     override = image_override(runtime.store, app.name)  # the image updater's `argocd` write-back
 
     def render_now() -> list[Manifest]:
-        with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp:
-            git.Snapshots(runtime.store).checkout(app.source.repo_url, sha, Path(tmp), creds)  # streamed, checked
-            return render.render(Path(tmp), app.source, app_name=app.name, namespace=namespace,
-                                 override=override)
+        with checkouts.tree(runtime.store, app.source.repo_url, sha, creds) as root:  # checked, read-only, shared
+            return render.render(root, app.source, app_name=app.name, namespace=namespace, override=override)
 
     manifests = render.render_cached(runtime.store, app.name, sha, app.source, render_now, namespace=namespace,
                                      override=override)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,13 +173,13 @@ class Runtime:
     def _load_config_from_git(self, ref: ConfigSourceRef) -> Config:
         from tidecd import source as git
         from tidecd.paths import inside
+        from tidecd.source import checkouts
 
         creds = git.credentials_for(ref.repo_url, self.plain_secrets_unsealed_later())
         refs = git.ls_remote(ref.repo_url, creds)
         sha = git.resolve_revision(refs, ref.ref, ref.repo_url)
-        with tempfile.TemporaryDirectory(prefix="tidecd-config-") as tmp:
-            git.Snapshots(self.store).checkout(ref.repo_url, sha, Path(tmp), creds)
-            return load_config(inside(Path(tmp), ref.path or ".", what="TIDECD_CONFIG path"), display=str(ref),
+        with checkouts.tree(self.store, ref.repo_url, sha, creds) as root:  # read-only, kept while warm
+            return load_config(inside(root, ref.path or ".", what="TIDECD_CONFIG path"), display=str(ref),
                                strict=False)
 
     def plain_secrets_unsealed_later(self) -> list[dict[str, Any]]:

@@ -317,7 +317,7 @@ def _api_list(gitops: GitOps) -> list[dict[str, Any]]:
 
 
 def test_a_corrupt_snapshot_is_fetched_again(gitops: GitOps) -> None:
-    from tidecd.source import Snapshots
+    from tidecd.source import Snapshots, checkouts
 
     gitops.push({"app/cm.yaml": configmap("fine")})
     gitops.application(automated={"prune": True})
@@ -327,6 +327,7 @@ def test_a_corrupt_snapshot_is_fetched_again(gitops: GitOps) -> None:
     gitops.store.write(key, b"\x1f\x8b not a gzip stream at all")
     for entry in gitops.store.list(f"manifests/{gitops.real('app')}/"):
         gitops.store.delete(entry)  # so the next refresh renders, and needs the snapshot
+    checkouts.shared().clear()  # as a cold instance: a warm one renders from the tree it extracted before
     gitops.reconcile(automate=False)
     assert gitops.state().sync_status == "Synced", gitops.state().conditions
     blob = gitops.store.read(key)

@@ -11,8 +11,10 @@ Before kustomize runs, `render.confine` checks every path the kustomizations nam
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -141,6 +143,7 @@ def build_argv(build_dir: Path) -> list[str]:
 def _private_copy(root: Path, app_dir: Path, dest: Path) -> Path:
     """Copy the checkout (bases may live anywhere in it); return the app directory inside the copy."""
     shutil.copytree(root, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    _writable(dest)  # the checkout is a read-only cached tree (`source.checkouts`); its copy is ours to edit
     build_dir = dest / app_dir.relative_to(root)
     for name in KUSTOMIZATION_FILES:
         file = build_dir / name
@@ -149,6 +152,16 @@ def _private_copy(root: Path, app_dir: Path, dest: Path) -> Path:
             file.unlink()
             shutil.copyfile(target, file)
     return build_dir
+
+
+def _writable(tree: Path) -> None:
+    """Give the owner write permission on every directory and file of `tree` (symlinks are left alone)."""
+    for dirpath, dirnames, filenames in os.walk(tree):
+        for name in (*dirnames, *filenames):
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) | stat.S_IWUSR)
+    os.chmod(tree, stat.S_IMODE(os.lstat(tree).st_mode) | stat.S_IWUSR)
 
 
 def _with_remote_hint(exc: RenderError) -> RenderError:
