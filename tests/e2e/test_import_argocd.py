@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.cluster import release_argocd_finalizers, track_namespace
 from tests.support.gitserver import AuthGitServer, GitRepo
 from tidecd.cluster import KubeCluster
 from tidecd.config import load_config
@@ -159,10 +160,15 @@ def settle_with_tidecd(runtime: Runtime, name: str, timeout: float = 120.0) -> A
 
 
 @pytest.fixture()
-def argo_namespace(kubeconfig: str) -> Iterator[str]:
+def argo_namespace(kubeconfig: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """Argo CD's namespace for one test; its Argo CD is stopped by the end, so the finalizers on the
+    Applications and AppProjects left in it are dropped before the namespace is deleted."""
     name = f"argocd-import-{uuid.uuid4().hex[:6]}"
+    track_namespace(name, request.node.nodeid)
     yield name
-    KubeCluster.from_kubeconfig(kubeconfig).delete(ResourceKey("", "Namespace", "", name))
+    kube = KubeCluster.from_kubeconfig(kubeconfig)
+    release_argocd_finalizers(kube, name)
+    kube.delete(ResourceKey("", "Namespace", "", name))
 
 
 def test_import_of_a_running_argocd_syncs_to_the_same_state(
