@@ -19,6 +19,7 @@ pytest_plugins = [
     "tests.support.github_repos",
     "tests.support.argocd_catalogue",
     "tests.support.peers",
+    "tests.support.sealing",
 ]
 
 

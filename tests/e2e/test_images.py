@@ -29,7 +29,7 @@ from tidecd.images import update, writeback
 from tidecd.images.annotations import PREFIX
 from tidecd.reconcile import SyncRequest
 from tidecd.runtime import Runtime
-from tidecd.secrets import KeyPair, generate_key, seal_secret, write_key_pair
+from tidecd.secrets import KeyPair, seal_secret
 from tidecd_dev.devcluster import DevCluster, free_port
 from tidecd_dev.imageregistry import Registry, push_image
 
@@ -41,15 +41,6 @@ LIST = PREFIX + "image-list"
 
 
 # -- fixtures and helpers -------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sealing(tmp_path_factory: pytest.TempPathFactory) -> tuple[KeyPair, Path]:
-    folder = tmp_path_factory.mktemp("sealing") / "keys"
-    folder.mkdir()
-    pair = generate_key()
-    write_key_pair(pair, folder / "tls.key", folder / "tls.crt")
-    return pair, folder
 
 
 @pytest.fixture()

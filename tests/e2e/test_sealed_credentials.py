@@ -35,7 +35,7 @@ from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER, SECRET_TYPE
 from tidecd.model import ResourceKey
 from tidecd.reconcile import SyncRequest
 from tidecd.runtime import Runtime
-from tidecd.secrets import KeyPair, generate_key, seal_secret, write_key_pair
+from tidecd.secrets import KeyPair, seal_secret
 from tidecd.state import AppState
 from tidecd_dev.devcluster import DevCluster
 
@@ -61,16 +61,6 @@ SEALED_CRD: dict[str, Any] = {
 
 
 # -- fixtures ---------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sealing(tmp_path_factory: pytest.TempPathFactory) -> tuple[KeyPair, Path]:
-    """A sealing key pair in a `keys/` directory (what TIDECD_SEALING_KEYS names)."""
-    folder = tmp_path_factory.mktemp("sealing") / "keys"
-    folder.mkdir()
-    pair = generate_key()
-    write_key_pair(pair, folder / "tls.key", folder / "tls.crt")
-    return pair, folder
 
 
 @pytest.fixture(scope="module")

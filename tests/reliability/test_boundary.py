@@ -37,7 +37,7 @@ import yaml
 from tests.support.apps import GitOps, configmap, service
 from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER
 from tidecd.model import ResourceKey
-from tidecd.secrets import KeyPair, generate_key, seal_secret, write_key_pair
+from tidecd.secrets import KeyPair, seal_secret
 from tidecd.state import AppState
 from tidecd_dev.devcluster import DevCluster
 
@@ -46,15 +46,6 @@ RETRY = {"limit": 3, "backoff": {"duration": "1s", "factor": 2, "maxDuration": "
 
 
 # -- fixtures -----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sealing(tmp_path_factory: pytest.TempPathFactory) -> tuple[KeyPair, Path]:
-    folder = tmp_path_factory.mktemp("sealing") / "keys"
-    folder.mkdir()
-    pair = generate_key()
-    write_key_pair(pair, folder / "tls.key", folder / "tls.crt")
-    return pair, folder
 
 
 def _self_signed(host: str) -> tuple[bytes, bytes]:
