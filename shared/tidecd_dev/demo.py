@@ -9,7 +9,6 @@ OutOfSync → Synced and Healthy. It keeps running until Ctrl-C (or exits at onc
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import hmac
 import json
@@ -29,6 +28,7 @@ from typing import Any
 
 from tidecd_dev.devcluster import DevCluster, free_port
 from tidecd_dev.gitserver import GitServer
+from tidecd_dev.processes import stop_sessions
 
 ROOT = Path(__file__).resolve().parents[2]
 PLACEHOLDER_REPO = "http://git.tidecd.local/examples.git"
@@ -203,14 +203,7 @@ Logs of each function are in {self.workdir}.
 """)
 
     def stop(self) -> None:
-        for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_sessions(self.procs)
         self.git_server.stop()
         self.cluster.stop()
 

@@ -12,7 +12,6 @@ import datetime
 import ipaddress
 import json
 import os
-import signal
 import socket
 import ssl
 import subprocess
@@ -25,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from tidecd.tools import binary, cache_dir
+from tidecd_dev.processes import alive, stop_pid
 
 KWOK_NODE = "kwok-node-0"
 KWOK_STAGES = Path(__file__).with_name("kwok_stages.yaml")
@@ -85,7 +85,7 @@ class DevCluster:
     def stop(self) -> None:
         """End every process this cluster started (by pid) and remove its directory."""
         for name in reversed(list(self.pids)):
-            _terminate(self.pids[name])
+            stop_pid(self.pids[name])
         self.pids.clear()
         _remove_tree(self.workdir)
 
@@ -99,7 +99,7 @@ class DevCluster:
         return cls(workdir=workdir, kwok=state["kwok"], pids=state["pids"], api_port=state["api_port"])
 
     def is_running(self) -> bool:
-        return bool(self.pids) and all(_alive(pid) for pid in self.pids.values())
+        return bool(self.pids) and all(alive(pid) for pid in self.pids.values())
 
     # -- processes -------------------------------------------------------------------------------------
 
@@ -127,7 +127,7 @@ class DevCluster:
 
     def stop_apiserver(self) -> None:
         """Stop only the API server (failure tests); `start_apiserver` brings it back on the same port."""
-        _terminate(self.pids.pop("kube-apiserver"))
+        stop_pid(self.pids.pop("kube-apiserver"))
 
     def start_apiserver(self, timeout: float = 60.0) -> None:
         self._start_apiserver(port=self.api_port)
@@ -221,7 +221,7 @@ class DevCluster:
 
     def _check_alive(self) -> None:
         for name, pid in self.pids.items():
-            if not _alive(pid):
+            if not alive(pid):
                 tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"{name} exited during start:\n{tail}")
 
@@ -321,45 +321,6 @@ def _write_pki(pki: Path) -> None:
 
 
 # -- process helpers -------------------------------------------------------------------------------------
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours still "exists"; reap it if it is ours.
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return _not_zombie(pid)
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _terminate(pid: int, grace: float = 10.0) -> None:
-    """SIGTERM the process (its own session), then SIGKILL after `grace` seconds."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            os.kill(pid, sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            if not _alive(pid):
-                return
-            time.sleep(0.05)
 
 
 def _remove_tree(path: Path) -> None:

@@ -22,7 +22,6 @@ import io
 import json
 import os
 import secrets
-import signal
 import subprocess
 import tarfile
 import tempfile
@@ -39,6 +38,7 @@ import requests
 
 from tidecd.tools import binary
 from tidecd_dev.devcluster import free_port
+from tidecd_dev.processes import stop_session
 
 USERNAME = "robot"
 
@@ -208,13 +208,8 @@ class Registry:
         return self
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            os.killpg(self._proc.pid, signal.SIGTERM)
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-                self._proc.wait()
+        if self._proc is not None:
+            stop_session(self._proc)
         self._proc = None
         if self.token_server is not None:
             self.token_server.stop()

@@ -2,28 +2,79 @@
 
 The control plane, git server, function instances and peer engines are all started with
 `start_new_session=True`, so a signal to the process group also reaches what they spawned (helm, git,
-redis...). One place says how they stop, so no test or benchmark leaves a process behind.
+redis...). One place says how they stop, so no test or benchmark leaves a process behind:
+`stop_session` (one child), `stop_sessions` (several at once: all are asked first, then each is waited for)
+and `stop_pid` (a process known by pid alone, such as a control plane that `tidecd_dev.cli` started in
+another invocation).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
 
 
 def stop_session(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
     """SIGTERM the process's session, SIGKILL it after `grace` seconds, and reap the process."""
-    if proc.poll() is not None:
-        return
+    stop_sessions([proc], grace)
+
+
+def stop_sessions(procs: Sequence[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
+    """SIGTERM every process's session at once, then SIGKILL the sessions of those still running after
+    `grace` seconds each, and reap them all."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        running = [proc for proc in procs if proc.poll() is None]
+        if not running:
+            return
+        for proc in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+        for proc in running:
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def stop_pid(pid: int, grace: float = 10.0) -> None:
+    """SIGTERM the session of process `pid` (not necessarily our child), SIGKILL it after `grace` seconds."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(pid, sig)
         except ProcessLookupError:
-            proc.wait(timeout=grace)
             return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+        except PermissionError:
+            os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if not alive(pid):
+                return
+            time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie child of ours is reaped and counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return _not_zombie(pid)
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
