@@ -172,6 +172,8 @@ class Cluster(Protocol):
 
 _discovery_cache: dict[str, dict[tuple[str, str], ApiResource]] = {}
 _discovery_lock = threading.Lock()
+_VERSIONS: dict[int, tuple[Any, str, float]] = {}  # id(api client) → (the client, gitVersion, when asked)
+VERSION_TTL = 300.0  # seconds: an upgraded server is noticed (and discovered again) within this
 
 
 class KubeCluster:
@@ -246,8 +248,21 @@ class KubeCluster:
         return found
 
     def _server_version(self) -> str:
+        """The server's gitVersion, asked once per shared client every VERSION_TTL seconds (it keys the
+        discovery cache): each invocation's KubeCluster would otherwise ask again, one call per step."""
+        import time
+
         if not hasattr(self, "_version"):
-            self._version = str(self.request("GET", "/version").get("gitVersion", ""))
+            with _discovery_lock:
+                known = _VERSIONS.get(id(self.api))
+            if known is not None and known[0] is self.api and time.monotonic() - known[2] < VERSION_TTL:
+                self._version = known[1]
+            else:
+                self._version = str(self.request("GET", "/version").get("gitVersion", ""))
+                with _discovery_lock:
+                    if len(_VERSIONS) >= MAX_CLIENTS:
+                        _VERSIONS.clear()
+                    _VERSIONS[id(self.api)] = (self.api, self._version, time.monotonic())
         return self._version
 
     def resource(self, group: str, kind: str) -> ApiResource:

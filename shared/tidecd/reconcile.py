@@ -108,12 +108,12 @@ def reconcile(runtime: Runtime, name: str, *, reason: str = "", budget: float = 
     Starts an automated operation when the policy says so (unless `automate` is False: a refresh only).
     `head` is the commit the app's targetRevision resolved to moments ago (the poll's ls-remote): a
     single-source git app then renders it without an ls-remote of its own."""
-    holder = uuid.uuid4().hex
-    if not acquire_lease(runtime.store, name, holder, LEASE_TTL, clock.now()):
+    holder, acquired = uuid.uuid4().hex, clock.now()
+    if not acquire_lease(runtime.store, name, holder, LEASE_TTL, acquired):
         log.info("reconcile skipped", app=name, reason=ALREADY_RUNNING)
         current, _ = app_state.load(runtime.store, name)
         return Outcome(name, current, skipped=ALREADY_RUNNING, continue_after=RECHECK_AFTER)
-    keeper = LeaseKeeper(runtime.store, name, holder, LEASE_TTL, clock=clock.now).start()
+    keeper = LeaseKeeper(runtime.store, name, holder, LEASE_TTL, clock=clock.now, acquired_at=acquired).start()
     try:
         for _ in range(RACE_ATTEMPTS):
             try:
@@ -662,7 +662,7 @@ class _Step:
     def _fence(self) -> None:
         """Before acting on the cluster: still ours? A step that stalled past its lease (a frozen process)
         must not apply what it decided from a stale state; it re-reads instead."""
-        if self.keeper is not None and (self.keeper.lost or not self.keeper.renew()):
+        if self.keeper is not None and (self.keeper.lost or not self.keeper.fence()):
             raise PreconditionFailed(f"{self.name}: the lease was taken over")
         blob = self.runtime.store.read(app_state.state_key(self.name))
         if (blob.generation if blob else 0) != self.generation:

@@ -573,12 +573,14 @@ class LeaseKeeper:
     `close()` stops renewing and releases the lease."""
 
     def __init__(self, store: ObjectStore, name: str, holder: str, ttl_seconds: float = LEASE_TTL, *,
-                 clock: Callable[[], float] = time.time, interval: float | None = None) -> None:
+                 clock: Callable[[], float] = time.time, interval: float | None = None,
+                 acquired_at: float | None = None) -> None:
         self.store, self.name, self.holder, self.ttl = store, name, holder, ttl_seconds
         self.clock = clock
         self.interval = ttl_seconds / 3 if interval is None else interval
         self.lost = False
         self.renewals = 0
+        self._renewed_at = acquired_at  # `clock()` when our last acquire or renewal was sent (None: unknown)
         self._renewing = threading.Lock()  # the step's fence and the thread renew; one at a time
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lease-{name}", daemon=True)
@@ -591,7 +593,10 @@ class LeaseKeeper:
         """Renew now; False (and `lost`) when someone else holds the lease."""
         try:
             with self._renewing:
-                ok = renew_lease(self.store, self.name, self.holder, self.ttl, self.clock())
+                sent = self.clock()
+                ok = renew_lease(self.store, self.name, self.holder, self.ttl, sent)
+                if ok:
+                    self._renewed_at = sent
         except StoreUnavailable:
             return True  # try again at the next interval; the lease is still ours until it expires
         if ok:
@@ -599,6 +604,18 @@ class LeaseKeeper:
         else:
             self.lost = True
         return ok
+
+    def fence(self) -> bool:
+        """Before acting: True when the lease is surely still ours. Acquired or renewed by us less than
+        `interval` (ttl / 3) ago, it is, with no store call: nobody may take a lease before it expires, a
+        whole `ttl` after that write. Otherwise (a step that stalled, or a clock that jumped back) renew now:
+        False, and `lost`, when it was taken over. A step's several fences so cost one lease write, not one
+        each."""
+        with self._renewing:
+            last = self._renewed_at
+        if not self.lost and last is not None and 0 <= self.clock() - last < min(self.interval, self.ttl / 3):
+            return True
+        return not self.lost and self.renew()
 
     def close(self, *, release: bool = True) -> None:
         self._stop.set()

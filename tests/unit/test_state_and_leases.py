@@ -187,6 +187,36 @@ def test_the_lease_keeper_renews_while_a_step_works_and_notices_a_takeover() -> 
     assert read_lease(store, "app").holder == "other"  # type: ignore[union-attr]  # not released by the loser
 
 
+class CountingStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lease_writes = 0
+
+    def write(self, key: str, data: bytes, *, if_generation_match: int | None = None) -> int:
+        self.lease_writes += key.startswith("leases/")
+        return super().write(key, data, if_generation_match=if_generation_match)
+
+
+def test_a_fence_soon_after_acquiring_writes_nothing_and_a_late_one_notices_a_takeover() -> None:
+    store, clock = CountingStore(), FakeClock()
+    acquired = clock.now()
+    assert acquire_lease(store, "app", "me", LEASE_TTL, acquired)
+    keeper = LeaseKeeper(store, "app", "me", LEASE_TTL, clock=clock.now, interval=3600, acquired_at=acquired)
+    assert store.lease_writes == 1
+    for _ in range(5):  # a step's fences before each action, all within ttl / 3 of the acquire
+        clock.advance(1)
+        assert keeper.fence()
+    assert store.lease_writes == 1, "no lease write while the lease surely is ours"
+    clock.advance(LEASE_TTL / 3)  # later: the fence renews
+    assert keeper.fence() and store.lease_writes == 2 and keeper.renewals == 1
+    clock.advance(LEASE_TTL + 1)  # the step stalled past its lease and another caller took it over
+    assert acquire_lease(store, "app", "other", LEASE_TTL, clock.now())
+    assert not keeper.fence() and keeper.lost
+    assert not keeper.fence(), "once lost, always lost"
+    unknown = LeaseKeeper(store, "other-app", "me", LEASE_TTL, clock=clock.now, interval=3600)
+    assert not unknown.fence(), "without a known acquire time the fence asks the store (no lease: not ours)"
+
+
 class RacingStore(MemoryStore):
     """Before the first lease write lands, another renewal by the same holder lands first (the step's
     fence and the keeper's thread renewing at the same moment), so the first write's precondition fails."""

@@ -1,0 +1,41 @@
+"""The server version keys the discovery cache: asked once per shared client, not once per invocation."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+from tidecd import cluster
+from tidecd.cluster import KubeCluster
+
+
+class FakeApi:
+    """Just enough of kubernetes.client.ApiClient for KubeCluster.request; counts calls per path."""
+
+    def __init__(self, version: str = "v1.34.4") -> None:
+        self.configuration = SimpleNamespace(host="https://fake.invalid")
+        self.version = version
+        self.calls: list[str] = []
+
+    def param_serialize(self, *, method: str, resource_path: str, **_: Any) -> tuple[Any, ...]:
+        return (method, resource_path, {}, None, None)
+
+    def call_api(self, method: str, path: str, headers: Any, **_: Any) -> Any:
+        self.calls.append(path)
+        body = {"gitVersion": self.version} if path == "/version" else {"kind": "APIGroupDiscoveryList",
+                                                                        "items": []}
+        data = json.dumps(body).encode()
+        return SimpleNamespace(status=200, reason="OK", headers={}, read=lambda: data)
+
+
+def test_one_version_call_per_shared_client_within_the_ttl(monkeypatch: Any) -> None:
+    api, other = FakeApi(), FakeApi("v1.35.0")
+    for _ in range(5):  # five invocations, each with its own KubeCluster on the shared client
+        KubeCluster(api).resources()
+    assert api.calls.count("/version") == 1 and api.calls.count("/apis") == 1
+    KubeCluster(other).resources()
+    assert other.calls.count("/version") == 1, "another client asks for itself"
+    monkeypatch.setattr(cluster, "VERSION_TTL", 0.0)
+    KubeCluster(api).resources()
+    assert api.calls.count("/version") == 2, "after the TTL the version is asked again"
