@@ -7,6 +7,7 @@ after a failure or Ctrl-C.
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import subprocess
@@ -180,6 +181,9 @@ class Bench:
             self._dev.stop()
             self._dev = None
         self.git.stop()
+        if os.environ.get("TIDECD_BENCH_KEEP"):  # debugging: keep the run's logs and work dirs
+            say(f"kept {self.root} (TIDECD_BENCH_KEEP)")
+            return
         shutil.rmtree(self.root, ignore_errors=True)
 
 

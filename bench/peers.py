@@ -56,8 +56,11 @@ from tidecd_dev.devcluster import free_port
 
 GROUP = "peers"
 REPS = int(os.environ.get("TIDECD_BENCH_PEER_REPS", "3"))
-# A subset of the peers, e.g. "Flux,gitops-agent" (default: all three); tidecd always runs.
+# A subset of the peers, e.g. "Flux,gitops-agent" (default: all three); tidecd runs as TIDECD_BENCH_TIDECD says.
 CHOSEN = [p.strip() for p in os.environ.get("TIDECD_BENCH_PEERS", "Argo CD,Flux,gitops-agent").split(",") if p.strip()]
+# A subset of tidecd's variants, e.g. "warm function" to debug a peer quickly (default: all three).
+VARIANTS = [v.strip() for v in os.environ.get("TIDECD_BENCH_TIDECD", "CLI,warm function,cold function").split(",")
+            if v.strip()]
 TIMEOUT = 300.0
 POLL = 0.05
 MEASURES = ("cold sync: all objects exist", "cold sync: all Deployments Available", "no-op resync",
@@ -394,8 +397,8 @@ class ArgoTool(Tool):
 
     def _synced(self, case: Case) -> bool:
         st = self.argo.status(case.app)
-        return (st.sync, st.health, st.revision, st.operation_phase) == ("Synced", "Healthy", case.sha, "Succeeded") \
-            and not self._refresh_pending(case)
+        return ((st.sync, st.health, st.revision, st.operation_phase, st.operation_revision)
+                == ("Synced", "Healthy", case.sha, "Succeeded", case.sha) and not self._refresh_pending(case))
 
     def _refresh_pending(self, case: Case) -> bool:
         app = self.argo.application(case.app) or {}
@@ -532,7 +535,13 @@ def run_case(tool: Tool, case: Case, observer: Observer, results: Results) -> No
 def run(bench: Bench) -> list[Row]:
     observer = Observer(bench.kubeconfig)
     results = Results()
-    tools: list[Tool] = [TidecdCli(bench), TidecdFunction(bench, warm=True), TidecdFunction(bench, warm=False)]
+    variants: dict[str, Callable[[], Tool]] = {"CLI": lambda: TidecdCli(bench),
+                                               "warm function": lambda: TidecdFunction(bench, warm=True),
+                                               "cold function": lambda: TidecdFunction(bench, warm=False)}
+    tools: list[Tool] = [make() for name, make in variants.items() if name in VARIANTS]
+    for name in variants:
+        if name not in VARIANTS:
+            results.broken[f"tidecd {name}"] = "not run: not in TIDECD_BENCH_TIDECD"
     makers: dict[str, Callable[[], Tool]] = {"Argo CD": lambda: ArgoTool(bench), "Flux": lambda: FluxTool(bench),
                                              "gitops-agent": lambda: AgentTool(bench)}
     build_errors = prebuild()
@@ -608,5 +617,7 @@ def rows(results: Results) -> list[Row]:
                     notes.append(f"{peer} {spread(theirs)}")
                 if tool in results.broken:
                     notes.append(f"tidecd {variant} {results.broken[tool]}")
+                if peer in results.broken:  # numbers from the repetitions before it failed
+                    notes.append(f"{peer} {results.broken[peer]}")
                 out.append(Row(GROUP, label, ours, median(theirs) if theirs else None, peer, "; ".join(notes)))
     return out

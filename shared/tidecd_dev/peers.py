@@ -344,6 +344,7 @@ class AppStatus:
     reconciled_at: str
     resources: int
     conditions: tuple[str, ...]
+    operation_revision: str = ""  # what the last sync operation synced to (operationState.syncResult)
 
     @classmethod
     def of(cls, app: Obj) -> AppStatus:
@@ -355,7 +356,9 @@ class AppStatus:
                    reconciled_at=str(status.get("reconciledAt", "")),
                    resources=len(status.get("resources") or []),
                    conditions=tuple(f"{c.get('type')}: {c.get('message', '')[:200]}"
-                                    for c in status.get("conditions") or []))
+                                    for c in status.get("conditions") or []),
+                   operation_revision=str(((status.get("operationState") or {}).get("syncResult") or {})
+                                          .get("revision", "")))
 
 
 class ArgoCD(_Runner):

@@ -57,3 +57,14 @@ def test_the_matrix_shows_medians_and_says_why_a_peer_is_missing() -> None:
     row = next(line for line in text.splitlines() if line.startswith(f"| {bench_peers.MEASURES[2]} |"))
     assert row.split(" | ")[5] == "2.00 s" and "not run" in row
     assert "Argo CD: did not start: PeerError: redis exited" in text
+
+
+def test_a_peer_that_failed_after_some_repetitions_keeps_its_numbers_and_says_so() -> None:
+    results = bench_peers.Results()
+    for tool in ("tidecd warm function", "Argo CD"):
+        results.add(tool, bench_peers.MEASURES[0], 1.0 if tool == "Argo CD" else 0.5)
+    results.broken["Argo CD"] = "failed in rep 2: TimeoutError: not reached"
+    row = next(r for r in bench_peers.rows(results)
+               if r.peer_name == "Argo CD" and r.name.startswith(bench_peers.MEASURES[0]) and "warm" in r.name)
+    assert (row.tidecd, row.peer, row.ratio) == (0.5, 1.0, 0.5)
+    assert "Argo CD failed in rep 2" in row.notes

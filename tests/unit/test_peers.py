@@ -33,10 +33,11 @@ def test_install_config_keeps_configmaps_and_secrets_in_the_namespace(tmp_path: 
 
 def test_app_status_flattens_argo_cds_status() -> None:
     app = {"status": {"sync": {"status": "Synced", "revision": "abc"}, "health": {"status": "Healthy"},
-                      "operationState": {"phase": "Succeeded"}, "reconciledAt": "2026-12-01T10:00:00Z",
+                      "operationState": {"phase": "Succeeded", "syncResult": {"revision": "old"}},
+                      "reconciledAt": "2026-12-01T10:00:00Z",
                       "resources": [{}, {}], "conditions": [{"type": "ComparisonError", "message": "boom"}]}}
     assert AppStatus.of(app) == AppStatus("Synced", "Healthy", "abc", "Succeeded", "2026-12-01T10:00:00Z", 2,
-                                          ("ComparisonError: boom",))
+                                          ("ComparisonError: boom",), operation_revision="old")
     assert AppStatus.of({}).sync == ""
 
 
