@@ -11,7 +11,16 @@ import pytest
 import yaml
 
 from tidecd_dev import netns
-from tidecd_dev.peers import AppStatus, FluxStatus, PeerError, _port_of, ensure_built, install_config
+from tidecd_dev.peers import (
+    AppStatus,
+    FluxStatus,
+    GitopsAgent,
+    PeerError,
+    _Follow,
+    _port_of,
+    ensure_built,
+    install_config,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,6 +67,35 @@ def test_peers_reach_only_loopback_urls() -> None:
     assert _port_of("http://localhost/repo.git") == 80
     with pytest.raises(PeerError, match="only 127.0.0.1"):
         _port_of("https://10.1.2.3:6443")
+
+
+def test_follow_returns_only_complete_new_lines(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("old\n")
+    follow = _Follow(log, from_end=True)
+    assert follow.lines() == []
+    with open(log, "a") as f:
+        f.write("one\ntw")
+    assert follow.lines() == ["one"]
+    with open(log, "a") as f:
+        f.write("o\n")
+    assert follow.lines() == ["two"]
+    assert _Follow(tmp_path / "missing.log").lines() == []
+
+
+def test_gitops_agent_reads_its_tables_failures_and_last_phase(tmp_path: Path) -> None:
+    agent = GitopsAgent("kubeconfig", tmp_path, "http://127.0.0.1:1/r.git")
+    agent.stdout.write_text("RESOURCE  RESULT\nv1/ConfigMap/ns/a  created\n")
+    (tmp_path / "gitops-agent.log").write_text(
+        'I1201 sync_context.go:1293] "Updating operation state. phase:  -> Running, message: \'\'"\n'
+        'I1201 sync_context.go:1293] "Updating operation state. phase: Running -> Failed, message: \'x\'"\n')
+    assert (agent.syncs(), agent.failures(), agent.last_phase()) == (1, 0, "Failed")
+    with open(tmp_path / "gitops-agent.log", "a") as f:
+        f.write('E1201 main.go:197] "Failed to synchronize cluster state" err="boom"\n'
+                'I1201 sync_context.go:1293] "Updating operation state. phase: Running -> Succeeded, m"\n')
+    with open(agent.stdout, "a") as f:
+        f.write("RESOURCE  RESULT\n")
+    assert (agent.syncs(), agent.failures(), agent.last_phase()) == (2, 1, "Succeeded")
 
 
 def test_ensure_built_refuses_unknown_names() -> None:
