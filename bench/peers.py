@@ -61,6 +61,9 @@ CHOSEN = [p.strip() for p in os.environ.get("TIDECD_BENCH_PEERS", "Argo CD,Flux,
 # A subset of tidecd's variants, e.g. "warm function" to debug a peer quickly (default: all three).
 VARIANTS = [v.strip() for v in os.environ.get("TIDECD_BENCH_TIDECD", "CLI,warm function,cold function").split(",")
             if v.strip()]
+# Seconds from the group's start after which no new repetition begins (one that would likely not end in
+# time): the medians are then of the repetitions done, and the table says how many. Under `timeout 2400`.
+BUDGET = float(os.environ.get("TIDECD_BENCH_PEER_BUDGET", "2000"))
 TIMEOUT = 300.0
 POLL = 0.05
 MEASURES = ("cold sync: all objects exist", "cold sync: all Deployments Available", "no-op resync",
@@ -107,6 +110,8 @@ class Results:
     samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # tool → measure → seconds
     broken: dict[str, str] = field(default_factory=dict)  # tool → why it has no numbers
     notes: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (tool, measure) → what to know
+    reps: int = 0  # repetitions done
+    load: list[tuple[float, float, float]] = field(default_factory=list)  # os.getloadavg() per repetition end
 
     def add(self, tool: str, measure: str, seconds: float) -> None:
         self.samples.setdefault(tool, {}).setdefault(measure, []).append(seconds)
@@ -553,6 +558,7 @@ def run_case(tool: Tool, case: Case, observer: Observer, results: Results) -> No
 
 
 def run(bench: Bench) -> list[Row]:
+    begun = time.monotonic()
     observer = Observer(bench.kubeconfig)
     results = Results()
     variants: dict[str, Callable[[], Tool]] = {"CLI": lambda: TidecdCli(bench),
@@ -585,8 +591,16 @@ def run(bench: Bench) -> list[Row]:
                 traceback.print_exc(file=sys.stderr)
                 tool.stop()
                 results.broken[tool.name] = f"did not start: {type(exc).__name__}: {str(exc)[:300]}"
+        results.load.append(os.getloadavg())
+        longest = 0.0
         for rep in range(REPS):  # tools take turns within each repetition, so noise hits all alike
+            elapsed = time.monotonic() - begun
+            if rep and elapsed + longest > BUDGET:
+                say(f"peers: no repetition {rep + 1}: {elapsed:.0f}s spent, the longest took {longest:.0f}s, "
+                    f"budget {BUDGET:.0f}s (TIDECD_BENCH_PEER_BUDGET)")
+                break
             say(f"peers: repetition {rep + 1}/{REPS}")
+            rep_start = time.monotonic()
             for tool in started:
                 if tool.name in results.broken:
                     continue
@@ -595,6 +609,10 @@ def run(bench: Bench) -> list[Row]:
                 except Exception as exc:  # noqa: BLE001 - one tool's failure leaves the others' numbers
                     traceback.print_exc(file=sys.stderr)
                     results.broken[tool.name] = f"failed in rep {rep + 1}: {type(exc).__name__}: {str(exc)[:300]}"
+            longest = max(longest, time.monotonic() - rep_start)
+            results.reps = rep + 1
+            results.load.append(os.getloadavg())
+            print(matrix(results), file=sys.stderr, flush=True)  # so far: kept in the log if the run is killed
     finally:
         for tool in reversed(started):
             tool.stop()
@@ -603,14 +621,22 @@ def run(bench: Bench) -> list[Row]:
 
 
 def matrix(results: Results) -> str:
-    """The medians as one Markdown table, tools across (what the README shows)."""
+    """The medians as one Markdown table, tools across, and the warm instance's ratio to each peer (what
+    the README shows), with the repetitions done and the load average."""
     tools = [f"tidecd {v}" for v in TIDECD] + list(PEERS)
-    lines = ["| measure (median of the run) | " + " | ".join(tools) + " |", "|---" * (len(tools) + 1) + "|"]
+    header = tools + [f"warm / {p}" for p in PEERS]
+    lines = [f"{results.reps} repetition(s), medians; load average (1/5/15 min) "
+             + ", then ".join("/".join(f"{x:.1f}" for x in load) for load in results.load[:1] + results.load[-1:]),
+             "", "| measure | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
     for name in MEASURES:
         cells = []
         for tool in tools:
             values = results.get(tool, name)
             cells.append(f"{median(values):.2f} s" if values else "not run")
+        warm = results.get("tidecd warm function", name)
+        for peer in PEERS:
+            theirs = results.get(peer, name)
+            cells.append(f"{median(warm) / median(theirs):.2f}×" if warm and theirs and median(theirs) > 0 else "—")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     for tool, why in results.broken.items():
         lines.append(f"\n{tool}: {why}")
