@@ -83,5 +83,6 @@ def test_gitops_agent_syncs_a_crd_and_its_resources_updates_and_prunes(
         assert agent.sync(timeout=180, attempts=1) == 1
         cm = kube.get(ResourceKey("", "ConfigMap", namespace, "agent-config"))
         assert cm is not None and cm["data"] == {"value": "v2"}
-        assert kube.get(ResourceKey(group, "Widget", namespace, "agent-widget")) is None
+        pruned = kube.get(ResourceKey(group, "Widget", namespace, "agent-widget"))  # deleted, or being deleted
+        assert pruned is None or pruned["metadata"].get("deletionTimestamp"), pruned  # (foreground: GC ends it)
     assert all(p.proc.poll() is not None for p in [agent_proc])
