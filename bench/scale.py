@@ -57,6 +57,8 @@ class Measured:
     tick: dict[str, Any] = field(default_factory=dict)
     noop: dict[str, Any] = field(default_factory=dict)
     missed: list[str] = field(default_factory=list)
+    load: dict[str, float] = field(default_factory=dict)  # 1-minute load average: at the tick, cold done, end
+    bridge: dict[str, int] = field(default_factory=dict)  # the push bridge's counts (redeliveries acked)
 
     def to_json(self) -> dict[str, Any]:
         doc = {k: v for k, v in self.__dict__.items() if k not in ("per_app", "api")}
@@ -114,6 +116,7 @@ def run_tidecd(bench: Bench, scenario: scale.Scenario, workers: int,
         bench.git.reset_counts()
         api_before = scale.api_requests(dev)
         started = time.time()
+        measured.load["tick"] = os.getloadavg()[0]
         progress("cold: poll tick", 0, 1)
         measured.tick = fleet.tick()
         progress("cold: poll tick", 1, 1)
@@ -129,7 +132,9 @@ def run_tidecd(bench: Bench, scenario: scale.Scenario, workers: int,
         measured.git_per_repo = {k: int(statistics.median([c.get(k, 0) for c in counts.values()])) for k in kinds}
         measured.invocations = invocation_summary(fleet.frontend)
         measured.peak_rss = fleet.peak_rss()
-        say(f"scale: cold {measured.total:.1f}s; {measured.invocations}")
+        measured.load["cold_done"] = os.getloadavg()[0]
+        measured.bridge = bridge_counts(fleet)
+        say(f"scale: cold {measured.total:.1f}s; {measured.invocations}; bridge {measured.bridge}")
 
         progress("no-op tick", 0, 1)
         seen = len(fleet.frontend.snapshot())
@@ -148,9 +153,19 @@ def run_tidecd(bench: Bench, scenario: scale.Scenario, workers: int,
                          "drift_checked": len(summary.get("drift_checked", [])),
                          "cluster_writes": api.writes_on_app_kinds, "api_calls": api.on_app_kinds,
                          "store_writes": dict(writes), **invocation_summary(fleet.frontend, seen)}
+        measured.load["end"] = os.getloadavg()[0]
         progress("no-op tick", 1, 1)
         say(f"scale: no-op tick {measured.noop}")
     return measured
+
+
+def bridge_counts(fleet: scale.Fleet) -> dict[str, int]:
+    """Messages the push bridge posted and acked, nacked for redelivery, and redeliveries of messages
+    already answered (acked without posting: the emulator's at-least-once)."""
+    bridge = fleet.bridge
+    if bridge is None:
+        return {}
+    return {"delivered": bridge.delivered, "nacked": bridge.redelivered, "duplicates_acked": bridge.duplicates}
 
 
 class bench_emulator:  # noqa: N801 - used as a context manager
@@ -187,6 +202,10 @@ def rows(m: Measured) -> list[Row]:
             f"{inv.get('steps')} steps ({inv.get('continuations')} continuations) + {inv.get('refused_early')} "
             f"early continuations refused; {inv.get('instance_seconds')} instance-s; step mean "
             f"{inv.get('step_mean')}s, p99 {inv.get('step_p99')}s"),
+        Row(GROUP, "steps per app (cold)", None, None, "",
+            f"{(inv.get('steps') or 0) / max(1, m.apps):.2f}; push bridge {json.dumps(m.bridge)}"),
+        Row(GROUP, "load average (1 min)", None, None, "",
+            "; ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in m.load.items()) + f" on {os.cpu_count()} cores"),
     ]
     if api is not None:
         out.append(Row(GROUP, "API calls per app (cold)", None, None, "",
