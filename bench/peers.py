@@ -19,7 +19,8 @@ Poll intervals are an hour, so nothing reconciles in the background; every peer 
 before anything is timed. Rows, each a median over the repetitions, measured from the trigger:
 
 - cold sync, all objects exist / all Deployments Available: read from the cluster, the same for all;
-- no-op resync: until the tool says it is done (tidecd: the state was written; Argo CD: the refresh
+- no-op resync: until the tool says it is done (tidecd: the refresh's run finished, its `pending/<app>`
+  record gone, as a no-op writes no state; Argo CD: the refresh
   annotation consumed; Flux: the GitRepository's lastHandledReconcileAt; gitops-agent: its result table);
 - one object changed, new value live: until the changed ConfigMap has the new value in the cluster;
 - push → Synced+Healthy: until the tool's own status says so at the pushed commit (gitops-agent has no
@@ -49,6 +50,7 @@ from typing import Any
 from bench.fixtures import Installation, Repo, application, create_namespaces, write_app
 from bench.harness import REPO_ROOT, Bench, Row, median, say, spread
 from bench.sync import CHANGED, app_files
+from tidecd import pending
 from tidecd import state as app_state
 from tidecd.cluster import KubeCluster
 from tidecd_dev import peers
@@ -354,7 +356,8 @@ class TidecdFunction(Tool):
                 op = state.operation
                 return (state.revision == case.sha and str(state.sync_status) == "Synced"
                         and str(state.health) == "Healthy" and not (op is not None and op.running))
-            return self._generation(case) > generation
+            # the no-op: its run is over (`pending/<app>` gone); a no-op that changed nothing writes no state
+            return self._generation(case) > generation or self.inst.store.read(pending.PENDING + case.app) is None
 
         return done
 
@@ -373,8 +376,6 @@ class TidecdFunction(Tool):
         earlier, the next trigger would be coalesced into the dead run for minutes."""
         if self.warm or self.proc is None:
             return
-        from tidecd import pending
-
         keys = (pending.PENDING + case.app, pending.CONTINUATIONS + case.app)
         deadline = time.monotonic() + 120
         while any(self.inst.store.read(k) is not None for k in keys) and time.monotonic() < deadline:

@@ -99,6 +99,7 @@ class Outcome:
     continue_after: float | None = None  # seconds until this app wants its next step; None: nothing pending
     changes: ChangeSet = field(default_factory=ChangeSet)
     refresh: tuple[str, ...] = ()  # other apps this step changed (an app of apps' children): refresh them
+    unchanged: bool = False  # answered by the no-op fast path: nothing it compares changed since the last step
 
 
 def reconcile(runtime: Runtime, name: str, *, reason: str = "", budget: float = 10.0, automate: bool = True,
@@ -216,13 +217,6 @@ def _pool() -> ThreadPoolExecutor:
             _POOL = ThreadPoolExecutor(max_workers=max(DRY_RUN_CONCURRENCY, APPLY_CONCURRENCY),
                                        thread_name_prefix="tidecd-step")
         return _POOL
-
-
-def _record(state: app_state.AppState) -> str:
-    """The state as it would be written, but for `reconciled_at` (what a no-op step changes)."""
-    doc = state.to_json()
-    doc.pop("reconciled_at", None)
-    return json.dumps(doc, sort_keys=True, default=str)
 
 
 def render_desired(runtime: Runtime, app: Application, revision: str = "",
@@ -438,7 +432,14 @@ class _Step:
         self.head = head  # the poll's fresh resolution of the targetRevision ("" resolves it here)
         self.deadline = clock.monotonic() + budget
         self.state, self.generation = app_state.load(runtime.store, name)
-        self.loaded = _record(self.state)
+        self.loaded = (self.state.reconciled_at, dict(self.state.quiet))  # what a no-op step may change
+        self.inputs_digest = ""  # the quiet record's halves (see `_quiet_path`) ...
+        self.live_digest = ""
+        self.prefetched: dict[ResourceKey, Manifest] | None = None  # ... and the live objects it listed
+        self.quiet_hit = False  # answered by the fast path: nothing is recompared, nothing is written
+        self.settled = False  # the last decision was "nothing to do", with nothing scheduled
+        self.observed = False  # the observe stage ran to its end (no error)
+        self.wrote = False  # this step wrote the state already
         self.changes = ChangeSet()
         self.continue_after: float | None = None
         self.live: dict[ResourceKey, Manifest] = {}
@@ -481,8 +482,13 @@ class _Step:
                 assert self.state.operation is not None
                 self.state.operation.retryable = False
                 self._fail_operation(str(exc))
+        if self.quiet_hit:
+            log.info("reconciled", app=self.name, reason=self.reason, sync=self.state.sync_status,
+                     health=self.state.health, revision=self.state.revision[:12], unchanged=True)
+            return Outcome(self.name, self.state, unchanged=True)
         self.state.reconciled_at = app_state.now_iso()
         self._follow_health()
+        self.state.quiet = self._quiet_record()
         self._save()
         for entry in self.changes.changed():  # a line per object, starting with its ResourceKey text
             log.info(str(entry), app=self.name, action=entry.action.value, wave=entry.wave, phase=entry.phase)
@@ -535,12 +541,80 @@ class _Step:
 
     def _save(self) -> None:
         """Record: a lost race raises PreconditionFailed, and `reconcile` re-reads and re-decides. A settled
-        app whose record did not change but for `reconciled_at` is not written: a no-op resync makes no
-        write, in the store either (`reconciled_at` is then the last step that changed something)."""
+        app whose record did not change but for `reconciled_at` (and the quiet record) is not written: a
+        no-op resync makes no write, in the store either (`reconciled_at` is then the last step that changed
+        something)."""
         settled = not self._running() and self.state.health is not HealthStatus.PROGRESSING
-        if settled and self.generation and self.continue_after is None and _record(self.state) == self.loaded:
+        if settled and self.generation and self.continue_after is None and self._unchanged():
             return
-        self.generation = app_state.save(self.runtime.store, self.state, if_generation_match=self.generation)
+        self.generation = app_state.save(self.runtime.store, self.state, if_generation_match=self.generation,
+                                         keep_quiet=True)
+        self.loaded = (self.state.reconciled_at, dict(self.state.quiet))
+        self.wrote = True
+
+    def _unchanged(self) -> bool:
+        """The record is the file as loaded, but for `reconciled_at` and, in a step that wrote nothing yet,
+        `quiet` (a no-op writes nothing): one encoding, compared with the bytes read (no second encoding
+        of the loaded state)."""
+        if not self.state.loaded:
+            return False
+        doc = self.state.to_json()
+        doc["reconciled_at"] = self.loaded[0]
+        if not self.wrote:
+            doc["quiet"] = self.loaded[1]
+        return app_state.encode_json(doc) == self.state.loaded
+
+    # -- the no-op fast path ---------------------------------------------------------------------------
+
+    def _may_be_quiet(self) -> bool:
+        """Whether a no-op of this app may be answered from its quiet record: its status follows only from
+        its rendered revision, its config and its own live objects (nothing time-dependent, no other app's
+        state, no running operation)."""
+        app = self._app
+        orphans = self.project.orphaned_resources
+        return (not self._running() and not self.state.rebuilt and not generated.is_deleting(app)
+                and not self.project.sync_windows and not (orphans is not None and orphans.warn)
+                and not app.annotation(constants.ANNOTATION_ADOPT_FROM_ARGOCD).strip()
+                and not (self.children is not None and any(appofapps.is_child_object(m) for m in self.manifests)))
+
+    def _inputs(self) -> str:
+        """A digest of what the comparison starts from: the revision, the rendered objects, the app, its
+        project, the argocd-cm settings and the image updater's override (the automated-sync marker)."""
+        import hashlib
+
+        app, config = self._app, self.runtime.config()
+        marker = images_state.sync_marker(self.runtime.store, app, self.sha, spec_hash(app))
+        parts = [QUIET_VERSION, self.sha, marker, repr(app), repr(self.project), repr(config.argo_settings),
+                 repr(config.ignore_differences_of(app)), json.dumps(self.manifests, sort_keys=True, default=str)]
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+    def _quiet_path(self, app: Application) -> bool:
+        """The no-op fast path. When the inputs and the live objects' resourceVersions are those the last
+        full comparison recorded (`state.quiet`), that comparison's result stands: nothing is re-compared,
+        re-decided or written. Drift (a changed resourceVersion, an object added or gone, a kind no longer
+        served) or a new commit falls through to the full comparison, which reuses the objects listed here."""
+        if not self._may_be_quiet():
+            return False
+        self.inputs_digest = self._inputs()
+        if not self.state.quiet or self.state.quiet.get("inputs") != self.inputs_digest:
+            return False
+        desired = {ResourceKey.of(m): m for m in plan.resources(self.manifests)}
+        live = self._live(self.cluster, app, desired)
+        if self.live_digest != self.state.quiet.get("live"):
+            self.prefetched = live
+            return False
+        self.live, self.quiet_hit = live, True
+        log.debug("nothing changed since the last comparison", app=self.name)
+        return True
+
+    def _quiet_record(self) -> dict[str, str]:
+        """What the next no-op compares, when this step ended settled and its result followed only from
+        inputs and live objects (else nothing: the next step compares in full)."""
+        if not (self.observed and self.settled and self.live_digest and self.continue_after is None
+                and self.state.health is not HealthStatus.PROGRESSING and not self.claimed
+                and not self.adoption_refused and self._may_be_quiet()):
+            return {}
+        return {"inputs": self.inputs_digest or self._inputs(), "live": self.live_digest}
 
     def _observe_and_advance(self) -> None:
         app: Application = self.runtime.app(self.name)
@@ -566,6 +640,8 @@ class _Step:
         namespaced = scope_lookup(self.cluster, manifests)
         self.manifests = _with_namespaces(namespaced, manifests, app.destination.namespace)
         self.manifests, self.excluded = without_excluded(self.runtime.config().argo_settings, app, self.manifests)
+        if self._quiet_path(app):
+            return
         self.tasks = self._plan()
         self.violations = ""
         try:
@@ -593,6 +669,7 @@ class _Step:
                       else dataclasses.replace(policy, automated=False))
         if generated.is_deleting(app):
             self._forget_when_gone(app)
+        self.observed = True
 
     def _forget_when_gone(self, app: Application) -> None:
         """A generated app being deleted leaves its owner's record once it owns nothing any more."""
@@ -637,6 +714,7 @@ class _Step:
             if isinstance(step, decision.Nothing):
                 if step.retry_at is not None:
                     self.continue_after = max(0.0, step.retry_at - self.clock.now())
+                self.settled = step.retry_at is None
                 return
             if isinstance(step, decision.Refuse):
                 self._condition("SyncError", step.message, unknown=False)
@@ -657,6 +735,9 @@ class _Step:
             if isinstance(step, decision.Finish | decision.Terminate):
                 if not self._operation_dry_run():
                     self._refresh_comparison()
+                    after = decision.decide(self._observation(), self.state.operation, policy).step
+                    # nothing more to do from here (pure; nothing runs): this step's record is a quiet one
+                    self.settled = isinstance(after, decision.Nothing) and after.retry_at is None
                 return
 
     def _fence(self) -> None:
@@ -952,7 +1033,8 @@ class _Step:
                  manifests: list[Manifest]) -> tuple[Comparison, dict[ResourceKey, Manifest]]:
         desired = {ResourceKey.of(m): m for m in plan.resources(manifests)}
         hooks = self._hook_keys()
-        live = self._live(cluster, app, desired)
+        live = self.prefetched if self.prefetched is not None else self._live(cluster, app, desired)
+        self.prefetched = None
         cache = self.state.comparison_cache
         new_cache: dict[str, CachedComparison] = {}
         ignores = _rules_hash(self.runtime.config().ignore_differences_of(app))
@@ -1009,11 +1091,13 @@ class _Step:
         live: dict[ResourceKey, Manifest] = {}
         kinds = {(k.group, k.kind) for k in desired} | {(k.group, k.kind) for k, _ in self.state.inventory_keys()
                                                       if not self._excluded_kind(k)}
+        unserved = []
         for group, kind in sorted(kinds):
             try:
                 for obj in cluster.list(group, kind, label_selector=managed_selector(app.name)):
                     live[ResourceKey.of(obj)] = obj
             except UnknownKind:
+                unserved.append((group, kind))
                 continue
         # unlabelled: desired objects not created yet (or someone else's), and inventory objects an older
         # tidecd marked with Argo CD's names (tidecd.ownership), which keep their app until the next sync
@@ -1025,6 +1109,7 @@ class _Step:
                     found = None
                 if found is not None:
                     live[key] = found
+        self.live_digest = live_digest(live, sorted(kinds), unserved)
         return live
 
     def _record(self, app: Application, sha: str, comparison: Comparison,
@@ -1104,6 +1189,22 @@ class _Step:
         if unknown:
             self.state.sync_status = SyncStatus.UNKNOWN
         log.warning("reconcile problem", app=self.name, condition=kind, message=message)
+
+
+QUIET_VERSION = "1"  # bump when what the quiet record's digests cover changes
+
+
+def live_digest(live: Mapping[ResourceKey, Manifest], kinds: list[tuple[str, str]],
+                unserved: list[tuple[str, str]]) -> str:
+    """A digest of the observed live objects: each one's key, uid and resourceVersion (any write to an object
+    changes its resourceVersion), the kinds listed and those the cluster does not serve."""
+    import hashlib
+
+    digest = hashlib.sha256(repr((kinds, unserved)).encode())
+    for key in sorted(live):
+        meta = live[key].get("metadata") or {}
+        digest.update(f"\n{key}\0{meta.get('uid', '')}\0{meta.get('resourceVersion', '')}".encode())
+    return digest.hexdigest()
 
 
 def _unix(iso: str) -> int:

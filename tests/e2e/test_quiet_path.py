@@ -1,0 +1,84 @@
+"""The no-op fast path against the real control plane and git server: a settled app's no-op answers from its
+quiet record (no comparison, no write), and drift made with kubectl is still caught through it."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Any
+
+import pytest
+
+from tests.support.apps import GitOps, configmap, deployment
+from tidecd import reconcile as engine
+from tidecd.reconcile import Outcome
+
+
+def settle(gitops: GitOps) -> Outcome:
+    """Refresh until a step answers Synced and Healthy from the quiet record (the rollout's status writes
+    change the Deployment's resourceVersion a few times first)."""
+    deadline = time.monotonic() + 90
+    while True:
+        outcome = gitops.reconcile()
+        state = outcome.state
+        if outcome.unchanged and state is not None and state.sync_status == "Synced" and state.health == "Healthy":
+            return outcome
+        assert time.monotonic() < deadline, (state.sync_status, state.health, state.health_message) if state else ""
+        time.sleep(0.5)
+
+
+def counted_compares(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many full comparisons the steps after this call make (one element each)."""
+    calls: list[int] = []
+    real = engine._Step._compare
+
+    def counted(step: engine._Step, *args: Any) -> Any:
+        calls.append(1)
+        return real(step, *args)
+
+    monkeypatch.setattr(engine._Step, "_compare", counted)
+    return calls
+
+
+def test_drift_is_caught_through_the_no_op_fast_path(gitops: GitOps, monkeypatch: pytest.MonkeyPatch) -> None:
+    gitops.push({"app/web.yaml": deployment("web"), "app/cm.yaml": configmap("settings", {"v": "1"})})
+    gitops.application(automated={})
+    settle(gitops)
+    compares = counted_compares(monkeypatch)
+    generation = gitops.store.read(f"state/apps/{gitops.real('app')}.json").generation  # type: ignore[union-attr]
+    for _ in range(2):
+        outcome = gitops.reconcile()
+        assert outcome.unchanged, "a settled app's no-op answers from its quiet record"
+    assert compares == []
+    assert gitops.store.read(f"state/apps/{gitops.real('app')}.json").generation == generation  # type: ignore[union-attr]
+
+    subprocess.run(["kubectl", "--kubeconfig", str(gitops.dev.kubeconfig), "-n", gitops.namespace, "patch",
+                    "configmap/settings", "-p", '{"data":{"v":"by hand"}}'], check=True, capture_output=True)
+    outcome = gitops.reconcile()
+
+    assert not outcome.unchanged and compares == [1]
+    state = gitops.state()
+    assert state.sync_status == "OutOfSync"
+    assert [(r.kind, r.name) for r in state.resources if r.status == "OutOfSync"] == [("ConfigMap", "settings")]
+    assert gitops.reconcile().unchanged  # the same drift again: still OutOfSync, now quietly
+    assert gitops.state().sync_status == "OutOfSync"
+
+    gitops.push({"app/cm.yaml": configmap("settings", {"v": "2"})})  # a new commit: rendered and synced
+    outcome = gitops.reconcile()
+    assert not outcome.unchanged
+    assert gitops.live("ConfigMap", "settings")["data"] == {"v": "2"}  # type: ignore[index]
+
+
+def test_self_heal_repairs_drift_seen_through_the_fast_path(gitops: GitOps) -> None:
+    gitops.push({"app/cm.yaml": configmap("settings", {"v": "1"})})
+    gitops.application(automated={"selfHeal": True})
+    settle(gitops)
+
+    subprocess.run(["kubectl", "--kubeconfig", str(gitops.dev.kubeconfig), "-n", gitops.namespace, "delete",
+                    "configmap/settings"], check=True, capture_output=True)
+    outcome = gitops.reconcile()
+
+    assert not outcome.unchanged
+    assert gitops.live("ConfigMap", "settings")["data"] == {"v": "1"}  # type: ignore[index]
+    settle(gitops)
+    assert gitops.reconcile().unchanged

@@ -1,0 +1,223 @@
+"""The no-op fast path (`tidecd.reconcile`, `state.quiet`): a step whose inputs and live resourceVersions are
+those of the last full comparison answers "nothing changed" without re-comparing or writing; anything else
+(drift, a new commit, a changed app, an object added or gone, another writer) compares in full."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
+from tidecd import reconcile as engine
+from tidecd import state as app_state
+from tidecd.clock import FakeClock
+from tidecd.config import Config
+from tidecd.model import ResourceKey
+from tidecd.reconcile import Outcome, reconcile
+from tidecd.runtime import Runtime
+from tidecd.store import MemoryStore
+from tidecd.sync.apply import with_ownership
+
+
+class CountingStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, key: str, data: bytes, *, if_generation_match: int | None = None) -> int:
+        self.writes.append(key)
+        return super().write(key, data, if_generation_match=if_generation_match)
+
+    def state_writes(self) -> list[str]:
+        return [k for k in self.writes if k.startswith("state/")]
+
+
+class Counting:
+    """Counts the full comparisons (`_Step._compare`) a step makes."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.compares = 0
+        real = engine._Step._compare
+
+        def counted(step: Any, *args: Any) -> Any:
+            self.compares += 1
+            return real(step, *args)
+
+        monkeypatch.setattr(engine._Step, "_compare", counted)
+
+
+def configmap(name: str, value: str = "v") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": value}}
+
+
+CM = ResourceKey("", "ConfigMap", "ns", "settings")
+
+
+@pytest.fixture()
+def setup(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeCluster, CountingStore, FakeGit, Runtime, Counting]]:
+    cluster, store, git = FakeCluster(), CountingStore(), FakeGit()
+    cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
+    monkeypatch.setattr(engine, "render_desired", git.render)
+    git.push([configmap("settings"), configmap("other")])
+    runtime = fake_runtime(cluster, store, application(automated=True))
+    yield cluster, store, git, runtime, Counting(monkeypatch)
+
+
+def synced(runtime: Runtime, clock: FakeClock) -> Outcome:
+    outcome = reconcile(runtime, "app", clock=clock)  # the automated sync: its record is a quiet one
+    state = outcome.state
+    assert state is not None and state.sync_status == "Synced" and state.health == "Healthy"
+    assert not outcome.unchanged and state.quiet, "a settled sync records what the next no-op compares"
+    return outcome
+
+
+def test_a_noop_step_answers_from_the_quiet_record_without_comparing_or_writing(setup: Any) -> None:
+    cluster, store, git, runtime, counting = setup
+    clock = FakeClock()
+    synced(runtime, clock)
+    store.writes.clear()
+    counting.compares = 0
+    calls = len(cluster.calls)
+
+    for _ in range(3):
+        clock.advance(30)
+        outcome = reconcile(runtime, "app", clock=clock)
+        assert outcome.unchanged and outcome.state is not None and outcome.state.sync_status == "Synced"
+
+    assert counting.compares == 0
+    assert store.state_writes() == []
+    assert cluster.calls[calls:] == []  # no dry-run, no apply
+    assert git.renders == 4  # the revision is still resolved and rendered (cached) each time
+
+
+def test_drift_changes_a_resource_version_and_is_compared_in_full(setup: Any) -> None:
+    cluster, store, git, runtime, counting = setup
+    clock = FakeClock()
+    synced(runtime, clock)
+    assert reconcile(runtime, "app", clock=clock).unchanged
+    counting.compares = 0
+
+    with cluster._lock:  # someone edits the live object (kubectl edit): a new resourceVersion
+        cluster.objects[CM]["data"] = {"k": "by hand"}
+        cluster._bump(cluster.objects[CM])
+    outcome = reconcile(runtime, "app", clock=clock)
+
+    assert not outcome.unchanged and counting.compares == 1
+    state = outcome.state
+    assert state is not None and state.sync_status == "OutOfSync"
+    assert [r.name for r in state.resources if r.status == "OutOfSync"] == ["settings"]
+    assert app_state.load(store, "app")[0].sync_status == "OutOfSync"
+    again = reconcile(runtime, "app", clock=clock)  # the same drift, nothing new: it stays OutOfSync, quietly
+    assert again.unchanged and again.state is not None and again.state.sync_status == "OutOfSync"
+
+
+def test_drift_of_a_self_healing_app_is_repaired_through_the_full_path(setup: Any,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, store, git, runtime, counting = setup
+    runtime._config = Config(applications={"app": application(automated=True, self_heal=True)})
+    clock = FakeClock()
+    synced(runtime, clock)
+    assert reconcile(runtime, "app", clock=clock).unchanged
+
+    with cluster._lock:
+        del cluster.objects[CM]  # deleted by hand
+    outcome = reconcile(runtime, "app", clock=clock)
+
+    assert not outcome.unchanged
+    assert cluster.objects[CM]["data"] == {"k": "v"}
+    assert reconcile(runtime, "app", clock=clock).unchanged  # repaired, settled, quiet again
+
+
+def test_a_new_commit_is_rendered_compared_and_synced(setup: Any) -> None:
+    cluster, store, git, runtime, counting = setup
+    clock = FakeClock()
+    synced(runtime, clock)
+    git.push([configmap("settings", "two"), configmap("other")])
+
+    outcome = reconcile(runtime, "app", clock=clock)
+
+    assert not outcome.unchanged and outcome.state is not None
+    assert outcome.state.revision == git.head and cluster.objects[CM]["data"] == {"k": "two"}
+    assert reconcile(runtime, "app", clock=clock).unchanged
+
+
+def test_an_extra_labelled_object_or_a_changed_app_spec_compares_in_full(setup: Any) -> None:
+    cluster, store, git, runtime, counting = setup
+    clock = FakeClock()
+    synced(runtime, clock)
+
+    copied = copy.deepcopy(cluster.objects[CM])  # the app's label, but another object's tracking mark
+    copied["metadata"]["name"] = "copied"
+    cluster.add(copied)
+    store.writes.clear()
+    assert not reconcile(runtime, "app", clock=clock).unchanged  # compared in full: not the app's, no change
+    assert store.state_writes() == []
+    with cluster._lock:
+        del cluster.objects[ResourceKey("", "ConfigMap", "ns", "copied")]
+    assert reconcile(runtime, "app", clock=clock).unchanged  # back to what the record saw
+
+    cluster.add(with_ownership(configmap("stray") | {"metadata": {"name": "stray", "namespace": "ns"}}, "app"))
+    outcome = reconcile(runtime, "app", clock=clock)
+    assert not outcome.unchanged and outcome.state is not None
+    assert [r.name for r in outcome.state.resources if r.requires_pruning] == ["stray"]
+    assert reconcile(runtime, "app", clock=clock).unchanged
+    with cluster._lock:
+        del cluster.objects[ResourceKey("", "ConfigMap", "ns", "stray")]
+    outcome = reconcile(runtime, "app", clock=clock)
+    assert not outcome.unchanged and outcome.state is not None
+    assert not [r.name for r in outcome.state.resources if r.requires_pruning]
+
+    runtime._config = Config(applications={"app": application(automated=True, prune=True)})
+    assert not reconcile(runtime, "app", clock=clock).unchanged  # the app's spec changed
+
+
+def test_another_writer_drops_the_quiet_record(setup: Any) -> None:
+    cluster, store, git, runtime, counting = setup
+    clock = FakeClock()
+    synced(runtime, clock)
+    state, generation = app_state.load(store, "app")
+    assert state.quiet
+    state.inventory = []  # e.g. adoption rewriting the inventory
+    app_state.save(store, state, if_generation_match=generation)
+
+    assert not app_state.load(store, "app")[0].quiet
+    assert not reconcile(runtime, "app", clock=clock).unchanged
+
+
+def test_a_running_operation_or_a_progressing_app_never_takes_the_fast_path(setup: Any) -> None:
+    cluster, store, git, runtime, counting = setup
+    git.push([configmap("settings"), {"apiVersion": "apps/v1", "kind": "Deployment",
+                                      "metadata": {"name": "web"}, "spec": {"replicas": 1}}])
+    clock = FakeClock()
+    outcome = reconcile(runtime, "app", clock=clock)
+    assert outcome.state is not None and outcome.state.health == "Progressing"
+    assert not outcome.state.quiet
+    assert not reconcile(runtime, "app", clock=clock).unchanged  # still Progressing: compared in full
+
+    cluster.ready(ResourceKey("apps", "Deployment", "ns", "web"))
+    outcome = reconcile(runtime, "app", clock=clock)
+    assert outcome.state is not None and outcome.state.health == "Healthy" and outcome.state.quiet
+    assert reconcile(runtime, "app", clock=clock).unchanged
+
+    engine.start_operation(runtime, "app", engine.SyncRequest(initiated_by="test"))
+    assert not app_state.load(store, "app")[0].quiet
+    outcome = reconcile(runtime, "app", clock=clock)  # an explicit sync runs in full ...
+    assert not outcome.unchanged and outcome.state is not None and outcome.state.operation is not None
+    assert outcome.state.operation.initiated_by == "test" and outcome.state.operation.phase == "Succeeded"
+    assert outcome.state.quiet  # ... and, running when its step began, still leaves a quiet record
+    assert reconcile(runtime, "app", clock=clock).unchanged
+
+
+def test_the_live_digest_covers_uid_resource_version_and_unserved_kinds() -> None:
+    obj = {"metadata": {"uid": "u1", "resourceVersion": "5"}}
+    live = {CM: obj}
+    kinds = [("", "ConfigMap")]
+    base = engine.live_digest(live, kinds, [])
+    assert base == engine.live_digest({CM: copy.deepcopy(obj)}, kinds, [])
+    assert base != engine.live_digest({CM: {"metadata": {"uid": "u1", "resourceVersion": "6"}}}, kinds, [])
+    assert base != engine.live_digest({CM: {"metadata": {"uid": "u2", "resourceVersion": "5"}}}, kinds, [])
+    assert base != engine.live_digest({}, kinds, [])
+    assert base != engine.live_digest(live, kinds, [("x.io", "Widget")])
