@@ -193,12 +193,20 @@ class Api:
 
     def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
              query: Mapping[str, str] | None = None, timeout: float = 60) -> Obj:
+        """One request; a 429 (the loaded API server's max in flight) or 503 is retried after a pause."""
         url = self.server + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, method=method,  # noqa: S310 (the dev cluster)
-                                         headers={"Content-Type": content_type, "Accept": "application/json"})
-        with urllib.request.urlopen(request, context=self.ctx, timeout=timeout) as resp:  # noqa: S310
-            return dict(json.loads(resp.read() or b"{}"))
+        for attempt in range(8):
+            request = urllib.request.Request(url, data=data, method=method,  # noqa: S310 (the dev cluster)
+                                             headers={"Content-Type": content_type, "Accept": "application/json"})
+            try:
+                with urllib.request.urlopen(request, context=self.ctx, timeout=timeout) as resp:  # noqa: S310
+                    return dict(json.loads(resp.read() or b"{}"))
+            except urllib.error.HTTPError as exc:
+                if exc.code not in (429, 503) or attempt == 7:
+                    raise
+                time.sleep(min(5.0, 0.25 * 2**attempt))
+        raise AssertionError("not reached")
 
     def apply(self, obj: Obj, manager: str = "tidecd-peers") -> Obj:
         """Server-side apply of a namespaced custom object, by its collection path."""
@@ -206,7 +214,8 @@ class Api:
                          content_type="application/apply-patch+yaml",
                          query={"fieldManager": manager, "force": "true"})
 
-    def apply_all(self, objs: Iterable[Obj], *, threads: int = 4, on_done: Callable[[], None] = lambda: None) -> None:
+    def apply_all(self, objs: Iterable[Obj], *, threads: int = 4,
+                  on_done: Callable[[Obj], None] = lambda obj: None) -> None:
         """Apply with a few requests in flight, as `kubectl apply` of many files and its client QPS would."""
         def one(obj: Obj) -> None:
             for attempt in range(5):
@@ -218,7 +227,7 @@ class Api:
                         raise RuntimeError(f"applying {obj['kind']} {obj['metadata']['name']}: HTTP {exc.code} "
                                            f"{exc.read()[:300]!r}") from exc
                     time.sleep(0.2 * (attempt + 1))
-            on_done()
+            on_done(obj)
 
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(one, objs))

@@ -120,12 +120,15 @@ def test_rows_give_tidecd_over_each_peer_and_say_why_a_peer_has_no_numbers() -> 
                                                                                    120.0],
                                  rss={"source-controller": 80 * 2**20, "kustomize-controller": 150 * 2**20},
                                  api=scale.ApiCalls(1200, 240, 24, 0, {"APPLY": 24}),
-                                 git_per_repo={"ls-remote": 1, "upload-pack": 1}, load="3.0/2.0/1.0")
+                                 git_per_repo={"ls-remote": 1, "upload-pack": 1}, load="3.0/2.0/1.0",
+                                 per_app_own=[30.0, 35.0, 40.0])
     argo = bench_sp.PeerMeasured("Argo CD", 6, 3, broken="did not build: PeerError: go failed")
     rows = bench_sp.rows(tidecd_measured(), [flux, argo])
     total = next(r for r in rows if r.name.startswith("6 apps") and r.peer_name == "Flux")
     assert total.tidecd == 60.0 and total.peer == 120.0 and total.ratio == 0.5
     assert "load 3.0/2.0/1.0" in total.notes and "--concurrent=20" in total.notes
+    p50 = next(r for r in rows if r.name == "per app p50, vs Flux")
+    assert "own creation: p50 35.0s, p99 40.0s" in p50.notes
     p99 = next(r for r in rows if r.name == "per app p99, vs Flux")
     assert (p99.tidecd, p99.peer) == (60.0, 120.0)
     assert "kustomize-controller: 150 MiB" in next(r.notes for r in rows if r.name == "peak RSS, vs Flux")
