@@ -275,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                 bar.update(tasks[stage], completed=done)
 
             measured = run_tidecd(bench, scenario, workers, progress)
+            say(f"scale: tidecd measured {json.dumps(measured.to_json())}")  # kept if the peers' part is cut short
             peer_results = scale_peers.run_peers(bench, scenario, progress)
     finally:
         bench.close()
