@@ -24,6 +24,8 @@ Objects are written with server-side apply as field manager `tidecd-peers`, neve
 from __future__ import annotations
 
 import abc
+import functools
+import hashlib
 import json
 import os
 import re
@@ -253,24 +255,57 @@ class _Kube:
         self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
     def crds(self, files: Iterable[Path], timeout: float = 60.0) -> None:
-        """Apply CRDs (server-side: they are too big for the last-applied annotation) and wait Established."""
-        names = []
-        for path in files:
-            for doc in yaml.safe_load_all(path.read_text()):
-                if doc and doc.get("kind") == "CustomResourceDefinition":
-                    self.apply(doc)
-                    names.append(doc["metadata"]["name"])
-        deadline = time.monotonic() + timeout
-        for name in names:
-            while True:
-                live = self.get(ResourceKey("apiextensions.k8s.io", "CustomResourceDefinition", "", name)) or {}
-                conditions = live.get("status", {}).get("conditions") or []
-                if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-                    break
-                if time.monotonic() > deadline:
-                    raise PeerError(f"CRD {name} not Established after {timeout:.0f}s")
-                time.sleep(0.1)
-        self.kube.resources(refresh=True)
+        install_crds(self.kube, files, timeout=timeout)
+
+
+CRD_DIGEST = "tidecd-peers/applied-digest"  # on a CRD: the digest of the file's document it was applied from
+
+
+@functools.lru_cache(maxsize=16)
+def _crd_documents(path: str, mtime_ns: int) -> tuple[tuple[str, str, Obj], ...]:
+    """(name, digest, document) of each CRD in a file, parsed once per process (Argo CD's applicationset CRD
+    is 1.5 MB of YAML: libyaml takes ~1 s for it, pure-Python PyYAML more than 10 s on a busy machine)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    found = []
+    for doc in yaml.load_all(Path(path).read_text(), Loader=loader):  # noqa: S506 - a safe loader
+        if doc and doc.get("kind") == "CustomResourceDefinition":
+            digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
+            found.append((str(doc["metadata"]["name"]), digest, doc))
+    return tuple(found)
+
+
+def install_crds(kube: KubeCluster, files: Iterable[Path], *, timeout: float = 60.0) -> None:
+    """Apply CRDs (server-side, as `tidecd-peers`: they are too big for the last-applied annotation) and wait
+    until they are Established. A CRD already applied from the same document (its `CRD_DIGEST` annotation
+    says so) is not applied again: even an apply that changes nothing costs the API server tens of seconds of
+    CPU for Argo CD's CRDs on a busy machine."""
+    names = []
+    for path in files:
+        for name, digest, doc in _crd_documents(str(path), path.stat().st_mtime_ns):
+            key = ResourceKey("apiextensions.k8s.io", "CustomResourceDefinition", "", name)
+            res = kube.resource(key.group, key.kind)
+            try:
+                meta = kube.request("GET", res.path("", name), key=key,
+                                    accept="application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                meta = {}
+            if ((meta.get("metadata") or {}).get("annotations") or {}).get(CRD_DIGEST) != digest:
+                notes = {**(doc["metadata"].get("annotations") or {}), CRD_DIGEST: digest}
+                kube.apply_as({**doc, "metadata": {**doc["metadata"], "annotations": notes}}, FIELD_MANAGER)
+            names.append(name)
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while True:
+            live = kube.get(ResourceKey("apiextensions.k8s.io", "CustomResourceDefinition", "", name)) or {}
+            conditions = live.get("status", {}).get("conditions") or []
+            if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+                break
+            if time.monotonic() > deadline:
+                raise PeerError(f"CRD {name} not Established after {timeout:.0f}s")
+            time.sleep(0.1)
+    kube.resources(refresh=True)
 
 
 def _wait(what: str, probe: Callable[[], T | None], timeout: float, *, alive: Callable[[], None],

@@ -49,7 +49,7 @@ from tidecd.runtime import Runtime, Settings
 from tidecd.secrets import generate_key, write_key_pair
 from tidecd.store import LocalStore
 from tidecd_dev.devcluster import DevCluster
-from tidecd_dev.peers import ArgoCD, share_dir
+from tidecd_dev.peers import ArgoCD, install_crds, share_dir
 
 pytestmark = pytest.mark.e2e
 
@@ -310,20 +310,7 @@ def test_import_of_a_running_argocd_syncs_to_the_same_state(
 
 def apply_crds(kube: KubeCluster) -> None:
     """Argo CD's CRDs from its module (tools.sh copies them beside the binary), Established."""
-    names = []
-    for path in sorted((share_dir("argocd") / "crds").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") == "CustomResourceDefinition":
-                kube.apply(doc)
-                names.append(doc["metadata"]["name"])
-    deadline = time.monotonic() + 60
-    for name in names:
-        key = ResourceKey("apiextensions.k8s.io", "CustomResourceDefinition", "", name)
-        while not any(c.get("type") == "Established" and c.get("status") == "True"
-                      for c in ((kube.get(key) or {}).get("status") or {}).get("conditions") or []):
-            assert time.monotonic() < deadline, f"CRD {name} not Established"
-            time.sleep(0.2)
-    kube.resources(refresh=True)
+    install_crds(kube, sorted((share_dir("argocd") / "crds").glob("*.yaml")))
 
 
 def test_import_reports_bad_objects_by_name_and_changes_nothing(
