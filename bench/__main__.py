@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from bench import cli, diff, functions, images, operations, peers, render, sync, ui
+from bench import cli, diff, functions, images, operations, peers, render, scale, scale_peers, sync, ui
 from bench.harness import Bench, Row, fmt_time, print_plain, print_table, say
 from tidecd import logs
 
@@ -32,6 +32,7 @@ GROUPS: dict[str, Callable[[Bench], list[Row]]] = {
     "ui": ui.run,
     "operations": operations.run,
     "peers": peers.run,
+    "scale": scale.run,  # 1,000 apps from cold, tidecd then Flux and Argo CD (`make bench-scale` runs only this)
 }
 
 
@@ -75,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     if "peers" in chosen:
         peers.prebuild()  # may fetch from the Go module proxy: before the network goes
+    if "scale" in chosen:
+        scale_peers.prebuild()
     say(isolate())
     bench = Bench(Path(tempfile.mkdtemp(prefix="tidecd-bench-")))
     try:

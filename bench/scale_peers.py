@@ -104,17 +104,25 @@ def prepare() -> str:
     """Build the chosen peers on first use (before the network goes: a first build fetches modules), then
     put this process in a loopback-only network namespace, so Argo CD's hard-wired 0.0.0.0 listener is
     reachable from nowhere and its traffic needs no relay. Returns what it did, for the log."""
-    for name in CHOSEN:
-        try:
-            for binary in BUILDS[name]:
-                peers.ensure_built(binary)
-        except Exception as exc:  # noqa: BLE001 - reported as the peer's row
-            _BUILD_ERRORS[name] = f"did not build: {type(exc).__name__}: {str(exc)[:300]}"
+    prebuild()
     if not CHOSEN:
         return "scale peers: none chosen"
     from bench.__main__ import isolate
 
     return isolate()
+
+
+def prebuild() -> dict[str, str]:
+    """Build the chosen peers on first use (scripts/tools.sh, cached); per peer, why it did not build."""
+    for name in CHOSEN:
+        if name in _BUILD_ERRORS:
+            continue
+        try:
+            for binary in BUILDS[name]:
+                peers.ensure_built(binary)
+        except Exception as exc:  # noqa: BLE001 - reported as the peer's row
+            _BUILD_ERRORS[name] = f"did not build: {type(exc).__name__}: {str(exc)[:300]}"
+    return dict(_BUILD_ERRORS)
 
 
 def load_average() -> str:
