@@ -53,6 +53,10 @@ EARLY_SLACK = 0.5  # a continuation this close to its time runs now
 # A poll's resolved head is used this long. Ticks are minutes apart, so two fresh heads of different ticks
 # never meet; a redelivery later than this resolves again.
 HEAD_FRESH_SECONDS = 60.0
+# Older than that (the fan-out of a 1,000-app tick outlasts a minute), a poll's head is still used while the
+# latest tick's record of its repository (`state/repos/`) resolves the app's targetRevision to it: no later
+# tick saw anything else. Bounded, so a stopped scheduler cannot keep an old head in use.
+HEAD_CONFIRMED_SECONDS = 900.0
 
 
 class BadRefreshMessage(PermanentError):
@@ -318,7 +322,7 @@ def run_step(runtime: Runtime, refresh: Refresh, dispatcher: Dispatcher) -> Outc
 
     started = time.monotonic()
     outcome = reconcile(runtime, refresh.app, reason=refresh.reason, budget=runtime.settings.step_budget,
-                        head=refresh.head(time.time()))
+                        head=refresh.head(time.time()) or confirmed_head(runtime, refresh, time.time()))
     log.info("step", app=refresh.app, reason=refresh.reason, continuation=refresh.continuation,
              skipped=outcome.skipped, seconds=round(time.monotonic() - started, 3),
              continue_after=outcome.continue_after)
@@ -337,6 +341,29 @@ def run_step(runtime: Runtime, refresh: Refresh, dispatcher: Dispatcher) -> Outc
             if failures:
                 pending.release(runtime.store, refresh.app)
     return outcome
+
+
+def confirmed_head(runtime: Runtime, refresh: Refresh, now: float) -> str:
+    """The poll's head of a refresh past `HEAD_FRESH_SECONDS` (up to `HEAD_CONFIRMED_SECONDS`) when the
+    repository's last recorded heads still resolve the app's targetRevision to it, else "": an ls-remote
+    now would tell the step only what the poll already did (one store read instead, and a no-op tick of
+    1,000 apps costs one ls-remote per repository however long its fan-out takes)."""
+    age = now - refresh.resolved_at
+    if refresh.token or not refresh.resolved_at or len(refresh.revision) != 40 or not 0 <= age <= \
+            HEAD_CONFIRMED_SECONDS:
+        return ""
+    from tidecd import source as git
+    from tidecd.source import charts
+
+    try:
+        app = runtime.app(refresh.app)
+        if app.sources or charts.kind_of(app.source) != charts.GIT:
+            return ""
+        refs = git.RefCache(runtime.store).load(app.source.repo_url)
+        seen = git.resolve_revision(refs, app.source.target_revision, app.source.repo_url) if refs else ""
+    except (TidecdError, ValueError, AttributeError):
+        return ""  # the step resolves it itself, and reports what is wrong
+    return refresh.revision if seen == refresh.revision else ""
 
 
 def dispatcher_publish(dispatcher: Dispatcher, refresh: Refresh) -> dict[str, str]:

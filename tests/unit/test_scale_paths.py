@@ -1,7 +1,8 @@
 """What the 1,000-app scenario (bench/scale.py) showed costly, fixed and held here:
 
 - each reconcile step did its own ls-remote: the poll now hands the head it resolved along (fresh for
-  `HEAD_FRESH_SECONDS`), so a tick costs one ls-remote per repository, not one per app;
+  `HEAD_FRESH_SECONDS`, and later while the repository's recorded heads still resolve to it), so a tick
+  costs one ls-remote per repository, not one per app, however long its fan-out takes;
 - a no-op step rewrote the app's state (only `reconciled_at` changed), and the poll rewrote every
   repository's unchanged heads: neither writes now.
 """
@@ -183,3 +184,23 @@ def test_api_clients_are_kept_per_kubeconfig_and_per_cluster_secret(tmp_path: Pa
 
     assert client_for_secret(secret("a")) is client_for_secret(secret("a"))
     assert client_for_secret(secret("a")) is not client_for_secret(secret("b"))  # a rotated token
+
+
+def test_an_older_head_is_used_while_the_last_ticks_record_still_resolves_to_it(setup: Any) -> None:
+    """A no-op tick of 1,000 apps fans out for longer than HEAD_FRESH_SECONDS: the later steps still use the
+    poll's head (no ls-remote of their own) while `state/repos/` says no later tick saw another."""
+    from tidecd.dispatch import HEAD_CONFIRMED_SECONDS, confirmed_head
+    from tidecd.source import RefCache
+
+    _cluster, store, _git, runtime = setup
+    url, sha, newer = "https://git.example/repo.git", "a" * 40, "b" * 40
+    late = Refresh("app", DRIFT_SWEEP, sha, resolved_at=1000.0)
+    now = 1000.0 + HEAD_FRESH_SECONDS + 30
+    assert late.head(now) == "" and confirmed_head(runtime, late, now) == "", "no record of the repo: resolve"
+    RefCache(store).save(url, {"refs/heads/main": sha, "HEAD": sha})
+    assert confirmed_head(runtime, late, now) == sha
+    assert confirmed_head(runtime, late, 1000.0 + HEAD_CONFIRMED_SECONDS + 1) == "", "too old even so"
+    assert confirmed_head(runtime, Refresh("app", "continue", sha, token="t", resolved_at=1000.0), now) == ""
+    assert confirmed_head(runtime, Refresh("app", "webhook: push", sha), now) == "", "not a poll's head"
+    RefCache(store).save(url, {"refs/heads/main": newer, "HEAD": newer})  # a later tick saw a newer commit
+    assert confirmed_head(runtime, late, now) == ""
