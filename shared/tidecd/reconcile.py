@@ -880,7 +880,11 @@ class _Step:
             return task, apply_task(self.cluster, task, self.name, dry_run=False, exists=self.live.__contains__,
                                     written=self._record_write, argocd_marks=self._argocd_marks), ""
 
-        done = list(_pool().map(one, step.tasks))
+        done = []  # what workloads need first, then the workloads before data nothing names (`plan.apply_order`)
+        for batch in plan.apply_batches(step.tasks):
+            done += list(_pool().map(one, batch))
+        position = {t.key: i for i, t in enumerate(step.tasks)}
+        done.sort(key=lambda item: position.get(item[0].key, 0))  # results in the plan's order
         for task, entry, uid in done:
             self.changes.add(self._with_diff(entry))
             phase = TaskPhase.FAILED if entry.action is Action.FAILED else TaskPhase.RUNNING

@@ -8,7 +8,10 @@ import threading
 import time
 from typing import Any
 
-from tests.support.apps import GitOps, configmap, deployment, job
+import pytest
+
+from tests.support.apps import GitOps, configmap, deployment, job, service
+from tidecd.cluster import KubeCluster
 from tidecd.model import Action
 from tidecd.reconcile import SyncRequest
 from tidecd.state import AppState
@@ -295,3 +298,39 @@ def test_a_sync_writes_each_changed_object_once(gitops: GitOps) -> None:
     gitops.reconcile(request=SyncRequest(), runtime=runtime)
     assert cluster.writes == 2  # one dry-run found the change (and checked it), one apply made it
     assert gitops.state().sync_status == "Synced"
+
+
+def test_workloads_are_applied_after_what_they_need_and_before_data_nothing_names(
+        gitops: GitOps, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Within a wave: the ConfigMap a Deployment mounts and its Service are applied (answered) before the
+    Deployment is sent; ConfigMaps no workload names are sent after it (`plan.apply_batches`), so its
+    rollout starts while they apply."""
+    web = deployment("web")
+    pod = web["spec"]["template"]["spec"]
+    pod["volumes"] = [{"name": "settings", "configMap": {"name": "mounted"}}]
+    pod["containers"][0]["volumeMounts"] = [{"name": "settings", "mountPath": "/etc/web"}]
+    unnamed = {f"app/data-{i:02d}.yaml": configmap(f"data-{i:02d}") for i in range(16)}
+    gitops.push({"app/web.yaml": web, "app/svc.yaml": service("web"), "app/mounted.yaml": configmap("mounted"),
+                 **unnamed})
+    gitops.application()
+    sent: dict[str, float] = {}
+    answered: dict[str, float] = {}
+    real = KubeCluster.apply_as
+
+    def timed(self: KubeCluster, obj: dict[str, Any], manager: str, *, dry_run: bool = False) -> dict[str, Any]:
+        name = f"{obj['kind']}/{obj['metadata']['name']}"
+        if not dry_run:
+            sent[name] = time.monotonic()
+        result = real(self, obj, manager, dry_run=dry_run)
+        if not dry_run:
+            answered[name] = time.monotonic()
+        return result
+
+    monkeypatch.setattr(KubeCluster, "apply_as", timed)
+    gitops.sync()
+    assert_succeeded(gitops.state())
+
+    start = sent["Deployment/web"]
+    assert answered["ConfigMap/mounted"] < start and answered["Service/web"] < start
+    later = [n for n in (f"ConfigMap/data-{i:02d}" for i in range(16)) if sent[n] > start]
+    assert len(later) >= 16 - 8, later  # queued behind the Deployment (8 applies run at once)

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tidecd.errors import ConfigError
 from tidecd.model import ResourceKey
-from tidecd.sync.plan import Phase, hook_phases, plan, prune_order, resources, sync_options, waves
+from tidecd.sync.plan import (
+    Phase,
+    apply_batches,
+    apply_order,
+    hook_phases,
+    plan,
+    prune_order,
+    resources,
+    sync_options,
+    waves,
+)
 
 
 def obj(kind: str, name: str, api: str = "v1", **annotations: str) -> dict[str, object]:
@@ -94,3 +106,48 @@ def test_sync_options_and_prune_order() -> None:
     dep = ResourceKey("apps", "Deployment", "ns", "d")
     late = ResourceKey("", "ConfigMap", "ns", "late")
     assert prune_order([(ns, 0), (dep, 0), (late, 3)]) == [late, dep, ns]
+
+
+def deployment(name: str, pod: dict[str, Any]) -> dict[str, object]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"template": {"spec": pod}}}
+
+
+def test_apply_order_issues_workloads_before_configmaps_and_secrets_nothing_names() -> None:
+    pod = {"serviceAccountName": "runner", "imagePullSecrets": [{"name": "pull"}],
+           "volumes": [{"name": "c", "configMap": {"name": "mounted"}}, {"name": "s", "secret": {"secretName": "tls"}},
+                       {"name": "p", "projected": {"sources": [{"configMap": {"name": "projected"}}]}}],
+           "containers": [{"name": "web", "envFrom": [{"configMapRef": {"name": "env"}}],
+                           "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "password", "key": "k"}}}]}]}
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly", "namespace": "ns"},
+            "spec": {"jobTemplate": {"spec": {"template": {"spec": {
+                "containers": [{"name": "c", "env": [{"name": "Y", "valueFrom": {"configMapKeyRef": {
+                    "name": "cron-settings", "key": "k"}}}]}]}}}}}}
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "runner", "namespace": "ns"},
+               "imagePullSecrets": [{"name": "account-pull"}]}
+    data = [obj(kind, name) for kind, name in [
+        ("ConfigMap", "mounted"), ("ConfigMap", "projected"), ("ConfigMap", "env"), ("ConfigMap", "cron-settings"),
+        ("ConfigMap", "unused-1"), ("ConfigMap", "unused-2"), ("Secret", "pull"), ("Secret", "tls"),
+        ("Secret", "password"), ("Secret", "account-pull"), ("Secret", "unused")]]
+    tasks = plan([*data, obj("Service", "web"), account, deployment("web", pod), cron,
+                  obj("Ingress", "web", "networking.k8s.io/v1"), obj("Widget", "w", "example.io/v1")])
+
+    ordered = [f"{t.key.kind}/{t.key.name}" for t in apply_order(tasks)]
+
+    assert ordered == [
+        "ServiceAccount/runner", "Secret/account-pull", "Secret/password", "Secret/pull", "Secret/tls",
+        "ConfigMap/cron-settings", "ConfigMap/env", "ConfigMap/mounted", "ConfigMap/projected", "Service/web",
+        "Deployment/web", "CronJob/nightly",
+        "Secret/unused", "ConfigMap/unused-1", "ConfigMap/unused-2",  # named by nothing: after the workloads
+        "Ingress/web", "Widget/w",  # still after every ConfigMap and Secret, as in the plan
+    ]
+    batches = [[f"{t.key.kind}/{t.key.name}" for t in batch] for batch in apply_batches(tasks)]
+    assert batches == [ordered[:10], ordered[10:]]  # all a workload needs is answered before one is sent
+    planned = [f"{t.key.kind}/{t.key.name}" for t in tasks]  # the plan itself keeps Argo CD's kind order
+    assert planned.index("ConfigMap/unused-1") < planned.index("Service/web") < planned.index("Deployment/web")
+
+
+def test_apply_order_without_workloads_is_the_plan_order() -> None:
+    tasks = plan([obj("ConfigMap", "b"), obj("Service", "s"), obj("ConfigMap", "a"), obj("Secret", "x")])
+    assert apply_order(tasks) == tasks
+    assert apply_batches(tasks) == [tasks]

@@ -194,6 +194,85 @@ def plan(manifests: Iterable[Manifest], *, app_options: Iterable[str] = (),
     return sorted(tasks, key=lambda t: t.sort_key)
 
 
+# What pods run from: applying these early lets their controllers start while the rest of the group applies.
+WORKLOAD_KINDS = frozenset({"DaemonSet", "Pod", "ReplicationController", "ReplicaSet", "Deployment", "StatefulSet",
+                            "Job", "CronJob"})
+DATA_KINDS = frozenset({"ConfigMap", "Secret"})
+_CONFIGMAP_KEYS = frozenset({"configMap", "configMapRef", "configMapKeyRef"})
+_SECRET_KEYS = frozenset({"secret", "secretRef", "secretKeyRef", "nodePublishSecretRef", "controllerPublishSecretRef",
+                          "nodeStageSecretRef", "controllerExpandSecretRef", "nodeExpandSecretRef"})
+_AFTER_WORKLOADS = kind_rank("CronJob") + 0.5  # before Ingress, APIService and custom resources
+
+
+def apply_order(tasks: Iterable[Task]) -> list[Task]:
+    """The order one group's applies are issued in (they run concurrently, `reconcile.APPLY_CONCURRENCY` at
+    a time): the plan's kind order, except that ConfigMaps and Secrets which no workload or ServiceAccount
+    of the group names go right after the workloads, still before Ingresses and custom resources.
+
+    Argo CD applies a wave kind by kind, so an app's 30 Deployments wait for its 120 ConfigMaps; what a
+    Deployment needs first (the ConfigMaps and Secrets its pods mount or read, its ServiceAccount and pull
+    secrets, its Services for their environment variables, quotas, limits and policies that admit its pods)
+    keeps its place before it. Namespaces and CRDs are a group of their own before (`sync.decide`)."""
+    tasks = list(tasks)
+    if not any(t.key.kind in WORKLOAD_KINDS and not t.hook for t in tasks):
+        return tasks
+    named: set[ResourceKey] = set()
+    for task in tasks:
+        named |= data_references(task)
+
+    def rank(task: Task) -> tuple[int, int, float, int, str, str]:
+        phase, wave, kind, namespace, name = task.sort_key
+        deferred = not task.hook and task.key.kind in DATA_KINDS and task.key not in named
+        return phase, wave, _AFTER_WORKLOADS if deferred else kind, kind, namespace, name
+
+    return sorted(tasks, key=rank)
+
+
+def apply_batches(tasks: Iterable[Task]) -> list[list[Task]]:
+    """`apply_order` cut in two at the first workload: what the workloads need is applied (and answered)
+    before any workload is sent, the workloads and what follows them after, each batch concurrently."""
+    ordered = apply_order(tasks)
+    cut = next((i for i, t in enumerate(ordered) if t.key.kind in WORKLOAD_KINDS and not t.hook), 0)
+    return [batch for batch in (ordered[:cut], ordered[cut:]) if batch]
+
+
+def data_references(task: Task) -> set[ResourceKey]:
+    """The ConfigMaps and Secrets (in the task's namespace) a workload's pods or a ServiceAccount name."""
+    kind, spec = task.key.kind, task.obj.get("spec") or {}
+    if kind == "ServiceAccount":
+        items = [*(task.obj.get("imagePullSecrets") or []), *(task.obj.get("secrets") or [])]
+        return {ResourceKey("", "Secret", task.key.namespace, str(i.get("name", "")))
+                for i in items if isinstance(i, dict) and i.get("name")}
+    if kind not in WORKLOAD_KINDS or not isinstance(spec, dict):
+        return set()
+    if kind == "CronJob":
+        spec = ((spec.get("jobTemplate") or {}).get("spec") or {})
+    pod = spec if kind == "Pod" else ((spec.get("template") or {}).get("spec") or {})
+    found: set[ResourceKey] = set()
+    _collect(pod, task.key.namespace, found, 0)
+    return found
+
+
+def _collect(node: object, namespace: str, found: set[ResourceKey], depth: int) -> None:
+    if depth > 12:  # pod specs are shallow; bounded on hostile input
+        return
+    if isinstance(node, list):
+        for item in node:
+            _collect(item, namespace, found, depth + 1)
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if key == "imagePullSecrets" and isinstance(value, list):
+            found.update(ResourceKey("", "Secret", namespace, str(i["name"])) for i in value
+                         if isinstance(i, dict) and i.get("name"))
+        elif isinstance(value, dict) and key in _CONFIGMAP_KEYS and value.get("name"):
+            found.add(ResourceKey("", "ConfigMap", namespace, str(value["name"])))
+        elif isinstance(value, dict) and key in _SECRET_KEYS and (value.get("secretName") or value.get("name")):
+            found.add(ResourceKey("", "Secret", namespace, str(value.get("secretName") or value.get("name"))))
+        _collect(value, namespace, found, depth + 1)
+
+
 def resources(manifests: Iterable[Manifest]) -> list[Manifest]:
     """The app's resources proper: what is compared, tracked in the inventory and pruned (no hooks)."""
     return [obj for obj in manifests if hook_phases(obj) is None]
