@@ -578,14 +578,16 @@ class _Step:
                 and not (self.children is not None and any(appofapps.is_child_object(m) for m in self.manifests)))
 
     def _inputs(self) -> str:
-        """A digest of what the comparison starts from: the revision, the rendered objects, the app, its
-        project, the argocd-cm settings and the image updater's override (the automated-sync marker)."""
+        """A digest of what the comparison and the decision start from: whether automated sync may act (a
+        refresh-only step's "nothing to do" is not an automated step's), the revision, the rendered objects,
+        the app, its project, the argocd-cm settings and the image updater's override (the sync marker)."""
         import hashlib
 
         app, config = self._app, self.runtime.config()
         marker = images_state.sync_marker(self.runtime.store, app, self.sha, spec_hash(app))
-        parts = [QUIET_VERSION, self.sha, marker, repr(app), repr(self.project), repr(config.argo_settings),
-                 repr(config.ignore_differences_of(app)), json.dumps(self.manifests, sort_keys=True, default=str)]
+        parts = [QUIET_VERSION, str(self.automate), self.sha, marker, repr(app), repr(self.project),
+                 repr(config.argo_settings), repr(config.ignore_differences_of(app)),
+                 json.dumps(self.manifests, sort_keys=True, default=str)]
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
     def _quiet_path(self, app: Application) -> bool:

@@ -221,3 +221,17 @@ def test_the_live_digest_covers_uid_resource_version_and_unserved_kinds() -> Non
     assert base != engine.live_digest({CM: {"metadata": {"uid": "u2", "resourceVersion": "5"}}}, kinds, [])
     assert base != engine.live_digest({}, kinds, [])
     assert base != engine.live_digest(live, kinds, [("x.io", "Widget")])
+
+
+def test_a_refresh_only_record_never_stands_in_for_an_automated_step(setup: Any) -> None:
+    cluster, store, git, runtime, counting = setup
+    clock = FakeClock()
+    synced(runtime, clock)
+    git.push([configmap("settings", "two"), configmap("other")])
+
+    refreshed = reconcile(runtime, "app", clock=clock, automate=False)  # e.g. `app refresh`: OutOfSync, no sync
+    assert refreshed.state is not None and refreshed.state.sync_status == "OutOfSync" and refreshed.state.quiet
+    assert reconcile(runtime, "app", clock=clock, automate=False).unchanged
+
+    outcome = reconcile(runtime, "app", clock=clock)  # the next automated step syncs the new commit
+    assert not outcome.unchanged and cluster.objects[CM]["data"] == {"k": "two"}
