@@ -637,7 +637,8 @@ def matrix(results: Results) -> str:
         warm = results.get("tidecd warm function", name)
         for peer in PEERS:
             theirs = results.get(peer, name)
-            cells.append(f"{median(warm) / median(theirs):.2f}×" if warm and theirs and median(theirs) > 0 else "—")
+            ratio = median(warm) / median(theirs) if warm and theirs and median(theirs) > 0 else None
+            cells.append("—" if ratio is None else f"{ratio:.2f}×" if ratio >= 0.01 else f"{ratio:.3f}×")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     for tool, why in results.broken.items():
         lines.append(f"\n{tool}: {why}")

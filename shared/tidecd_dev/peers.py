@@ -676,8 +676,8 @@ class GitopsAgent(_Runner):
     /api/v1/sync and waits for that sync's result table on the agent's stdout. It syncs once at start
     (after listing every API resource, ~10 s); `start()` returns after that first sync.
 
-    A sync that creates a CRD and its custom resources ends Failed the first time (the CRs: "no matches
-    for kind": the sync's REST mapper was filled before the CRD existed); the next sync applies them.
+    A sync that creates a CRD and its custom resources can end Failed (the CRs: "no matches for kind":
+    the sync's REST mapper was filled before the CRD existed); the next sync applies them.
     The agent's own resync timer would do that later; `sync(attempts=2)` does it at once.
     """
 
