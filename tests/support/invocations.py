@@ -75,8 +75,11 @@ class Proxy:
         return status
 
     def ran(self, app: str | None = None) -> list[Invocation]:
+        """The steps that ran, in the order they started (`invocations` is in the order they ended: a step
+        that hands a refresh over before it answers can end after the step it started)."""
         with self.lock:
-            return [i for i in self.invocations if i.ran and (app is None or i.app == app)]
+            return sorted((i for i in self.invocations if i.ran and (app is None or i.app == app)),
+                          key=lambda i: i.started)
 
     def over_deadline(self) -> list[Invocation]:
         with self.lock:
