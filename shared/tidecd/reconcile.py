@@ -822,6 +822,8 @@ class _Step:
             self._finish(op, OperationPhase.FAILED, "Operation terminated")
         elif isinstance(step, decision.Finish):
             self._finish(op, step.phase, step.message)
+        if isinstance(step, decision.Finish | decision.Terminate) and not op.dry_run:
+            return  # saved with the comparison that follows: no reader sees the end beside the old status
         self._save()
 
     def _dry_run(self, op: Operation, step: decision.DryRun) -> None:

@@ -119,6 +119,28 @@ def test_a_sync_without_waves_never_waits_and_succeeds_while_still_progressing(h
     assert state.health == "Progressing" and state.sync_status == "Synced"
 
 
+def test_no_reader_ever_sees_a_finished_operation_beside_the_status_from_before_it(h: Harness) -> None:
+    """The dashboard stops following an app when its operation ends: the record that ends the operation
+    must carry the comparison made after it (CI once caught the page left at Succeeded + OutOfSync)."""
+    h.git.push([configmap("a")])
+    h.step()  # compared: OutOfSync, nothing applied yet
+    assert h.state().sync_status == "OutOfSync"
+    h.sync()
+    saved: list[app_state.AppState] = []
+    original = app_state.save
+
+    def recording(store: Any, state: app_state.AppState, **kwargs: Any) -> int:
+        saved.append(app_state.AppState.from_json(state.to_json()))
+        return original(store, state, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(app_state, "save", recording)
+        h.until_done()
+    ended = [s for s in saved if s.operation is not None and not s.operation.running]
+    assert ended and h.op().phase is OperationPhase.SUCCEEDED
+    assert [(s.sync_status, s.health) for s in ended] == [("Synced", "Healthy")] * len(ended)
+
+
 def test_waves_wait_for_health_across_steps_and_hooks_run_once(h: Harness) -> None:
     h.git.push([job("pre", **{HOOK: "PreSync"}), deployment("db", **{WAVE: "0"}), deployment("web", **{WAVE: "1"}),
                 job("post", **{HOOK: "PostSync", POLICY: "HookSucceeded"})])
