@@ -49,6 +49,24 @@ def say(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+@contextmanager
+def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
+    """`with progress_bar() as progress: progress(stage, done, total)`: one rich bar per stage, kept on
+    screen when the run ends (the scale bench's stages: repos, apps synced, the peers' apps)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  transient=False) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done)
+
+        yield progress
+
+
 # -- timing --------------------------------------------------------------------------------------------
 
 

@@ -244,9 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     import logging
     import tempfile
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from bench.harness import print_plain, print_table
+    from bench.harness import print_plain, print_table, progress_bar
     from tidecd import logs
 
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
@@ -265,15 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     say(scale_peers.prepare())  # builds the peers first if needed, then a loopback-only network namespace
     bench = Bench(Path(tempfile.mkdtemp(prefix="tidecd-scale-")))
     try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      transient=False) as bar:
-            tasks: dict[str, Any] = {}
-
-            def progress(stage: str, done: int, total: int) -> None:
-                if stage not in tasks:
-                    tasks[stage] = bar.add_task(stage, total=total)
-                bar.update(tasks[stage], completed=done)
-
+        with progress_bar() as progress:
             measured = run_tidecd(bench, scenario, workers, progress)
             say(f"scale: tidecd measured {json.dumps(measured.to_json())}")  # kept if the peers' part is cut short
             peer_results = scale_peers.run_peers(bench, scenario, progress)

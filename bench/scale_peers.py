@@ -352,9 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     import tempfile
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from bench.harness import print_plain, print_table
+    from bench.harness import print_plain, print_table, progress_bar
     from bench.scale import _on_sigterm
     from tidecd import logs
 
@@ -370,15 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     scenario = scale.Scenario(args.apps, args.repos)
     bench = Bench(Path(tempfile.mkdtemp(prefix="tidecd-scale-peers-")))
     try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      transient=False) as bar:
-            tasks: dict[str, Any] = {}
-
-            def progress(stage: str, done: int, total: int) -> None:
-                if stage not in tasks:
-                    tasks[stage] = bar.add_task(stage, total=total)
-                bar.update(tasks[stage], completed=done)
-
+        with progress_bar() as progress:
             measured = run_peers(bench, scenario, progress)
     finally:
         bench.close()

@@ -202,6 +202,21 @@ class FakeGit:
         return sha, copy.deepcopy(self.revisions[sha])
 
 
+class CountingStore(MemoryStore):
+    """The in-memory store, noting every key written: a no-op must write nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, key: str, data: bytes, *, if_generation_match: int | None = None) -> int:
+        self.writes.append(key)
+        return super().write(key, data, if_generation_match=if_generation_match)
+
+    def state_writes(self) -> list[str]:
+        return [k for k in self.writes if k.startswith("state/")]
+
+
 def fake_runtime(cluster: FakeCluster, store: MemoryStore, app: Application) -> Runtime:
     runtime = Runtime(settings=Settings(config="fake", store="memory"), store=store)
     runtime._config = Config(applications={app.name: app})

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
+from tests.support.fakecluster import CountingStore, FakeCluster, FakeGit, application, fake_runtime
 from tidecd import reconcile as engine
 from tidecd import state as app_state
 from tidecd.clock import FakeClock
@@ -18,21 +18,7 @@ from tidecd.config import Config
 from tidecd.model import ResourceKey
 from tidecd.reconcile import Outcome, reconcile
 from tidecd.runtime import Runtime
-from tidecd.store import MemoryStore
 from tidecd.sync.apply import with_ownership
-
-
-class CountingStore(MemoryStore):
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[str] = []
-
-    def write(self, key: str, data: bytes, *, if_generation_match: int | None = None) -> int:
-        self.writes.append(key)
-        return super().write(key, data, if_generation_match=if_generation_match)
-
-    def state_writes(self) -> list[str]:
-        return [k for k in self.writes if k.startswith("state/")]
 
 
 class Counting:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
+from tests.support.fakecluster import CountingStore, FakeCluster, FakeGit, application, fake_runtime
 from tests.unit.test_poll import REPO_A, REPO_B, SHA, Recorder, heads, make_runtime
 from tests.unit.test_poll import FakeGit as FakeLsRemote
 from tests.unit.test_poll import application as app_doc
@@ -26,17 +26,6 @@ from tidecd.clock import FakeClock
 from tidecd.dispatch import HEAD_FRESH_SECONDS, BadRefreshMessage, Refresh, decode_refresh
 from tidecd.poll import DRIFT_SWEEP, poll
 from tidecd.reconcile import reconcile
-from tidecd.store import MemoryStore
-
-
-class CountingStore(MemoryStore):
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[str] = []
-
-    def write(self, key: str, data: bytes, *, if_generation_match: int | None = None) -> int:
-        self.writes.append(key)
-        return super().write(key, data, if_generation_match=if_generation_match)
 
 
 def configmap(name: str, value: str = "v") -> dict[str, Any]:
