@@ -25,20 +25,43 @@ def stop_session(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
 
 
 def stop_sessions(procs: Sequence[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
-    """SIGTERM every process's session at once, then SIGKILL the sessions of those still running after
-    `grace` seconds each, and reap them all."""
+    """SIGTERM every process's session at once, then SIGKILL the sessions still alive after `grace`
+    seconds, and reap them all. A session whose leader has already exited is still signalled: what the
+    leader spawned (a redis, a helm) may outlive it in the same process group."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        running = [proc for proc in procs if proc.poll() is None]
+        running = [proc for proc in procs if proc.poll() is None or _group_alive(proc.pid)]
         if not running:
             return
         for proc in running:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, sig)
+        deadline = time.monotonic() + grace
         for proc in running:
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                continue
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        while any(_group_alive(proc.pid) for proc in running) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether process group `pgid` has a member that is not a zombie (one nobody reaped would otherwise
+    keep a stopped session "alive" for the whole grace period)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+            return True
+    return False
 
 
 def stop_pid(pid: int, grace: float = 10.0) -> None:
