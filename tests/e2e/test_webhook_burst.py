@@ -89,5 +89,10 @@ def test_a_hundred_deliveries_at_fifty_per_second_answer_fast_and_coalesce(gitop
     bound = max(2.0, 10 * statistics.median(pings))
     assert p99 < bound, f"p99 {p99:.2f}s (a ping {statistics.median(pings):.2f}s)"
     assert counts, "no reconcile was logged by the webhook function"
-    assert all(counts[sha[:12]] <= 2 for sha in heads), counts
+    # At most 2 reconciles per commit on average: one for the push, one re-run for the deliveries that
+    # came during it. A run is counted under the commit it saw, so when a delivery for an older commit
+    # comes late (the 16 sender threads on a loaded machine: a CI run saw it), its re-run is counted under
+    # the newest commit, which then shows 3; the pending record cannot yet tell an older commit's late
+    # delivery from a new push (it does not use the payload's `before`).
+    assert all(counts[sha[:12]] <= 3 for sha in heads), counts
     assert sum(counts.values()) <= 2 * len(heads), counts
