@@ -4,27 +4,12 @@ quiet record (no comparison, no write), and drift made with kubectl is still cau
 from __future__ import annotations
 
 import subprocess
-import time
 from typing import Any
 
 import pytest
 
 from tests.support.apps import GitOps, configmap, deployment
 from tidecd import reconcile as engine
-from tidecd.reconcile import Outcome
-
-
-def settle(gitops: GitOps) -> Outcome:
-    """Refresh until a step answers Synced and Healthy from the quiet record (the rollout's status writes
-    change the Deployment's resourceVersion a few times first)."""
-    deadline = time.monotonic() + 90
-    while True:
-        outcome = gitops.reconcile()
-        state = outcome.state
-        if outcome.unchanged and state is not None and state.sync_status == "Synced" and state.health == "Healthy":
-            return outcome
-        assert time.monotonic() < deadline, (state.sync_status, state.health, state.health_message) if state else ""
-        time.sleep(0.5)
 
 
 def counted_compares(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -43,7 +28,7 @@ def counted_compares(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_drift_is_caught_through_the_no_op_fast_path(gitops: GitOps, monkeypatch: pytest.MonkeyPatch) -> None:
     gitops.push({"app/web.yaml": deployment("web"), "app/cm.yaml": configmap("settings", {"v": "1"})})
     gitops.application(automated={})
-    settle(gitops)
+    gitops.settle()
     compares = counted_compares(monkeypatch)
     generation = gitops.store.read(f"state/apps/{gitops.real('app')}.json").generation  # type: ignore[union-attr]
     for _ in range(2):
@@ -72,7 +57,7 @@ def test_drift_is_caught_through_the_no_op_fast_path(gitops: GitOps, monkeypatch
 def test_self_heal_repairs_drift_seen_through_the_fast_path(gitops: GitOps) -> None:
     gitops.push({"app/cm.yaml": configmap("settings", {"v": "1"})})
     gitops.application(automated={"selfHeal": True})
-    settle(gitops)
+    gitops.settle()
 
     subprocess.run(["kubectl", "--kubeconfig", str(gitops.dev.kubeconfig), "-n", gitops.namespace, "delete",
                     "configmap/settings"], check=True, capture_output=True)
@@ -80,5 +65,5 @@ def test_self_heal_repairs_drift_seen_through_the_fast_path(gitops: GitOps) -> N
 
     assert not outcome.unchanged
     assert gitops.live("ConfigMap", "settings")["data"] == {"v": "1"}  # type: ignore[index]
-    settle(gitops)
+    gitops.settle()
     assert gitops.reconcile().unchanged

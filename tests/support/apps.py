@@ -108,6 +108,19 @@ class GitOps:
     def sync(self, name: str = "app", **kwargs: Any) -> Outcome:
         return self.reconcile(name, SyncRequest(**kwargs))
 
+    def settle(self, name: str = "app", timeout: float = 90) -> Outcome:
+        """Refresh until a step answers Synced and Healthy from the quiet record. A rollout's status writes
+        change a Deployment's resourceVersion a few times after it first reads Healthy (its Progressing
+        condition turns NewReplicaSetAvailable), so "Healthy once" is not yet "nothing changes"."""
+        deadline = time.monotonic() + timeout
+        while True:
+            outcome = self.reconcile(name)
+            state = outcome.state
+            if outcome.unchanged and state is not None and state.sync_status == "Synced" and state.health == "Healthy":
+                return outcome
+            assert time.monotonic() < deadline, (state.sync_status, state.health, state.health_message) if state else ""
+            time.sleep(0.5)
+
     def state(self, name: str = "app") -> app_state.AppState:
         return app_state.load(self.store, self.real(name))[0]
 
