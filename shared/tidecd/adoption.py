@@ -15,7 +15,7 @@ from tidecd import ownership
 from tidecd import state as app_state
 from tidecd.cluster import KubeCluster
 from tidecd.config import Application
-from tidecd.diff import fingerprint
+from tidecd.diff import fingerprint, live_identity
 from tidecd.model import ChangeEntry, Manifest, ResourceKey, SyncStatus
 from tidecd.reconcile import _with_namespaces, render_desired, scope_lookup
 from tidecd.runtime import Runtime
@@ -54,12 +54,14 @@ def adopt_app(runtime: Runtime, name: str, *, dry_run: bool = False, argocd_name
     checked = moves.plan_adopt(cluster, name, argo, desired, app.ignore_differences, argocd_marks=argocd_marks)
     if dry_run:
         return Outcome(name, argo, checked.changes(done=False), True, moves.argocd_steps_after_adopt(argo))
-    written: dict[ResourceKey, str] = {}
+    written: dict[ResourceKey, Manifest] = {}
     changes = moves.adopt(cluster, checked, argocd_marks=argocd_marks, written=written)
     # as after a sync: each re-marked object is exactly what tidecd's apply makes of it, so the next
     # comparison needs no dry-run for it (until something changes it)
-    cache = {str(k): CachedComparison(fingerprint(ownership.marked(desired[k], name, argocd=argocd_marks)), rv,
-                                      SyncStatus.SYNCED) for k, rv in written.items()}
+    managers = any(rule.managed_fields_managers for rule in runtime.config().ignore_differences_of(app))
+    cache = {str(k): CachedComparison(fingerprint(ownership.marked(desired[k], name, argocd=argocd_marks)),
+                                      live_identity(final, all_managers=managers), SyncStatus.SYNCED)
+             for k, final in written.items()}
     _record_inventory(runtime, name, {k: waves.get(k, 0) for k in desired}, cache)
     return Outcome(name, argo, changes, False, moves.argocd_steps_after_adopt(argo))
 

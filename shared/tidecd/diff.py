@@ -264,5 +264,20 @@ def compare(key: ResourceKey, live: Manifest | None, predicted: Manifest | None,
 
 
 def fingerprint(obj: Manifest) -> str:
-    """A stable hash of a desired object: with the live resourceVersion it keys the comparison cache."""
+    """A stable hash of a desired object: with the live object's `live_identity` it keys the comparison cache."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def live_identity(live: Manifest, *, all_managers: bool = False) -> str:
+    """A digest of what the comparison of a live object depends on, for the comparison cache: the object
+    as `normalize` sees it, its uid and deletion, and the field ownership the dry-run's merge follows
+    (tidecd's own entries; every manager's when an ignore rule names managers). A controller's status
+    write, or the deployment controller's revision annotation, changes the resourceVersion but not
+    this: the last verdict still stands, and a health follow-up step makes no dry-run for it."""
+    meta = live.get("metadata") or {}
+    owners = [{k: v for k, v in entry.items() if k != "time"}
+              for entry in meta.get("managedFields") or []
+              if isinstance(entry, dict) and entry.get("subresource") != "status"
+              and (all_managers or entry.get("manager") == constants.FIELD_MANAGER)]
+    parts = [meta.get("uid", ""), meta.get("deletionTimestamp", ""), normalize(live), owners]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]

@@ -39,7 +39,7 @@ from tidecd.argocd_settings import ArgoSettings
 from tidecd.clock import SYSTEM, Clock
 from tidecd.cluster import ApiError, KubeCluster, UnknownKind, managed_selector
 from tidecd.config import Application, ApplicationSource, AppProject
-from tidecd.diff import Comparison, ResourceDiff, compare, fingerprint, respect_ignored
+from tidecd.diff import Comparison, ResourceDiff, compare, fingerprint, live_identity, respect_ignored
 from tidecd.errors import (
     ClusterUnavailable,
     NotFound,
@@ -444,6 +444,7 @@ class _Step:
         self.continue_after: float | None = None
         self.live: dict[ResourceKey, Manifest] = {}
         self.written: dict[ResourceKey, str] = {}
+        self.applied: dict[ResourceKey, Manifest] = {}  # what this wave's writes returned (`_run_tasks`)
         self.app: Application | None = None
         self.sha = ""
         self.render_warnings: list[str] = []
@@ -895,10 +896,24 @@ class _Step:
             result = TaskResult(task.key, task.phase.value, task.wave, task.hook, entry.action, phase,
                                 entry.message, uid)
             op.results = [r for r in op.results if r.id != result.id] + [result]
-        self._refresh([t.key for t in step.tasks])
+        # An object whose write already reads Healthy (or has no health) is live as written: only the
+        # others are read again, since a controller may have moved their status. A GET less per ConfigMap,
+        # Service, ServiceAccount...
+        applied, self.applied = self.applied, {}
+        settled = {key: obj for key, obj in applied.items()
+                   if (assessed := health.assess(obj, self._health_scripts())) is None
+                   or assessed.status is HealthStatus.HEALTHY}
+        self.live.update(settled)
+        self._refresh([t.key for t in step.tasks if t.key not in settled])
 
     def _record_write(self, key: ResourceKey, result: Manifest) -> None:
-        self.written[key] = str((result.get("metadata") or {}).get("resourceVersion", ""))
+        self.written[key] = self._identity(result)
+        self.applied[key] = result  # distinct keys from the pool's threads
+
+    def _identity(self, live: Manifest) -> str:
+        """The comparison cache's key for a live object (`diff.live_identity`)."""
+        rules = self.runtime.config().ignore_differences_of(self._app)
+        return live_identity(live, all_managers=any(rule.managed_fields_managers for rule in rules))
 
     def _finish(self, op: Operation, phase: OperationPhase, message: str) -> None:
         op.phase, op.message, op.finished_at = phase, message, app_state.now_iso()
@@ -1059,15 +1074,15 @@ class _Step:
                 return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, error=other)
             if current is not None and (remark := ownership.needs_remark(current, app.name, argocd=argocd_marks)):
                 return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, ("metadata.annotations",), remark)
-            rv = str((current or {}).get("metadata", {}).get("resourceVersion", ""))
+            seen = self._identity(current) if current is not None else ""
             cache_key, print_ = str(key), fingerprint(owned) + ignores  # a changed ignore rule re-compares
             hit = cache.get(cache_key)
-            if current is not None and hit and (hit.fingerprint, hit.resource_version) == (print_, rv):
+            if current is not None and hit and (hit.fingerprint, hit.live) == (print_, seen):
                 new_cache[cache_key] = hit
                 return ResourceDiff(key, hit.status, hit.changed, hit.text)
             result = self._compare_one(cluster, app, key, owned, current)
             if current is not None and not result.error:
-                new_cache[cache_key] = CachedComparison(print_, rv, result.status, tuple(result.changed_paths),
+                new_cache[cache_key] = CachedComparison(print_, seen, result.status, tuple(result.changed_paths),
                                                         result.text)
             return result
 

@@ -274,23 +274,25 @@ class HistoryEntry:
 
 @dataclass(frozen=True)
 class CachedComparison:
-    """What the last comparison of one object found, valid while its fingerprint and resourceVersion hold."""
+    """What the last comparison of one object found, valid while its desired fingerprint and the live
+    object's identity (`diff.live_identity`: not its status or resourceVersion) hold."""
 
     fingerprint: str
-    resource_version: str
+    live: str
     status: SyncStatus
     changed: tuple[str, ...] = ()
     text: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"fingerprint": self.fingerprint, "resource_version": self.resource_version,
+        return {"fingerprint": self.fingerprint, "live": self.live,
                 "status": self.status.value, "changed": list(self.changed), "text": self.text}
 
     @classmethod
     def from_json(cls, data: Any) -> CachedComparison:
         if not isinstance(data, dict):
             raise TypeError("not an object")  # e.g. the positional list of older versions: dropped
-        return cls(str(data["fingerprint"]), str(data["resource_version"]), SyncStatus(data["status"]),
+        # a record of before the live identity keyed it by resourceVersion: it never matches, so one dry-run
+        return cls(str(data["fingerprint"]), str(data.get("live", "")), SyncStatus(data["status"]),
                    tuple(str(p) for p in data.get("changed", ())), str(data.get("text", "")))
 
 

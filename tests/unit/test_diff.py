@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from tidecd.config import IgnoreDifference
-from tidecd.diff import changed_paths, compare, normalize, text_diff
+from tidecd.diff import changed_paths, compare, live_identity, normalize, text_diff
 from tidecd.model import ResourceKey, SyncStatus
 from tidecd.secrets import MASK
 
@@ -81,3 +82,42 @@ def test_normalize_keeps_user_metadata() -> None:
     helm["metadata"]["labels"] = {"app.kubernetes.io/instance": "demo"}  # type: ignore[index]
     assert normalize(helm)["metadata"]["labels"] == {"app.kubernetes.io/instance": "demo"}  # a chart's label
     assert changed_paths({"a": [1, 2]}, {"a": [1]}) == ["a"]
+
+
+def test_the_live_identity_ignores_status_writes_and_follows_everything_a_dry_run_depends_on() -> None:
+    """The comparison cache's key: a controller's status write (and the deployment controller's revision
+    annotation) keep it, so a health follow-up step needs no dry-run; a spec, label, uid or deletion
+    change, or tidecd's own field ownership, changes it."""
+    ours = {"manager": "tidecd", "operation": "Apply", "time": "2026-01-01T00:00:00Z",
+            "fieldsV1": {"f:spec": {"f:template": {}}}}
+    status = {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+              "time": "2026-01-01T00:00:01Z", "fieldsV1": {"f:status": {}}}
+    live: dict[str, Any] = copy.deepcopy(LIVE)
+    live["metadata"]["managedFields"] = [ours, status]
+    base = live_identity(live)
+
+    def changed(edit: object) -> str:
+        obj = copy.deepcopy(live)
+        edit(obj)  # type: ignore[operator]
+        return live_identity(obj)
+
+    def status_write(obj: dict[str, Any]) -> None:
+        obj["status"] = {"readyReplicas": 3, "observedGeneration": 4}
+        obj["metadata"]["resourceVersion"] = "8"
+        obj["metadata"]["managedFields"][1]["time"] = "2026-01-01T00:00:09Z"
+        obj["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = "3"
+        obj["metadata"]["managedFields"].append({"manager": "kube-controller-manager", "operation": "Update",
+                                                 "fieldsV1": {"f:metadata": {"f:annotations": {}}}})
+
+    assert changed(status_write) == base
+    assert changed(lambda o: o["spec"].update(replicas=5)) != base
+    assert changed(lambda o: o["metadata"]["labels"].update(team="x")) != base
+    assert changed(lambda o: o["metadata"].update(uid="other")) != base
+    assert changed(lambda o: o["metadata"].update(deletionTimestamp="2026-01-02T00:00:00Z")) != base
+    assert changed(lambda o: o["metadata"]["managedFields"][0].update(fieldsV1={})) != base
+    # another manager's entry matters only when an ignore rule names managers
+    other = {"manager": "kubectl", "operation": "Apply", "fieldsV1": {"f:spec": {"f:replicas": {}}}}
+    assert changed(lambda o: o["metadata"]["managedFields"].append(other)) == base
+    with_other: dict[str, Any] = copy.deepcopy(live)
+    with_other["metadata"]["managedFields"].append(other)
+    assert live_identity(with_other, all_managers=True) != live_identity(live, all_managers=True)

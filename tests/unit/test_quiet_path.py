@@ -100,6 +100,31 @@ def test_drift_changes_a_resource_version_and_is_compared_in_full(setup: Any) ->
     assert again.unchanged and again.state is not None and again.state.sync_status == "OutOfSync"
 
 
+def test_a_status_write_is_compared_in_full_from_the_cache_without_a_dry_run(setup: Any) -> None:
+    """A controller's status write changes the resourceVersion (the quiet record misses), but not the live
+    identity the comparison cache is keyed by: the verdict stands, health is read again, no dry-run."""
+    cluster, store, git, runtime, counting = setup
+    clock = FakeClock()
+    synced(runtime, clock)
+    counting.compares = 0
+    calls = len(cluster.calls)
+
+    with cluster._lock:  # what a controller's PUT of /status does
+        cluster.objects[CM]["status"] = {"observed": "by a controller"}
+        cluster._bump(cluster.objects[CM])
+    outcome = reconcile(runtime, "app", clock=clock)
+
+    assert not outcome.unchanged and counting.compares == 1
+    assert cluster.calls[calls:] == []  # compared from the cache: no dry-run
+    assert outcome.state is not None and outcome.state.sync_status == "Synced"
+    with cluster._lock:  # an edit of what the app owns is not a status write: it is dry-run again
+        cluster.objects[CM]["data"] = {"k": "by hand"}
+        cluster._bump(cluster.objects[CM])
+    outcome = reconcile(runtime, "app", clock=clock)
+    assert ("dry-run", CM) in cluster.calls[calls:]
+    assert outcome.state is not None and outcome.state.sync_status == "OutOfSync"
+
+
 def test_drift_of_a_self_healing_app_is_repaired_through_the_full_path(setup: Any,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     cluster, store, git, runtime, counting = setup

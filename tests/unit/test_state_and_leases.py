@@ -53,15 +53,18 @@ def test_unknown_statuses_and_older_shapes_read_without_failing() -> None:
                          "resources": [{"key": "old change entry"}], "automated": True},
            "history": [{"id": 1, "revision": "r", "deployed_at": "t", "result": "Succeeded"}, {"broken": True}],
            "comparison_cache": {"/ConfigMap n/c": ["fp", "12", "Synced", [], ""],
-                                "/ConfigMap n/d": {"fingerprint": "fp", "resource_version": "3",
-                                                   "status": "OutOfSync"}}}
+                                "/ConfigMap n/d": {"fingerprint": "fp", "live": "3", "status": "OutOfSync"},
+                                "/ConfigMap n/e": {"fingerprint": "fp", "resource_version": "4",
+                                                   "status": "Synced"}}}
     write(store, "a", json.dumps(doc).encode())
     state, _ = app_state.load(store, "a")
     assert (state.sync_status, state.health) == (SyncStatus.UNKNOWN, HealthStatus.UNKNOWN)
     assert state.operation is not None and state.operation.phase is OperationPhase.ERROR
     assert state.operation.automated and state.operation.extra["resources"] == [{"key": "old change entry"}]
     assert [entry.id for entry in state.history] == [1]
-    assert state.comparison_cache == {"/ConfigMap n/d": CachedComparison("fp", "3", SyncStatus.OUT_OF_SYNC)}
+    # a record keyed by resourceVersion (before the live identity) reads with an identity nothing matches
+    assert state.comparison_cache == {"/ConfigMap n/d": CachedComparison("fp", "3", SyncStatus.OUT_OF_SYNC),
+                                      "/ConfigMap n/e": CachedComparison("fp", "", SyncStatus.SYNCED)}
 
 
 def test_multi_source_revisions_are_lists_and_older_joined_revisions_read_as_lists() -> None:

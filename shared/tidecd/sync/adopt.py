@@ -188,7 +188,7 @@ def plan_adopt(cluster: AdoptCluster, app: str, argo: ArgoApp, desired: Mapping[
 
 
 def adopt(cluster: AdoptCluster, plan: Plan, *, argocd_marks: bool = False,
-          written: dict[ResourceKey, str] | None = None) -> list[ChangeEntry]:
+          written: dict[ResourceKey, Manifest] | None = None) -> list[ChangeEntry]:
     """Re-mark each object of `plan` as tidecd's (two writes each, see the module docstring); `written`
     collects each re-marked object's resourceVersion."""
     entries = []
@@ -204,7 +204,7 @@ def adopt(cluster: AdoptCluster, plan: Plan, *, argocd_marks: bool = False,
             entries.append(ChangeEntry(move.key, Action.FAILED, f"adopt: {exc}"))
             continue
         if written is not None:
-            written[move.key] = str((final.get("metadata") or {}).get("resourceVersion", ""))
+            written[move.key] = final
         entries.append(ChangeEntry(move.key, Action.CONFIGURED, move.message))
     return entries + [ChangeEntry(k, Action.UNCHANGED, "already moved") for k in plan.already]
 
