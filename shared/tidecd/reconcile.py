@@ -436,6 +436,8 @@ class _Step:
         self.inputs_digest = ""  # the quiet record's halves (see `_quiet_path`) ...
         self.live_digest = ""
         self.prefetched: dict[ResourceKey, Manifest] | None = None  # ... and the live objects it listed
+        self.listed: tuple[list[tuple[str, str]], list[tuple[str, str]]] | None = None  # kinds listed, unserved
+        self.view_current = False  # `live` is this step's list, kept current by its writes and reads
         self.quiet_hit = False  # answered by the fast path: nothing is recompared, nothing is written
         self.settled = False  # the last decision was "nothing to do", with nothing scheduled
         self.observed = False  # the observe stage ran to its end (no error)
@@ -737,6 +739,10 @@ class _Step:
             self._execute(step)
             if isinstance(step, decision.Finish | decision.Terminate):
                 if not self._operation_dry_run():
+                    if self.view_current and self.listed is not None:
+                        # this step listed the app's kinds and has seen every write since: no second list
+                        self.prefetched = {k: v for k, v in self.live.items() if k not in self._hook_keys()}
+                        self.live_digest = live_digest(self.prefetched, *self.listed)
                     self._refresh_comparison()
                     after = decision.decide(self._observation(), self.state.operation, policy).step
                     # nothing more to do from here (pure; nothing runs): this step's record is a quiet one
@@ -797,6 +803,8 @@ class _Step:
         elif isinstance(step, decision.RunTasks):
             self._run_tasks(op, step)
         elif isinstance(step, decision.Prune):
+            if step.candidates and step.enabled and not step.dry_run:
+                self.view_current = False  # deletions are not in the view: the comparison after lists again
             entries = prune(self.cluster, self.name, list(step.candidates), enabled=step.enabled,
                             dry_run=step.dry_run,
                             propagation=syncoptions.prune_propagation(self._app.sync_policy.sync_options))
@@ -815,6 +823,7 @@ class _Step:
         elif isinstance(step, decision.StartSyncFail):
             op.failure = step.message
         elif isinstance(step, decision.Terminate):
+            self.view_current = False
             for key in step.hooks:
                 try:
                     self.cluster.delete(key, propagation="Background")
@@ -896,15 +905,20 @@ class _Step:
             result = TaskResult(task.key, task.phase.value, task.wave, task.hook, entry.action, phase,
                                 entry.message, uid)
             op.results = [r for r in op.results if r.id != result.id] + [result]
-        # An object whose write already reads Healthy (or has no health) is live as written: only the
-        # others are read again, since a controller may have moved their status. A GET less per ConfigMap,
-        # Service, ServiceAccount...
+        # An object is live as written (or, unchanged, as this step listed it): only those whose health
+        # is not yet Healthy are read again, since a controller may have moved their status since. No GET
+        # for a ConfigMap, a Service, a ServiceAccount...
         applied, self.applied = self.applied, {}
-        settled = {key: obj for key, obj in applied.items()
-                   if (assessed := health.assess(obj, self._health_scripts())) is None
-                   or assessed.status is HealthStatus.HEALTHY}
-        self.live.update(settled)
-        self._refresh([t.key for t in step.tasks if t.key not in settled])
+        self.live.update(applied)
+        self._refresh([t.key for t in step.tasks if not self._settled_in_view(t.key)])
+
+    def _settled_in_view(self, key: ResourceKey) -> bool:
+        """The live view's object reads Healthy or has no health: reading it again would tell nothing."""
+        obj = self.live.get(key)
+        if obj is None:
+            return False
+        assessed = health.assess(obj, self._health_scripts())
+        return assessed is None or assessed.status is HealthStatus.HEALTHY
 
     def _record_write(self, key: ResourceKey, result: Manifest) -> None:
         self.written[key] = self._identity(result)
@@ -990,7 +1004,7 @@ class _Step:
         source = self._app.annotation(constants.ANNOTATION_ADOPT_FROM_ARGOCD).strip()
         if self.claimed and source and self._adopt_from_argocd(source):
             self.comparison, live = self._compare(self.cluster, self._app, self.manifests)
-        self.live = live
+        self.live, self.view_current = live, True
         for key in self._hook_keys():
             self.live.pop(key, None)
         self._refresh(self._hook_keys())
@@ -1132,7 +1146,8 @@ class _Step:
                     found = None
                 if found is not None:
                     live[key] = found
-        self.live_digest = live_digest(live, sorted(kinds), unserved)
+        self.listed = (sorted(kinds), unserved)
+        self.live_digest = live_digest(live, *self.listed)
         return live
 
     def _record(self, app: Application, sha: str, comparison: Comparison,

@@ -100,6 +100,26 @@ def test_drift_changes_a_resource_version_and_is_compared_in_full(setup: Any) ->
     assert again.unchanged and again.state is not None and again.state.sync_status == "OutOfSync"
 
 
+def test_a_sync_step_lists_each_kind_once_and_reads_no_applied_object_back(setup: Any,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison after the operation's end uses the step's live view (its list, kept current by the
+    writes' results): no second list, no GET of an object whose write already reads Healthy. The quiet
+    record made from that view is the one a fresh list gives: the next no-op answers from it."""
+    cluster, store, git, runtime, counting = setup
+    reads: list[str] = []
+    real_list, real_get = cluster.list, cluster.get
+    monkeypatch.setattr(cluster, "list", lambda *a, **k: reads.append("list") or real_list(*a, **k))
+    monkeypatch.setattr(cluster, "get", lambda *a, **k: reads.append(f"get {a[0]}") or real_get(*a, **k))
+    clock = FakeClock()
+
+    synced(runtime, clock)
+
+    # ConfigMaps by the app's label, then the two desired objects (not created yet) and their namespace
+    # before the sync; nothing read back after it
+    assert reads == ["list", "get ConfigMap ns/settings", "get ConfigMap ns/other", "get Namespace ns"]
+    assert reconcile(runtime, "app", clock=clock).unchanged
+
+
 def test_a_status_write_is_compared_in_full_from_the_cache_without_a_dry_run(setup: Any) -> None:
     """A controller's status write changes the resourceVersion (the quiet record misses), but not the live
     identity the comparison cache is keyed by: the verdict stands, health is read again, no dry-run."""
