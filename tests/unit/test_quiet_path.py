@@ -108,8 +108,17 @@ def test_a_sync_step_lists_each_kind_once_and_reads_no_applied_object_back(setup
     cluster, store, git, runtime, counting = setup
     reads: list[str] = []
     real_list, real_get = cluster.list, cluster.get
-    monkeypatch.setattr(cluster, "list", lambda *a, **k: reads.append("list") or real_list(*a, **k))
-    monkeypatch.setattr(cluster, "get", lambda *a, **k: reads.append(f"get {a[0]}") or real_get(*a, **k))
+
+    def listed(*args: Any, **kwargs: Any) -> Any:
+        reads.append("list")
+        return real_list(*args, **kwargs)
+
+    def got(key: ResourceKey) -> Any:
+        reads.append(f"get {key}")
+        return real_get(key)
+
+    monkeypatch.setattr(cluster, "list", listed)
+    monkeypatch.setattr(cluster, "get", got)
     clock = FakeClock()
 
     synced(runtime, clock)
