@@ -321,8 +321,10 @@ def run_step(runtime: Runtime, refresh: Refresh, dispatcher: Dispatcher) -> Outc
     from tidecd.reconcile import reconcile
 
     started = time.monotonic()
+    now = time.time()
+    head = refresh.head(now) or confirmed_head(runtime, refresh, now) or followed_head(runtime, refresh)
     outcome = reconcile(runtime, refresh.app, reason=refresh.reason, budget=runtime.settings.step_budget,
-                        head=refresh.head(time.time()) or confirmed_head(runtime, refresh, time.time()))
+                        head=head)
     log.info("step", app=refresh.app, reason=refresh.reason, continuation=refresh.continuation,
              skipped=outcome.skipped, seconds=round(time.monotonic() - started, 3),
              continue_after=outcome.continue_after)
@@ -364,6 +366,32 @@ def confirmed_head(runtime: Runtime, refresh: Refresh, now: float) -> str:
     except (TidecdError, ValueError, AttributeError):
         return ""  # the step resolves it itself, and reports what is wrong
     return refresh.revision if seen == refresh.revision else ""
+
+
+def followed_head(runtime: Runtime, refresh: Refresh) -> str:
+    """The commit a health follow-up renders: the one its sync just deployed, with no ls-remote. A
+    continuation after a Succeeded operation whose app still reads Progressing only reads health again
+    (half the steps of a cold start); a newer commit comes through its own refresh (webhook or poll),
+    which resolves it. Any other continuation resolves as usual ("")."""
+    if not refresh.continuation:
+        return ""
+    from tidecd import state as app_state
+    from tidecd.model import HealthStatus
+    from tidecd.source import charts
+    from tidecd.state import OperationPhase
+
+    try:
+        state = app_state.load(runtime.store, refresh.app)[0]
+        op = state.operation
+        if (op is None or op.phase is not OperationPhase.SUCCEEDED or state.health is not HealthStatus.PROGRESSING
+                or len(state.revision) != 40):
+            return ""
+        app = runtime.app(refresh.app)
+        if app.sources or charts.kind_of(app.source) != charts.GIT:
+            return ""
+    except (TidecdError, ValueError, AttributeError):
+        return ""  # the step resolves it itself, and reports what is wrong
+    return state.revision
 
 
 def dispatcher_publish(dispatcher: Dispatcher, refresh: Refresh) -> dict[str, str]:

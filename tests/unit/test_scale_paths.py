@@ -24,6 +24,7 @@ from tidecd import reconcile as engine
 from tidecd import state as app_state
 from tidecd.clock import FakeClock
 from tidecd.dispatch import HEAD_FRESH_SECONDS, BadRefreshMessage, Refresh, decode_refresh
+from tidecd.model import HealthStatus
 from tidecd.poll import DRIFT_SWEEP, poll
 from tidecd.reconcile import reconcile
 
@@ -193,3 +194,29 @@ def test_an_older_head_is_used_while_the_last_ticks_record_still_resolves_to_it(
     assert confirmed_head(runtime, Refresh("app", "webhook: push", sha), now) == "", "not a poll's head"
     RefCache(store).save(url, {"refs/heads/main": newer, "HEAD": newer})  # a later tick saw a newer commit
     assert confirmed_head(runtime, late, now) == ""
+
+
+def test_a_health_follow_up_renders_the_commit_its_sync_deployed_without_resolving(setup: Any) -> None:
+    """Half the steps of a cold start are health follow-ups: they take the synced commit from the state
+    instead of an ls-remote. Anything else (no continuation, a settled app, a failed operation) resolves."""
+    from tidecd.dispatch import followed_head
+
+    cluster, store, git, runtime = setup
+    web = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+           "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}
+    deployed = git.push([web])
+    follow_up = Refresh("app", "continue: automated sync", not_before=1.0, token="t1")
+    assert followed_head(runtime, follow_up) == "", "no operation yet"
+
+    outcome = reconcile(runtime, "app", clock=FakeClock())  # the automated sync; no controller runs here
+    state = outcome.state
+    assert state is not None and state.operation is not None and state.operation.phase == "Succeeded"
+    assert state.health == "Progressing" and outcome.continue_after is not None
+
+    assert followed_head(runtime, follow_up) == deployed
+    assert followed_head(runtime, Refresh("app", "webhook: push")) == "", "not a continuation: resolve"
+    git.push([web, configmap("new")])  # a newer commit is the webhook's or the poll's to find
+    assert followed_head(runtime, follow_up) == deployed
+    state.health = HealthStatus.HEALTHY
+    app_state.save(store, state, if_generation_match=app_state.load(store, "app")[1])
+    assert followed_head(runtime, follow_up) == "", "settled: the next step is a sweep, which resolves"
