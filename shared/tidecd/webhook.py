@@ -116,8 +116,12 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
     generation = _claim(runtime, delivery, provider, push) if delivery else 0
     if generation < 0:
         return Response(200, {"duplicate": True, "delivery": delivery})
-    names = sorted(app.name for app in apps)
-    log.info("webhook push", provider=provider, push=push.describe(), delivery=delivery, refreshed=names)
+    current = sorted(app.name for app in apps if _already_at(runtime, app, push.after))
+    names = sorted(app.name for app in apps if app.name not in current)
+    if current:
+        answer["current"] = current  # reconciled at this very commit already: nothing new to find
+    log.info("webhook push", provider=provider, push=push.describe(), delivery=delivery, refreshed=names,
+             current=current)
     if not names:
         return Response(200, answer)
     failures = dispatcher.dispatch([Refresh(n, f"webhook: {push.describe()}", push.after) for n in names])
@@ -404,6 +408,24 @@ def _config(runtime: Runtime) -> Config:
         raise _Refused(503, f"config source unavailable, redeliver later: {exc}") from exc
     except PermanentError as exc:
         raise _Refused(500, f"config source invalid: {exc}") from exc
+
+
+def _already_at(runtime: Runtime, app: Application, sha: str) -> bool:
+    """The app's last comparison was of this pushed commit, Synced, with no operation running: another
+    delivery for the same commit (several webhooks, a redelivery under a new id) has nothing to refresh.
+    A refresh still running for it coalesces such deliveries itself (`pending/`); this spares the runs
+    that would start after it finished."""
+    from tidecd import state as app_state
+    from tidecd.model import SyncStatus
+
+    if len(sha) != 40 or app.sources:
+        return False
+    try:
+        state = app_state.load(runtime.store, app.name)[0]
+    except TidecdError:
+        return False  # the refresh reports what is wrong with the record
+    op = state.operation
+    return state.revision == sha and state.sync_status is SyncStatus.SYNCED and not (op is not None and op.running)
 
 
 def _claim(runtime: Runtime, delivery: str, provider: str, push: Push) -> int:

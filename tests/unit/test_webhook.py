@@ -337,6 +337,23 @@ def test_redelivery_of_the_same_id_refreshes_once(runtime: Runtime) -> None:
     assert runtime.store.read("deliveries/72d3162e-cc78-11e3-81ab-4c9367dc0958") is not None
 
 
+def test_another_delivery_of_a_commit_an_app_is_synced_at_refreshes_only_the_others(runtime: Runtime) -> None:
+    """A second delivery (another webhook, a redelivery under a new id) of a commit an app was already
+    compared at, Synced and with nothing running, has nothing to refresh for that app."""
+    from tidecd import state as app_state
+    from tidecd.model import SyncStatus
+
+    body, sent = fixture("github-push-branch.json"), Recorder()
+    app_state.save(runtime.store, app_state.AppState("pinned", sync_status=SyncStatus.SYNCED, revision=PINNED))
+    app_state.save(runtime.store, app_state.AppState("guestbook", sync_status=SyncStatus.OUT_OF_SYNC,
+                                                     revision=PINNED))
+
+    response = handle(github(body, delivery="another-id"), body, runtime, sent)
+
+    assert response.status == 202 and response.body["current"] == ["pinned"]
+    assert sent.apps == ["everything", "guestbook"]  # guestbook is OutOfSync at it: refreshed
+
+
 @pytest.mark.parametrize("backend", ["memory", "local"])
 def test_twenty_concurrent_deliveries_of_one_id_dispatch_once(tmp_path: Path, backend: str) -> None:
     store = MemoryStore() if backend == "memory" else LocalStore(tmp_path / "store")
