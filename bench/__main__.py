@@ -20,7 +20,7 @@ from types import FrameType
 
 from bench import cli, diff, functions, images, operations, peers, render, scale, scale_peers, sync, ui
 from bench.harness import Bench, Row, fmt_time, print_plain, print_table, say
-from tidecd import logs
+from tidecd.base import logs
 
 GROUPS: dict[str, Callable[[Bench], list[Row]]] = {
     "render": render.run,

@@ -12,8 +12,8 @@ from __future__ import annotations
 from bench.fixtures import Installation, Repo, application, create_namespaces, file_layout, mixed_app, write_app
 from bench.harness import Bench, Row, median, say, sh, spread, timed
 from bench.probes import Measured, measured_reconcile
-from tidecd import state as app_state
-from tidecd.reconcile import SyncRequest
+from tidecd.state import app as app_state
+from tidecd.step.reconcile import SyncRequest
 
 GROUP = "diff"
 REPS = 3

@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from tidecd.cluster import KubeCluster
+from tidecd.clients.cluster import KubeCluster
+from tidecd.clients.store import LocalStore
 from tidecd.runtime import Runtime, Settings
-from tidecd.store import LocalStore
 from tidecd_dev.gitserver import GitServer
 
 Obj = dict[str, Any]

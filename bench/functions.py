@@ -32,7 +32,7 @@ from typing import Any
 
 from bench.fixtures import Installation, Repo, application, configmap, create_namespaces, deployment, write_app
 from bench.harness import REPO_ROOT, Bench, Row, median, say, spread, timed
-from tidecd.model import SyncStatus
+from tidecd.base.model import SyncStatus
 from tidecd_dev.devcluster import free_port
 
 GROUP = "functions"
@@ -191,9 +191,9 @@ class _Counting:
 def poll_tick(bench: Bench) -> list[Row]:
     from tidecd import render
     from tidecd import source as git
-    from tidecd import state as app_state
-    from tidecd.dispatch import DirectDispatcher
-    from tidecd.poll import poll
+    from tidecd.state import app as app_state
+    from tidecd.triggers.dispatch import DirectDispatcher
+    from tidecd.usecases.poll import poll
     from tidecd_dev.gitserver import LS_REMOTE
 
     inst = Installation(bench.dir("functions/poll"), bench.kubeconfig)
@@ -330,7 +330,7 @@ def parse_importtime(text: str) -> float:
 
 
 def _modules(statements: list[str]) -> list[str]:
-    """`from tidecd import api as x` → `tidecd.api`: what the statements name, for the notes."""
+    """`from tidecd import api as x` → `tidecd.usecases.api`: what the statements name, for the notes."""
     names: list[str] = []
     for node in ast.walk(ast.parse("\n".join(statements))):
         if isinstance(node, ast.ImportFrom):

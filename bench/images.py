@@ -37,10 +37,10 @@ class _Counting:
 
 def run(bench: Bench) -> list[Row]:
     from tidecd import render
-    from tidecd import state as app_state
-    from tidecd.images import update
+    from tidecd.clients.registry import HttpRegistry, parse_image
     from tidecd.images.annotations import IMAGE_LIST
-    from tidecd.images.registry import HttpRegistry, parse_image
+    from tidecd.state import app as app_state
+    from tidecd.usecases import images as update
     from tidecd_dev.imageregistry import CountingProxy, Registry, crane, push_image
     from tidecd_dev.tools import ensure
 

@@ -36,7 +36,7 @@ LIMIT = 1.2
 NAMESPACES = ("bench-ops-blocking", "bench-ops-resumable", "bench-ops-short")
 BLOCKING_SCRIPT = """
 import json, sys, time
-from tidecd.reconcile import SyncRequest, reconcile
+from tidecd.step.reconcile import SyncRequest, reconcile
 from tidecd.runtime import Runtime
 start = time.perf_counter()
 outcome = reconcile(Runtime.from_env(), sys.argv[1], request=SyncRequest(), wave_timeout=900)
@@ -126,10 +126,10 @@ def _blocking(bench: Bench, repo: Repo, old_tree: Path) -> dict[str, Any]:
 
 
 def _resumable(bench: Bench, repo: Repo, namespace: str, budget: float) -> dict[str, Any]:
-    from tidecd import dispatch
-    from tidecd import state as app_state
-    from tidecd.reconcile import SyncRequest, start_operation
-    from tidecd.scheduler import LocalScheduler
+    from tidecd.state import app as app_state
+    from tidecd.step.reconcile import SyncRequest, start_operation
+    from tidecd.triggers import dispatch
+    from tidecd.triggers.scheduler import LocalScheduler
 
     inst = Installation(bench.dir(f"operations/{namespace}"), bench.kubeconfig)
     app = namespace.removeprefix("bench-")

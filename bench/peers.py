@@ -50,9 +50,9 @@ from typing import Any
 from bench.fixtures import Installation, Repo, application, create_namespaces, write_app
 from bench.harness import REPO_ROOT, Bench, Row, median, say, spread
 from bench.sync import CHANGED, app_files
-from tidecd import pending
-from tidecd import state as app_state
-from tidecd.cluster import KubeCluster
+from tidecd.clients.cluster import KubeCluster
+from tidecd.state import app as app_state
+from tidecd.triggers import pending
 from tidecd_dev import peers
 from tidecd_dev.devcluster import free_port
 
@@ -157,7 +157,7 @@ class Observer:
             for d in items)
 
     def live(self, case: Case) -> bool:
-        from tidecd.model import ResourceKey
+        from tidecd.base.model import ResourceKey
 
         cm = self.kube.get(ResourceKey("", "ConfigMap", case.namespace, CHANGED)) or {}
         return bool((cm.get("data") or {}).get("value") == case.value)

@@ -11,11 +11,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidecd import state as app_state
-from tidecd.clock import SystemClock
-from tidecd.cluster import KubeCluster
-from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation
+from tidecd.base.clock import SystemClock
+from tidecd.clients.cluster import KubeCluster
 from tidecd.runtime import Runtime
+from tidecd.state import app as app_state
+from tidecd.step.reconcile import Outcome, SyncRequest, reconcile, start_operation
 
 
 @dataclass

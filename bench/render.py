@@ -17,11 +17,11 @@ import yaml
 
 from bench.fixtures import file_layout, mixed_app, write_files
 from bench.harness import Bench, Row, median, say, spread, timed
-from tidecd import tools
-from tidecd.config import ApplicationSource
-from tidecd.model import Manifest
+from tidecd.base.model import Manifest
+from tidecd.clients import tools
+from tidecd.clients.store import LocalStore
+from tidecd.config.load import ApplicationSource
 from tidecd.render import render, render_cached
-from tidecd.store import LocalStore
 
 GROUP = "render"
 OBJECTS = 500  # 100 Deployments, 100 Services, 300 ConfigMaps

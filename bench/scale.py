@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     from bench.harness import print_plain, print_table, progress_bar
-    from tidecd import logs
+    from tidecd.base import logs
 
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
     parser.add_argument("--apps", type=int, default=int(os.environ.get("TIDECD_SCALE_APPS", 1000)))

@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.harness import print_plain, print_table, progress_bar
     from bench.scale import _on_sigterm
-    from tidecd import logs
+    from tidecd.base import logs
 
     parser = argparse.ArgumentParser(prog="python -m bench.scale_peers", description=main.__doc__)
     parser.add_argument("--apps", type=int, default=int(os.environ.get("TIDECD_SCALE_APPS", 1000)))

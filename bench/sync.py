@@ -39,8 +39,8 @@ from bench.fixtures import (
 )
 from bench.harness import Bench, Row, median, say, sh, timed
 from bench.probes import Measured, NotSynced, measured_reconcile
-from tidecd import tools
-from tidecd.reconcile import SyncRequest
+from tidecd.clients import tools
+from tidecd.step.reconcile import SyncRequest
 
 GROUP = "sync"
 REPS = 3

@@ -16,11 +16,12 @@ from pathlib import Path
 import yaml
 
 from bench.harness import Bench, Row, median, say, spread, timed
-from tidecd import api, ui
-from tidecd import state as app_state
-from tidecd.model import Action, HealthStatus, SyncStatus
+from tidecd import ui
+from tidecd.base.model import Action, HealthStatus, SyncStatus
+from tidecd.clients.store import LocalStore
 from tidecd.runtime import Runtime, Settings
-from tidecd.store import LocalStore
+from tidecd.state import app as app_state
+from tidecd.usecases import api
 
 GROUP = "ui"
 APPS = 1000

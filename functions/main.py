@@ -18,7 +18,7 @@ import functions_framework
 import structlog
 from flask import Request, Response
 
-from tidecd import logs
+from tidecd.base import logs
 
 logs.configure()
 
@@ -54,8 +54,10 @@ def _runtime() -> Any:
 
 @functions_framework.http
 def webhook(request: Request) -> Response:
-    from tidecd import dispatch, limits, metrics
-    from tidecd import webhook as hooks
+    from tidecd.base import limits
+    from tidecd.clients import metrics
+    from tidecd.triggers import dispatch
+    from tidecd.usecases import webhook as hooks
 
     limit = limits.current().webhook_bytes
     body = _body(request, limit)
@@ -71,8 +73,8 @@ def webhook(request: Request) -> Response:
 def poll(request: Request) -> Response:
     from dataclasses import asdict
 
-    from tidecd import dispatch
-    from tidecd import poll as poller
+    from tidecd.triggers import dispatch
+    from tidecd.usecases import poll as poller
 
     runtime = _runtime()
     summary = poller.poll(runtime, dispatch.dispatcher_for(runtime), jitter_seconds=runtime.settings.poll_jitter)
@@ -81,8 +83,8 @@ def poll(request: Request) -> Response:
 
 @functions_framework.http
 def images(request: Request) -> Response:
-    from tidecd import dispatch
-    from tidecd.images.update import check
+    from tidecd.triggers import dispatch
+    from tidecd.usecases.images import check
 
     runtime = _runtime()
     summary = check(runtime, dispatcher=dispatch.dispatcher_for(runtime))
@@ -93,11 +95,11 @@ def images(request: Request) -> Response:
 def reconcile(cloud_event: Any) -> None:
     from flask import abort
 
-    from tidecd import dispatch
-    from tidecd.errors import LeaseHeld, disposition
+    from tidecd.base.errors import LeaseHeld, disposition
+    from tidecd.triggers import dispatch
 
     try:
-        from tidecd import preview
+        from tidecd.usecases import preview
 
         if (job := preview.job_of(cloud_event.data)) is not None:  # a pull-request preview job
             preview.run_job(_runtime(), job)
@@ -121,12 +123,12 @@ def reconcile(cloud_event: Any) -> None:
 
 @functions_framework.http
 def api(request: Request) -> Response:
-    from tidecd import api as use_case
-    from tidecd import limits
+    from tidecd.base import limits
+    from tidecd.usecases import api as use_case
 
     limit = limits.current().api_bytes
-    if request.path == "/metrics":  # Prometheus text (tidecd.metrics)
-        from tidecd import metrics
+    if request.path == "/metrics":  # Prometheus text (tidecd.clients.metrics)
+        from tidecd.clients import metrics
 
         runtime = _runtime()
         status, text = metrics.handle(dict(request.headers), runtime.store, runtime.settings.api_token)
@@ -142,7 +144,7 @@ def api(request: Request) -> Response:
     try:
         runtime = _runtime()
     except Exception as exc:  # noqa: BLE001 - a bad TIDECD_* setting: a JSON answer, no detail before auth
-        structlog.get_logger("tidecd.api").error("api misconfigured", error=f"{type(exc).__name__}: {exc}")
+        structlog.get_logger("tidecd.usecases.api").error("api misconfigured", error=f"{type(exc).__name__}: {exc}")
         answer = use_case.error(503, "unavailable", "the api is misconfigured; see the function's log")
     else:
         answer = use_case.handle(request.method, request.path, dict(request.headers), body, runtime,

@@ -1,4 +1,4 @@
-"""Regenerate shared/tidecd/argocd_fields.py: every field path of Argo CD's Application and AppProject.
+"""Regenerate shared/tidecd/config/argocd_fields.py: every field path of Argo CD's Application and AppProject.
 
 The paths come from Argo CD's own CRD schemas (`manifests/crds/application-crd.yaml`, `appproject-crd.yaml`)
 in the Go module github.com/argoproj/argo-cd/v3, fetched through the Go module proxy with the ordinary client:
@@ -27,7 +27,7 @@ import yaml
 
 MODULE = "github.com/argoproj/argo-cd/v3"
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = ROOT / "shared" / "tidecd" / "argocd_fields.py"
+TARGET = ROOT / "shared" / "tidecd" / "config" / "argocd_fields.py"
 CRDS = {"APPLICATION": "manifests/crds/application-crd.yaml", "APPPROJECT": "manifests/crds/appproject-crd.yaml"}
 
 
@@ -92,7 +92,7 @@ def render(version: str, texts: dict[str, str]) -> str:
 def write_readme() -> None:
     """Replace the generated field tables in README.md (between the markers) with the current ones."""
     sys.path.insert(0, str(ROOT / "shared"))
-    from tidecd import argocd_cm
+    from tidecd.config import argocd_cm
 
     readme = ROOT / "README.md"
     text = readme.read_text()

@@ -5,7 +5,7 @@
 #   tidecd/            shared/tidecd (the library)
 #   requirements.txt   pyproject's [project.dependencies], pinned to the versions in .venv
 #   bin/helm           pinned linux/amd64 static binaries built by scripts/tools.sh; the functions find
-#   bin/kustomize      them through TIDECD_BIN_DIR=/workspace/bin (tidecd.tools.binary)
+#   bin/kustomize      them through TIDECD_BIN_DIR=/workspace/bin (tidecd.clients.tools.binary)
 #
 # Reproducible: the same inputs give the same bytes (sorted entries, fixed timestamps and modes), so the
 # archive's hash names the deployed version and an unchanged tree redeploys nothing.

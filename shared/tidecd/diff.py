@@ -18,12 +18,12 @@ from typing import Any
 
 import yaml
 
-from tidecd import constants
-from tidecd.config import IgnoreDifference
-from tidecd.globs import glob_match
-from tidecd.model import Action, ChangeEntry, ChangeSet, Manifest, ResourceKey, SyncStatus
-from tidecd.ownership import MARK_ANNOTATIONS, MARK_LABELS
-from tidecd.secrets import redact
+from tidecd.base import constants
+from tidecd.base.globs import glob_match
+from tidecd.base.model import Action, ChangeEntry, ChangeSet, Manifest, ResourceKey, SyncStatus
+from tidecd.base.ownership import MARK_ANNOTATIONS, MARK_LABELS
+from tidecd.clients.secrets import redact
+from tidecd.config.load import IgnoreDifference
 
 VOLATILE_METADATA = ("managedFields", "resourceVersion", "uid", "generation", "creationTimestamp", "selfLink",
                      "deletionTimestamp", "deletionGracePeriodSeconds")
@@ -94,7 +94,7 @@ def normalize(obj: Manifest, ignore: Iterable[IgnoreDifference] = ()) -> Manifes
     for name in (constants.LAST_APPLIED, *MARK_ANNOTATIONS, "deployment.kubernetes.io/revision"):
         annotations.pop(name, None)
     labels = meta.get("labels") or {}
-    for name in MARK_LABELS:  # the marks are checked on their own (tidecd.ownership.needs_remark)
+    for name in MARK_LABELS:  # the marks are checked on their own (tidecd.base.ownership.needs_remark)
         labels.pop(name, None)
     for holder, name in ((meta, "annotations"), (meta, "labels")):
         if not holder.get(name):
@@ -115,7 +115,7 @@ def drop_ignored(obj: Manifest, key: ResourceKey, ignore: Iterable[IgnoreDiffere
             if entry.get("manager") in rule.managed_fields_managers:
                 _remove_fields(obj, entry.get("fieldsV1") or {})
         if rule.jq_path_expressions:
-            from tidecd.jqpaths import delete_paths
+            from tidecd.base.jqpaths import delete_paths
 
             obj = delete_paths(obj, rule.jq_path_expressions)
     return obj

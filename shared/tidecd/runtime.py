@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tidecd import constants
-from tidecd.cluster import KubeCluster
-from tidecd.config import Config, ConfigSourceRef, Destination, load_config, parse_config_source
-from tidecd.errors import ConfigError, NotFound
-from tidecd.store import ObjectStore, open_store
+from tidecd.base import constants
+from tidecd.base.errors import ConfigError, NotFound
+from tidecd.clients.cluster import KubeCluster
+from tidecd.clients.store import ObjectStore, open_store
+from tidecd.config.load import Config, ConfigSourceRef, Destination, load_config, parse_config_source
 
 IN_CLUSTER_SERVER = "https://kubernetes.default.svc"
 
@@ -147,9 +147,9 @@ class Runtime:
 
     def config(self) -> Config:
         """The config source's apps and projects, joined by the apps generated from them (ApplicationSets,
-        apps of apps: `tidecd.generated`), which are read from the object store."""
+        apps of apps: `tidecd.generated.records`), which are read from the object store."""
         if self._config is None:
-            from tidecd import generated
+            from tidecd.generated import records as generated
 
             base = self._load_config()
             problems: list[str] = []
@@ -172,7 +172,7 @@ class Runtime:
 
     def _load_config_from_git(self, ref: ConfigSourceRef) -> Config:
         from tidecd import source as git
-        from tidecd.paths import inside
+        from tidecd.base.paths import inside
         from tidecd.source import checkouts
 
         creds = git.credentials_for(ref.repo_url, self.plain_secrets_unsealed_later())
@@ -200,14 +200,14 @@ class Runtime:
     def private_keys(self) -> list[bytes]:
         if not self.settings.sealing_keys:
             return []
-        from tidecd.secrets import load_private_keys
+        from tidecd.clients.secrets import load_private_keys
 
         return load_private_keys(self.settings.sealing_keys)
 
     def secrets(self) -> list[dict[str, Any]]:
         """The config source's cluster and repository Secrets, unsealed in memory."""
         if self._secrets is None:
-            from tidecd.secrets import unseal
+            from tidecd.clients.secrets import unseal
 
             keys: list[bytes] | None = None
             opened = []
@@ -237,7 +237,7 @@ class Runtime:
         return self._clusters[ident]
 
     def _connect(self, destination: Destination) -> KubeCluster:
-        from tidecd.cluster import client_for_secret, find_cluster_secret
+        from tidecd.clients.cluster import client_for_secret, find_cluster_secret
 
         found = find_cluster_secret(self.secrets(), name=destination.name, server=destination.server)
         if found is not None:

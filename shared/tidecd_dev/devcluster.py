@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from tidecd.tools import binary, cache_dir
+from tidecd.clients.tools import binary, cache_dir
 from tidecd_dev.processes import alive, stop_pid
 
 KWOK_NODE = "kwok-node-0"

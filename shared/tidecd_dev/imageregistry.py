@@ -36,7 +36,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import requests
 
-from tidecd.tools import binary
+from tidecd.clients.tools import binary
 from tidecd_dev.devcluster import free_port
 from tidecd_dev.processes import stop_session
 

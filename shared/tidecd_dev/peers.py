@@ -44,9 +44,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from tidecd.cluster import ApiError, KubeCluster
-from tidecd.model import ResourceKey
-from tidecd.tools import MissingTool, binary
+from tidecd.base.model import ResourceKey
+from tidecd.clients.cluster import ApiError, KubeCluster
+from tidecd.clients.tools import MissingTool, binary
 from tidecd_dev import netns
 from tidecd_dev.devcluster import free_port
 from tidecd_dev.processes import stop_session

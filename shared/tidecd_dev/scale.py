@@ -424,7 +424,7 @@ class Watch:
     _seen: dict[str, int] = field(default_factory=dict)
 
     def scan(self) -> int:
-        from tidecd.store import LocalStore
+        from tidecd.clients.store import LocalStore
 
         store = LocalStore(self.store_root)
         for app in self.apps:

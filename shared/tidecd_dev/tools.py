@@ -1,7 +1,7 @@
 """Build the Go tools the tests, the bench and the demo need (etcd, kube-apiserver, kwok, ...) when missing.
 
 Building is dev-only: it runs the checkout's `scripts/tools.sh`. Finding a built binary is the product's
-job (`tidecd.tools.binary`), so a deployed function never reaches for a source tree.
+job (`tidecd.clients.tools.binary`), so a deployed function never reaches for a source tree.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tidecd.tools import MissingTool, binary
+from tidecd.clients.tools import MissingTool, binary
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "tools.sh"
 

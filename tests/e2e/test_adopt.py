@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 
 from tests.e2e.test_ownership import apply_as, marked
 from tests.support.apps import GitOps, configmap, deployment, service
-from tidecd import adoption
+from tidecd.base.model import Action, ResourceKey
 from tidecd.cli import app as tidecd_cli
-from tidecd.cluster import KubeCluster, UnknownKind
-from tidecd.model import Action, ResourceKey
+from tidecd.clients.cluster import KubeCluster, UnknownKind
 from tidecd.sync.adopt import AdoptRefused
+from tidecd.usecases import adoption
 
 APP_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",

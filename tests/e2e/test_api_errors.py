@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tidecd.cluster import ApiInvalid, ApiNotFound, ApiTooLarge, KubeCluster
-from tidecd.errors import PermanentError, TemporaryError, disposition
-from tidecd.model import ResourceKey
+from tidecd.base.errors import PermanentError, TemporaryError, disposition
+from tidecd.base.model import ResourceKey
+from tidecd.clients.cluster import ApiInvalid, ApiNotFound, ApiTooLarge, KubeCluster
 from tidecd_dev.devcluster import DevCluster
 
 

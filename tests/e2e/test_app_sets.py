@@ -17,13 +17,13 @@ import pytest
 
 from tests.support.apps import GitOps, configmap
 from tests.support.github_standin import GitHubStandIn
-from tidecd import generated
-from tidecd.dispatch import DirectDispatcher, ManualDispatcher, Refresh
-from tidecd.model import ResourceKey
-from tidecd.poll import poll
-from tidecd.reconcile import SyncRequest, start_operation
+from tidecd.base.model import ResourceKey
+from tidecd.generated import records as generated
 from tidecd.runtime import Runtime
-from tidecd.scheduler import LocalScheduler
+from tidecd.step.reconcile import SyncRequest, start_operation
+from tidecd.triggers.dispatch import DirectDispatcher, ManualDispatcher, Refresh
+from tidecd.triggers.scheduler import LocalScheduler
+from tidecd.usecases.poll import poll
 
 pytestmark = pytest.mark.e2e
 
@@ -157,7 +157,7 @@ def test_git_directories_application_set_yields_an_app_per_directory_and_follows
     import hmac
     import json
 
-    from tidecd import webhook
+    from tidecd.usecases import webhook
 
     sha = gitops.push({"services/golf/cm.yaml": configmap("svc-golf")}, "a seventh service")
     body = json.dumps({"ref": "refs/heads/main", "after": sha, "repository": {
@@ -179,9 +179,9 @@ def test_pull_request_generator_through_pygithub_and_the_webhook(
     import json
 
     import yaml
+    from tidecd.usecases.appsets import refresh
 
-    from tidecd import webhook
-    from tidecd.appset_refresh import refresh
+    from tidecd.usecases import webhook
 
     event = copy.deepcopy(next(e for e in webhook_examples["pull_request"] if e["action"] == "opened"))
     owner, repo = event["repository"]["full_name"].split("/")

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.support.apps import GitOps, configmap, job
-from tidecd.errors import SyncWindowClosed
+from tidecd.base.errors import SyncWindowClosed
 
 pytestmark = pytest.mark.e2e
 

@@ -26,8 +26,8 @@ from typer.testing import CliRunner
 
 from tests.e2e.test_adopt import count_writes, managers, written
 from tests.support.apps import GitOps, configmap, deployment, service
+from tidecd.base.model import ResourceKey
 from tidecd.cli import app as tidecd_cli
-from tidecd.model import ResourceKey
 from tidecd_dev.peers import ArgoCD
 
 pytestmark = pytest.mark.e2e

@@ -14,12 +14,12 @@ import yaml
 
 from tests.support.apps import GitOps
 from tests.support.charts import HelmRepo, package, write_chart
-from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_REPOSITORY
-from tidecd.dispatch import ManualDispatcher
-from tidecd.poll import poll
-from tidecd.reconcile import SyncRequest
-from tidecd.secrets import generate_key, seal_secret, write_key_pair
-from tidecd.state import AppState
+from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_REPOSITORY
+from tidecd.clients.secrets import generate_key, seal_secret, write_key_pair
+from tidecd.state.app import AppState
+from tidecd.step.reconcile import SyncRequest
+from tidecd.triggers.dispatch import ManualDispatcher
+from tidecd.usecases.poll import poll
 
 pytestmark = pytest.mark.e2e
 

@@ -16,8 +16,8 @@ import pytest
 
 from tests.support.functions import ROOT, Function
 from tests.support.invocations import Proxy
-from tidecd.dispatch import PubSubDispatcher
-from tidecd.store import LocalStore
+from tidecd.clients.store import LocalStore
+from tidecd.triggers.dispatch import PubSubDispatcher
 
 pytestmark = pytest.mark.e2e
 PROJECT = "tidecd-test"
@@ -125,7 +125,7 @@ def test_refreshes_through_pubsub_are_coalesced(bare_cloud: CloudWiring) -> None
 
 
 def type_refresh(app: str, revision: str) -> Any:
-    from tidecd.dispatch import Refresh
+    from tidecd.triggers.dispatch import Refresh
 
     return Refresh(app, "webhook: push", revision)
 

@@ -12,7 +12,7 @@ import psutil
 import pytest
 from kubernetes import client
 
-from tidecd.tools import cache_dir
+from tidecd.clients.tools import cache_dir
 from tidecd_dev.devcluster import DevCluster
 
 
@@ -47,7 +47,7 @@ def test_deployment_becomes_available_on_kwok(api_client: client.ApiClient, name
 
 
 def test_server_side_apply_twice_changes_nothing(api_client: object, namespace: str) -> None:
-    from tidecd.cluster import KubeCluster
+    from tidecd.clients.cluster import KubeCluster
 
     cluster = KubeCluster(api_client)
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": namespace},

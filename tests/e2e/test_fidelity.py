@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.apps import GitOps, configmap, deployment, job
-from tidecd.state import AppState
+from tidecd.state.app import AppState
 
 pytestmark = pytest.mark.e2e
 
@@ -150,6 +150,6 @@ def test_create_namespace_with_managed_namespace_metadata(gitops: GitOps) -> Non
         assert ns["metadata"]["annotations"]["owner"] == "alice"
         assert gitops.live("ConfigMap", "cm", namespace=target) is not None
     finally:
-        from tidecd.model import ResourceKey
+        from tidecd.base.model import ResourceKey
 
         gitops.kube.delete(ResourceKey("", "Namespace", "", target))

@@ -24,7 +24,7 @@ from tests.support.apps import GitOps, configmap
 from tests.support.functions import Functions, push_payload
 from tests.support.github_standin import GitHubStandIn
 from tests.support.gitserver import GitRepo
-from tidecd.secrets import KeyPair, generate_key, seal_secret, write_key_pair
+from tidecd.clients.secrets import KeyPair, generate_key, seal_secret, write_key_pair
 
 ZERO = "0" * 40
 HMAC_KEY = "e2e-hmac-key"
@@ -187,7 +187,7 @@ def test_pull_request_preview_comment_upserted_and_forbidden_clusterrole_fails(
                  "spec": {"sourceRepos": ["*"], "destinations": [{"name": "*", "namespace": "*"}]}})
     hub.push({"app/cm.yaml": configmap("web", {"color": "blue"})})
     app = hub.application(project="team")
-    from tidecd.reconcile import SyncRequest
+    from tidecd.step.reconcile import SyncRequest
 
     hub.reconcile(request=SyncRequest(), runtime=hub.runtime(sealing_keys=str(sealing[1])))
     live = hub.live("ConfigMap", "web")

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.argocd_catalogue import Case, health_cases, load_yaml, script_for
+from tidecd.base.model import HealthResult, HealthStatus
 from tidecd.health import assess, lua
-from tidecd.model import HealthResult, HealthStatus
 
 pytestmark = pytest.mark.e2e
 

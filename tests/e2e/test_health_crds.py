@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.support.apps import GitOps, configmap
-from tidecd.model import ResourceKey
+from tidecd.base.model import ResourceKey
 
 pytestmark = pytest.mark.e2e
 

@@ -20,16 +20,17 @@ import yaml
 from tests.support.apps import GitOps, deployment
 from tests.support.functions import Functions
 from tests.support.gitserver import AuthGitServer, GitRepo
-from tidecd import api
-from tidecd import state as app_state
-from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_REPOSITORY
-from tidecd.dispatch import dispatcher_for
+from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_REPOSITORY
+from tidecd.clients.secrets import KeyPair, seal_secret
 from tidecd.images import state as images_state
-from tidecd.images import update, writeback
+from tidecd.images import writeback
 from tidecd.images.annotations import PREFIX
-from tidecd.reconcile import SyncRequest
 from tidecd.runtime import Runtime
-from tidecd.secrets import KeyPair, seal_secret
+from tidecd.state import app as app_state
+from tidecd.step.reconcile import SyncRequest
+from tidecd.triggers.dispatch import dispatcher_for
+from tidecd.usecases import api
+from tidecd.usecases import images as update
 from tidecd_dev.devcluster import DevCluster, free_port
 from tidecd_dev.imageregistry import Registry, push_image
 

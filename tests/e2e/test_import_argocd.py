@@ -40,14 +40,14 @@ import yaml
 
 from tests.support.cluster import release_argocd_finalizers, track_namespace
 from tests.support.gitserver import AuthGitServer, GitRepo
-from tidecd.cluster import KubeCluster
-from tidecd.config import load_config
-from tidecd.constants import LABEL_SECRET_TYPE
-from tidecd.model import ResourceKey
-from tidecd.reconcile import reconcile
+from tidecd.base.constants import LABEL_SECRET_TYPE
+from tidecd.base.model import ResourceKey
+from tidecd.clients.cluster import KubeCluster
+from tidecd.clients.secrets import generate_key, write_key_pair
+from tidecd.clients.store import LocalStore
+from tidecd.config.load import load_config
 from tidecd.runtime import Runtime, Settings
-from tidecd.secrets import generate_key, write_key_pair
-from tidecd.store import LocalStore
+from tidecd.step.reconcile import reconcile
 from tidecd_dev.devcluster import DevCluster
 from tidecd_dev.peers import ArgoCD, install_crds, share_dir
 

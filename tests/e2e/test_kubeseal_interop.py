@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from tests.support.kubeseal import kubeseal_binary, run_kubeseal
-from tidecd.constants import SEALED_SCOPE_CLUSTER_WIDE, SEALED_SCOPE_NAMESPACE_WIDE
-from tidecd.errors import SecretError
-from tidecd.secrets import KeyPair, Scope, generate_key, seal_secret, unseal, write_key_pair
+from tidecd.base.constants import SEALED_SCOPE_CLUSTER_WIDE, SEALED_SCOPE_NAMESPACE_WIDE
+from tidecd.base.errors import SecretError
+from tidecd.clients.secrets import KeyPair, Scope, generate_key, seal_secret, unseal, write_key_pair
 
 pytestmark = pytest.mark.e2e
 
@@ -134,7 +134,7 @@ def test_tidecd_cert_from_keygen_is_accepted_by_kubeseal_after_rotation(
     kubeseal: str, keys: tuple[KeyPair, Path], tmp_path: Path
 ) -> None:
     """kubeseal seals with a rotated tidecd certificate; tidecd opens it with the whole key directory."""
-    from tidecd.secrets import active_certificate, load_private_keys, rotate_keys
+    from tidecd.clients.secrets import active_certificate, load_private_keys, rotate_keys
 
     pair, folder = keys
     write_key_pair(pair, tmp_path / "tls.key", tmp_path / "tls.crt")

@@ -15,7 +15,7 @@ import yaml
 
 from tests.support.apps import GitOps, configmap
 from tests.support.gitserver import GitRepo
-from tidecd.state import AppState
+from tidecd.state.app import AppState
 from tidecd_dev.gitserver import GitServer
 
 pytestmark = pytest.mark.e2e
@@ -87,7 +87,7 @@ def test_chart_with_values_from_another_repo_and_merged_sources(gitops: GitOps, 
 def test_values_ref_changes_and_rollback_restores_every_source(gitops: GitOps, values_repo: GitRepo) -> None:
     """Two repositories move; a rollback through the api (as the CLI and the dashboard send it) restores
     each source's revision from the history entry's list, and api, CLI and dashboard show the list."""
-    from tidecd import api
+    from tidecd.usecases import api
 
     app_sha1 = gitops.push(CHART)
     values_sha1 = push(values_repo, {"envs/prod.yaml": "color: blue\n",
@@ -149,8 +149,8 @@ def test_a_missing_ref_names_the_source_and_the_refs(gitops: GitOps, values_repo
 
 def test_the_poll_refreshes_a_multi_source_app_when_any_source_moves(gitops: GitOps, values_repo: GitRepo) -> None:
 
-    from tidecd.dispatch import ManualDispatcher
-    from tidecd.poll import poll
+    from tidecd.triggers.dispatch import ManualDispatcher
+    from tidecd.usecases.poll import poll
 
     gitops.push(CHART)
     push(values_repo, {"envs/prod.yaml": "color: blue\n", "extra/cm.yaml": configmap("extra")})

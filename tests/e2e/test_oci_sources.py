@@ -51,8 +51,8 @@ def test_plain_oci_artifact_of_manifests_as_a_source(gitops: GitOps, oci_registr
 
 def test_poll_checks_oci_tags_once_per_repository(gitops: GitOps, oci_registry: Registry, tmp_path: Path) -> None:
 
-    from tidecd.dispatch import ManualDispatcher
-    from tidecd.poll import poll
+    from tidecd.triggers.dispatch import ManualDispatcher
+    from tidecd.usecases.poll import poll
 
     namespace = f"charts-{uuid.uuid4().hex[:6]}"
     home = tmp_path / "home"

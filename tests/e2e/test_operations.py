@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from tests.support.apps import GitOps, configmap, deployment, job, service
-from tidecd import state as app_state
-from tidecd.clock import FakeClock
-from tidecd.model import ResourceKey
-from tidecd.reconcile import SyncRequest, reconcile, start_operation
-from tidecd.state import OperationPhase, TaskPhase
-from tidecd.store import LEASE_TTL, read_lease
+from tidecd.base.clock import FakeClock
+from tidecd.base.model import ResourceKey
+from tidecd.clients.store import LEASE_TTL, read_lease
+from tidecd.state import app as app_state
+from tidecd.state.app import OperationPhase, TaskPhase
+from tidecd.step.reconcile import SyncRequest, reconcile, start_operation
 from tidecd_dev.devcluster import COMPLETE_AFTER, READY_AFTER
 
 WAVE = "argocd.argoproj.io/sync-wave"

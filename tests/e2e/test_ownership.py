@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 from tests.support.apps import GitOps, configmap, deployment
-from tidecd.model import ResourceKey
-from tidecd.reconcile import SyncRequest
+from tidecd.base.model import ResourceKey
+from tidecd.step.reconcile import SyncRequest
 
 
 def apply_as(gitops: GitOps, obj: dict[str, Any], manager: str) -> dict[str, Any]:

@@ -185,8 +185,8 @@ def test_the_archive_is_reproducible(archive: Path, tmp_path: Path) -> None:
 
 def test_packaged_tools_are_found_and_a_missing_one_is_named(unpacked: Path, tmp_path: Path) -> None:
     probe = (
-        "import tidecd, tidecd.tools as t\n"
-        "from tidecd.tools import MissingTool\n"
+        "import tidecd, tidecd.clients.tools as t\n"
+        "from tidecd.clients.tools import MissingTool\n"
         "print(tidecd.__file__)\n"
         "try:\n    print(t.binary('helm'))\nexcept MissingTool as e:\n    print('missing:', e)\n"
     )

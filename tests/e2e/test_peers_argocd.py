@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from tests.support.gitserver import GitRepo
-from tidecd.cluster import KubeCluster
-from tidecd.model import ResourceKey
+from tidecd.base.model import ResourceKey
+from tidecd.clients.cluster import KubeCluster
 from tidecd_dev.peers import ArgoCD
 
 pytestmark = pytest.mark.e2e

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from tests.support.gitserver import GitRepo
-from tidecd.cluster import KubeCluster
-from tidecd.model import ResourceKey
+from tidecd.base.model import ResourceKey
+from tidecd.clients.cluster import KubeCluster
 from tidecd_dev.gitserver import GitServer
 from tidecd_dev.peers import GitopsAgent, ensure_built
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tidecd.dispatch import PubSubDispatcher, Refresh, decode_refresh
+from tidecd.triggers.dispatch import PubSubDispatcher, Refresh, decode_refresh
 
 PROJECT = "tidecd-test"
 pytestmark = pytest.mark.e2e

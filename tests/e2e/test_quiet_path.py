@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.support.apps import GitOps, configmap, deployment
-from tidecd import reconcile as engine
+from tidecd.step import reconcile as engine
 
 
 def counted_compares(monkeypatch: pytest.MonkeyPatch) -> list[int]:

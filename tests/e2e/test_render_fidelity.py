@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tidecd import tools
-from tidecd.config import ApplicationSource, HelmSpec, KustomizeSpec
-from tidecd.errors import RenderError, UnsafePathError
-from tidecd.model import Manifest
+from tidecd.base.errors import RenderError, UnsafePathError
+from tidecd.base.model import Manifest
+from tidecd.clients import tools
+from tidecd.config.load import ApplicationSource, HelmSpec, KustomizeSpec
 from tidecd.render import render
 
 pytestmark = pytest.mark.e2e

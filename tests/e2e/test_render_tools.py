@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tidecd import tools
-from tidecd.config import ApplicationSource, HelmParameter, HelmSpec, KustomizeSpec
-from tidecd.constants import HELM_HOOK, HELM_HOOK_WEIGHT
-from tidecd.errors import RenderError, UnsafePathError
-from tidecd.model import Manifest
+from tidecd.base.constants import HELM_HOOK, HELM_HOOK_WEIGHT
+from tidecd.base.errors import RenderError, UnsafePathError
+from tidecd.base.model import Manifest
+from tidecd.clients import tools
+from tidecd.config.load import ApplicationSource, HelmParameter, HelmSpec, KustomizeSpec
 from tidecd.render import render
 
 pytestmark = pytest.mark.e2e

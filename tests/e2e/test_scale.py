@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster import wait_namespaces_gone
-from tidecd.cluster import KubeCluster
-from tidecd.store import LocalStore
+from tidecd.clients.cluster import KubeCluster
+from tidecd.clients.store import LocalStore
 from tidecd_dev import scale
 from tidecd_dev.devcluster import DevCluster
 from tidecd_dev.gitserver import LS_REMOTE, GitServer

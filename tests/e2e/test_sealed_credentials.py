@@ -29,14 +29,14 @@ from tests.support.apps import GitOps, configmap
 from tests.support.cluster import ensure_tools
 from tests.support.gitserver import AuthGitServer, GitRepo
 from tests.support.kubeseal import kubeseal_binary, run_kubeseal
-from tidecd import api
-from tidecd.cluster import KubeCluster
-from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER, SECRET_TYPE_REPOSITORY
-from tidecd.model import ResourceKey
-from tidecd.reconcile import SyncRequest
+from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER, SECRET_TYPE_REPOSITORY
+from tidecd.base.model import ResourceKey
+from tidecd.clients.cluster import KubeCluster
+from tidecd.clients.secrets import KeyPair, seal_secret
 from tidecd.runtime import Runtime
-from tidecd.secrets import KeyPair, seal_secret
-from tidecd.state import AppState
+from tidecd.state.app import AppState
+from tidecd.step.reconcile import SyncRequest
+from tidecd.usecases import api
 from tidecd_dev.devcluster import DevCluster
 
 pytestmark = pytest.mark.e2e

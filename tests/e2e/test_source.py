@@ -12,9 +12,9 @@ import pytest
 
 from tests.support.gitserver import AuthGitServer, GitRepo, run_git
 from tidecd import source
-from tidecd.errors import NotFound, SourceUnavailable
+from tidecd.base.errors import NotFound, SourceUnavailable
+from tidecd.clients.store import MemoryStore
 from tidecd.source import RepoCredentials, Snapshots
-from tidecd.store import MemoryStore
 from tidecd_dev import gitserver
 from tidecd_dev.devcluster import free_port
 from tidecd_dev.gitserver import GitServer

@@ -14,7 +14,7 @@ from google.api_core import exceptions as api
 
 from tests.support.gcs import PREFIX, FakeGcs
 from tests.unit.test_store import BAD_KEYS, CONTRACTS
-from tidecd.store import GcsStore, InvalidKey, ObjectStore, PreconditionFailed, StoreUnavailable, open_store
+from tidecd.clients.store import GcsStore, InvalidKey, ObjectStore, PreconditionFailed, StoreUnavailable, open_store
 
 pytestmark = pytest.mark.e2e
 

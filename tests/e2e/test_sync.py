@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from tests.support.apps import GitOps, configmap, deployment, job, service
-from tidecd.cluster import KubeCluster
-from tidecd.model import Action
-from tidecd.reconcile import SyncRequest
-from tidecd.state import AppState
+from tidecd.base.model import Action
+from tidecd.clients.cluster import KubeCluster
+from tidecd.state.app import AppState
+from tidecd.step.reconcile import SyncRequest
 
 WAVE = "argocd.argoproj.io/sync-wave"
 HOOK = "argocd.argoproj.io/hook"

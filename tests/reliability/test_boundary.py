@@ -35,10 +35,10 @@ import pytest
 import yaml
 
 from tests.support.apps import GitOps, configmap, service
-from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER
-from tidecd.model import ResourceKey
-from tidecd.secrets import KeyPair, seal_secret
-from tidecd.state import AppState
+from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER
+from tidecd.base.model import ResourceKey
+from tidecd.clients.secrets import KeyPair, seal_secret
+from tidecd.state.app import AppState
 from tidecd_dev.devcluster import DevCluster
 
 ANSWER = "reliability.tidecd.io/answer"  # label the webhook reads: the HTTP code it refuses with
@@ -401,8 +401,8 @@ def test_a_missing_or_broken_kubeconfig_is_one_line(variant: str, gitops: GitOps
 
 
 def _api(runtime: Any, method: str, path: str, body: bytes = b"") -> Any:
-    from tidecd import api
-    from tidecd.dispatch import ManualDispatcher
+    from tidecd.triggers.dispatch import ManualDispatcher
+    from tidecd.usecases import api
 
     return api.handle(method, "/api/v1" + path, {"Authorization": "Bearer t", "Content-Type": "application/json"},
                       body, runtime, dispatcher=ManualDispatcher())
@@ -437,8 +437,8 @@ def test_an_unknown_app_creates_nothing(gitops: GitOps) -> None:
     for method, path in [("GET", "/apps/nope?refresh=true"), ("POST", "/apps/nope/sync"),
                          ("POST", "/apps/nope/refresh"), ("GET", "/apps/nope/history")]:
         route, _, query = path.partition("?")
-        from tidecd import api
-        from tidecd.dispatch import ManualDispatcher
+        from tidecd.triggers.dispatch import ManualDispatcher
+        from tidecd.usecases import api
 
         answer = api.handle(method, "/api/v1" + route, {"Authorization": "Bearer t"}, b"{}", runtime,
                             query=dict([query.split("=")]) if query else None, dispatcher=ManualDispatcher())
@@ -479,8 +479,8 @@ def test_diff_through_a_running_api_is_a_fresh_comparison(gitops: GitOps, tmp_pa
 
 
 def test_every_api_route_refuses_a_missing_or_wrong_token(gitops: GitOps) -> None:
-    from tidecd import api
-    from tidecd.dispatch import ManualDispatcher
+    from tidecd.triggers.dispatch import ManualDispatcher
+    from tidecd.usecases import api
 
     gitops.push({"good/cm.yaml": configmap("good-cm"), "bad/cm.yaml": configmap("bad-cm")})
     gitops.application("good", path="good", automated={"prune": True})

@@ -30,7 +30,7 @@ import yaml
 
 from tests.support.apps import GitOps, configmap
 from tests.unit.test_limits import alias_bomb
-from tidecd import webhook as hooks
+from tidecd.usecases import webhook as hooks
 
 BAD_NAMES = ("bad-", "stolen", "fetched")
 
@@ -307,7 +307,7 @@ def _cli_lists_the_good_and_marks_the_bad(gitops: GitOps, good: str, bad: str) -
 
 
 def _api_list(gitops: GitOps) -> list[dict[str, Any]]:
-    from tidecd import api
+    from tidecd.usecases import api
 
     runtime = gitops.runtime(api_token="t")
     answer = api.handle("GET", "/api/v1/apps", {"Authorization": "Bearer t"}, b"", runtime)
@@ -412,7 +412,7 @@ def test_kustomize_itself_cannot_reach_a_loopback_server(tmp_path: Path,
     """Beneath the confinement check: real kustomize, handed a remote resource directly, sees no network
     (its own network namespace here; elsewhere only the proxies, which Go skips for loopback, so there the
     confinement check is what stops it)."""
-    from tidecd.errors import RenderError
+    from tidecd.base.errors import RenderError
     from tidecd.render import tool
     from tidecd.render.kustomize import build_argv
 
@@ -449,8 +449,8 @@ def test_without_user_namespaces_the_confinement_check_alone_keeps_renders_off_t
     the proxies do not cover loopback, so there the check is the only guard (the README says so)."""
     from structlog.testing import capture_logs
 
-    from tidecd.config import ApplicationSource
-    from tidecd.errors import RenderError
+    from tidecd.base.errors import RenderError
+    from tidecd.config.load import ApplicationSource
     from tidecd.render import render, tool
     from tidecd.render.kustomize import build_argv
 

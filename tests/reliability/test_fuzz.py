@@ -20,13 +20,14 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidecd import api, secrets
-from tidecd import webhook as hooks
-from tidecd.config import load_config
-from tidecd.errors import ConfigError, LimitExceeded, SecretError, UnsafePathError
+from tidecd.base.errors import ConfigError, LimitExceeded, SecretError, UnsafePathError
+from tidecd.clients import secrets
+from tidecd.clients.store import MemoryStore
+from tidecd.config.load import load_config
 from tidecd.runtime import Runtime, Settings
 from tidecd.source import extract
-from tidecd.store import MemoryStore
+from tidecd.usecases import api
+from tidecd.usecases import webhook as hooks
 
 SECRET = "fuzz-secret"
 TOKEN = "fuzz-token"

@@ -56,8 +56,8 @@ def test_alias_bomb_render_stays_small(tmp_path: Path) -> None:
     result, peak = run_child("""
         from pathlib import Path
         from tests.unit.test_limits import alias_bomb
-        from tidecd.config import ApplicationSource
-        from tidecd.errors import LimitExceeded
+        from tidecd.config.load import ApplicationSource
+        from tidecd.base.errors import LimitExceeded
         from tidecd.render import render
         root = Path("checkout")
         (root / "app").mkdir(parents=True)
@@ -79,7 +79,7 @@ def test_deep_tree_extraction_stays_small(tmp_path: Path) -> None:
     result, peak = run_child("""
         import io, tarfile
         from pathlib import Path
-        from tidecd.errors import LimitExceeded
+        from tidecd.base.errors import LimitExceeded
         from tidecd.source import extract
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
@@ -187,7 +187,7 @@ def test_a_big_blob_is_held_about_once(git_repo: object, tmp_path: Path) -> None
                 time.sleep(0.002)
         threading.Thread(target=sample, daemon=True).start()
         from tidecd.source import Snapshots
-        from tidecd.store import LocalStore
+        from tidecd.clients.store import LocalStore
         import dulwich.client, dulwich.repo, urllib3  # what the fetch imports: part of the baseline
         time.sleep(0.05)
         base = anon[0]

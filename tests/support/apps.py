@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tidecd import state as app_state
-from tidecd.cluster import KubeCluster
-from tidecd.model import ChangeSet
-from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation
+from tidecd.base.model import ChangeSet
+from tidecd.clients.cluster import KubeCluster
+from tidecd.clients.store import LocalStore
 from tidecd.runtime import Runtime, Settings
-from tidecd.store import LocalStore
+from tidecd.state import app as app_state
+from tidecd.step.reconcile import Outcome, SyncRequest, reconcile, start_operation
 from tidecd_dev.devcluster import DevCluster
 
 
@@ -125,7 +125,7 @@ class GitOps:
         return app_state.load(self.store, self.real(name))[0]
 
     def live(self, kind: str, name: str, group: str = "", namespace: str | None = None) -> dict[str, Any] | None:
-        from tidecd.model import ResourceKey
+        from tidecd.base.model import ResourceKey
 
         ns = self.namespace if namespace is None else namespace
         return self.kube.get(ResourceKey(group, kind, ns, name))

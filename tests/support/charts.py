@@ -25,7 +25,7 @@ import requests
 import yaml
 
 from tests.support.cluster import ensure_tools
-from tidecd import tools
+from tidecd.clients import tools
 
 
 def helm_env(home: Path) -> dict[str, str]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tidecd.cluster import ApiError, KubeCluster
+from tidecd.clients.cluster import ApiError, KubeCluster
 from tidecd_dev.devcluster import DevCluster
 from tidecd_dev.tools import ensure
 

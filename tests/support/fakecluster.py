@@ -1,4 +1,4 @@
-"""A small in-memory cluster implementing `tidecd.cluster.Cluster`, and a Runtime around it.
+"""A small in-memory cluster implementing `tidecd.clients.cluster.Cluster`, and a Runtime around it.
 
 Enough of an API server for the sync engine's decisions: kinds served (CRDs add theirs once applied),
 server-side apply with dry-run, validation of a few fields (a Service port out of range is refused, as the
@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidecd.cluster import ApiError, ApiResource, UnknownKind
-from tidecd.config import Application, ApplicationSource, Config, Destination, SyncPolicy
-from tidecd.model import Manifest, ResourceKey
+from tidecd.base.model import Manifest, ResourceKey
+from tidecd.clients.cluster import ApiError, ApiResource, UnknownKind
+from tidecd.clients.store import MemoryStore
+from tidecd.config.load import Application, ApplicationSource, Config, Destination, SyncPolicy
 from tidecd.runtime import Runtime, Settings
-from tidecd.store import MemoryStore
 
 KINDS = [
     ("", "v1", "Namespace", "namespaces", False), ("", "v1", "ConfigMap", "configmaps", True),

@@ -21,8 +21,8 @@ import pytest
 import requests
 
 from tests.support.cluster import ensure_tools
-from tidecd.store import GcsStore, LocalStore
-from tidecd.tools import binary
+from tidecd.clients.store import GcsStore, LocalStore
+from tidecd.clients.tools import binary
 from tidecd_dev.devcluster import free_port
 
 PREFIX = "tidecd/test"  # a non-empty object prefix, so every test also covers prefix handling

@@ -20,7 +20,7 @@ at teardown if any request did not match the spec. Use it like this:
         gh.get_repo("octo/app", lazy=True).get_commit("a" * 40).create_status("pending", context="x")
         assert github_standin.status_states("octo/app", "a" * 40, "x") == ["pending"]
 
-For tidecd itself set `TIDECD_GITHUB_API_URL=github_standin.base_url` (see `tidecd.github`). Fault
+For tidecd itself set `TIDECD_GITHUB_API_URL=github_standin.base_url` (see `tidecd.clients.github`). Fault
 injection: `standin.fail_next("repos/create-commit-status", 403, headers={...})` answers the next matching
 call(s) with that status instead (rate limits, 422 "too many statuses", 5xx outages).
 

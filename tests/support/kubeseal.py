@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster import ensure_tools
-from tidecd.tools import MissingTool, binary
+from tidecd.clients.tools import MissingTool, binary
 
 DUMMY_KUBECONFIG = """\
 apiVersion: v1

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tidecd.tools import cache_dir
+from tidecd.clients.tools import cache_dir
 
 OPENAPI_PACKAGE = ("@octokit/openapi", "23.0.2")
 WEBHOOKS_EXAMPLES_PACKAGE = ("@octokit/webhooks-examples", "7.6.1")

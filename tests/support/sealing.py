@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tidecd.secrets import KeyPair, generate_key, write_key_pair
+from tidecd.clients.secrets import KeyPair, generate_key, write_key_pair
 
 
 @pytest.fixture(scope="module")

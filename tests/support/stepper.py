@@ -18,13 +18,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tidecd import constants, logs
-from tidecd import reconcile as engine
-from tidecd.clock import SystemClock
-from tidecd.cluster import KubeCluster
-from tidecd.model import ResourceKey
+from tidecd.base import constants, logs
+from tidecd.base.clock import SystemClock
+from tidecd.base.model import ResourceKey
+from tidecd.clients.cluster import KubeCluster
+from tidecd.clients.store import LocalStore
 from tidecd.runtime import Runtime, Settings
-from tidecd.store import LocalStore
+from tidecd.step import reconcile as engine
 
 
 def main(raw: str) -> None:

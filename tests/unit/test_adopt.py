@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tidecd.model import ResourceKey
+from tidecd.base.model import ResourceKey
 from tidecd.sync import adopt
 
 KEY = ResourceKey("apps", "Deployment", "ns", "web")

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tidecd import api
-from tidecd import state as app_state
-from tidecd.model import HealthStatus, Response, SyncStatus
+from tidecd.base.model import HealthStatus, Response, SyncStatus
+from tidecd.clients.store import MemoryStore
 from tidecd.runtime import Runtime, Settings
-from tidecd.store import MemoryStore
+from tidecd.state import app as app_state
+from tidecd.usecases import api
 
 TOKEN = "t0ken-for-tests"
 

@@ -8,14 +8,14 @@ from typing import Any, cast
 
 import yaml
 
-from tidecd import generated
-from tidecd import state as app_state
-from tidecd.appofapps import ChildCluster
-from tidecd.cluster import KubeCluster
+from tidecd.base.model import HealthStatus, ResourceKey, SyncStatus
+from tidecd.clients.cluster import KubeCluster
+from tidecd.clients.store import LocalStore
+from tidecd.generated import records as generated
+from tidecd.generated.appofapps import ChildCluster
 from tidecd.health import application, assess
-from tidecd.model import HealthStatus, ResourceKey, SyncStatus
 from tidecd.runtime import Runtime, Settings
-from tidecd.store import LocalStore
+from tidecd.state import app as app_state
 
 CHILD_KEY = ResourceKey("argoproj.io", "Application", "argocd", "child")
 

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tidecd.usecases.appsets import refresh
 
-from tidecd import generated
-from tidecd.appset_refresh import refresh
-from tidecd.config import load_config
+from tidecd.clients.store import LocalStore
+from tidecd.config.load import load_config
+from tidecd.generated import records as generated
 from tidecd.runtime import Runtime, Settings
-from tidecd.store import LocalStore
 
 APP = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": "written"},
        "spec": {"project": "default", "source": {"repoURL": "https://git.example/a", "path": "a"},
@@ -155,7 +155,7 @@ def test_a_removed_application_set_deletes_its_apps(tmp_path: Path) -> None:
 def test_the_api_shows_owner_and_origin_and_an_app_of_apps_children(tmp_path: Path) -> None:
     import json
 
-    from tidecd import api
+    from tidecd.usecases import api
 
     rt = Runtime(settings=Settings(config=str(tmp_path / "config"), store=str(tmp_path / "store"), api_token="t"),
                  store=LocalStore(tmp_path / "store"))

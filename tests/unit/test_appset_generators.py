@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tidecd.appset.expand import apply_policy, expand
-from tidecd.appset.generators import ClusterInfo, GeneratorError, PullRequest, selector_matches
-from tidecd.appset.model import ApplicationSet, parse_application_set
-from tidecd.config_schema import Errors, Node
+from tidecd.config.appset.expand import apply_policy, expand
+from tidecd.config.appset.generators import ClusterInfo, GeneratorError, PullRequest, selector_matches
+from tidecd.config.appset.model import ApplicationSet, parse_application_set
+from tidecd.config.schema import Errors, Node
 
 
 class FakeSources:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidecd.appset import gotemplate
-from tidecd.appset.gotemplate import TemplateError, render
-from tidecd.appset.template import Renderer, apply_patch, fasttemplate, flatten, merge
+from tidecd.config.appset import gotemplate
+from tidecd.config.appset.gotemplate import TemplateError, render
+from tidecd.config.appset.template import Renderer, apply_patch, fasttemplate, flatten, merge
 
 DATA: dict[str, Any] = {"path": {"path": "apps/web", "basename": "web", "segments": ["apps", "web"]},
                         "env": "prod", "list": [1, 2, 3], "name": "My App", "labels": {"tier": "front"}}

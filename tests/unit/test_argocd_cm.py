@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tidecd.argocd_settings import IgnoreRule, ResourceFilter
-from tidecd.config import load_config
-from tidecd.errors import ConfigError
+from tidecd.base.errors import ConfigError
+from tidecd.config.argocd_settings import IgnoreRule, ResourceFilter
+from tidecd.config.load import load_config
 
 APP = """apiVersion: argoproj.io/v1alpha1
 kind: Application

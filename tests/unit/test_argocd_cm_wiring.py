@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
-from tidecd import reconcile as engine
-from tidecd.argocd_settings import ArgoSettings, IgnoreRule, ResourceFilter
-from tidecd.clock import FakeClock
-from tidecd.model import ResourceKey
-from tidecd.reconcile import SyncRequest, reconcile, start_operation
+from tidecd.base.clock import FakeClock
+from tidecd.base.model import ResourceKey
+from tidecd.clients.store import MemoryStore
+from tidecd.config.argocd_settings import ArgoSettings, IgnoreRule, ResourceFilter
 from tidecd.runtime import Runtime
-from tidecd.state import OperationPhase
-from tidecd.state import load as load_state
-from tidecd.store import MemoryStore
+from tidecd.state.app import OperationPhase
+from tidecd.state.app import load as load_state
+from tidecd.step import reconcile as engine
+from tidecd.step.reconcile import SyncRequest, reconcile, start_operation
 
 CM = ResourceKey("", "ConfigMap", "ns", "a")
 JOB = ResourceKey("batch", "Job", "ns", "migrate")
@@ -99,7 +99,7 @@ def test_excluded_kinds_are_neither_synced_nor_pruned(world: Any) -> None:
 def test_orphaned_resources_warn_lists_what_no_app_manages_in_the_namespace(world: Any) -> None:
     import dataclasses
 
-    from tidecd.config_model import DEFAULT_PROJECT, OrphanedResources, OrphanIgnore
+    from tidecd.config.model import DEFAULT_PROJECT, OrphanedResources, OrphanIgnore
 
     runtime, cluster, git, clock = world
     git.push([configmap()])

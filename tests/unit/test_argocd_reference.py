@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tidecd import argocd_cm, config_fields
-from tidecd.config import load_config
+from tidecd.config import argocd_cm
+from tidecd.config import fields as config_fields
+from tidecd.config.load import load_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "argocd-reference"
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -8,8 +8,8 @@ import tarfile
 
 import pytest
 
-from tidecd.config import ApplicationSource
-from tidecd.errors import ConfigError, NotFound, SourceRefused
+from tidecd.base.errors import ConfigError, NotFound, SourceRefused
+from tidecd.config.load import ApplicationSource
 from tidecd.source import charts, helmrepo, oci
 from tidecd.source.versions import BadConstraint, best_version, parse_version
 
@@ -78,7 +78,7 @@ def test_index_parse_choose_and_poll_refs() -> None:
 
 
 def test_an_index_that_is_not_one_is_a_clear_error() -> None:
-    from tidecd.errors import SourceUnavailable
+    from tidecd.base.errors import SourceUnavailable
 
     with pytest.raises(SourceUnavailable, match="not a helm repository index"):
         helmrepo.parse_index(b"<html>hello</html>", "https://charts.example.com")

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tidecd.errors import UnsafePathError
+from tidecd.base.errors import UnsafePathError
+from tidecd.clients.store import MemoryStore
 from tidecd.source import Snapshots
 from tidecd.source.checkouts import CheckoutCache
-from tidecd.store import MemoryStore
 
 URL = "https://git.invalid/org/app.git"  # nothing listens: a fetch would raise SourceUnavailable
 

@@ -6,8 +6,8 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
-from tidecd import cluster
-from tidecd.cluster import KubeCluster
+from tidecd.clients import cluster
+from tidecd.clients.cluster import KubeCluster
 
 
 class FakeApi:

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tidecd.config import (
+from tidecd.base.errors import ConfigError, UnsafePathError
+from tidecd.config.load import (
     DEFAULT_PROJECT,
     Backoff,
     Config,
@@ -28,8 +29,7 @@ from tidecd.config import (
     redact_repo_url,
     repo_key,
 )
-from tidecd.config_schema import parse_duration
-from tidecd.errors import ConfigError, UnsafePathError
+from tidecd.config.schema import parse_duration
 
 GOOD = Path(__file__).parent / "fixtures" / "config" / "good"
 

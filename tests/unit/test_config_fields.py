@@ -7,8 +7,9 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from tidecd import argocd_fields, config_fields
-from tidecd.config import load_config
+from tidecd.config import argocd_fields
+from tidecd.config import fields as config_fields
+from tidecd.config.load import load_config
 
 APP = """apiVersion: argoproj.io/v1alpha1
 kind: Application

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tidecd.config import load_config
+from tidecd.config.load import load_config
 
 GOOD = """\
 apiVersion: argoproj.io/v1alpha1
@@ -117,7 +117,7 @@ def test_a_symlink_leaving_the_config_directory_is_not_read(tmp_path: Path) -> N
 
 
 def test_strict_loading_still_refuses_everything_at_once(tmp_path: Path) -> None:
-    from tidecd.errors import ConfigError
+    from tidecd.base.errors import ConfigError
 
     (tmp_path / "good.yaml").write_text(GOOD)
     (tmp_path / "bad.yaml").write_text("kind: Nope\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tidecd.errors import LimitExceeded, RenderError, UnsafePathError
+from tidecd.base.errors import LimitExceeded, RenderError, UnsafePathError
 from tidecd.render.confine import confine
 
 

@@ -6,9 +6,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from tidecd import constants
-from tidecd.model import Action, Manifest, ResourceKey
-from tidecd.state import Operation, OperationPhase, TaskPhase, TaskResult
+from tidecd.base import constants
+from tidecd.base.model import Action, Manifest, ResourceKey
+from tidecd.state.app import Operation, OperationPhase, TaskPhase, TaskResult
 from tidecd.sync import decide as d
 from tidecd.sync.plan import plan
 

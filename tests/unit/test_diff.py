@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tidecd.config import IgnoreDifference
+from tidecd.base.model import ResourceKey, SyncStatus
+from tidecd.clients.secrets import MASK
+from tidecd.config.load import IgnoreDifference
 from tidecd.diff import changed_paths, compare, live_identity, normalize, text_diff
-from tidecd.model import ResourceKey, SyncStatus
-from tidecd.secrets import MASK
 
 LIVE = {
     "apiVersion": "apps/v1", "kind": "Deployment",

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from tidecd import dispatch, pending
-from tidecd.dispatch import DirectDispatcher, NotYet, Refresh, check_due, decode_refresh, run_step
+from tidecd.clients.store import MemoryStore
 from tidecd.runtime import Runtime, Settings
-from tidecd.scheduler import LocalScheduler
-from tidecd.store import MemoryStore
+from tidecd.triggers import dispatch, pending
+from tidecd.triggers.dispatch import DirectDispatcher, NotYet, Refresh, check_due, decode_refresh, run_step
+from tidecd.triggers.scheduler import LocalScheduler
 
 SHA_A, SHA_B = "a" * 40, "b" * 40
 
@@ -186,7 +186,7 @@ class FakeOutcome:
 
 
 class FakeEngine:
-    """Stands in for tidecd.reconcile.reconcile: records calls, answers from a script."""
+    """Stands in for tidecd.step.reconcile.reconcile: records calls, answers from a script."""
 
     def __init__(self, answers: Sequence[FakeOutcome] = (), delay: float = 0.0) -> None:
         self.answers, self.delay = list(answers), delay
@@ -222,7 +222,7 @@ def runtime() -> Runtime:
 def test_a_step_that_asks_for_more_schedules_its_continuation(runtime: Runtime,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     engine = FakeEngine([FakeOutcome("web", continue_after=4.0), FakeOutcome("web")])
-    monkeypatch.setattr("tidecd.reconcile.reconcile", engine)
+    monkeypatch.setattr("tidecd.step.reconcile.reconcile", engine)
     recorder = Recorder()
     run_step(runtime, Refresh("web", "api sync"), recorder)
     assert recorder.scheduled == [("web", 4.0, "continue: api sync")]
@@ -233,7 +233,7 @@ def test_a_step_that_asks_for_more_schedules_its_continuation(runtime: Runtime,
 
 
 def test_apps_a_step_changed_are_refreshed(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tidecd.reconcile.reconcile", FakeEngine([FakeOutcome("root", refresh=("a", "b"))]))
+    monkeypatch.setattr("tidecd.step.reconcile.reconcile", FakeEngine([FakeOutcome("root", refresh=("a", "b"))]))
     recorder = Recorder()
     run_step(runtime, Refresh("root", "webhook"), recorder)
     assert [(r.app, r.reason) for r in recorder.dispatched if r.app != "root"] == [
@@ -241,7 +241,7 @@ def test_apps_a_step_changed_are_refreshed(runtime: Runtime, monkeypatch: pytest
 
 
 def test_one_chain_of_continuations_per_app(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tidecd.reconcile.reconcile", FakeEngine([FakeOutcome("web", continue_after=5.0)] * 3))
+    monkeypatch.setattr("tidecd.step.reconcile.reconcile", FakeEngine([FakeOutcome("web", continue_after=5.0)] * 3))
     recorder = Recorder()
     pending.record_continuation(runtime.store, "web", 5.0, "wave 1", "newest")
     run_step(runtime, Refresh("web", "old", not_before=1, token="older"), recorder)  # a superseded chain
@@ -252,7 +252,7 @@ def test_one_chain_of_continuations_per_app(runtime: Runtime, monkeypatch: pytes
 
 
 def test_a_skipped_step_changes_nothing(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tidecd.reconcile.reconcile", FakeEngine([FakeOutcome("web", skipped="lease held")]))
+    monkeypatch.setattr("tidecd.step.reconcile.reconcile", FakeEngine([FakeOutcome("web", skipped="lease held")]))
     assert pending.claim(runtime.store, "web", SHA_A)
     recorder = Recorder()
     assert run_step(runtime, Refresh("web", "webhook", SHA_A), recorder).skipped
@@ -262,7 +262,7 @@ def test_a_skipped_step_changes_nothing(runtime: Runtime, monkeypatch: pytest.Mo
 def test_burst_of_refreshes_through_the_local_scheduler_coalesces(runtime: Runtime,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     engine = FakeEngine(delay=0.2)
-    monkeypatch.setattr("tidecd.reconcile.reconcile", engine)
+    monkeypatch.setattr("tidecd.step.reconcile.reconcile", engine)
     scheduler = LocalScheduler()
     dispatcher = DirectDispatcher(lambda: runtime, store=runtime.store, scheduler=scheduler)
     for _ in range(50):
@@ -286,7 +286,7 @@ def test_local_continuations_run_when_due_without_a_caller_waiting(runtime: Runt
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     engine = FakeEngine([FakeOutcome("web", continue_after=0.3), FakeOutcome("web", continue_after=0.3),
                          FakeOutcome("web")])
-    monkeypatch.setattr("tidecd.reconcile.reconcile", engine)
+    monkeypatch.setattr("tidecd.step.reconcile.reconcile", engine)
     scheduler = LocalScheduler()
     dispatcher = DirectDispatcher(lambda: runtime, store=runtime.store, scheduler=scheduler)
     start = time.monotonic()
@@ -300,14 +300,14 @@ def test_local_continuations_run_when_due_without_a_caller_waiting(runtime: Runt
 def test_local_step_retries_while_the_lease_is_held(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dispatch, "LEASE_RETRY", 0.05)
     engine = FakeEngine([FakeOutcome("web", skipped="lease held"), FakeOutcome("web")])
-    monkeypatch.setattr("tidecd.reconcile.reconcile", engine)
+    monkeypatch.setattr("tidecd.step.reconcile.reconcile", engine)
     scheduler = LocalScheduler()
     DirectDispatcher(lambda: runtime, store=runtime.store, scheduler=scheduler).dispatch([Refresh("web", "poll")])
     assert scheduler.wait_idle(5) and len(engine.calls) == 2
 
 
 def test_the_step_budget_comes_from_the_environment() -> None:
-    from tidecd.errors import ConfigError
+    from tidecd.base.errors import ConfigError
 
     assert Settings.from_env({}).step_budget == 10.0
     assert Settings.from_env({"TIDECD_STEP_BUDGET": "4.5"}).step_budget == 4.5
@@ -317,7 +317,7 @@ def test_the_step_budget_comes_from_the_environment() -> None:
 
 
 def test_the_poll_jitter_comes_from_the_environment_and_may_be_zero() -> None:
-    from tidecd.errors import ConfigError
+    from tidecd.base.errors import ConfigError
 
     assert Settings.from_env({}).poll_jitter == 10.0
     assert Settings.from_env({"TIDECD_POLL_JITTER": "0"}).poll_jitter == 0.0

@@ -1,4 +1,4 @@
-"""The exception tree: every public exception drawn in `tidecd.errors`, Kubernetes API errors split by status at
+"""The exception tree: every public exception drawn in `tidecd.base.errors`, Kubernetes API errors split by status at
 the client boundary, and the one table the entry points answer by."""
 
 from __future__ import annotations
@@ -15,8 +15,20 @@ import pytest
 import urllib3
 
 import tidecd
-from tidecd import cluster, errors
-from tidecd.cluster import (
+from tidecd.base import errors
+from tidecd.base.errors import (
+    ClusterUnavailable,
+    ConfigError,
+    LeaseHeld,
+    NotFound,
+    PermanentError,
+    TemporaryError,
+    TidecdError,
+    disposition,
+)
+from tidecd.base.model import ResourceKey
+from tidecd.clients import cluster
+from tidecd.clients.cluster import (
     ApiBadRequest,
     ApiConflict,
     ApiError,
@@ -30,17 +42,6 @@ from tidecd.cluster import (
     ApiUnauthorized,
     ClusterTlsError,
 )
-from tidecd.errors import (
-    ClusterUnavailable,
-    ConfigError,
-    LeaseHeld,
-    NotFound,
-    PermanentError,
-    TemporaryError,
-    TidecdError,
-    disposition,
-)
-from tidecd.model import ResourceKey
 
 BASES = {TidecdError, PermanentError, TemporaryError, ApiError}
 KEY = ResourceKey("", "Service", "web", "front")
@@ -57,7 +58,7 @@ def public_exceptions() -> dict[str, type[BaseException]]:
             if (inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == info.name
                     and not name.startswith("_")):
                 short = info.name.removeprefix("tidecd.")
-                found[name if short == "errors" else f"{short}.{name}"] = obj
+                found[name if short == "base.errors" else f"{short}.{name}"] = obj
     return found
 
 
@@ -164,11 +165,11 @@ def test_a_missing_or_broken_kubeconfig_is_one_line(tmp_path: Path) -> None:
     broken = tmp_path / "kubeconfig"
     broken.write_text("apiVersion: v1\nusers: [\n  token: s3cr3t: x\n")
     for path, expected in ((str(tmp_path / "nope"), "not found"), (str(broken), "not valid YAML")):
-        probe = ("from tidecd.cluster import KubeCluster\n"
+        probe = ("from tidecd.clients.cluster import KubeCluster\n"
                  f"KubeCluster.from_kubeconfig({path!r})\n")
         run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
         last = run.stderr.strip().splitlines()[-1]
-        assert last == f"tidecd.errors.ConfigError: kubeconfig {path}: {expected}" or expected in last
+        assert last == f"tidecd.base.errors.ConfigError: kubeconfig {path}: {expected}" or expected in last
         assert "s3cr3t" not in run.stderr
     with pytest.raises(ConfigError, match=r"^kubeconfig .*nope: not found$"):
         cluster.KubeCluster.from_kubeconfig(str(tmp_path / "nope"))
@@ -183,7 +184,7 @@ def test_the_disposition_table() -> None:
 
 
 def test_the_api_answers_every_failure_as_json_without_echoing_a_bug() -> None:
-    from tidecd import api
+    from tidecd.usecases import api
 
     bug = api.failure(KeyError("token-abc"))
     assert bug.status == 500 and bug.body["error"] == "internal" and "token-abc" not in bug.body["message"]

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tidecd import syncoptions
-from tidecd.config import ApplicationSource, DirectorySpec, IgnoreDifference, JsonnetSpec, JsonnetVar
+from tidecd.base.errors import RenderError, UnsafePathError
+from tidecd.base.model import Manifest, ResourceKey, SyncStatus
+from tidecd.config.load import ApplicationSource, DirectorySpec, IgnoreDifference, JsonnetSpec, JsonnetVar
 from tidecd.diff import compare, respect_ignored
-from tidecd.errors import RenderError, UnsafePathError
-from tidecd.model import Manifest, ResourceKey, SyncStatus
 from tidecd.render import render
+from tidecd.sync import options as syncoptions
 from tidecd.sync.plan import HookNaming, Phase, merged_options, plan, resources, wave_of
 
 REPO = "https://git.example/team/app"
@@ -232,7 +232,7 @@ def test_jsonnet_errors_and_runaway_programs_are_bounded(jsonnet_repo: Path) -> 
 
 
 def test_multi_source_apps_are_read_with_refs(tmp_path: Path) -> None:
-    from tidecd.config import load_config
+    from tidecd.config.load import load_config
 
     (tmp_path / "app.yaml").write_text(textwrap.dedent("""\
         apiVersion: argoproj.io/v1alpha1
@@ -261,8 +261,8 @@ def test_multi_source_apps_are_read_with_refs(tmp_path: Path) -> None:
     ("[{repoURL: https://a, ref: 'bad ref', path: x}]", "spec.sources[0].ref: 'bad ref': use letters"),
 ])
 def test_bad_multi_source_specs(tmp_path: Path, sources: str, message: str) -> None:
-    from tidecd.config import load_config
-    from tidecd.errors import ConfigError
+    from tidecd.base.errors import ConfigError
+    from tidecd.config.load import load_config
 
     (tmp_path / "app.yaml").write_text(
         "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: multi}\nspec:\n"
@@ -272,7 +272,7 @@ def test_bad_multi_source_specs(tmp_path: Path, sources: str, message: str) -> N
 
 
 def test_merged_sources_keep_the_later_object_in_the_earlier_place() -> None:
-    from tidecd.reconcile import merge_sources
+    from tidecd.step.reconcile import merge_sources
 
     a1, b, a2 = obj("ConfigMap", "a"), obj("ConfigMap", "b"), obj("ConfigMap", "a")
     a2["data"] = {"v": "later"}

@@ -1,4 +1,4 @@
-"""tidecd.github against the OpenAPI-driven stand-in: statuses, deployments, comments, auth, backoff."""
+"""tidecd.clients.github against the OpenAPI-driven stand-in: statuses, deployments, comments, auth, backoff."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.support.github_standin import GitHubStandIn
-from tidecd import github as gh
-from tidecd.errors import ConfigError
-from tidecd.store import MemoryStore
+from tidecd.base.errors import ConfigError
+from tidecd.clients import github as gh
+from tidecd.clients.store import MemoryStore
 
 SHA = "a" * 40
 REPO = gh.Repo("octo", "app")
@@ -65,7 +65,7 @@ def test_422_too_many_statuses_is_rejected_not_raised(github_standin: GitHubStan
     again = _token_client(github_standin, store).status(REPO, SHA, "success", "tidecd/app")
     assert again.result == "rejected"  # recorded: not sent again for this sha and context
     assert len(github_standin.calls_to("repos/create-commit-status")) == 1
-    from tidecd import metrics
+    from tidecd.clients import metrics
 
     assert metrics.GITHUB_CALLS.labels(kind="status", result="rejected")._value.get() >= 1
     assert client.status(REPO, "b" * 40, "success", "tidecd/app").ok  # no backoff window for a 422

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidecd.globs import compile_glob
+from tidecd.base.globs import compile_glob
 
 
 def matches(pattern: str, value: str, *, separator: str | None = None, globstar: bool = False) -> bool:

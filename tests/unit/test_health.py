@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from tidecd import health
+from tidecd.base.model import HealthResult, HealthStatus, ResourceKey
 from tidecd.health import HookOutcome, app_health, assess, hook_outcome, is_hook_done, namespace, roll_up
-from tidecd.model import HealthResult, HealthStatus, ResourceKey
 
 FIXTURES = Path(__file__).parent / "fixtures" / "health"
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from tidecd.base.model import HealthResult, HealthStatus, ResourceKey
 from tidecd.health import app_health, assess, has_check, hook_outcome
-from tidecd.model import HealthResult, HealthStatus, ResourceKey
 
 H, S, P, M, D, U = (HealthStatus.HEALTHY, HealthStatus.SUSPENDED, HealthStatus.PROGRESSING,
                     HealthStatus.MISSING, HealthStatus.DEGRADED, HealthStatus.UNKNOWN)

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from tidecd.base.model import HealthResult, HealthStatus
 from tidecd.health.lua import Budget, evaluate, script_for
-from tidecd.model import HealthResult, HealthStatus
 
 H, P, D, U = HealthStatus.HEALTHY, HealthStatus.PROGRESSING, HealthStatus.DEGRADED, HealthStatus.UNKNOWN
 WHERE = "example.com/Widget"

@@ -14,13 +14,8 @@ import pytest
 import yaml
 
 from tidecd import render
-from tidecd import state as app_state
-from tidecd.config import ApplicationSource, HelmParameter, HelmSpec, KustomizeSpec
-from tidecd.dispatch import Refresh
-from tidecd.images import annotations as notes
-from tidecd.images import state as images_state
-from tidecd.images import update, versions, writeback
-from tidecd.images.registry import (
+from tidecd.base import semver as versions
+from tidecd.clients.registry import (
     Credentials,
     HttpRegistry,
     RegistryUnavailable,
@@ -29,10 +24,17 @@ from tidecd.images.registry import (
     image_reference,
     parse_image,
 )
+from tidecd.clients.store import MemoryStore
+from tidecd.config.load import ApplicationSource, HelmParameter, HelmSpec, KustomizeSpec
+from tidecd.images import annotations as notes
+from tidecd.images import state as images_state
+from tidecd.images import writeback
 from tidecd.images.state import ImageValue
 from tidecd.render.overrides import SourceOverride, apply
 from tidecd.runtime import Runtime, Settings
-from tidecd.store import MemoryStore
+from tidecd.state import app as app_state
+from tidecd.triggers.dispatch import Refresh
+from tidecd.usecases import images as update
 
 P = notes.PREFIX
 
@@ -538,7 +540,7 @@ def test_a_tick_with_nothing_new_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_token_realms_on_link_local_or_private_addresses_are_refused() -> None:
-    from tidecd.images.registry import _realm_allowed
+    from tidecd.clients.registry import _realm_allowed
 
     assert not _realm_allowed("169.254.169.254", "registry.example.com")  # the cloud metadata server
     assert not _realm_allowed("10.0.0.5", "registry.example.com")

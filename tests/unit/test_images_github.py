@@ -8,9 +8,10 @@ import yaml
 
 from tests.support.github_repos import GitHubReposStandIn
 from tests.unit.test_images import FakeRegistry, P, Sent, make_runtime, rendered, results
-from tidecd.github import GitHubAuth, Repo
+from tidecd.clients.github import GitHubAuth, Repo
 from tidecd.images import annotations as notes
-from tidecd.images import github_write, update
+from tidecd.images import github_write
+from tidecd.usecases import images as update
 
 REPO = "octo/app"
 

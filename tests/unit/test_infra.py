@@ -22,7 +22,7 @@ import hcl2
 import pytest
 from hcl2.utils import SerializationOptions
 
-from tidecd.tools import binary
+from tidecd.clients.tools import binary
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -800,7 +800,7 @@ def test_check_schedule_fails_when_images_is_not_every_two_minutes(tf: Module) -
 
 
 def test_state_bucket_expires_deliveries_snapshots_and_manifests_by_lifecycle_rules(tf: Module) -> None:
-    """Retention in GCS is the bucket's job (tidecd.retention): one Delete rule per prefix, by age."""
+    """Retention in GCS is the bucket's job (tidecd.clients.retention): one Delete rule per prefix, by age."""
     bucket = tf["resource"]["google_storage_bucket"]["state"]
     [dynamic] = [d["lifecycle_rule"] for d in bucket["dynamic"] if "lifecycle_rule" in d]
     assert dynamic["for_each"] == "${local.retention_prefixes}"
@@ -818,7 +818,7 @@ def test_state_bucket_expires_deliveries_snapshots_and_manifests_by_lifecycle_ru
                             ("TIDECD_RETAIN_MANIFESTS_DAYS", "manifests_days"),
                             ("TIDECD_HISTORY_LIMIT", "history_limit")):
         assert env[variable] == f"${{tostring(var.retention.{name})}}", variable
-    from tidecd.retention import Retention
+    from tidecd.clients.retention import Retention
 
     defaults = tf["variable"]["retention"]["default"]
     assert defaults == dict(Retention().__dict__), "Terraform and tidecd agree on the defaults"

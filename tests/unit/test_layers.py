@@ -14,6 +14,8 @@ import tidecd
 
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+CONTRACT = "The data path: entry points, use cases, triggers, step, stages, state, clients, config, base"
+MAX_TOP_LEVEL = 22
 
 
 def lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -37,17 +39,28 @@ def test_the_tree_keeps_every_contract() -> None:
 
 def test_an_upward_import_is_caught(tmp_path: Path) -> None:
     tree = copy_of_the_tree(tmp_path)
-    store = tree / "shared" / "tidecd" / "store.py"
-    store.write_text(store.read_text() + "\n\ndef _upward() -> None:\n    from tidecd import reconcile  # noqa\n")
+    store = tree / "shared" / "tidecd" / "clients" / "store.py"
+    store.write_text(store.read_text() + "\n\ndef _upward() -> None:\n    from tidecd.step import reconcile  # noqa\n")
     result = lint_imports(tree)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "The data path: entry points, use cases, stages, edges, model BROKEN" in result.stdout
-    assert "tidecd.store -> tidecd.reconcile" in result.stdout
+    assert CONTRACT + " BROKEN" in " ".join(result.stdout.split())
+    assert "tidecd.clients.store -> tidecd.step.reconcile" in result.stdout
+
+
+def test_a_type_only_upward_import_is_caught(tmp_path: Path) -> None:
+    """`if TYPE_CHECKING:` imports obey the layers too: a hidden circle is still a circle."""
+    tree = copy_of_the_tree(tmp_path)
+    model = tree / "shared" / "tidecd" / "base" / "model.py"
+    model.write_text(model.read_text() + "\n\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                     "    from tidecd.runtime import Runtime  # noqa\n")
+    result = lint_imports(tree)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "tidecd.base.model -> tidecd.runtime" in result.stdout
 
 
 def test_the_product_importing_the_dev_tooling_is_caught(tmp_path: Path) -> None:
     tree = copy_of_the_tree(tmp_path)
-    tools = tree / "shared" / "tidecd" / "tools.py"
+    tools = tree / "shared" / "tidecd" / "clients" / "tools.py"
     tools.write_text(tools.read_text() + "\n\nfrom tidecd_dev import devcluster  # noqa\n")
     result = lint_imports(tree)
     assert result.returncode == 1
@@ -73,6 +86,16 @@ def test_every_product_module_is_placed_in_a_layer() -> None:
         if not covered and not split_package:
             unplaced.append(name)
     assert not unplaced, f"place these in a layer of .importlinter: {unplaced}"
+
+
+def test_the_top_level_is_a_folder_per_layer() -> None:
+    """The folders show the layers: at most 22 entries beside `__init__.py`, and every folder is a layer."""
+    top = sorted(p.name for p in (ROOT / "shared" / "tidecd").iterdir()
+                 if p.name not in ("__init__.py", "__pycache__", "py.typed") and (p.is_dir() or p.suffix == ".py"))
+    assert len(top) <= MAX_TOP_LEVEL, top
+    placed = layer_modules()
+    for name in top:
+        assert f"tidecd.{name.removesuffix('.py')}" in placed, f"{name} is in no layer of .importlinter"
 
 
 def test_no_submodule_re_enters_its_half_initialised_package() -> None:

@@ -1,4 +1,4 @@
-"""The bounds of tidecd.limits: alias bombs, deep nesting, sizes; each refused before the work it guards."""
+"""The bounds of tidecd.base.limits: alias bombs, deep nesting, sizes; each refused before the work it guards."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tidecd import limits
-from tidecd.config import load_config
-from tidecd.errors import ConfigError, LimitExceeded, RenderError
+from tidecd.base import limits
+from tidecd.base.errors import ConfigError, LimitExceeded, RenderError
+from tidecd.config.load import load_config
 from tidecd.render.documents import Document, check, load_json, load_yaml
 from tidecd.render.helm import check_values_file
 
@@ -128,7 +128,7 @@ def test_helm_value_file_bomb_is_refused(tmp_path: Path) -> None:
 
 
 def test_file_size_limit_is_checked_before_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tidecd.config import ApplicationSource
+    from tidecd.config.load import ApplicationSource
     from tidecd.render import render
 
     (tmp_path / "app").mkdir()
@@ -222,9 +222,9 @@ def test_a_tool_cannot_reach_a_loopback_server(tmp_path: Path) -> None:
 
 
 def test_a_corrupt_manifest_cache_entry_is_rendered_again(tmp_path: Path) -> None:
-    from tidecd.config import ApplicationSource
+    from tidecd.clients.store import MemoryStore
+    from tidecd.config.load import ApplicationSource
     from tidecd.render import manifest_key, render_cached
-    from tidecd.store import MemoryStore
 
     store, src = MemoryStore(), ApplicationSource(repo_url="https://g.example/x", path="app")
     calls: list[int] = []
@@ -246,9 +246,9 @@ def test_a_corrupt_manifest_cache_entry_is_rendered_again(tmp_path: Path) -> Non
 
 
 def test_a_refusal_is_stored_and_not_rendered_again_until_a_limit_changes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tidecd.config import ApplicationSource
+    from tidecd.clients.store import MemoryStore
+    from tidecd.config.load import ApplicationSource
     from tidecd.render import render_cached
-    from tidecd.store import MemoryStore
 
     store, src = MemoryStore(), ApplicationSource(repo_url="https://g.example/x", path="app")
     calls: list[int] = []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tidecd import metrics
-from tidecd.store import MemoryStore
+from tidecd.clients import metrics
+from tidecd.clients.store import MemoryStore
 
 
 def _samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from tidecd import migrate
-from tidecd.config import load_config
-from tidecd.constants import LABEL_SECRET_TYPE
-from tidecd.model import Manifest
-from tidecd.secrets import KeyPair, generate_key, unseal
+from tidecd.base.constants import LABEL_SECRET_TYPE
+from tidecd.base.model import Manifest
+from tidecd.clients.secrets import KeyPair, generate_key, unseal
+from tidecd.config.load import load_config
+from tidecd.usecases import migrate
 
 PASSWORD = "s3cret-Pa55word-" + "x" * 8
 TOKEN = "bearer-token-value-0123456789"
@@ -122,7 +122,7 @@ def test_reads_with_list_only_in_the_given_namespace() -> None:
 
 
 def test_argo_cd_not_installed_is_one_clear_error() -> None:
-    from tidecd.cluster import UnknownKind
+    from tidecd.clients.cluster import UnknownKind
 
     class NoArgo(FakeArgo):
         def list(self, group: str, kind: str, *, namespace: str = "", label_selector: str = "") -> list[Manifest]:
@@ -347,7 +347,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, objects: list[Manifest], args: list[str
     from typer.testing import CliRunner
 
     from tidecd.cli import migrate as command
-    from tidecd.cluster import KubeCluster
+    from tidecd.clients.cluster import KubeCluster
 
     fake = FakeArgo(objects)
     monkeypatch.setattr(KubeCluster, "from_kubeconfig", classmethod(lambda cls, path=None, context=None: fake))

@@ -16,10 +16,12 @@ import pytest
 
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
 from tests.support.github_standin import GitHubStandIn
-from tidecd import metrics, notify, reconcile
-from tidecd.model import HealthStatus, SyncStatus
-from tidecd.state import AppState, Operation, OperationPhase
-from tidecd.store import MemoryStore, read_json
+from tidecd.base.model import HealthStatus, SyncStatus
+from tidecd.clients import metrics
+from tidecd.clients.store import MemoryStore, read_json
+from tidecd.notify import deliver as notify
+from tidecd.state.app import AppState, Operation, OperationPhase
+from tidecd.step import reconcile
 
 HMAC_KEY = "webhook-hmac-key"
 

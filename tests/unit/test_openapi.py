@@ -15,12 +15,12 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
-from tidecd import api
-from tidecd import reconcile as engine
-from tidecd.dispatch import ManualDispatcher
-from tidecd.model import Response
+from tidecd.base.model import Response
+from tidecd.clients.store import MemoryStore
 from tidecd.runtime import Runtime
-from tidecd.store import MemoryStore
+from tidecd.step import reconcile as engine
+from tidecd.triggers.dispatch import ManualDispatcher
+from tidecd.usecases import api
 
 TOKEN = "openapi-test-token"
 DOC = api.openapi()
@@ -161,7 +161,7 @@ def test_an_unknown_app_creates_nothing(session: Session) -> None:
 def test_one_change_vocabulary_for_the_api_the_logs_and_the_cli(session: Session) -> None:
     from structlog.testing import capture_logs
 
-    from tidecd.model import ChangeSet
+    from tidecd.base.model import ChangeSet
 
     with capture_logs() as logs:
         started = session.call("POST", "/api/v1/apps/web/sync", {}).body

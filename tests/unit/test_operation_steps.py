@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
-from tidecd import reconcile as engine
-from tidecd import state as app_state
-from tidecd.clock import FakeClock
-from tidecd.errors import NotFound, OperationInProgress
-from tidecd.model import Action, ResourceKey
-from tidecd.reconcile import Outcome, SyncRequest, reconcile, start_operation, terminate_operation
+from tidecd.base.clock import FakeClock
+from tidecd.base.errors import NotFound, OperationInProgress
+from tidecd.base.model import Action, ResourceKey
+from tidecd.clients.store import LEASE_TTL, MemoryStore, acquire_lease
 from tidecd.runtime import Runtime
-from tidecd.state import OperationPhase, TaskPhase
-from tidecd.store import LEASE_TTL, MemoryStore, acquire_lease
+from tidecd.state import app as app_state
+from tidecd.state.app import OperationPhase, TaskPhase
+from tidecd.step import reconcile as engine
+from tidecd.step.reconcile import Outcome, SyncRequest, reconcile, start_operation, terminate_operation
 
 WAVE = "argocd.argoproj.io/sync-wave"
 HOOK = "argocd.argoproj.io/hook"
@@ -413,13 +413,13 @@ def test_before_hook_creation_deletes_the_old_copy_and_waits_for_it_to_go(h: Har
 
 def _throttled(verb: str, key: ResourceKey) -> None:
     if key.name == "bad":
-        from tidecd.cluster import ApiError
+        from tidecd.clients.cluster import ApiError
 
         raise ApiError(key, 429, "TooManyRequests", "the server is throttling", delay=1)
 
 
 def test_retries_are_scheduled_continuations(h: Harness) -> None:
-    h.configure(automated=True, retry=__import__("tidecd.config", fromlist=["Retry"]).Retry(limit=2))
+    h.configure(automated=True, retry=__import__("tidecd.config.load", fromlist=["Retry"]).Retry(limit=2))
     h.cluster.before_call = _throttled  # a temporary failure (429): worth retrying
     h.git.push([service("bad")])
     outcome = h.step()
@@ -438,7 +438,7 @@ def test_retries_are_scheduled_continuations(h: Harness) -> None:
 
 def test_a_permanent_failure_is_not_retried(h: Harness) -> None:
     """A port the API server refuses (422) would be refused again: no retry, whatever the retry policy."""
-    h.configure(automated=True, retry=__import__("tidecd.config", fromlist=["Retry"]).Retry(limit=2))
+    h.configure(automated=True, retry=__import__("tidecd.config.load", fromlist=["Retry"]).Retry(limit=2))
     h.git.push([service("bad", port=99999)])
     outcome = h.step()
     op = h.op()
@@ -508,7 +508,7 @@ def test_a_generate_name_hook_is_created_once_per_operation_even_when_a_step_die
 
 def test_a_source_error_fails_an_operation_before_its_first_write_and_postpones_it_after(
         h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tidecd.errors import SourceUnavailable
+    from tidecd.base.errors import SourceUnavailable
 
     h.git.push([job("pre", **{HOOK: "PreSync"}), configmap("c")])
     render = h.git.render

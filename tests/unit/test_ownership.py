@@ -1,4 +1,4 @@
-"""tidecd's own ownership marks, Argo CD's read only to stay away from them (tidecd.ownership)."""
+"""tidecd's own ownership marks, Argo CD's read only to stay away from them (tidecd.base.ownership)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from tidecd import ownership
-from tidecd.errors import ConfigError
-from tidecd.model import ResourceKey
+from tidecd.base import ownership
+from tidecd.base.errors import ConfigError
+from tidecd.base.model import ResourceKey
 
 KEY = ResourceKey("apps", "Deployment", "ns", "web")
 

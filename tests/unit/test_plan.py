@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from tidecd.errors import ConfigError
-from tidecd.model import ResourceKey
+from tidecd.base.errors import ConfigError
+from tidecd.base.model import ResourceKey
 from tidecd.sync.plan import (
     Phase,
     apply_batches,

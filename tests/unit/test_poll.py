@@ -14,8 +14,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tidecd.config import Config, normalize_repo_url
-from tidecd.dispatch import (
+from tidecd.base.errors import SourceUnavailable
+from tidecd.clients.store import MemoryStore
+from tidecd.config.load import Config, normalize_repo_url
+from tidecd.runtime import Runtime, Settings
+from tidecd.source import RefCache
+from tidecd.state.app import state_key
+from tidecd.triggers.dispatch import (
     BadRefreshMessage,
     DirectDispatcher,
     PubSubDispatcher,
@@ -23,12 +28,7 @@ from tidecd.dispatch import (
     decode_refresh,
     dispatcher_for,
 )
-from tidecd.errors import SourceUnavailable
-from tidecd.poll import DRIFT_SWEEP, poll
-from tidecd.runtime import Runtime, Settings
-from tidecd.source import RefCache
-from tidecd.state import state_key
-from tidecd.store import MemoryStore
+from tidecd.usecases.poll import DRIFT_SWEEP, poll
 
 REPO_A = "https://github.com/acme/apps.git"
 REPO_B = "https://gitlab.example.com/platform/infra.git"
@@ -314,7 +314,7 @@ class StubRuntime:
     """Runtime-like: a git config source (loading it is Runtime's job, tested elsewhere)."""
 
     def __init__(self, apps: list[dict[str, Any]], config: str) -> None:
-        from tidecd.config import _assemble, _parse_document
+        from tidecd.config.load import _assemble, _parse_document
 
         errors: list[str] = []
         items = [_parse_document(a, "test", 1, errors) for a in apps]
@@ -391,7 +391,7 @@ def test_pending_refreshes_wait_for_their_repo_and_vanish_with_their_app(tmp_pat
 
 
 def test_direct_dispatcher_runs_the_real_reconcile_after_answering(tmp_path: Path) -> None:
-    from tidecd.scheduler import LocalScheduler
+    from tidecd.triggers.scheduler import LocalScheduler
 
     runtime = make_runtime(tmp_path, [application("web", REPO_A)])
     scheduler = LocalScheduler(workers=1)
@@ -446,8 +446,8 @@ def test_decode_refresh_refuses_bad_messages_permanently(data: dict[str, Any], m
 
 def test_a_running_operation_whose_continuation_was_lost_is_resumed(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from tidecd import pending
-    from tidecd import poll as poller
+    from tidecd.triggers import pending
+    from tidecd.usecases import poll as poller
 
     runtime = make_runtime(tmp_path, [application("web", REPO_A), application("api", REPO_A)])
     git, sent = FakeGit({REPO_A: heads(SHA[1])}), Recorder()
@@ -477,7 +477,7 @@ def argocd_cm(tmp_path: Path, **data: str) -> None:
 
 def test_timeout_reconciliation_spaces_the_drift_sweep_and_zero_turns_it_off(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tidecd import poll as poll_module
+    from tidecd.usecases import poll as poll_module
 
     clock = [1_800_000_000.0]
     monkeypatch.setattr(poll_module, "now_unix", lambda: clock[0])

@@ -11,13 +11,14 @@ import pytest
 
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
 from tests.support.github_standin import GitHubStandIn
-from tidecd import github as gh
-from tidecd import preview, reconcile
-from tidecd.cluster import ApiResource
-from tidecd.config import AppProject, Config
+from tidecd.clients import github as gh
+from tidecd.clients.cluster import ApiResource
+from tidecd.clients.store import MemoryStore
+from tidecd.config.load import AppProject, Config
 from tidecd.runtime import Runtime
-from tidecd.store import MemoryStore
-from tidecd.webhook import pr_apps
+from tidecd.step import reconcile
+from tidecd.usecases import preview
+from tidecd.usecases.webhook import pr_apps
 
 REPO = "octo/web"
 CONFIGMAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web"}, "data": {"k": "v1"}}
@@ -139,7 +140,7 @@ def test_forbidden_clusterrole_fails_the_preview_status(github_standin: GitHubSt
 def test_render_error_fails_the_preview(github_standin: GitHubStandIn, webhook_examples: Any,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     runtime, _, _ = _setup(github_standin, ["web"])
-    from tidecd.errors import RenderError
+    from tidecd.base.errors import RenderError
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RenderError("apps/web/kustomization.yaml: resources[0]: file not found")

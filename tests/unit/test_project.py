@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tidecd.config import (
+from tidecd.base.errors import ProjectViolation
+from tidecd.base.model import Manifest
+from tidecd.config.load import (
     DEFAULT_PROJECT,
     Application,
     ApplicationSource,
@@ -16,9 +18,7 @@ from tidecd.config import (
     ProjectDestination,
     load_config,
 )
-from tidecd.errors import ProjectViolation
-from tidecd.model import Manifest
-from tidecd.project import (
+from tidecd.project.rules import (
     check_destination,
     check_resources,
     check_source,

@@ -1,4 +1,4 @@
-"""The no-op fast path (`tidecd.reconcile`, `state.quiet`): a step whose inputs and live resourceVersions are
+"""The no-op fast path (`tidecd.step.reconcile`, `state.quiet`): a step whose inputs and live resourceVersions are
 those of the last full comparison answers "nothing changed" without re-comparing or writing; anything else
 (drift, a new commit, a changed app, an object added or gone, another writer) compares in full."""
 
@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from tests.support.fakecluster import CountingStore, FakeCluster, FakeGit, application, fake_runtime
-from tidecd import reconcile as engine
-from tidecd import state as app_state
-from tidecd.clock import FakeClock
-from tidecd.config import Config
-from tidecd.model import ResourceKey
-from tidecd.reconcile import Outcome, reconcile
+from tidecd.base.clock import FakeClock
+from tidecd.base.model import ResourceKey
+from tidecd.config.load import Config
 from tidecd.runtime import Runtime
+from tidecd.state import app as app_state
+from tidecd.step import reconcile as engine
+from tidecd.step.reconcile import Outcome, reconcile
 from tidecd.sync.apply import with_ownership
 
 

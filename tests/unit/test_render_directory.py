@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tidecd.config import ApplicationSource, DirectorySpec, HelmSpec, KustomizeSpec
-from tidecd.errors import ConfigError, RenderError, UnsafePathError
-from tidecd.model import Manifest
+from tidecd.base.errors import ConfigError, RenderError, UnsafePathError
+from tidecd.base.model import Manifest
+from tidecd.clients.store import MemoryStore
+from tidecd.config.load import ApplicationSource, DirectorySpec, HelmSpec, KustomizeSpec
 from tidecd.render import Tool, choose_tool, manifest_key, render, render_cached, tool
 from tidecd.render.directory import compile_globs, manifest_files
-from tidecd.store import MemoryStore
 
 REPO = "https://git.example.com/apps.git"
 

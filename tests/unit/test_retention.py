@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tidecd import retention
-from tidecd import state as app_state
-from tidecd.errors import ConfigError
-from tidecd.store import LocalStore, MemoryStore
+from tidecd.base.errors import ConfigError
+from tidecd.clients import retention
+from tidecd.clients.store import LocalStore, MemoryStore
+from tidecd.state import app as app_state
 
 
 def _age(store: LocalStore, key: str, days: float) -> None:

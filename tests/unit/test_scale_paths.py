@@ -20,13 +20,13 @@ from tests.support.fakecluster import CountingStore, FakeCluster, FakeGit, appli
 from tests.unit.test_poll import REPO_A, REPO_B, SHA, Recorder, heads, make_runtime
 from tests.unit.test_poll import FakeGit as FakeLsRemote
 from tests.unit.test_poll import application as app_doc
-from tidecd import reconcile as engine
-from tidecd import state as app_state
-from tidecd.clock import FakeClock
-from tidecd.dispatch import HEAD_FRESH_SECONDS, BadRefreshMessage, Refresh, decode_refresh
-from tidecd.model import HealthStatus
-from tidecd.poll import DRIFT_SWEEP, poll
-from tidecd.reconcile import reconcile
+from tidecd.base.clock import FakeClock
+from tidecd.base.model import HealthStatus
+from tidecd.state import app as app_state
+from tidecd.step import reconcile as engine
+from tidecd.step.reconcile import reconcile
+from tidecd.triggers.dispatch import HEAD_FRESH_SECONDS, BadRefreshMessage, Refresh, decode_refresh
+from tidecd.usecases.poll import DRIFT_SWEEP, poll
 
 
 def configmap(name: str, value: str = "v") -> dict[str, Any]:
@@ -158,7 +158,7 @@ def test_api_clients_are_kept_per_kubeconfig_and_per_cluster_secret(tmp_path: Pa
     import json
     import os
 
-    from tidecd.cluster import KubeCluster, client_for_secret
+    from tidecd.clients.cluster import KubeCluster, client_for_secret
 
     config = tmp_path / "kubeconfig"
     _kubeconfig(config, "first")
@@ -179,8 +179,8 @@ def test_api_clients_are_kept_per_kubeconfig_and_per_cluster_secret(tmp_path: Pa
 def test_an_older_head_is_used_while_the_last_ticks_record_still_resolves_to_it(setup: Any) -> None:
     """A no-op tick of 1,000 apps fans out for longer than HEAD_FRESH_SECONDS: the later steps still use the
     poll's head (no ls-remote of their own) while `state/repos/` says no later tick saw another."""
-    from tidecd.dispatch import HEAD_CONFIRMED_SECONDS, confirmed_head
     from tidecd.source import RefCache
+    from tidecd.triggers.dispatch import HEAD_CONFIRMED_SECONDS, confirmed_head
 
     _cluster, store, _git, runtime = setup
     url, sha, newer = "https://git.example/repo.git", "a" * 40, "b" * 40
@@ -199,7 +199,7 @@ def test_an_older_head_is_used_while_the_last_ticks_record_still_resolves_to_it(
 def test_a_health_follow_up_renders_the_commit_its_sync_deployed_without_resolving(setup: Any) -> None:
     """Half the steps of a cold start are health follow-ups: they take the synced commit from the state
     instead of an ls-remote. Anything else (no continuation, a settled app, a failed operation) resolves."""
-    from tidecd.dispatch import followed_head
+    from tidecd.triggers.dispatch import followed_head
 
     cluster, store, git, runtime = setup
     web = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},

@@ -21,10 +21,10 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from cryptography.x509.oid import NameOID
 from typer.testing import CliRunner
 
+from tidecd.base.constants import LAST_APPLIED, SEALED_SCOPE_CLUSTER_WIDE, SEALED_SCOPE_NAMESPACE_WIDE
+from tidecd.base.errors import SecretError
 from tidecd.cli.secrets import register
-from tidecd.constants import LAST_APPLIED, SEALED_SCOPE_CLUSTER_WIDE, SEALED_SCOPE_NAMESPACE_WIDE
-from tidecd.errors import SecretError
-from tidecd.secrets import (
+from tidecd.clients.secrets import (
     MASK,
     KeyPair,
     Scope,
@@ -516,8 +516,8 @@ def test_cli_errors_never_echo_input(cli: typer.Typer, tmp_path: Path, pair: Key
 
 def test_one_rule_decodes_secret_data_for_every_reader() -> None:
     """cluster, repository, github and notifications Secrets all decode `data` with secrets.text_fields."""
-    from tidecd import cluster, github
-    from tidecd.secrets import text_fields
+    from tidecd.clients import cluster, github
+    from tidecd.clients.secrets import text_fields
     from tidecd.source import git
 
     secret = {"metadata": {"name": "s"}, "data": {"a": "aGVs\nbG8="}, "stringData": {"b": "plain"}}

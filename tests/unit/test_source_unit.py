@@ -17,9 +17,9 @@ from dulwich.objects import Blob, ObjectID, Tree
 from dulwich.repo import MemoryRepo
 
 from tidecd import source
-from tidecd.errors import ConfigError, NotFound, SecretError, SourceUnavailable, UnsafePathError
+from tidecd.base.errors import ConfigError, NotFound, SecretError, SourceUnavailable, UnsafePathError
+from tidecd.clients.store import MemoryStore
 from tidecd.source import RefCache, RepoCredentials, Snapshots, credentials_for, extract, resolve_revision
-from tidecd.store import MemoryStore
 
 SHA_MAIN = "a" * 40
 SHA_DEV = "b" * 40

@@ -8,11 +8,9 @@ import threading
 import pytest
 
 from tests.unit.test_operation_steps import Harness, configmap, h  # noqa: F401 - h is the fixture
-from tidecd import state as app_state
-from tidecd.clock import FakeClock
-from tidecd.model import HealthStatus, ResourceKey, SyncStatus
-from tidecd.state import AppState, CachedComparison, OperationPhase
-from tidecd.store import (
+from tidecd.base.clock import FakeClock
+from tidecd.base.model import HealthStatus, ResourceKey, SyncStatus
+from tidecd.clients.store import (
     LEASE_TTL,
     LeaseKeeper,
     MemoryStore,
@@ -21,6 +19,8 @@ from tidecd.store import (
     read_lease,
     renew_lease,
 )
+from tidecd.state import app as app_state
+from tidecd.state.app import AppState, CachedComparison, OperationPhase
 
 
 def write(store: MemoryStore, app: str, data: bytes) -> int:

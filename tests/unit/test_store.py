@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tidecd.errors import ConfigError, LeaseHeld, PermanentError
-from tidecd.store import (
+from tidecd.base.errors import ConfigError, LeaseHeld, PermanentError
+from tidecd.clients.store import (
     GcsStore,
     InvalidKey,
     LocalStore,
@@ -205,7 +205,7 @@ def check_files_stream(store: ObjectStore) -> None:
     """read_file/write_file (snapshots): the same objects, generations and preconditions as read/write."""
     import tempfile
 
-    from tidecd.store import read_file, write_file
+    from tidecd.clients.store import read_file, write_file
 
     with tempfile.TemporaryDirectory() as tmp:
         source, dest = Path(tmp) / "in", Path(tmp) / "out"
@@ -239,7 +239,7 @@ CONTRACTS: list[Callable[[ObjectStore], None]] = [
 
 
 def _blob(data: bytes, generation: int) -> Any:
-    from tidecd.store import Blob
+    from tidecd.clients.store import Blob
 
     return Blob(data, generation)
 

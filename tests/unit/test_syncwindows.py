@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
-from tidecd import reconcile as engine
-from tidecd import syncwindows
-from tidecd.clock import FakeClock
-from tidecd.config import AppProject, Destination, load_config
-from tidecd.config_model import DEFAULT_PROJECT, SyncWindow
-from tidecd.errors import SyncWindowClosed, disposition
-from tidecd.reconcile import SyncRequest, reconcile, start_operation
-from tidecd.state import OperationPhase
-from tidecd.state import load as load_state
-from tidecd.store import MemoryStore
+from tidecd.base.clock import FakeClock
+from tidecd.base.errors import SyncWindowClosed, disposition
+from tidecd.clients.store import MemoryStore
+from tidecd.config.load import AppProject, Destination, load_config
+from tidecd.config.model import DEFAULT_PROJECT, SyncWindow
+from tidecd.project import windows as syncwindows
+from tidecd.state.app import OperationPhase
+from tidecd.state.app import load as load_state
+from tidecd.step import reconcile as engine
+from tidecd.step.reconcile import SyncRequest, reconcile, start_operation
 
 UTC = datetime.UTC
 # Tue 2026-12-01 14:30 UTC

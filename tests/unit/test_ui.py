@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tidecd import state as app_state
 from tidecd import ui
-from tidecd.model import Action, HealthStatus, Manifest, ResourceKey, SyncStatus
+from tidecd.base.model import Action, HealthStatus, Manifest, ResourceKey, SyncStatus
+from tidecd.clients.secrets import MASK
+from tidecd.clients.store import MemoryStore
 from tidecd.runtime import Runtime, Settings
-from tidecd.secrets import MASK
-from tidecd.store import MemoryStore
+from tidecd.state import app as app_state
 from tidecd.ui import auth, diffview, tree, views
 
 ADMIN, READ = "admin-t0ken", "read-t0ken"

@@ -15,11 +15,11 @@ from urllib.parse import urlencode
 import pytest
 import yaml
 
-from tidecd import webhook
-from tidecd.dispatch import Refresh
+from tidecd.clients.store import LocalStore, MemoryStore, ObjectStore
 from tidecd.runtime import Runtime, Settings
-from tidecd.store import LocalStore, MemoryStore, ObjectStore
-from tidecd.webhook import Push, files_match, handle, revision_matches
+from tidecd.triggers.dispatch import Refresh
+from tidecd.usecases import webhook
+from tidecd.usecases.webhook import Push, files_match, handle, revision_matches
 
 FIXTURES = Path(__file__).parent / "fixtures" / "webhook"
 SECRET = "It's a Secret to Everybody"
@@ -297,7 +297,7 @@ def test_signatures_are_compared_in_constant_time(runtime: Runtime, monkeypatch:
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr("tidecd.webhook.hmac.compare_digest", spy)
+    monkeypatch.setattr("tidecd.usecases.webhook.hmac.compare_digest", spy)
     body = fixture("github-push-tag.json")
 
     assert handle(github(body), body, runtime, Recorder()).status == 202
@@ -340,8 +340,8 @@ def test_redelivery_of_the_same_id_refreshes_once(runtime: Runtime) -> None:
 def test_another_delivery_of_a_commit_an_app_is_synced_at_refreshes_only_the_others(runtime: Runtime) -> None:
     """A second delivery (another webhook, a redelivery under a new id) of a commit an app was already
     compared at, Synced and with nothing running, has nothing to refresh for that app."""
-    from tidecd import state as app_state
-    from tidecd.model import SyncStatus
+    from tidecd.base.model import SyncStatus
+    from tidecd.state import app as app_state
 
     body, sent = fixture("github-push-branch.json"), Recorder()
     app_state.save(runtime.store, app_state.AppState("pinned", sync_status=SyncStatus.SYNCED, revision=PINNED))
@@ -507,7 +507,7 @@ def test_path_narrowing(paths: list[str] | None, files: tuple[str, ...] | None, 
 
 
 def test_annotation_paths_resolve_against_the_app_path() -> None:
-    from tidecd.config import Application, ApplicationSource, Destination
+    from tidecd.config.load import Application, ApplicationSource, Destination
 
     app = Application(name="a", project="default",
                       source=ApplicationSource(repo_url=GITHUB, path="apps/guestbook"),

@@ -44,7 +44,7 @@ def _register_optional() -> None:
 
 
 def main() -> None:
-    from tidecd import logs
+    from tidecd.base import logs
 
     logs.configure()
     _register_optional()

@@ -2,7 +2,7 @@
 
 Works locally (reading TIDECD_CONFIG, TIDECD_STORE and KUBECONFIG, as the functions do) or against a
 running api with `--server URL` (token from `--token` or TIDECD_API_TOKEN). Both paths go through
-`tidecd.api.handle`, so they answer the same JSON.
+`tidecd.usecases.api.handle`, so they answer the same JSON.
 
 `sync` and `rollback` start an operation (the api answers 202 with its id) and, unless `--async`, follow
 it to its end, printing each task as it changes (phase, wave, resource, action, health) and what the
@@ -20,7 +20,7 @@ from typing import Any
 import typer
 import yaml
 
-from tidecd.model import ChangeSet
+from tidecd.base.model import ChangeSet
 
 app = typer.Typer(no_args_is_help=True, help="Applications: status, diff, sync, history, rollback.")
 
@@ -42,12 +42,12 @@ def _call(method: str, path: str, server: str, token: str, body: dict[str, Any] 
         except requests.RequestException as exc:
             _fail(f"cannot reach {server}: {type(exc).__name__}")
         return resp.status_code, resp.json()
-    from tidecd import api
     from tidecd.runtime import Runtime
+    from tidecd.usecases import api
 
     runtime = Runtime.from_env()
     runtime.settings.api_token = "local"  # noqa: S105 - local calls are the user's own process
-    from tidecd.dispatch import ManualDispatcher
+    from tidecd.triggers.dispatch import ManualDispatcher
 
     # Nothing goes to a background scheduler (it would die with this process): the CLI takes the steps.
     answer = api.handle(method, "/api/v1" + path, {"Authorization": "Bearer local"}, data, runtime, query=query,
@@ -58,8 +58,8 @@ def _call(method: str, path: str, server: str, token: str, body: dict[str, Any] 
 def _local_step(name: str) -> tuple[float, ChangeSet]:
     """Locally, one reconcile step of `name` taken by this process: seconds until the next one is due, and
     what it changed."""
-    from tidecd import dispatch
     from tidecd.runtime import Runtime
+    from tidecd.triggers import dispatch
 
     outcome = dispatch.run_step(Runtime.from_env(), dispatch.Refresh(name, "cli"), dispatch.ManualDispatcher())
     if outcome.skipped or outcome.continue_after is None:
@@ -358,7 +358,7 @@ ARGOCD_NAMESPACE = typer.Option("argocd", "--argocd-namespace", help="Argo CD's 
 
 
 def _moved(outcome: Any, output: str, what: str) -> None:
-    from tidecd.model import Action
+    from tidecd.base.model import Action
 
     body = {"app": outcome.app, "argocd": f"{outcome.argo.namespace}/{outcome.argo.name}",
             "dryRun": outcome.dry_run, "changes": [c.to_dict() for c in outcome.changes], "next": outcome.steps}
@@ -386,8 +386,8 @@ def adopt(name: str, dry_run: bool = typer.Option(False, "--dry-run", help="Show
     Checks that the live objects are exactly those the Argo CD Application tracks, and that tidecd's apply
     would change nothing but the marks; refuses otherwise, naming each object. Then prints the step that
     makes Argo CD let go without deleting anything (finalizer off, then delete the Application)."""
-    from tidecd.adoption import adopt_app
-    from tidecd.errors import TidecdError
+    from tidecd.base.errors import TidecdError
+    from tidecd.usecases.adoption import adopt_app
 
     try:
         outcome = adopt_app(_local_runtime(), name, dry_run=dry_run, argocd_namespace=argocd_namespace, source=source)
@@ -402,8 +402,8 @@ def release(name: str, dry_run: bool = typer.Option(False, "--dry-run", help="Sh
             argocd_namespace: str = ARGOCD_NAMESPACE, output: str = OUTPUT) -> None:
     """Hand an app back to Argo CD in place (rolling a migration back): Argo CD's marks, as its argocd-cm
     says it writes them, and its field manager; tidecd's marks removed. Uids stay."""
-    from tidecd.adoption import release_app
-    from tidecd.errors import TidecdError
+    from tidecd.base.errors import TidecdError
+    from tidecd.usecases.adoption import release_app
 
     try:
         outcome = release_app(_local_runtime(), name, dry_run=dry_run, argocd_namespace=argocd_namespace,

@@ -1,6 +1,6 @@
 """`tidecd image ...`: run the image updater now (the same code as the `images` function), lift a pin.
 
-Like `tidecd app`, it works locally or against a running api (`--server`); both go through `tidecd.api`.
+Like `tidecd app`, it works locally or against a running api (`--server`); both go through `tidecd.usecases.api`.
 """
 
 from __future__ import annotations

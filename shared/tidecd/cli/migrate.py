@@ -16,8 +16,8 @@ import typer
 from tidecd.cli.secrets import KEYS_ENV
 
 if TYPE_CHECKING:
-    from tidecd.cluster import KubeCluster
-    from tidecd.model import Manifest
+    from tidecd.base.model import Manifest
+    from tidecd.clients.cluster import KubeCluster
 
 
 def import_argocd(
@@ -34,9 +34,10 @@ def import_argocd(
 ) -> None:
     """Import Argo CD's Applications, AppProjects, repository and cluster Secrets (sealed) into a config
     source directory, with a report of what tidecd will not honour. Argo CD is only read, never changed."""
-    from tidecd import migrate, secrets
-    from tidecd.cluster import KubeCluster
-    from tidecd.errors import TidecdError
+    from tidecd.base.errors import TidecdError
+    from tidecd.clients import secrets
+    from tidecd.clients.cluster import KubeCluster
+    from tidecd.usecases import migrate
 
     try:
         if cert is not None:

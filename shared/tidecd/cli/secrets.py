@@ -16,8 +16,8 @@ from typing import Any
 
 import typer
 
-from tidecd.errors import TidecdError
-from tidecd.secrets import Scope
+from tidecd.base.errors import TidecdError
+from tidecd.clients.secrets import Scope
 
 KEYS_ENV = "TIDECD_SEALING_KEYS"
 
@@ -108,7 +108,7 @@ def keygen(
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
     """Make a sealing key pair (RSA 4096 + self-signed certificate), as the sealed-secrets controller does."""
-    from tidecd import secrets
+    from tidecd.clients import secrets
 
     with _one_line_errors():
         key_path, cert_path = out_dir / key_name, out_dir / cert_name
@@ -133,7 +133,7 @@ def seal(
     namespace: str | None = typer.Option(None, "-n", "--namespace", help="Override the Secret's namespace."),
 ) -> None:
     """Seal a Secret into a SealedSecret that kubeseal's controller and tidecd can open."""
-    from tidecd import secrets
+    from tidecd.clients import secrets
 
     with _one_line_errors():
         if cert is not None:
@@ -167,7 +167,7 @@ def unseal(
     fmt: OutputFormat = typer.Option(OutputFormat.YAML, "-o", "--format", help="Output format."),
 ) -> None:
     """Open SealedSecrets and print the Secrets (recovery). The output holds secret values."""
-    from tidecd import secrets
+    from tidecd.clients import secrets
 
     with _one_line_errors():
         private: list[bytes] = []
@@ -192,7 +192,7 @@ def rotate(
     validity_days: int = typer.Option(3650, "--validity-days", help="Certificate lifetime in days."),
 ) -> None:
     """Add a new sealing key; new secrets are sealed with it, old keys stay to open old secrets."""
-    from tidecd import secrets
+    from tidecd.clients import secrets
 
     with _one_line_errors():
         folder = _keys_dir(directory)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from tidecd.base.model import HealthResult, HealthStatus, Manifest, ResourceKey
 from tidecd.health import (
     apiservice,
     application,
@@ -40,7 +41,6 @@ from tidecd.health import (
     statefulset,
 )
 from tidecd.health._fields import get
-from tidecd.model import HealthResult, HealthStatus, Manifest, ResourceKey
 
 Check = Callable[[Manifest], HealthResult]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tidecd.model import Manifest
+from tidecd.base.model import Manifest
 
 
 def get(obj: Manifest, *path: str) -> Any:

@@ -10,8 +10,8 @@ Unknown) is Progressing too: a wave passes only children that are Synced and Hea
 
 from __future__ import annotations
 
+from tidecd.base.model import HealthResult, HealthStatus, Manifest
 from tidecd.health._fields import get, text
-from tidecd.model import HealthResult, HealthStatus, Manifest
 
 _STATUSES = {s.value: s for s in HealthStatus}
 

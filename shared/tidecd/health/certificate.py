@@ -7,8 +7,8 @@ False is Degraded and Ready True Healthy, each with cert-manager's message; no v
 
 from __future__ import annotations
 
+from tidecd.base.model import HealthResult, HealthStatus, Manifest
 from tidecd.health._fields import items
-from tidecd.model import HealthResult, HealthStatus, Manifest
 
 
 def check(obj: Manifest) -> HealthResult:

@@ -5,8 +5,8 @@ Later sync waves often create custom resources of this CRD, so "not established 
 
 from __future__ import annotations
 
+from tidecd.base.model import HealthResult, HealthStatus, Manifest
 from tidecd.health._fields import condition, is_false, is_true, text
-from tidecd.model import HealthResult, HealthStatus, Manifest
 
 
 def check(obj: Manifest) -> HealthResult:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from tidecd.base.model import HealthResult, HealthStatus, Manifest
 from tidecd.health._fields import get, items, text
-from tidecd.model import HealthResult, HealthStatus, Manifest
 
 
 def check(obj: Manifest) -> HealthResult:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from tidecd.base.model import HealthResult, HealthStatus, Manifest
 from tidecd.health._fields import condition, get, integer, name, quote
-from tidecd.model import HealthResult, HealthStatus, Manifest
 
 _WAIT = "Waiting for rollout to finish"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tidecd.base.model import HealthResult, HealthStatus, Manifest
 from tidecd.health._fields import items, text
-from tidecd.model import HealthResult, HealthStatus, Manifest
 
 _V1_CONDITIONS = "autoscaling.alpha.kubernetes.io/conditions"
 

@@ -10,8 +10,8 @@ it never holds an app at Progressing forever.
 
 from __future__ import annotations
 
+from tidecd.base.model import HealthResult, HealthStatus, Manifest
 from tidecd.health._fields import condition, get, text
-from tidecd.model import HealthResult, HealthStatus, Manifest
 
 
 def check(obj: Manifest) -> HealthResult | None:

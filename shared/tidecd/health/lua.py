@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tidecd.model import HealthResult, HealthStatus, Manifest, ResourceKey
+from tidecd.base.model import HealthResult, HealthStatus, Manifest, ResourceKey
 
 MAX_MEMORY = 32 * 1024 * 1024
 MAX_INSTRUCTIONS = 50_000_000

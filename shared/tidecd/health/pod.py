@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidecd.base.model import HealthResult, HealthStatus, Manifest
 from tidecd.health._fields import condition, get, integer, is_false, is_true, items, quote, text
-from tidecd.model import HealthResult, HealthStatus, Manifest
 
 _STUCK_SUFFIXES = ("Error", "BackOff")  # CrashLoopBackOff, ImagePullBackOff, CreateContainerConfigError
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidecd.base.model import HealthResult, HealthStatus, Manifest
 from tidecd.health._fields import get, integer, items, text
-from tidecd.model import HealthResult, HealthStatus, Manifest
 
 _PHASES = {s.value: s for s in HealthStatus}
 _OBSERVING = "Waiting for rollout spec update to be observed"

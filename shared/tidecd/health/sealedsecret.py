@@ -8,8 +8,8 @@ failed, never a value); Synced True is Healthy.
 
 from __future__ import annotations
 
+from tidecd.base.model import HealthResult, HealthStatus, Manifest
 from tidecd.health._fields import get, items
-from tidecd.model import HealthResult, HealthStatus, Manifest
 
 _WAITING = HealthResult(HealthStatus.PROGRESSING, "Waiting for Sealed Secret to be decrypted")
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from tidecd.base.model import HealthResult, HealthStatus, Manifest
 from tidecd.health._fields import items, text
-from tidecd.model import HealthResult, HealthStatus, Manifest
 
 
 def check(obj: Manifest) -> HealthResult:

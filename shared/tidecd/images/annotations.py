@@ -24,8 +24,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tidecd.globs import compile_glob
-from tidecd.images.versions import Constraint, parse_constraint
+from tidecd.base.globs import compile_glob
+from tidecd.base.semver import Constraint, parse_constraint
 
 PREFIX = "argocd-image-updater.argoproj.io/"
 IMAGE_LIST = PREFIX + "image-list"

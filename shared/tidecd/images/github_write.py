@@ -2,7 +2,7 @@
 
 Chosen per app with the annotation `tidecd.io/image-write-back: github-api` (next to
 `argocd-image-updater.argoproj.io/write-back-method: git`), for repositories on GitHub when the config
-source holds a `secret-type: github` Secret (see `tidecd.github`). The same edit as a push makes (one
+source holds a `secret-type: github` Secret (see `tidecd.clients.github`). The same edit as a push makes (one
 file) becomes one commit by `PUT /repos/{o}/{r}/contents/{path}` carrying the blob sha it replaces, so
 GitHub refuses it (409) when someone changed the file meanwhile; the edit is then made again on the new
 content. When `git-branch` names a target branch other than the base, the branch is created from the
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tidecd.errors import TemporaryError
-from tidecd.github import GitHubAuth, Repo, _translated
+from tidecd.base.errors import TemporaryError
+from tidecd.clients.github import GitHubAuth, Repo, _translated
 
 ANNOTATION = "tidecd.io/image-write-back"
 GITHUB_API = "github-api"
@@ -81,7 +81,7 @@ def _push(gh_repo: Any, repo: Repo, base: str, target: str,
 
 
 def _client(auth: GitHubAuth) -> Any:
-    from tidecd.github import PyGithubApi
+    from tidecd.clients.github import PyGithubApi
 
     return PyGithubApi(auth)._gh
 

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tidecd.config import Application, HelmParameter
+from tidecd.clients.store import ObjectStore, read_json, update_json
+from tidecd.config.load import Application, HelmParameter
 from tidecd.images.annotations import IMAGE_LIST
 from tidecd.render.overrides import SourceOverride
-from tidecd.state import now_iso
-from tidecd.store import ObjectStore, read_json, update_json
+from tidecd.state.app import now_iso
 
 LOG_LIMIT = 20
 

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tidecd import source as git
-from tidecd.config import redact_repo_url
-from tidecd.errors import ConfigError, SourceUnavailable, TemporaryError, UnsafePathError
+from tidecd.base.errors import ConfigError, SourceUnavailable, TemporaryError, UnsafePathError
+from tidecd.config.load import redact_repo_url
 from tidecd.images.state import ImageValue
 from tidecd.render.overrides import _image_name
 

@@ -22,18 +22,19 @@ from typing import Any
 
 import structlog
 
-from tidecd import limits, metrics
-from tidecd.config import ApplicationSource, DirectorySpec
-from tidecd.errors import ConfigError, LimitExceeded, RenderError, UnsafePathError
-from tidecd.model import Manifest
-from tidecd.paths import check_tree, inside
+from tidecd.base import limits
+from tidecd.base.errors import ConfigError, LimitExceeded, RenderError, UnsafePathError
+from tidecd.base.model import Manifest
+from tidecd.base.paths import check_tree, inside
+from tidecd.clients import metrics
+from tidecd.clients.store import ObjectStore, PreconditionFailed
+from tidecd.config.load import ApplicationSource, DirectorySpec
 from tidecd.render.directory import render_directory
 from tidecd.render.documents import Document, check
 from tidecd.render.helm import is_chart, render_helm
 from tidecd.render.kustomize import is_kustomization, render_kustomize
 from tidecd.render.overrides import SourceOverride, apply, read_source_files
 from tidecd.render.tool import report_sandbox
-from tidecd.store import ObjectStore, PreconditionFailed
 
 __all__ = ["Tool", "choose_tool", "manifest_key", "render", "render_cached"]
 

@@ -8,7 +8,7 @@ path a kustomization can name (`resources`, `bases`, `components`, patches of ea
 that is not a file or directory inside the checkout is refused with the kustomization and the entry
 named: that covers URLs, `git@` and `host/org/repo` forms (kustomize would fetch them), absolute paths,
 `../..` and symlinks that leave the checkout. Helm inflation (`helmCharts`) is refused too: it downloads
-charts. Each kustomization file goes through the YAML bounds of `tidecd.limits` before it is read.
+charts. Each kustomization file goes through the YAML bounds of `tidecd.base.limits` before it is read.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from tidecd import limits
-from tidecd.errors import RenderError, UnsafePathError
+from tidecd.base import limits
+from tidecd.base.errors import RenderError, UnsafePathError
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 # field → how its entries name paths: "entry" (a string), "path" (a mapping's `path`), "generator"

@@ -12,10 +12,10 @@ import os
 import re
 from pathlib import Path
 
-from tidecd import limits
-from tidecd.config import DirectorySpec
-from tidecd.errors import RenderError
-from tidecd.globs import compile_glob
+from tidecd.base import limits
+from tidecd.base.errors import RenderError
+from tidecd.base.globs import compile_glob
+from tidecd.config.load import DirectorySpec
 from tidecd.render.documents import Document, expand_lists, load_json, load_yaml
 from tidecd.render.jsonnet import JSONNET_SUFFIX, render_jsonnet
 
@@ -66,7 +66,7 @@ def _walk_order(paths: list[str]) -> list[str]:
 
 
 def compile_globs(pattern: str) -> re.Pattern[str] | None:
-    """A regex for an include/exclude pattern (`tidecd.globs` without separators: `*` crosses `/`), or
+    """A regex for an include/exclude pattern (`tidecd.base.globs` without separators: `*` crosses `/`), or
     None when the pattern is empty (matches everything). A bare `a,b` list is read as `{a,b}`."""
     pattern = pattern.strip()
     if not pattern:

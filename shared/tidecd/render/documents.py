@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from tidecd import limits
-from tidecd.errors import RenderError
-from tidecd.model import Manifest, ResourceKey
+from tidecd.base import limits
+from tidecd.base.errors import RenderError
+from tidecd.base.model import Manifest, ResourceKey
 
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 

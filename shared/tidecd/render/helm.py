@@ -8,7 +8,7 @@ unescaped commas escaped, then `--set-file` for `fileParameters` (files inside t
 files must stay inside the repository. Helm runs with throwaway config/cache/data homes, no repositories
 file, no registry login, no plugins and no network (`render.tool`): chart dependencies must be vendored
 under `charts/` (or fetched into the snapshot by a chart source). Value files, the chart's values.yaml
-and the inline values pass the YAML bounds of `tidecd.limits` before helm reads them. Hooks are kept
+and the inline values pass the YAML bounds of `tidecd.base.limits` before helm reads them. Hooks are kept
 (with their `helm.sh/hook` annotations) for the sync engine to map.
 """
 
@@ -22,10 +22,11 @@ from pathlib import Path
 
 import yaml
 
-from tidecd import limits, tools
-from tidecd.config import HelmParameter, HelmSpec
-from tidecd.errors import RenderError, UnsafePathError
-from tidecd.paths import inside
+from tidecd.base import limits
+from tidecd.base.errors import RenderError, UnsafePathError
+from tidecd.base.paths import inside
+from tidecd.clients import tools
+from tidecd.config.load import HelmParameter, HelmSpec
 from tidecd.render.documents import Document, load_yaml
 from tidecd.render.tool import DEFAULT_TIMEOUT
 from tidecd.render.tool import run as run_tool

@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tidecd.config import JsonnetSpec
-from tidecd.errors import RenderError
+from tidecd.base.errors import RenderError
+from tidecd.config.load import JsonnetSpec
 
 JSONNET_SUFFIX = ".jsonnet"
 TIMEOUT = 60.0

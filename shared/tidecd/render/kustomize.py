@@ -20,10 +20,10 @@ from pathlib import Path
 
 import yaml
 
-from tidecd import tools
-from tidecd.config import KustomizeSpec
-from tidecd.errors import RenderError, UnsafePathError
-from tidecd.paths import inside
+from tidecd.base.errors import RenderError, UnsafePathError
+from tidecd.base.paths import inside
+from tidecd.clients import tools
+from tidecd.config.load import KustomizeSpec
 from tidecd.render.confine import KUSTOMIZATION_FILES, confine
 from tidecd.render.documents import Document, load_yaml
 from tidecd.render.tool import DEFAULT_TIMEOUT

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from tidecd.config import ApplicationSource, HelmParameter, HelmSpec, KustomizeSpec
-from tidecd.errors import RenderError
+from tidecd.base.errors import RenderError
+from tidecd.config.load import ApplicationSource, HelmParameter, HelmSpec, KustomizeSpec
 
 MAX_FILE = 1024 * 1024
 

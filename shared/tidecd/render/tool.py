@@ -30,7 +30,7 @@ from pathlib import Path
 
 import structlog
 
-from tidecd.errors import RenderError
+from tidecd.base.errors import RenderError
 
 log = structlog.get_logger("tidecd.render")
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tidecd.config import ApplicationSource, repo_key
-from tidecd.errors import RenderError, SourceRefused, TidecdError
+from tidecd.base.errors import RenderError, SourceRefused, TidecdError
+from tidecd.clients.store import ObjectStore, PreconditionFailed
+from tidecd.config.load import ApplicationSource, repo_key
 from tidecd.source import helmrepo, oci
-from tidecd.store import ObjectStore, PreconditionFailed
 
 if TYPE_CHECKING:
     from tidecd.source.git import RepoCredentials

@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from tidecd.errors import ConfigError
+from tidecd.base.errors import ConfigError
 
 if TYPE_CHECKING:
+    from tidecd.clients.store import ObjectStore
     from tidecd.source.git import RepoCredentials
-    from tidecd.store import ObjectStore
 
 __all__ = ["CheckoutCache", "shared", "tree"]
 
@@ -85,7 +85,7 @@ class CheckoutCache:
              credentials: RepoCredentials | None = None) -> Iterator[Path]:
         """The snapshot of `sha` as a read-only directory, held until the block ends. Raises what
         `Snapshots.checkout` raises (UnsafePathError, LimitExceeded, SourceUnavailable)."""
-        from tidecd.config import normalize_repo_url
+        from tidecd.config.load import normalize_repo_url
         from tidecd.source import git
 
         sha = git.expand_sha(repo_url, sha.strip().lower(), credentials)

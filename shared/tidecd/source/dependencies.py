@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from tidecd.config import redact_repo_url
-from tidecd.errors import RenderError
+from tidecd.base.errors import RenderError
+from tidecd.config.load import redact_repo_url
 
 if TYPE_CHECKING:
     from tidecd.source.git import RepoCredentials

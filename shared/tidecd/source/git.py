@@ -33,12 +33,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
-from tidecd import limits
-from tidecd.config import normalize_repo_url, redact_repo_url, repo_key
-from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_REPO_CREDS, SECRET_TYPE_REPOSITORY
-from tidecd.errors import ConfigError, LimitExceeded, NotFound, SourceUnavailable, UnsafePathError
-from tidecd.secrets import text_fields
-from tidecd.store import ObjectStore, PreconditionFailed
+from tidecd.base import limits
+from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_REPO_CREDS, SECRET_TYPE_REPOSITORY
+from tidecd.base.errors import ConfigError, LimitExceeded, NotFound, SourceUnavailable, UnsafePathError
+from tidecd.clients.secrets import text_fields
+from tidecd.clients.store import ObjectStore, PreconditionFailed
+from tidecd.config.load import normalize_repo_url, redact_repo_url, repo_key
 
 if TYPE_CHECKING:
     from dulwich.client import GitClient
@@ -530,7 +530,7 @@ class _InflatingReader(io.RawIOBase):
 
 
 class _SnapshotBudget:
-    """Counts files, path depth and bytes of one snapshot against `tidecd.limits` (LimitExceeded)."""
+    """Counts files, path depth and bytes of one snapshot against `tidecd.base.limits` (LimitExceeded)."""
 
     def __init__(self, bound: limits.Limits) -> None:
         self.bound, self.files, self.bytes = bound, 0, 0
@@ -700,7 +700,7 @@ class Snapshots:
                  extract_into: Path | None) -> tuple[Path, bool]:
         """The snapshot as a file in `tmp`, from the store when intact, else fetched and stored; and
         whether it was extracted into `extract_into` already (a cached copy is, to prove it readable)."""
-        from tidecd.store import read_file
+        from tidecd.clients.store import read_file
 
         sha = expand_sha(repo_url, sha.strip().lower(), credentials)
         key = self.key(repo_url, sha)
@@ -731,7 +731,7 @@ class Snapshots:
 
     def _fetch_and_store(self, repo_url: str, sha: str, key: str, archive: Path,
                          credentials: RepoCredentials | None, generation: int) -> None:
-        from tidecd.store import write_file
+        from tidecd.clients.store import write_file
 
         info = fetch_snapshot_to(repo_url, sha, archive, credentials)
         digest = _sha256(archive)

@@ -18,9 +18,9 @@ from urllib.parse import urljoin, urlsplit
 
 import yaml
 
-from tidecd import limits
-from tidecd.config import redact_repo_url
-from tidecd.errors import ConfigError, NotFound, SourceRefused, SourceUnavailable
+from tidecd.base import limits
+from tidecd.base.errors import ConfigError, NotFound, SourceRefused, SourceUnavailable
+from tidecd.config.load import redact_repo_url
 
 if TYPE_CHECKING:
     from tidecd.source.git import RepoCredentials

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from tidecd.errors import ConfigError, NotFound, SourceRefused, SourceUnavailable
+from tidecd.base.errors import ConfigError, NotFound, SourceRefused, SourceUnavailable
 from tidecd.source.helmrepo import answer_body
 
 if TYPE_CHECKING:

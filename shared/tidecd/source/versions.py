@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 import semver
 
-from tidecd.errors import ConfigError
+from tidecd.base.errors import ConfigError
 
 _PARTIAL = re.compile(r"^v?(?P<major>\d+|[xX*])(?:\.(?P<minor>\d+|[xX*]))?(?:\.(?P<patch>\d+|[xX*]))?"
                       r"(?:-(?P<pre>[0-9A-Za-z.-]+))?(?:\+(?P<build>[0-9A-Za-z.-]+))?$")

@@ -35,19 +35,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tidecd import constants, ownership
-from tidecd.cluster import ApiError
-from tidecd.config import IgnoreDifference
+from tidecd.base import constants, ownership
+from tidecd.base.errors import PermanentError
+from tidecd.base.model import Action, ChangeEntry, Manifest, ResourceKey, SyncStatus
+from tidecd.clients.cluster import ApiError
+from tidecd.config.load import IgnoreDifference
 from tidecd.diff import compare, drop_ignored
-from tidecd.errors import PermanentError
-from tidecd.model import Action, ChangeEntry, Manifest, ResourceKey, SyncStatus
 
 ARGOCD_SSA_MANAGER = "argocd-controller"  # Argo CD's ArgoCDSSAManager
 TRACKING_METHODS = ("annotation", "label", "annotation+label")  # argocd-cm application.resourceTrackingMethod
 
 
 class AdoptCluster(Protocol):
-    """The cluster calls adopt and release make (`tidecd.cluster.KubeCluster` is the real one)."""
+    """The cluster calls adopt and release make (`tidecd.clients.cluster.KubeCluster` is the real one)."""
 
     def get(self, key: ResourceKey) -> Manifest | None: ...
 

@@ -1,6 +1,6 @@
 """Applying one object: server-side apply (or replace) with tidecd's ownership marks.
 
-Every object tidecd writes carries its own marks (`tidecd.ownership`): the label `tidecd.io/app: <app>`
+Every object tidecd writes carries its own marks (`tidecd.base.ownership`): the label `tidecd.io/app: <app>`
 (cheap selection) and the annotation `tidecd.io/tracking-id: <installation>:<app>:<group>/<kind>:<ns>/<name>`
 (proof of ownership). Argo CD's `argocd.argoproj.io/tracking-id` and `app.kubernetes.io/instance` are
 written only for an app that opts in (`tidecd.io/write-argocd-tracking: "true"`).
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tidecd import ownership
-from tidecd.cluster import ApiError, Cluster
-from tidecd.errors import TemporaryError
-from tidecd.model import Action, ChangeEntry, Manifest, ResourceKey
+from tidecd.base import ownership
+from tidecd.base.errors import TemporaryError
+from tidecd.base.model import Action, ChangeEntry, Manifest, ResourceKey
+from tidecd.clients.cluster import ApiError, Cluster
 from tidecd.sync.plan import Task
 
 REPLACE = "Replace=true"

@@ -27,9 +27,10 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tidecd import constants, health, ownership
-from tidecd.model import Action, HealthStatus, Manifest, ResourceKey
-from tidecd.state import Operation, OperationPhase, TaskPhase, TaskResult
+from tidecd import health
+from tidecd.base import constants, ownership
+from tidecd.base.model import Action, HealthStatus, Manifest, ResourceKey
+from tidecd.state.app import Operation, OperationPhase, TaskPhase, TaskResult
 from tidecd.sync.plan import PHASE_ORDER, Phase, Task
 from tidecd.sync.prune import prune_candidates
 

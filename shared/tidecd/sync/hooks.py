@@ -8,9 +8,9 @@ here waits.
 
 from __future__ import annotations
 
-from tidecd import constants
-from tidecd.cluster import ApiError, Cluster, managed_selector
-from tidecd.model import Action, ChangeEntry, Manifest, ResourceKey
+from tidecd.base import constants
+from tidecd.base.model import Action, ChangeEntry, Manifest, ResourceKey
+from tidecd.clients.cluster import ApiError, Cluster, managed_selector
 from tidecd.sync.apply import explain, owned_by, placed, with_ownership
 from tidecd.sync.plan import Task
 

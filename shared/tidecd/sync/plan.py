@@ -18,9 +18,9 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from tidecd import constants
-from tidecd.errors import ConfigError
-from tidecd.model import Manifest, ResourceKey
+from tidecd.base import constants
+from tidecd.base.errors import ConfigError
+from tidecd.base.model import Manifest, ResourceKey
 
 
 class Phase(enum.StrEnum):

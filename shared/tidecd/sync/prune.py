@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tidecd.cluster import ApiError, Cluster
-from tidecd.model import Action, ChangeEntry, ResourceKey
+from tidecd.base.model import Action, ChangeEntry, ResourceKey
+from tidecd.clients.cluster import ApiError, Cluster
 from tidecd.sync.apply import explain, owned_by
 from tidecd.sync.plan import prune_order, sync_options
 

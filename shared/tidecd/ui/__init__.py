@@ -8,7 +8,7 @@
     GET/POST /ui/login, POST /ui/logout
     GET  /ui/static/FILE            htmx (vendored, see static/VENDORED.md) and the style sheet
 
-Framework-free like `tidecd.api`: `handle` takes a `Request` and returns a `Page`; `web.respond` adapts
+Framework-free like `tidecd.usecases.api`: `handle` takes a `Request` and returns a `Page`; `web.respond` adapts
 Flask. Jinja2 autoescapes every value; no page ever renders a secret (tokens, credentials, Secret data).
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from tidecd.errors import NotFound, TidecdError
+from tidecd.base.errors import NotFound, TidecdError
 from tidecd.runtime import Runtime
 from tidecd.ui import actions, auth, diffview, tree, views
 
@@ -209,7 +209,7 @@ def apps(ctx: Context) -> Page:
 
 
 def _app_context(ctx: Context) -> dict[str, Any]:
-    from tidecd import state as app_state
+    from tidecd.state import app as app_state
 
     name = ctx.match["name"]
     app = ctx.runtime.app(name)

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import structlog
 
-from tidecd import state as app_state
-from tidecd.errors import NotFound, OperationInProgress, PermanentError, TidecdError
-from tidecd.reconcile import SyncRequest, reconcile, start_operation, terminate_operation
+from tidecd.base.errors import NotFound, OperationInProgress, PermanentError, TidecdError
 from tidecd.runtime import Runtime
+from tidecd.state import app as app_state
+from tidecd.step.reconcile import SyncRequest, reconcile, start_operation, terminate_operation
 
 log = structlog.get_logger("tidecd.ui")
 STEP_BUDGET = 2.0  # seconds a step run inside a dashboard request may take: pages answer quickly
@@ -95,7 +95,7 @@ def terminate(runtime: Runtime, name: str) -> Done:
 def _sync(runtime: Runtime, name: str, request: SyncRequest, notice: str) -> Done:
     """Record the operation and hand its first step to the dispatcher (a background step locally, a
     Pub/Sub message in the cloud), as every continuation is; the page follows it live (see `watch`)."""
-    from tidecd import dispatch
+    from tidecd.triggers import dispatch
 
     try:
         runtime.app(name)

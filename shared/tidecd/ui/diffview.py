@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tidecd.secrets import MASK
+from tidecd.clients.secrets import MASK
 
 MAX_LINES = 4000
 _SECRET_BLOCK = re.compile(r"^(?P<indent>\s*)(data|stringData):\s*$")

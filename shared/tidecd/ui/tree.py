@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tidecd import health
-from tidecd import state as app_state
-from tidecd.model import Manifest, ResourceKey
+from tidecd.base.model import Manifest, ResourceKey
+from tidecd.state import app as app_state
 from tidecd.sync.plan import kind_rank
 
 # Kinds whose objects own generated children, and the kinds of those children.

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
-from tidecd import state as app_state
-from tidecd.config import Application, AppProject, Config, redact_repo_url
-from tidecd.store import LocalStore, MemoryStore, ObjectStore
+from tidecd.clients.store import LocalStore, MemoryStore, ObjectStore
+from tidecd.config.load import Application, AppProject, Config, redact_repo_url
+from tidecd.state import app as app_state
 
 PAGE_SIZE = 50
 SYNC_STATUSES = ("Synced", "OutOfSync", "Unknown")
@@ -328,7 +328,7 @@ class ClusterView:
 def clusters(config: Config) -> list[ClusterView]:
     """Every destination the config names, with the apps deploying there; cluster secrets by name and
     server only (their credentials are never read for a page)."""
-    from tidecd.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER
+    from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER
 
     known: dict[str, tuple[str, str]] = {}
     for secret in config.secrets:

@@ -1,0 +1,629 @@
+"""Talking to one Kubernetes API server: raw JSON over the `kubernetes` client's transport.
+
+The typed models of the `kubernetes` package are slow to deserialize, so every call here moves plain JSON
+(`Manifest` dicts) through `ApiClient.call_api`. API discovery (which group/kind is served where, and
+whether it is namespaced) is one aggregated-discovery request per cluster, cached per server version in
+memory. API errors are mapped to tidecd's exceptions at this boundary, without echoing request bodies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+from tidecd.base import constants
+from tidecd.base.errors import ClusterUnavailable, ConfigError, PermanentError, TemporaryError, TidecdError
+from tidecd.base.model import Manifest, ResourceKey
+from tidecd.clients import metrics
+from tidecd.clients.secrets import text_fields
+
+
+class ApiError(TidecdError):
+    """The API server refused a request (HTTP >= 400). Never raised as itself: `ApiError(key, status, ...)`
+    builds the class of that status (`ApiForbidden`, `ApiTooManyRequests`, ...), each either Permanent or
+    Temporary, so `except ApiError` catches every refusal and the entry points know whether to retry.
+
+    `status` is the HTTP code, `reason` the Status' reason (`Forbidden`, `Invalid`, ...); the message is the
+    Status' message, shortened (`shorten_values`) and prefixed by the object's key. No request body is kept.
+    """
+
+    status: int
+    delay: float
+
+    def __new__(cls, key: ResourceKey | None, status: int, reason: str, message: str, *,
+                delay: float | None = None) -> ApiError:
+        chosen = api_error_class(status) if cls is ApiError else cls
+        return super().__new__(chosen)
+
+    def __init__(self, key: ResourceKey | None, status: int, reason: str, message: str, *,
+                 delay: float | None = None) -> None:
+        self.key, self.status, self.reason = key, status, reason
+        self.delay = delay if delay is not None else 5.0
+        prefix = f"{key}: " if key else ""
+        Exception.__init__(self, f"{prefix}{message}{self.hint(message)}")
+
+    def hint(self, message: str) -> str:
+        """What the user can do about it, appended to the message ("" when nothing useful)."""
+        return ""
+
+    @property
+    def is_invalid(self) -> bool:
+        return self.status == 422
+
+    @property
+    def is_conflict(self) -> bool:
+        return self.status == 409
+
+
+class ApiBadRequest(ApiError, PermanentError):
+    """400: the request (usually the object) is malformed."""
+
+
+class ApiUnauthorized(ApiError, PermanentError):
+    """401: the cluster's credentials were not accepted (expired token, wrong certificate)."""
+
+    def hint(self, message: str) -> str:
+        return " (check the credentials of the cluster secret or kubeconfig)"
+
+
+class ApiForbidden(ApiError, PermanentError):
+    """403: the credentials are valid, but RBAC does not allow this verb on this resource."""
+
+
+class ApiNotFound(ApiError, PermanentError):
+    """404: no such object (or namespace)."""
+
+
+class ApiTooLarge(ApiError, PermanentError):
+    """413: the object is larger than the API server accepts (about 3 MiB of JSON; etcd stores 1.5 MiB)."""
+
+    def hint(self, message: str) -> str:
+        return " (split the object, or keep large data out of it, e.g. in a volume or an image)"
+
+
+class ApiInvalid(ApiError, PermanentError):
+    """422: the object fails validation; an immutable field needs `Replace=true`."""
+
+    def hint(self, message: str) -> str:
+        if any(marker in message for marker in IMMUTABLE):
+            return " (the field cannot change in place; add the sync option Replace=true to recreate the object)"
+        return ""
+
+
+# How the API server says a field cannot change: most kinds, and Service clusterIP(s) / Job selectors.
+IMMUTABLE = ("immutable", "may not change once set", "may not be changed")
+
+
+class ApiConflict(ApiError, TemporaryError):
+    """409: the object changed meanwhile, or is still being deleted; a later try sees the new state."""
+
+
+class ApiGone(ApiError, TemporaryError):
+    """410: a list or watch position expired; listing again from scratch works."""
+
+
+class ApiTooManyRequests(ApiError, TemporaryError):
+    """429: the API server (or its priority and fairness) throttles us; `delay` is its Retry-After."""
+
+
+class ApiServerError(ApiError, TemporaryError):
+    """5xx: the API server, an aggregated API or an admission webhook failed; it may work later."""
+
+
+class ClusterTlsError(PermanentError):
+    """The API server's certificate does not verify against the cluster's CA data."""
+
+
+_API_ERRORS: dict[int, type[ApiError]] = {
+    400: ApiBadRequest, 401: ApiUnauthorized, 403: ApiForbidden, 404: ApiNotFound, 409: ApiConflict,
+    410: ApiGone, 413: ApiTooLarge, 422: ApiInvalid, 429: ApiTooManyRequests,
+}
+
+
+def api_error_class(status: int) -> type[ApiError]:
+    """The ApiError subclass for an HTTP status: the table above, any other 5xx a server error, any other
+    4xx a bad request (permanent: a retry would send the same request)."""
+    return _API_ERRORS.get(status) or (ApiServerError if status >= 500 else ApiBadRequest)
+
+
+class UnknownKind(PermanentError):
+    """The API server serves no resource of this group and kind."""
+
+
+@dataclass(frozen=True)
+class ApiResource:
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str = "", name: str = "") -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return f"{base}/{name}" if name else base
+
+
+class Cluster(Protocol):
+    """What the diff and sync stages need from a cluster; `KubeCluster` is the real one."""
+
+    def resource(self, group: str, kind: str) -> ApiResource: ...
+
+    def get(self, key: ResourceKey) -> Manifest | None: ...
+
+    def list(self, group: str, kind: str, *, namespace: str = "", label_selector: str = "") -> list[Manifest]: ...
+
+    def apply(self, obj: Manifest, *, dry_run: bool = False) -> Manifest: ...
+
+    def replace(self, obj: Manifest) -> Manifest: ...
+
+    def delete(self, key: ResourceKey, *, propagation: str = "Background") -> None: ...
+
+
+_discovery_cache: dict[str, dict[tuple[str, str], ApiResource]] = {}
+_discovery_lock = threading.Lock()
+_VERSIONS: dict[int, tuple[Any, str, float]] = {}  # id(api client) → (the client, gitVersion, when asked)
+VERSION_TTL = 300.0  # seconds: an upgraded server is noticed (and discovered again) within this
+
+
+class KubeCluster:
+    """A cluster reached through a `kubernetes.client.ApiClient` (kubeconfig or unsealed cluster secret)."""
+
+    def __init__(self, api_client: Any, *, name: str = "in-cluster") -> None:
+        self.api = api_client
+        self.name = name
+        self.writes = 0  # write calls made (apply, replace, delete): a no-op resync must make none
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | None = None, *, context: str | None = None) -> KubeCluster:
+        """A client from a kubeconfig (`path`, else $KUBECONFIG, else ~/.kube/config); a missing or broken
+        one is a ConfigError of one line naming the file, never the kubernetes client's traceback."""
+        from kubernetes import config
+
+        def connect() -> Any:
+            _keep_credentials_in_memory()
+            try:
+                return config.new_client_from_config(config_file=path, context=context)  # type: ignore[no-untyped-call]
+            except Exception as exc:  # noqa: BLE001 - every failure of reading it is the same user problem
+                raise ConfigError(_kubeconfig_problem(path, exc)) from None
+
+        stamp = _file_stamp(path or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+                            or os.path.expanduser("~/.kube/config"))
+        client = _shared_client(f"kubeconfig\0{path}\0{context}\0{stamp}", connect) if stamp else connect()
+        return cls(client, name=context or "in-cluster")
+
+    @property
+    def server(self) -> str:
+        return str(self.api.configuration.host)
+
+    # -- transport -------------------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, *, body: Any = None, query: dict[str, str] | None = None,
+                content_type: str = "application/json", accept: str = "application/json",
+                key: ResourceKey | None = None) -> Any:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        if method != "GET":
+            with self._lock:
+                self.writes += 1
+        headers = {"Content-Type": content_type, "Accept": accept}
+        try:
+            prepared = self.api.param_serialize(method=method, resource_path=path,
+                                                query_params=list(query.items()) if query else None,
+                                                header_params=headers, body=body, auth_settings=["BearerToken"])
+            resp = self.api.call_api(*prepared[:3], body=prepared[3], post_params=prepared[4],
+                                     _request_timeout=(5, 60))
+            data = resp.read()
+        except (ApiException, HTTPError, OSError) as exc:
+            raise _transport_error(self.server, key, exc, body) from None
+        if resp.status >= 400:
+            raise _api_error(key, resp.status, resp.reason, data, resp.headers.get("Retry-After"))
+        return json.loads(data) if data else None
+
+    # -- discovery -------------------------------------------------------------------------------------
+
+    def resources(self, *, refresh: bool = False) -> dict[tuple[str, str], ApiResource]:
+        cache_key = f"{self.server}@{self._server_version()}"
+        with _discovery_lock:
+            if not refresh and cache_key in _discovery_cache:
+                return _discovery_cache[cache_key]
+        found: dict[tuple[str, str], ApiResource] = {}
+        accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+        for root in ("/api", "/apis"):
+            found.update(_parse_discovery(self.request("GET", root, accept=accept)))
+        with _discovery_lock:
+            _discovery_cache[cache_key] = found
+        return found
+
+    def _server_version(self) -> str:
+        """The server's gitVersion, asked once per shared client every VERSION_TTL seconds (it keys the
+        discovery cache): each invocation's KubeCluster would otherwise ask again, one call per step."""
+        import time
+
+        if not hasattr(self, "_version"):
+            with _discovery_lock:
+                known = _VERSIONS.get(id(self.api))
+            if known is not None and known[0] is self.api and time.monotonic() - known[2] < VERSION_TTL:
+                self._version = known[1]
+            else:
+                self._version = str(self.request("GET", "/version").get("gitVersion", ""))
+                with _discovery_lock:
+                    if len(_VERSIONS) >= MAX_CLIENTS:
+                        _VERSIONS.clear()
+                    _VERSIONS[id(self.api)] = (self.api, self._version, time.monotonic())
+        return self._version
+
+    def resource(self, group: str, kind: str) -> ApiResource:
+        found = self.resources().get((group, kind))
+        if found is None:  # maybe a CRD created since discovery was cached
+            found = self.resources(refresh=True).get((group, kind))
+        if found is None:
+            raise UnknownKind(f"the API server serves no {group + '/' if group else ''}{kind}")
+        return found
+
+    def is_namespaced(self, group: str, kind: str) -> bool:
+        return self.resource(group, kind).namespaced
+
+    # -- objects ---------------------------------------------------------------------------------------
+
+    def get(self, key: ResourceKey) -> Manifest | None:
+        res = self.resource(key.group, key.kind)
+        try:
+            return dict(self.request("GET", res.path(key.namespace, key.name), key=key))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, group: str, kind: str, *, namespace: str = "", label_selector: str = "") -> list[Manifest]:
+        res = self.resource(group, kind)
+        query = {"labelSelector": label_selector} if label_selector else None
+        body = self.request("GET", res.path(namespace), query=query)
+        items = body.get("items") or []
+        for item in items:  # list items omit apiVersion/kind
+            item.setdefault("apiVersion", res.api_version)
+            item.setdefault("kind", res.kind)
+        return list(items)
+
+    def apply(self, obj: Manifest, *, dry_run: bool = False) -> Manifest:
+        """Server-side apply as field manager `tidecd`, taking over conflicting fields."""
+        return self.apply_as(obj, constants.FIELD_MANAGER, dry_run=dry_run)
+
+    def apply_as(self, obj: Manifest, manager: str, *, dry_run: bool = False) -> Manifest:
+        """Server-side apply as field manager `manager` (Argo CD's, for `tidecd app release`), forced."""
+        key = ResourceKey.of(obj)
+        res = self.resource(key.group, key.kind)
+        query = {"fieldManager": manager, "force": "true"}
+        if dry_run:
+            query["dryRun"] = "All"
+        with metrics.timed("dry_run" if dry_run else "apply"):
+            return dict(self.request("PATCH", res.path(key.namespace, key.name), body=json.dumps(obj), query=query,
+                                     content_type="application/apply-patch+yaml", key=key))
+
+    def json_patch(self, key: ResourceKey, operations: Sequence[Mapping[str, Any]]) -> Manifest:
+        """A JSON patch (RFC 6902) of one object: adopt/release rewrite marks and `managedFields` with it,
+        guarded by a `test` of the resourceVersion they read."""
+        res = self.resource(key.group, key.kind)
+        return dict(self.request("PATCH", res.path(key.namespace, key.name), body=list(operations),
+                                 query={"fieldManager": constants.FIELD_MANAGER},
+                                 content_type="application/json-patch+json", key=key))
+
+    def replace(self, obj: Manifest) -> Manifest:
+        """Sync option Replace=true: PUT the object whole (POST when absent). When a field is immutable,
+        delete the object and create it again, as `kubectl replace --force` does."""
+        key = ResourceKey.of(obj)
+        res = self.resource(key.group, key.kind)
+        query = {"fieldManager": constants.FIELD_MANAGER}
+        live = self.get(key)
+        if live is not None:
+            body = {**obj, "metadata": {**obj["metadata"], "resourceVersion": live["metadata"]["resourceVersion"]}}
+            try:
+                return dict(self.request("PUT", res.path(key.namespace, key.name), body=body, query=query, key=key))
+            except ApiError as exc:
+                if not (exc.is_invalid and "immutable" in str(exc)):
+                    raise
+            self.delete(key, propagation="Background")
+            self._wait_gone(key)
+        return dict(self.request("POST", res.path(key.namespace), body=obj, query=query, key=key))
+
+    def _wait_gone(self, key: ResourceKey, timeout: float = 120.0) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while self.get(key) is not None:
+            if time.monotonic() > deadline:
+                raise ApiError(key, 409, "Conflict", f"still being deleted after {timeout:.0f}s")
+            time.sleep(0.2)
+
+    def delete(self, key: ResourceKey, *, propagation: str = "Background") -> None:
+        res = self.resource(key.group, key.kind)
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        try:
+            self.request("DELETE", res.path(key.namespace, key.name), body=body, key=key)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+
+def _parse_discovery(doc: dict[str, Any]) -> dict[tuple[str, str], ApiResource]:
+    """Aggregated discovery (apidiscovery.k8s.io/v2): the preferred (first) version of each group wins."""
+    found: dict[tuple[str, str], ApiResource] = {}
+    for group in doc.get("items") or []:
+        group_name = group.get("metadata", {}).get("name", "")
+        for version in group.get("versions") or []:
+            for res in version.get("resources") or []:
+                kind = res.get("responseKind", {}).get("kind")
+                if not kind or (group_name, kind) in found:
+                    continue
+                found[(group_name, kind)] = ApiResource(
+                    group=group_name, version=version["version"], kind=kind, plural=res["resource"],
+                    namespaced=res.get("scope") == "Namespaced",
+                )
+    return found
+
+
+def _api_error(key: ResourceKey | None, status: int, reason: str | None, data: bytes,
+               retry_after: str | None = None) -> ApiError:
+    """The ApiError subclass of an error answer; only the Status' `reason` and `message` are kept (and for
+    429 its Retry-After), never the request."""
+    kind, message, details = str(reason or ""), "", cast(dict[str, Any], {})
+    try:
+        status_body = json.loads(data)
+        kind, message = str(status_body.get("reason") or kind), str(status_body.get("message") or "")
+        details = status_body.get("details") or {}
+    except (TypeError, ValueError, AttributeError):
+        pass
+    delay = _seconds(retry_after) or _seconds(details.get("retryAfterSeconds") if isinstance(details, dict) else None)
+    text = shorten_values(message) or kind or f"HTTP {status}"
+    if status >= 500 and not message:
+        text = f"API server {kind or 'failed'} (HTTP {status})"
+    return ApiError(key, status, kind, text, delay=delay)
+
+
+def _seconds(value: object) -> float | None:
+    try:
+        seconds = float(str(value))
+    except ValueError:
+        return None
+    return min(max(seconds, 1.0), 600.0)
+
+
+# The API server's default limit on a request body (`--max-request-bytes` of etcd is 1.5 MiB more strictly).
+MAX_REQUEST_BYTES = 3 * 1024 * 1024
+
+
+def _transport_error(server: str, key: ResourceKey | None, exc: Exception, body: Any) -> TidecdError:
+    """A failure below HTTP: TLS verification (permanent), a connection broken while sending an oversized
+    object (the server refused it: permanent), anything else unreachable (temporary)."""
+    text = repr(exc)
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return ClusterTlsError(f"API server {server}: TLS verification failed (check the cluster's CA data)")
+    size = _body_size(body)
+    if size > MAX_REQUEST_BYTES:
+        return ApiError(key, 413, "RequestEntityTooLarge",
+                        f"request entity too large: the object is {size / 1e6:.1f} MB, the API server accepts "
+                        f"about {MAX_REQUEST_BYTES / 2**20:.0f} MiB (the connection closed while sending)")
+    return ClusterUnavailable(f"API server {server} unreachable: {type(exc).__name__}")
+
+
+def _body_size(body: Any) -> int:
+    if body is None:
+        return 0
+    if isinstance(body, str | bytes):
+        return len(body)
+    try:
+        return len(json.dumps(body))
+    except (TypeError, ValueError):
+        return 0
+
+
+def shorten_values(message: str, limit: int = 60) -> str:
+    """Drop the long `Invalid value: {...}` dumps the API server puts in validation errors: they repeat the
+    whole object (unreadable, and for a Secret they could echo data)."""
+    out, pos, marker = [], 0, "Invalid value: "
+    while (start := message.find(marker, pos)) >= 0:
+        value_start = start + len(marker)
+        end = _value_end(message, value_start)
+        out.append(message[pos:value_start])
+        value = message[value_start:end]
+        out.append(value if len(value) <= limit else "(value omitted)")
+        pos = end
+    out.append(message[pos:])
+    return "".join(out)
+
+
+def _value_end(text: str, start: int) -> int:
+    """End of a JSON-ish value starting at `start` (balanced braces/brackets, or up to the next ': ')."""
+    if start < len(text) and text[start] in "{[":
+        depth, quoted = 0, False
+        for index in range(start, len(text)):
+            char = text[index]
+            if char == '"' and text[index - 1] != "\\":
+                quoted = not quoted
+            elif not quoted and char in "{[":
+                depth += 1
+            elif not quoted and char in "}]":
+                depth -= 1
+                if depth == 0:
+                    return index + 1
+        return len(text)
+    end = text.find(": ", start)
+    return len(text) if end < 0 else end
+
+
+def _kubeconfig_problem(path: str | None, exc: Exception) -> str:
+    """One line naming the kubeconfig and what is wrong; a YAML error gives no text of the file (tokens)."""
+    import os
+
+    import yaml
+
+    where = path or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    files = [os.path.expanduser(f) for f in where.split(os.pathsep) if f]
+    if isinstance(exc, FileNotFoundError) or not any(os.path.isfile(f) for f in files):
+        what = "not found" if path or os.environ.get("KUBECONFIG") else "not found (set KUBECONFIG)"
+    elif "No configuration found" in str(exc):
+        what = "empty"
+    elif isinstance(exc, yaml.YAMLError):
+        mark = getattr(exc, "problem_mark", None)
+        what = f"not valid YAML{f' (line {mark.line + 1})' if mark is not None else ''}"
+    else:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        what = shorten_values(first)[:200]
+    return f"kubeconfig {where}: {what}"
+
+
+def managed_selector(app: str) -> str:
+    """The label selector of an app's objects (tidecd's own label; the tracking id proves ownership)."""
+    from tidecd.base.ownership import selector
+
+    return selector(app)
+
+
+# -- clusters from Argo CD cluster secrets -----------------------------------------------------------------
+
+
+def _secret_field(secret: Manifest, name: str) -> str:
+    meta_name = (secret.get("metadata") or {}).get("name", "?")
+    return text_fields(secret, f"cluster secret {meta_name}").get(name, "")
+
+
+def find_cluster_secret(secrets: list[Manifest], *, name: str, server: str) -> Manifest | None:
+    """The cluster secret (`argocd.argoproj.io/secret-type: cluster`) matching a destination."""
+    for secret in secrets:
+        labels = (secret.get("metadata") or {}).get("labels") or {}
+        if labels.get(constants.LABEL_SECRET_TYPE) != constants.SECRET_TYPE_CLUSTER:
+            continue
+        if (name and _secret_field(secret, "name") == name) or (
+                server and _secret_field(secret, "server").rstrip("/") == server.rstrip("/")):
+            return secret
+    return None
+
+
+def client_for_secret(secret: Manifest) -> Any:
+    """An ApiClient from a cluster secret's `server` and `config` (bearerToken, tlsClientConfig)."""
+    from kubernetes import config as kube_config
+
+    meta_name = (secret.get("metadata") or {}).get("name", "?")
+    server = _secret_field(secret, "server")
+    try:
+        settings = json.loads(_secret_field(secret, "config") or "{}")
+    except ValueError:
+        raise PermanentError(f"cluster secret {meta_name}: field config is not valid JSON") from None
+    if not server:
+        raise PermanentError(f"cluster secret {meta_name}: field server is missing")
+    if not isinstance(settings, dict) or not isinstance(settings.get("tlsClientConfig") or {}, dict):
+        raise PermanentError(f"cluster secret {meta_name}: field config must be a JSON object "
+                             "(with tlsClientConfig an object)")
+    tls = settings.get("tlsClientConfig") or {}
+    _check_base64(tls, meta_name)
+    cluster: dict[str, Any] = {"server": server}
+    if tls.get("caData"):
+        cluster["certificate-authority-data"] = tls["caData"]
+    if tls.get("insecure"):
+        cluster["insecure-skip-tls-verify"] = True
+    user: dict[str, Any] = {}
+    if settings.get("bearerToken"):
+        user["token"] = settings["bearerToken"]
+    if tls.get("certData"):
+        user["client-certificate-data"] = tls["certData"]
+        user["client-key-data"] = tls.get("keyData", "")
+    _keep_credentials_in_memory()
+    kubeconfig = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": cluster}], "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }
+
+    def connect() -> Any:
+        try:
+            return kube_config.new_client_from_config_dict(kubeconfig)  # type: ignore[no-untyped-call]
+        except (ValueError, TypeError, kube_config.ConfigException) as exc:  # never echo the (secret) values
+            raise PermanentError(f"cluster secret {meta_name}: field config is not usable "
+                                 f"({type(exc).__name__})") from None
+
+    identity = hashlib.sha256(json.dumps(kubeconfig, sort_keys=True).encode()).hexdigest()
+    return _shared_client(f"secret\0{identity}", connect)
+
+
+# A warm instance keeps its clients: each one holds a pool of open TLS connections to its API server. A new
+# client per Runtime (per invocation) paid a TLS handshake per connection and call thread, ~13% of a step's
+# time in the 1,000-app scenario (py-spy). Keyed by the kubeconfig file's stamp or the secret's content, so a
+# changed or rotated credential gets a new client; KubeCluster wrappers (and their write counters) stay per
+# Runtime.
+_CLIENTS: dict[str, Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+MAX_CLIENTS = 32
+
+
+def _shared_client(key: str, connect: Callable[[], Any]) -> Any:
+    with _CLIENTS_LOCK:
+        found = _CLIENTS.get(key)
+    if found is not None:
+        return found
+    client = connect()
+    with _CLIENTS_LOCK:
+        if len(_CLIENTS) >= MAX_CLIENTS:
+            _CLIENTS.clear()
+        return _CLIENTS.setdefault(key, client)
+
+
+def _file_stamp(path: str) -> str:
+    """size, mtime and inode of a file, "" when it cannot be read (then nothing is shared)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return ""
+    return f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
+
+
+def _check_base64(tls: dict[str, Any], meta_name: str) -> None:
+    """caData, certData and keyData are base64 PEM; say which one is broken, never what it holds."""
+    import base64
+
+    for field in ("caData", "certData", "keyData"):
+        value = tls.get(field)
+        if not value:
+            continue
+        try:
+            base64.b64decode(str(value), validate=True)
+        except ValueError:
+            raise PermanentError(f"cluster secret {meta_name}: config.tlsClientConfig.{field} "
+                                 "is not valid base64") from None
+
+
+def _keep_credentials_in_memory() -> None:
+    """The kubernetes client writes embedded certificates and keys to temp files, removed only at a clean
+    exit; a function instance that is killed would leave a cluster's private key on disk. Hand it
+    anonymous in-memory files (memfd) instead, which vanish with the process."""
+    import os
+
+    from kubernetes.config import kube_config
+
+    if getattr(kube_config._create_temp_file_with_content, "tidecd", False) or not hasattr(os, "memfd_create"):
+        return
+    created: dict[str, str] = {}
+
+    def in_memory(content: str | bytes, temp_file_path: str | None = None, force_recreate: bool = False) -> str:
+        data = content.encode() if isinstance(content, str) else content
+        key = hashlib.sha256(data).hexdigest()
+        if force_recreate or key not in created:
+            fd = os.memfd_create("tidecd-kubeconfig", 0)
+            os.write(fd, data)
+            created[key] = f"/proc/{os.getpid()}/fd/{fd}"
+        return created[key]
+
+    in_memory.tidecd = True  # type: ignore[attr-defined]
+    kube_config._create_temp_file_with_content = in_memory

@@ -1,0 +1,464 @@
+"""Container registries over the OCI distribution API, with plain HTTP (`requests`).
+
+    tags(repo)                 GET /v2/<name>/tags/list?n=…, following `Link: <…>; rel="next"`
+    digest(repo, ref)          HEAD /v2/<name>/manifests/<ref> → Docker-Content-Digest (an index's own
+                               digest for a multi-platform image; its platforms are checked when asked)
+    created(repo, ref)         manifest (the platform's one inside an index) → config blob → `created`
+
+Auth: a 401 carrying `WWW-Authenticate: Bearer realm=…,service=…,scope=…` is answered by fetching a token
+from the realm (with basic credentials when there are any) and retrying; `Basic` challenges are retried
+with basic credentials. Tokens are kept per (registry, scope) for the client's life (one tick). A 429 is
+retried after `Retry-After` when that is short; longer, the call fails with `RegistryUnavailable(delay)`
+so the next tick tries again (no function waits). Every body read is size-capped, and no credential ever
+reaches an error message. Credentials come from `kubernetes.io/dockerconfigjson` Secrets (`auths`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import email.utils
+import hashlib
+import ipaddress
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urljoin, urlsplit
+
+import requests
+
+from tidecd.base.errors import SecretError, TemporaryError
+from tidecd.clients.secrets import decode_value
+
+DOCKER_HUB = "docker.io"
+DOCKER_HUB_API = "registry-1.docker.io"
+TIMEOUT = 20.0
+PAGE_SIZE = 1000
+MAX_PAGES = 50
+MAX_BODY = 4 * 1024 * 1024
+MAX_INLINE_WAIT = 2.0
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
+DEFAULT_PLATFORM = "linux/amd64"
+
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
+               "application/vnd.docker.distribution.manifest.list.v2+json")
+MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
+                  "application/vnd.docker.distribution.manifest.v2+json")
+ACCEPT = ", ".join(INDEX_TYPES + MANIFEST_TYPES)
+
+
+class RegistryUnavailable(TemporaryError):
+    """A registry could not be reached, refused us, or rate-limited us: leave the images as they are."""
+
+
+@dataclass(frozen=True, repr=False)
+class Credentials:
+    username: str
+    password: str
+
+    def __repr__(self) -> str:
+        return f"Credentials(username={self.username!r}, password='***')"
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True, order=True)
+class Repository:
+    """One image repository: `registry` is the host[:port] as written (docker.io for Docker Hub)."""
+
+    registry: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.registry}/{self.name}"
+
+
+def parse_image(image: str) -> Repository:
+    """`nginx` → docker.io/library/nginx; `host:5000/team/app` → that host. Tag and digest are dropped."""
+    name = image.split("@", 1)[0]
+    last = name.rfind("/")
+    colon = name.find(":", last + 1)
+    if colon >= 0:
+        name = name[:colon]
+    first, slash, rest = name.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        registry, path = first.lower(), rest
+    else:
+        registry, path = DOCKER_HUB, name
+    if registry in ("index.docker.io", "registry-1.docker.io"):
+        registry = DOCKER_HUB
+    if registry == DOCKER_HUB and "/" not in path:
+        path = f"library/{path}"
+    return Repository(registry, path)
+
+
+def image_reference(image: str) -> tuple[Repository, str, str]:
+    """An image as it appears in a manifest → (repository, tag, digest); missing parts are ''."""
+    rest, _, digest = image.partition("@")
+    last = rest.rfind("/")
+    colon = rest.find(":", last + 1)
+    tag = rest[colon + 1:] if colon >= 0 else ""
+    return parse_image(rest), tag, digest
+
+
+class Registry(Protocol):
+    """The registry calls the updater makes; the test seam (a fake counts and answers them)."""
+
+    def tags(self, repo: Repository, creds: Credentials | None) -> list[str]: ...
+
+    def digest(self, repo: Repository, reference: str, creds: Credentials | None,
+               platforms: tuple[str, ...] = ()) -> str: ...
+
+    def created(self, repo: Repository, reference: str, creds: Credentials | None,
+                platforms: tuple[str, ...] = ()) -> str: ...
+
+
+# --- credentials from dockerconfigjson Secrets -----------------------------------------------------------
+
+
+def _host_of(key: str) -> str:
+    text = key.strip()
+    if "://" in text:
+        text = urlsplit(text).netloc
+    host = text.split("/", 1)[0].lower()
+    return DOCKER_HUB if host in ("index.docker.io", "registry-1.docker.io") else host
+
+
+def docker_config_auths(secret: Mapping[str, Any]) -> dict[str, Credentials]:
+    """Registry host → credentials from a Secret's `.dockerconfigjson` (or legacy `.dockercfg`)."""
+    name = (secret.get("metadata") or {}).get("name", "?")
+    raw = None
+    for source in ("stringData", "data"):
+        values = secret.get(source) or {}
+        for key in (".dockerconfigjson", ".dockercfg"):
+            if key in values:
+                raw = str(values[key])
+                if source == "data":
+                    try:
+                        raw = decode_value(raw, f"Secret {name}: data.{key}").decode()
+                    except (SecretError, UnicodeDecodeError):
+                        raise ValueError(f"Secret {name}: data.{key} is not valid base64 text") from None
+                break
+        if raw is not None:
+            break
+    if raw is None:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        raise ValueError(f"Secret {name}: .dockerconfigjson is not JSON") from None
+    auths = parsed.get("auths", parsed) if isinstance(parsed, dict) else None
+    if not isinstance(auths, dict):
+        raise ValueError(f"Secret {name}: .dockerconfigjson has no auths mapping")
+    found: dict[str, Credentials] = {}
+    for host, entry in auths.items():
+        if not isinstance(entry, dict):
+            continue
+        user, password = str(entry.get("username", "")), str(entry.get("password", ""))
+        if entry.get("auth"):
+            try:
+                user, _, password = base64.b64decode(str(entry["auth"])).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                raise ValueError(f"Secret {name}: auths[{host!r}].auth is not base64 user:password") from None
+        if user or password:
+            found[_host_of(str(host))] = Credentials(user, password)
+    return found
+
+
+# --- the HTTP client -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Counters:
+    """Requests made, by kind: the benchmark and the tests read them."""
+
+    tags_list: int = 0
+    manifests: int = 0
+    blobs: int = 0
+    tokens: int = 0
+    by_repository: dict[str, int] = field(default_factory=dict)
+
+
+_CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
+
+
+class HttpRegistry:
+    """`Registry` over HTTP. One instance per tick: it caches tokens and manifests."""
+
+    def __init__(self, *, plain_http: tuple[str, ...] = (), session: requests.Session | None = None,
+                 sleep: Callable[[float], None] = time.sleep, timeout: float = TIMEOUT) -> None:
+        self.plain_http = tuple(h.lower() for h in plain_http)
+        self.session = session or requests.Session()
+        self.sleep, self.timeout = sleep, timeout
+        self.counters = Counters()
+        self._tokens: dict[tuple[str, str], str] = {}
+        self._manifests: dict[tuple[Repository, str], tuple[str, str, bytes]] = {}
+        self._lock = threading.Lock()
+
+    # -- the three questions ----------------------------------------------------------------------------
+
+    def tags(self, repo: Repository, creds: Credentials | None) -> list[str]:
+        with self._lock:
+            self.counters.tags_list += 1
+            self.counters.by_repository[str(repo)] = self.counters.by_repository.get(str(repo), 0) + 1
+        url: str | None = f"{self._base(repo)}/v2/{repo.name}/tags/list?n={PAGE_SIZE}"
+        tags: list[str] = []
+        for _ in range(MAX_PAGES):
+            if url is None:
+                return tags
+            response = self._get(repo, url, creds)
+            body = _json(repo, response, "tags list")
+            page = body.get("tags") or [] if isinstance(body, dict) else None
+            if not isinstance(page, list):
+                raise RegistryUnavailable(f"registry {repo.registry}: {repo}: malformed tags list")
+            tags.extend(str(t) for t in page)
+            url = _next_link(response, url)
+        raise RegistryUnavailable(f"registry {repo.registry}: {repo}: more than {MAX_PAGES} pages of tags")
+
+    def digest(self, repo: Repository, reference: str, creds: Credentials | None,
+               platforms: tuple[str, ...] = ()) -> str:
+        digest, media_type, body = self._manifest(repo, reference, creds)
+        if platforms and media_type in INDEX_TYPES and not _platform_manifests(body, platforms):
+            raise LookupError(f"{repo}:{reference} has no image for platform {', '.join(platforms)}")
+        return digest
+
+    def created(self, repo: Repository, reference: str, creds: Credentials | None,
+                platforms: tuple[str, ...] = ()) -> str:
+        _digest, media_type, body = self._manifest(repo, reference, creds)
+        if media_type in INDEX_TYPES:
+            chosen = _platform_manifests(body, platforms or (DEFAULT_PLATFORM,))
+            if not chosen:
+                raise LookupError(f"{repo}:{reference} has no image for platform "
+                                  f"{', '.join(platforms or (DEFAULT_PLATFORM,))}")
+            _digest, media_type, body = self._manifest(repo, chosen[0], creds)
+        manifest = _parse(repo, body, "manifest")
+        config = manifest.get("config") if isinstance(manifest, dict) else None
+        config_digest = config.get("digest") if isinstance(config, dict) else None
+        if not isinstance(config_digest, str) or not config_digest.startswith("sha256:"):
+            raise LookupError(f"{repo}:{reference}: the manifest names no config blob")
+        with self._lock:
+            self.counters.blobs += 1
+        response = self._get(repo, f"{self._base(repo)}/v2/{repo.name}/blobs/{config_digest}", creds)
+        blob = _parse(repo, _read(repo, response), "config blob")
+        created = blob.get("created") if isinstance(blob, dict) else None
+        if not isinstance(created, str):
+            raise LookupError(f"{repo}:{reference}: the image config has no created time")
+        return created
+
+    # -- HTTP -------------------------------------------------------------------------------------------
+
+    def _base(self, repo: Repository) -> str:
+        host = DOCKER_HUB_API if repo.registry == DOCKER_HUB else repo.registry
+        bare = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+        plain = bare in LOOPBACK or host in self.plain_http or bare in self.plain_http
+        return f"{'http' if plain else 'https'}://{host}"
+
+    def _manifest(self, repo: Repository, reference: str, creds: Credentials | None) -> tuple[str, str, bytes]:
+        key = (repo, reference)
+        if key in self._manifests:
+            return self._manifests[key]
+        with self._lock:
+            self.counters.manifests += 1
+        response = self._get(repo, f"{self._base(repo)}/v2/{repo.name}/manifests/{reference}", creds,
+                             headers={"Accept": ACCEPT})
+        body = _read(repo, response)
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        if not media_type:
+            parsed = _parse(repo, body, "manifest")
+            media_type = str(parsed.get("mediaType", "")) if isinstance(parsed, dict) else ""
+        digest = response.headers.get("Docker-Content-Digest", "") or "sha256:" + hashlib.sha256(body).hexdigest()
+        self._manifests[key] = (digest, media_type, body)
+        return digest, media_type, body
+
+    def _get(self, repo: Repository, url: str, creds: Credentials | None,
+             headers: Mapping[str, str] | None = None) -> requests.Response:
+        scope = f"repository:{repo.name}:pull"
+        auth = self._tokens.get((repo.registry, scope))
+        waited = 0.0
+        for _attempt in range(4):
+            sent = dict(headers or {})
+            if auth:
+                sent["Authorization"] = auth
+            try:
+                response = self.session.get(url, headers=sent, timeout=self.timeout, stream=True,
+                                            allow_redirects=True)
+            except requests.RequestException as exc:
+                raise RegistryUnavailable(f"registry {repo.registry} is unavailable: {type(exc).__name__}",
+                                          delay=30.0) from None
+            if response.status_code == 401 and auth is None:
+                auth = self._authorize(repo, response, creds, scope)
+                self._tokens[(repo.registry, scope)] = auth  # a token or basic credentials: ask once per tick
+                response.close()
+                continue
+            if response.status_code == 429:
+                delay = _retry_after(response.headers.get("Retry-After", ""))
+                response.close()
+                if waited + delay <= MAX_INLINE_WAIT:
+                    self.sleep(delay)
+                    waited += delay
+                    continue
+                raise RegistryUnavailable(f"registry {repo.registry} is rate limiting: retry after {delay:.0f}s",
+                                          delay=max(delay, 1.0))
+            if response.status_code in (401, 403):
+                response.close()
+                what = "refused the credentials" if creds else "requires credentials (set a pull-secret)"
+                raise RegistryUnavailable(f"registry {repo.registry} {what} for {repo.name}", delay=60.0)
+            if response.status_code == 404:
+                response.close()
+                raise LookupError(f"{repo}: not found in the registry")
+            if response.status_code >= 400:
+                response.close()
+                raise RegistryUnavailable(f"registry {repo.registry} answered HTTP {response.status_code} "
+                                          f"for {repo.name}", delay=30.0)
+            return response
+        raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: authorization did not succeed")
+
+    def _authorize(self, repo: Repository, response: requests.Response, creds: Credentials | None,
+                   scope: str) -> str:
+        challenge = response.headers.get("WWW-Authenticate", "")
+        scheme, _, params_text = challenge.partition(" ")
+        params = dict(_CHALLENGE.findall(params_text))
+        if scheme.lower() == "basic":
+            if creds is None:
+                raise RegistryUnavailable(f"registry {repo.registry} requires credentials for {repo.name} "
+                                          "(set a pull-secret)", delay=60.0)
+            return _basic(creds)
+        if scheme.lower() != "bearer" or not params.get("realm"):
+            raise RegistryUnavailable(f"registry {repo.registry}: unsupported authentication challenge "
+                                      f"{scheme or '(none)'!r}", delay=60.0)
+        realm = params["realm"]
+        realm_url = urlsplit(realm)
+        if realm_url.scheme not in ("http", "https"):
+            raise RegistryUnavailable(f"registry {repo.registry}: token realm is not an http(s) URL")
+        registry_host = urlsplit(self._base(repo)).hostname or ""
+        if not _realm_allowed(realm_url.hostname or "", registry_host):
+            raise RegistryUnavailable(f"registry {repo.registry}: token realm host {realm_url.hostname!r} is a "
+                                      "link-local or private address (refused)", delay=300.0)
+        query = {"scope": params.get("scope") or scope}
+        if params.get("service"):
+            query["service"] = params["service"]
+        # Credentials go to the realm only over https, or to the registry's own host (loopback counts as one).
+        same_host = realm_url.hostname == registry_host or (_loopback(realm_url.hostname or "")
+                                                              and _loopback(registry_host))
+        send_creds = creds is not None and (realm_url.scheme == "https" or same_host)
+        with self._lock:
+            self.counters.tokens += 1
+        try:
+            answer = self.session.get(realm, params=query, timeout=self.timeout,
+                                      auth=(creds.username, creds.password) if send_creds and creds else None)
+        except requests.RequestException as exc:
+            raise RegistryUnavailable(f"token service of registry {repo.registry} is unavailable: "
+                                      f"{type(exc).__name__}", delay=30.0) from None
+        if answer.status_code in (401, 403):
+            what = "refused the credentials" if creds else "requires credentials (set a pull-secret)"
+            raise RegistryUnavailable(f"token service of registry {repo.registry} {what} for {repo.name}",
+                                      delay=60.0)
+        if answer.status_code >= 400:
+            raise RegistryUnavailable(f"token service of registry {repo.registry} answered HTTP "
+                                      f"{answer.status_code}", delay=30.0)
+        body = _parse(repo, answer.content[:MAX_BODY], "token answer")
+        token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
+        if not isinstance(token, str) or not token:
+            raise RegistryUnavailable(f"token service of registry {repo.registry} sent no token")
+        auth = f"Bearer {token}"
+        self._tokens[(repo.registry, scope)] = auth
+        return auth
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def _loopback(host: str) -> bool:
+    ip = _ip(host)
+    return host == "localhost" or (ip is not None and ip.is_loopback)
+
+
+def _realm_allowed(realm_host: str, registry_host: str) -> bool:
+    """A hostile registry must not point tidecd at the metadata server or the private network: a realm on
+    a link-local or unspecified IP is refused, one on a loopback or private IP only for a registry that is
+    itself on one (a local or in-network registry). Names are not resolved here."""
+    if realm_host == registry_host:
+        return True
+    ip = _ip(realm_host)
+    if ip is None:
+        return True
+    if ip.is_link_local or ip.is_unspecified or ip.is_multicast:
+        return False
+    if ip.is_loopback or ip.is_private:
+        registry_ip = _ip(registry_host)
+        return _loopback(registry_host) or (registry_ip is not None and registry_ip.is_private)
+    return True
+
+
+def _basic(creds: Credentials) -> str:
+    return "Basic " + base64.b64encode(f"{creds.username}:{creds.password}".encode()).decode()
+
+
+def _retry_after(value: str) -> float:
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return 60.0
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _next_link(response: requests.Response, current: str) -> str | None:
+    link = response.headers.get("Link", "")
+    match = re.search(r'<([^>]+)>\s*;\s*rel="?next"?', link)
+    if match is None:
+        return None
+    target = urljoin(current, str(match[1]))
+    if urlsplit(target).netloc != urlsplit(current).netloc:
+        return None  # never follow a page link to another host
+    return target
+
+
+def _read(repo: Repository, response: requests.Response) -> bytes:
+    chunks, size = [], 0
+    for chunk in response.iter_content(65536):
+        size += len(chunk)
+        if size > MAX_BODY:
+            response.close()
+            raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: answer larger than {MAX_BODY} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse(repo: Repository, body: bytes, what: str) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: the {what} is not JSON") from None
+
+
+def _json(repo: Repository, response: requests.Response, what: str) -> Any:
+    return _parse(repo, _read(repo, response), what)
+
+
+def _platform_manifests(index_body: bytes, platforms: tuple[str, ...]) -> list[str]:
+    """Digests of an index's manifests built for one of `platforms` (os/arch[/variant])."""
+    try:
+        index = json.loads(index_body)
+    except ValueError:
+        return []
+    found = []
+    for entry in index.get("manifests") or [] if isinstance(index, dict) else []:
+        plat = entry.get("platform") or {} if isinstance(entry, dict) else {}
+        name = f"{plat.get('os', '')}/{plat.get('architecture', '')}"
+        variant = plat.get("variant")
+        if any(p in (name, f"{name}/{variant}" if variant else name) for p in platforms):
+            digest = entry.get("digest")
+            if isinstance(digest, str):
+                found.append(digest)
+    return found

@@ -1,0 +1,110 @@
+"""One evaluation of an ApplicationSet: generators → parameter sets → Application documents.
+
+`expand` renders the template for each parameter set (the generator's own `template` merged over the
+ApplicationSet's, then `templatePatch`) and returns the Application documents by name, each with the
+generator that produced it as its origin. A problem sets aside only what it concerns: a parameter set whose
+rendering fails, or whose name collides with another one's, is reported with the dotted field; a generator
+that fails (an unreachable repository, a bad file) fails the whole evaluation, and the caller keeps what
+was generated before (Argo CD keeps the Applications of an ApplicationSet in error).
+
+`apply_policy` applies `syncPolicy.applicationsSync` to the new evaluation and the previous one:
+create-only keeps every existing app as it was, create-update never removes, create-delete never updates,
+sync (the default) does all three.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidecd.base.constants import ARGO_VERSION
+from tidecd.config.appset.generators import Evaluator, GeneratorError, Sources
+from tidecd.config.appset.gotemplate import TemplateError
+from tidecd.config.appset.model import ApplicationSet
+from tidecd.config.appset.template import apply_patch, merge
+from tidecd.config.model import DNS_NAME
+
+
+@dataclass(frozen=True)
+class Generated:
+    name: str
+    doc: dict[str, Any]  # an Application document, as if written in the config source
+    generator: str  # e.g. "spec.generators[0].git: git directory apps/web at 1a2b3c4d5e6f"
+
+
+@dataclass
+class Expansion:
+    apps: dict[str, Generated] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)  # each names the file, the ApplicationSet and the field
+    failed: bool = False  # a generator failed: keep what was generated before
+
+
+def expand(appset: ApplicationSet, sources: Sources) -> Expansion:
+    out = Expansion()
+    renderer = appset.renderer()
+    evaluator = Evaluator(sources, renderer)
+    where = f"{appset.origin}: {appset.label}"
+    seen: dict[str, str] = {}
+    for index, gen in enumerate(appset.generators):
+        path = f"spec.generators[{index}]"
+        try:
+            found = evaluator.run(gen, path)
+        except (GeneratorError, TemplateError) as exc:
+            out.errors.append(f"{where}: {exc}")
+            out.failed = True
+            continue
+        for params in found:
+            label = f"{path} ({params.origin})"
+            template = appset.template if params.template is None else merge(appset.template, params.template)
+            try:
+                rendered = renderer.value(template, params.values, "spec.template")
+                assert isinstance(rendered, dict)
+                meta = rendered.get("metadata")
+                doc: dict[str, Any] = {"apiVersion": ARGO_VERSION, "kind": "Application",
+                       "metadata": copy.deepcopy(meta) if isinstance(meta, dict) else {},
+                       "spec": copy.deepcopy(rendered.get("spec") or {})}
+                if appset.template_patch:
+                    doc = _patched(doc, appset, params.values)
+            except TemplateError as exc:
+                out.errors.append(f"{where}: {label}: {exc}")
+                continue
+            name = (doc.get("metadata") or {}).get("name")
+            if not isinstance(name, str) or not DNS_NAME.fullmatch(name):
+                shown = repr(name)[:80] if isinstance(name, str) else "missing"
+                out.errors.append(f"{where}: {label}: spec.template.metadata.name: rendered name {shown} is not a "
+                                  "valid Application name")
+                continue
+            if name in seen:
+                out.errors.append(f"{where}: {label}: spec.template.metadata.name: {name!r} is generated twice "
+                                  f"(also by {seen[name]}); both are set aside")
+                out.apps.pop(name, None)
+                continue
+            seen[name] = label
+            doc["metadata"].pop("namespace", None)  # Argo CD's `argocd`: not a destination
+            out.apps[name] = Generated(name, doc, label)
+    return out
+
+
+def _patched(doc: dict[str, Any], appset: ApplicationSet, params: dict[str, Any]) -> dict[str, Any]:
+    template = {"metadata": doc["metadata"], "spec": doc["spec"]}
+    patched = apply_patch(template, appset.template_patch, params, appset.go_template_options)
+    return {"apiVersion": ARGO_VERSION, "kind": "Application", "metadata": patched.get("metadata") or {},
+            "spec": patched.get("spec") or {}}
+
+
+def apply_policy(policy: str, new: dict[str, dict[str, Any]], old: dict[str, dict[str, Any]]) -> tuple[
+        dict[str, dict[str, Any]], set[str]]:
+    """(the apps to keep, by name → entry, and the names to delete) under `applicationsSync`.
+
+    Entries are the stored form: {"doc": ..., "generator": ...}."""
+    may_update = policy in ("sync", "create-update")
+    may_delete = policy in ("sync", "create-delete")
+    kept: dict[str, dict[str, Any]] = {}
+    for name, entry in new.items():
+        kept[name] = entry if name not in old or may_update else old[name]
+    removed = {n for n in old if n not in new}
+    if not may_delete:
+        kept.update({n: old[n] for n in removed})
+        removed = set()
+    return kept, removed

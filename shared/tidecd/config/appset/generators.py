@@ -1,0 +1,469 @@
+"""ApplicationSet generators: each turns its spec into parameter sets, as Argo CD's generators do.
+
+    list          `elements` (or `elementsYaml`), one parameter set per element
+    clusters      the clusters tidecd knows (cluster Secrets of the config source, and `in-cluster` when no
+                  selector is given), filtered by `selector`; `values` added
+    git           `directories` (one set per matching directory, `exclude` entries removed) or `files` (the
+                  content of each matching JSON/YAML file, one set per list item), at `revision`
+    matrix        the product of two generators; the second may use the first's parameters
+    merge         the first generator's sets, updated by later ones whose `mergeKeys` values match
+    pullRequest   open pull requests of a GitHub repository (PyGithub), filtered by `labels`
+
+Parameters follow the template form: nested values for Go templates (`.path.basename`), flat keys for
+fasttemplate (`path.basename`, `path[0]`). Every generator may carry a `selector` (a post-selector over
+its parameters) and a `template` that overrides parts of the ApplicationSet's template.
+
+I/O goes through the `Sources` Protocol (git checkouts, clusters, pull requests), so every generator is
+unit-tested with an in-memory fake.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from tidecd.base import limits
+from tidecd.base.errors import ConfigError
+from tidecd.base.globs import compile_glob
+from tidecd.config.appset.gotemplate import TemplateError
+from tidecd.config.appset.template import Renderer, flatten, merge
+from tidecd.config.schema import Node, _Keys
+
+MAX_PARAMS = 5_000  # parameter sets one generator may produce
+MAX_NESTING = 3  # matrix/merge inside matrix/merge
+KINDS = ("list", "clusters", "git", "matrix", "merge", "pullRequest")
+NOT_IMPLEMENTED = ("scmProvider", "clusterDecisionResource", "plugin")
+GENERATOR_KEYS = _Keys((*KINDS, *NOT_IMPLEMENTED, "selector", "template"))
+_LIST = _Keys(("elements", "elementsYaml", "template"))
+_CLUSTERS = _Keys(("selector", "values", "template", "flatList"))
+_GIT = _Keys(("repoURL", "revision", "directories", "files", "pathParamPrefix", "values", "template",
+              "requeueAfterSeconds"))
+_GIT_PATH = _Keys(("path", "exclude"))
+_MATRIX = _Keys(("generators", "template"))
+_MERGE = _Keys(("generators", "mergeKeys", "template"))
+_PULL_REQUEST = _Keys(("github", "requeueAfterSeconds", "template", "filters"))
+_GITHUB = _Keys(("owner", "repo", "api", "tokenRef", "appSecretName", "labels"))
+_TOKEN_REF = _Keys(("secretName", "key"))
+_SELECTOR = _Keys(("matchLabels", "matchExpressions"))
+_EXPRESSION = _Keys(("key", "operator", "values"))
+IN_CLUSTER = ("in-cluster", "https://kubernetes.default.svc")
+
+
+class GeneratorError(ConfigError):
+    """A generator that cannot produce its parameters (the message starts with the dotted field)."""
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    name: str
+    server: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    project: str = ""
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    number: int
+    branch: str
+    target_branch: str
+    head_sha: str
+    labels: tuple[str, ...] = ()
+    author: str = ""
+    title: str = ""
+
+
+class Sources(Protocol):
+    """What the generators read: git trees, clusters and pull requests."""
+
+    def checkout(self, repo_url: str, revision: str) -> tuple[str, Path]:
+        """(commit sha, directory holding the repository's files at that commit)."""
+        ...
+
+    def clusters(self) -> list[ClusterInfo]: ...
+
+    def pull_requests(self, owner: str, repo: str, api: str, token_ref: tuple[str, str] | None,
+                      labels: Sequence[str]) -> list[PullRequest]: ...
+
+
+@dataclass(frozen=True)
+class Params:
+    """One parameter set, the generator-level template override, and where it came from."""
+
+    values: dict[str, Any]
+    template: dict[str, Any] | None = None
+    origin: str = ""
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation (at load time: errors name the dotted field)
+
+
+def validate(node: Node, depth: int = 0) -> None:
+    kinds = [k for k in node.data if k in KINDS]
+    for name in NOT_IMPLEMENTED:
+        if name in node.data:
+            node.error(name, f"Argo CD generator {name} is not implemented by tidecd")
+    if len(kinds) != 1 and not any(n in node.data for n in NOT_IMPLEMENTED):
+        node.error("", f"expected exactly one generator ({', '.join(KINDS)}), found "
+                       f"{', '.join(kinds) if kinds else 'none'}")
+    _selector(node.child("selector", _SELECTOR))
+    node.get("template", (dict,), "a mapping")
+    for kind in kinds:
+        if kind == "list":
+            body = node.child(kind, _LIST, required=True)
+            if body is not None:
+                if body.data.get("elements") is None and body.data.get("elementsYaml") is None:
+                    body.error("elements", "required field is missing (or set elementsYaml)")
+                for i, item in enumerate(body.get("elements", (list,), "a list") or []):
+                    if not isinstance(item, dict):
+                        body.error(f"elements[{i}]", "expected a mapping")
+                body.text("elementsYaml")
+        elif kind == "clusters":
+            body = node.child(kind, _CLUSTERS, required=True)
+            if body is not None:
+                _selector(body.child("selector", _SELECTOR))
+                body.get("values", (dict,), "a mapping")
+        elif kind == "git":
+            body = node.child(kind, _GIT, required=True)
+            if body is not None:
+                body.text("repoURL", required=True)
+                body.text("revision")
+                body.text("pathParamPrefix")
+                body.get("values", (dict,), "a mapping")
+                dirs, files = body.children("directories", _GIT_PATH), body.children("files", _GIT_PATH)
+                if bool(dirs) == bool(files):
+                    body.error("", "set exactly one of directories or files")
+                for entry in [*dirs, *files]:
+                    pattern = entry.text("path", required=True)
+                    entry.flag("exclude")
+                    try:
+                        compile_glob(pattern, separator="/", globstar=True)
+                    except ValueError as exc:
+                        entry.error("path", str(exc))
+        elif kind in ("matrix", "merge"):
+            body = node.child(kind, _MATRIX if kind == "matrix" else _MERGE, required=True)
+            if body is None:
+                continue
+            children = body.children("generators", GENERATOR_KEYS)
+            if kind == "matrix" and len(children) != 2:
+                body.error("generators", "a matrix combines exactly two generators")
+            if kind == "merge":
+                if len(children) < 2:
+                    body.error("generators", "a merge needs at least two generators")
+                if not body.texts("mergeKeys"):
+                    body.error("mergeKeys", "must list at least one key")
+            if depth >= MAX_NESTING:
+                body.error("generators", f"matrix/merge nested more than {MAX_NESTING} levels")
+                continue
+            for child in children:
+                validate(child, depth + 1)
+        elif kind == "pullRequest":
+            body = node.child(kind, _PULL_REQUEST, required=True)
+            if body is None:
+                continue
+            if body.data.get("filters") is not None:
+                body.error("filters", "Argo CD field filters is not implemented by tidecd (use github.labels)")
+            body.number("requeueAfterSeconds", 1800)
+            github = body.child("github", _GITHUB)
+            if github is None:
+                body.error("", "only the github provider is implemented by tidecd")
+                continue
+            github.text("owner", required=True)
+            github.text("repo", required=True)
+            github.text("api")
+            github.texts("labels")
+            if github.data.get("appSecretName") is not None:
+                github.error("appSecretName", "not implemented by tidecd (use tokenRef or the github Secret)")
+            ref = github.child("tokenRef", _TOKEN_REF)
+            if ref is not None:
+                ref.text("secretName", required=True)
+                ref.text("key", required=True)
+
+
+def _selector(node: Node | None) -> None:
+    if node is None:
+        return
+    node.pairs("matchLabels")
+    for expr in node.children("matchExpressions", _EXPRESSION):
+        expr.text("key", required=True)
+        operator = expr.text("operator", required=True)
+        if operator and operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            expr.error("operator", f"{operator!r} is not one of In, NotIn, Exists, DoesNotExist")
+        expr.texts("values")
+
+
+# --------------------------------------------------------------------------------------------------
+# Evaluation
+
+
+def selector_matches(selector: Mapping[str, Any] | None, lookup: Mapping[str, Any]) -> bool:
+    """A Kubernetes label selector over `lookup` (labels, or flat parameters)."""
+    if not selector:
+        return True
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if str(lookup.get(key, "\0")) != str(value):
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, operator = expr.get("key", ""), expr.get("operator", "")
+        values = [str(v) for v in expr.get("values") or []]
+        present = key in lookup
+        inside = present and str(lookup.get(key, "")) in values
+        verdict = {"In": inside, "NotIn": not inside, "Exists": present, "DoesNotExist": not present}
+        if not verdict.get(operator, False):
+            return False
+    return True
+
+
+class Evaluator:
+    """Evaluates generator specs for one ApplicationSet (its template form decides the parameter shape)."""
+
+    def __init__(self, sources: Sources, renderer: Renderer) -> None:
+        self.sources, self.renderer, self.go = sources, renderer, renderer.go
+
+    def run(self, gen: Mapping[str, Any], where: str) -> list[Params]:
+        kind = next(k for k in KINDS if k in gen)
+        body = gen[kind] or {}
+        found = getattr(self, "_" + kind.lower())(body, f"{where}.{kind}")
+        if len(found) > MAX_PARAMS:
+            raise GeneratorError(f"{where}: produced {len(found)} parameter sets, more than {MAX_PARAMS}")
+        template = merge(gen.get("template") or {}, body.get("template") or {}) if (
+            gen.get("template") or (isinstance(body, Mapping) and body.get("template"))) else None
+        out = []
+        for params in found:
+            if not selector_matches(gen.get("selector"), self._selectable(params.values)):
+                continue
+            combined = params.template if template is None else merge(template, params.template or {})
+            out.append(Params(params.values, combined or None, params.origin))
+        return out
+
+    def _selectable(self, values: Mapping[str, Any]) -> Mapping[str, Any]:
+        return flatten(values) if self.go else values
+
+    # -- list ---------------------------------------------------------------------------------------
+
+    def _list(self, body: Mapping[str, Any], where: str) -> list[Params]:
+        elements = list(body.get("elements") or [])
+        if body.get("elementsYaml"):
+            try:
+                limits.check_yaml(body["elementsYaml"], where)
+                loaded = yaml.load(body["elementsYaml"], Loader=limits.SafeLoader)  # noqa: S506 - SafeLoader subclass
+            except (yaml.YAMLError, ValueError) as exc:
+                raise GeneratorError(f"{where}.elementsYaml: not YAML ({type(exc).__name__})") from None
+            if not isinstance(loaded, list) or not all(isinstance(e, dict) for e in loaded):
+                raise GeneratorError(f"{where}.elementsYaml: expected a list of mappings")
+            elements += loaded
+        out = []
+        for index, element in enumerate(elements):
+            if not isinstance(element, Mapping):
+                raise GeneratorError(f"{where}.elements[{index}]: expected a mapping")
+            values = dict(element) if self.go else flatten(element)
+            out.append(Params(values, origin=f"list element {index}"))
+        return out
+
+    # -- clusters -----------------------------------------------------------------------------------
+
+    def _clusters(self, body: Mapping[str, Any], where: str) -> list[Params]:
+        selector = body.get("selector") or None
+        clusters = list(self.sources.clusters())
+        if not selector and not any(c.server.rstrip("/") == IN_CLUSTER[1] for c in clusters):
+            clusters.append(ClusterInfo(name=IN_CLUSTER[0], server=IN_CLUSTER[1]))
+        out = []
+        for cluster in sorted(clusters, key=lambda c: c.name):
+            if not selector_matches(selector, cluster.labels):
+                continue
+            nested: dict[str, Any] = {
+                "name": cluster.name, "nameNormalized": _normalized(cluster.name), "server": cluster.server,
+                "project": cluster.project,
+                "metadata": {"labels": dict(cluster.labels), "annotations": dict(cluster.annotations)}}
+            values = nested if self.go else flatten(nested)
+            self._values(body, values, where)
+            out.append(Params(values, origin=f"cluster {cluster.name}"))
+        return out
+
+    def _values(self, body: Mapping[str, Any], values: dict[str, Any], where: str) -> None:
+        """`values`: extra parameters, themselves templated with the generator's parameters."""
+        extra = body.get("values") or {}
+        if not extra:
+            return
+        try:
+            rendered = {str(k): self.renderer.value(v, values, f"{where}.values.{k}") for k, v in extra.items()}
+        except TemplateError as exc:
+            raise GeneratorError(str(exc)) from None
+        if self.go:
+            values["values"] = rendered
+        else:
+            values.update({f"values.{k}": v for k, v in flatten(rendered).items()})
+
+    # -- git ----------------------------------------------------------------------------------------
+
+    def _git(self, body: Mapping[str, Any], where: str) -> list[Params]:
+        url, revision = str(body.get("repoURL", "")), str(body.get("revision") or "HEAD")
+        sha, root = self.sources.checkout(url, revision)
+        prefix = str(body.get("pathParamPrefix") or "")
+        out = []
+        if body.get("directories"):
+            for path in _match(_directories(root), body["directories"]):
+                params = self._path_params(path, prefix, file=False)
+                self._values(body, params, where)
+                out.append(Params(params, origin=f"git directory {path} at {sha[:12]}"))
+            return out
+        for path in _match(_files(root), body.get("files") or []):
+            for index, content in enumerate(_file_contents(root, path, where)):
+                params = dict(content) if self.go else flatten(content)
+                params.update(self._path_params(str(Path(path).parent.as_posix()), prefix, file=path))
+                self._values(body, params, where)
+                suffix = f" item {index}" if index else ""
+                out.append(Params(params, origin=f"git file {path}{suffix} at {sha[:12]}"))
+        return out
+
+    def _path_params(self, path: str, prefix: str, file: str | bool) -> dict[str, Any]:
+        segments = [] if path in ("", ".") else path.split("/")
+        base = segments[-1] if segments else ""
+        nested: dict[str, Any] = {"path": path if segments else ".", "basename": base,
+                                  "basenameNormalized": _normalized(base), "segments": segments}
+        if isinstance(file, str):
+            name = file.rsplit("/", 1)[-1]
+            nested |= {"filename": name, "filenameNormalized": _normalized(name)}
+        if self.go:
+            return {prefix: {"path": nested}} if prefix else {"path": nested}
+        key = f"{prefix}.path" if prefix else "path"
+        flat: dict[str, Any] = {key: nested["path"], f"{key}.basename": base,
+                                f"{key}.basenameNormalized": nested["basenameNormalized"]}
+        if isinstance(file, str):
+            flat |= {f"{key}.filename": nested["filename"], f"{key}.filenameNormalized": nested["filenameNormalized"]}
+        flat.update({f"{key}[{i}]": s for i, s in enumerate(segments)})
+        return flat
+
+    # -- matrix and merge ---------------------------------------------------------------------------
+
+    def _matrix(self, body: Mapping[str, Any], where: str) -> list[Params]:
+        first, second = body["generators"][0], body["generators"][1]
+        out = []
+        for left in self.run(first, f"{where}.generators[0]"):
+            try:
+                interpolated = self.renderer.value(second, left.values, f"{where}.generators[1]")
+            except TemplateError as exc:
+                raise GeneratorError(str(exc)) from None
+            for right in self.run(interpolated, f"{where}.generators[1]"):
+                values = merge(left.values, right.values) if self.go else {**left.values, **right.values}
+                template = merge(left.template or {}, right.template or {}) or None
+                out.append(Params(values, template, f"{left.origin} x {right.origin}"))
+                if len(out) > MAX_PARAMS:
+                    raise GeneratorError(f"{where}: more than {MAX_PARAMS} parameter sets")
+        return out
+
+    def _merge(self, body: Mapping[str, Any], where: str) -> list[Params]:
+        keys = [str(k) for k in body.get("mergeKeys") or []]
+        sets = [self.run(g, f"{where}.generators[{i}]") for i, g in enumerate(body["generators"])]
+        base = list(sets[0])
+
+        def key_of(params: Params) -> tuple[str, ...] | None:
+            flat = flatten(params.values) if self.go else params.values
+            if any(k not in flat for k in keys):
+                return None
+            return tuple(str(flat[k]) for k in keys)
+
+        for later in sets[1:]:
+            by_key: dict[tuple[str, ...], Params] = {}
+            for params in later:
+                found = key_of(params)
+                if found is not None:
+                    by_key.setdefault(found, params)
+            for index, params in enumerate(base):
+                match = by_key.get(key_of(params) or ("\0",))
+                if match is not None:
+                    values = merge(params.values, match.values) if self.go else {**params.values, **match.values}
+                    base[index] = Params(values, merge(params.template or {}, match.template or {}) or None,
+                                         f"{params.origin} + {match.origin}")
+        return base
+
+    # -- pull requests ------------------------------------------------------------------------------
+
+    def _pullrequest(self, body: Mapping[str, Any], where: str) -> list[Params]:
+        github = body.get("github") or {}
+        ref = github.get("tokenRef")
+        token_ref = (str(ref["secretName"]), str(ref["key"])) if isinstance(ref, Mapping) else None
+        pulls = self.sources.pull_requests(str(github["owner"]), str(github["repo"]), str(github.get("api") or ""),
+                                           token_ref, tuple(github.get("labels") or ()))
+        out = []
+        for pr in sorted(pulls, key=lambda p: p.number):
+            nested: dict[str, Any] = {
+                "number": str(pr.number), "branch": pr.branch, "branch_slug": _slug(pr.branch),
+                "target_branch": pr.target_branch, "target_branch_slug": _slug(pr.target_branch),
+                "head_sha": pr.head_sha, "head_short_sha": pr.head_sha[:8], "head_short_sha_7": pr.head_sha[:7],
+                "author": pr.author}
+            if self.go:
+                nested["labels"] = list(pr.labels)
+            out.append(Params(nested, origin=f"pull request #{pr.number}"))
+        return out
+
+
+def _normalized(text: str) -> str:
+    """Argo CD's `basenameNormalized`/`nameNormalized`: lowercase, anything but [a-z0-9-.] becomes '-'."""
+    return re.sub(r"[^a-z0-9-.]", "-", text.lower())
+
+
+def _slug(text: str) -> str:
+    """Argo CD's branch slug: lowercase alphanumerics and '-', at most 50 characters."""
+    value = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return value[:50].rstrip("-")
+
+
+def _match(paths: list[str], entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Paths matching an including entry and no excluding one (Argo CD: excludes win)."""
+    include = [compile_glob(str(e["path"]), separator="/", globstar=True) for e in entries if not e.get("exclude")]
+    exclude = [compile_glob(str(e["path"]), separator="/", globstar=True) for e in entries if e.get("exclude")]
+    return [p for p in paths if any(r.fullmatch(p) for r in include) and not any(r.fullmatch(p) for r in exclude)]
+
+
+def _directories(root: Path) -> list[str]:
+    out = []
+    for folder, dirs, _ in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != ".git")
+        for name in dirs:
+            full = Path(folder) / name
+            if not full.is_symlink():
+                out.append(full.relative_to(root).as_posix())
+        if len(out) > 50_000:
+            raise GeneratorError("git: more than 50,000 directories in the repository")
+    return sorted(out)
+
+
+def _files(root: Path) -> list[str]:
+    out: list[str] = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != ".git")
+        out.extend((Path(folder) / n).relative_to(root).as_posix() for n in names
+                   if not (Path(folder) / n).is_symlink())
+        if len(out) > 100_000:
+            raise GeneratorError("git: more than 100,000 files in the repository")
+    return sorted(out)
+
+
+def _file_contents(root: Path, path: str, where: str) -> list[dict[str, Any]]:
+    """The parameter sets of one git file: a mapping, or each mapping of a list (JSON or YAML)."""
+    full = root / path
+    size = full.stat().st_size
+    out: list[dict[str, Any]]
+    if size > limits.current().file_bytes:
+        raise GeneratorError(f"{where}.files: {path}: larger than {limits.current().file_bytes} bytes")
+    try:
+        text = full.read_text(encoding="utf-8")
+        limits.check_yaml(text, path)
+        loaded = yaml.load(text, Loader=limits.SafeLoader)  # noqa: S506 - JSON is YAML; a SafeLoader subclass
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise GeneratorError(f"{where}.files: {path}: not JSON or YAML ({type(exc).__name__})") from None
+    except ValueError as exc:
+        raise GeneratorError(f"{where}.files: {path}: {exc}") from None
+    items = loaded if isinstance(loaded, list) else [loaded]
+    if not all(isinstance(i, dict) for i in items):
+        raise GeneratorError(f"{where}.files: {path}: expected a mapping or a list of mappings")
+    out = [dict(i) for i in items]
+    return out

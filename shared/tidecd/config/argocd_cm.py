@@ -1,0 +1,346 @@
+"""Argo CD's settings objects in a config source: `argocd-cm`, `argocd-rbac-cm` and the rest.
+
+People bring their Argo CD install directory as it is, and it holds these ConfigMaps (and `argocd-secret`).
+They are recognised by name, never "unsupported object": the parts tidecd honours are read into one frozen
+`ArgoSettings` (see `tidecd.config.argocd_settings`), everything else becomes one notice line (reported once per
+load, not per app per tick), saying why it is not honoured. A malformed honoured setting is a problem
+naming the file, the ConfigMap and the key; it never stops the apps.
+
+`argocd-secret` and `argocd-notifications-secret` are recognised and never read: no value of theirs is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from tidecd.base import limits
+from tidecd.base.errors import LimitExceeded
+from tidecd.config.argocd_settings import ArgoSettings, IgnoreRule, ResourceFilter, gk_key
+from tidecd.config.schema import parse_duration, type_name
+
+ARGOCD_CM = "argocd-cm"
+CONFIG_MAPS: Mapping[str, str] = MappingProxyType({
+    ARGOCD_CM: "",  # read key by key below
+    "argocd-rbac-cm": "Argo CD's RBAC for its own users is not used: tidecd's api has a read-write and a "
+                      "read-only bearer token (TIDECD_API_TOKEN, TIDECD_API_READONLY_TOKEN)",
+    "argocd-cmd-params-cm": "flags of Argo CD's own components (controller, repo-server, server); tidecd's "
+                            "functions are configured by environment variables (README)",
+    "argocd-notifications-cm": "Argo CD notifications templates and triggers are not read: tidecd's "
+                               "notifications are configured by a notifications Secret (README)",
+    "argocd-ssh-known-hosts-cm": "tidecd fetches git over HTTPS; SSH known hosts are not used",
+    "argocd-tls-certs-cm": "custom TLS certificates for repositories are not implemented by tidecd",
+    "argocd-gpg-keys-cm": "GnuPG commit verification is not implemented by tidecd (see AppProject "
+                          "signatureKeys)",
+})
+SECRETS: Mapping[str, str] = MappingProxyType({
+    "argocd-secret": "not read (tidecd's secrets come from its environment: TIDECD_WEBHOOK_SECRET, "
+                     "TIDECD_API_TOKEN, sealing keys); a plain Secret should not be committed to git",
+    "argocd-notifications-secret": "not read (tidecd's notifications are configured by a notifications "
+                                   "Secret, README)",
+})
+
+# argocd-cm keys tidecd reads; every other key gets a notice with the first matching reason below.
+HONOURED_KEYS = ("resource.customizations", "resource.exclusions", "resource.inclusions",
+                 "timeout.reconciliation", "timeout.reconciliation.jitter")
+HONOURED_PREFIXES = ("resource.customizations.health.", "resource.customizations.useOpenLibs.",
+                     "resource.customizations.ignoreDifferences.")
+_UI = "Argo CD's web UI, SSO and accounts: tidecd's dashboard and api use bearer tokens"
+_TRACKING = "tidecd writes its own ownership marks, never Argo CD's (README, Ownership)"
+NOT_HONOURED: tuple[tuple[str, str], ...] = (
+    ("resource.customizations.actions.", "resource actions are not implemented by tidecd"),
+    ("resource.customizations.ignoreResourceUpdates.", "tidecd keeps no watch cache: nothing to skip"),
+    ("resource.ignoreResourceUpdatesEnabled", "tidecd keeps no watch cache: nothing to skip"),
+    ("resource.customizations.knownTypeFields.", "tidecd diffs through a server-side dry-run, which knows "
+                                                 "every field's type"),
+    ("resource.manifest.", "tidecd keeps no cluster cache to compress"),
+    ("resource.compareoptions", "not implemented by tidecd (status is never compared)"),
+    ("resource.respectRBAC", "tidecd reads only the objects it manages"),
+    ("resource.selectors", "tidecd reads only the objects it manages"),
+    ("resource.sensitive.mask.annotations", "not implemented by tidecd (Secret data is always masked)"),
+    ("resource.customLabels", _UI), ("resource.includeEventLabelKeys", "tidecd writes no Kubernetes events"),
+    ("resource.excludeEventLabelKeys", "tidecd writes no Kubernetes events"),
+    ("application.instanceLabelKey", _TRACKING), ("application.resourceTrackingMethod", _TRACKING),
+    ("installationID", _TRACKING),
+    ("kustomize.enable", "tidecd always renders kustomize"),
+    ("kustomize.", "kustomize build options, versions and paths are not implemented by tidecd"),
+    ("jsonnet.enable", "tidecd always renders jsonnet"), ("helm.enable", "tidecd always renders helm"),
+    ("helm.valuesFileSchemes", "tidecd reads helm value files from the source's checkout only"),
+    ("timeout.hard.reconciliation", "not implemented by tidecd (the poll and webhooks refresh apps)"),
+    ("webhook.", "tidecd's webhook function has its own limits and no jitter"),
+    ("application.sync.", "sync impersonation and revision-sync privileges are not implemented by tidecd"),
+    ("commit.", "the source hydrator is not implemented by tidecd"),
+    ("sourceHydrator.", "the source hydrator is not implemented by tidecd"),
+    ("cluster.inClusterEnabled", "tidecd's in-cluster destination is the KUBECONFIG of the functions"),
+    ("repositories", "repositories are (sealed) Secrets labelled argocd.argoproj.io/secret-type in tidecd"),
+    ("repository.credentials", "repositories are (sealed) Secrets labelled argocd.argoproj.io/secret-type"),
+    ("globalProjects", "not implemented by tidecd"),
+    ("statusbadge.", "status badges are not implemented by tidecd"),
+    ("application.links", _UI), ("project.links", _UI), ("resource.links", _UI),
+    ("application.allowedNodeLabels", _UI), ("extension.", _UI), ("exec.", _UI), ("server.", _UI),
+    ("ui.", _UI), ("help.", _UI), ("ga.", _UI), ("users.", _UI), ("passwordPattern", _UI), ("dex.", _UI),
+    ("oidc.", _UI), ("admin.", _UI), ("accounts.", _UI), ("url", _UI), ("additionalUrls", _UI),
+)
+
+
+HONOURED_WHAT: Mapping[str, str] = MappingProxyType({
+    "resource.customizations": "the block form: `health.lua`, `health.lua.useOpenLibs` and `ignoreDifferences` "
+                               "per group/Kind (split keys win, as in Argo CD)",
+    "resource.customizations.health.<group>_<Kind>": "Lua health checks (tidecd.health runs them)",
+    "resource.customizations.useOpenLibs.<group>_<Kind>": "Lua standard libraries for that health check",
+    "resource.customizations.ignoreDifferences.<group>_<Kind>": "fields left out of every app's diff "
+                                                                "(jsonPointers, jqPathExpressions, "
+                                                                "managedFieldsManagers); `all` for every kind",
+    "resource.exclusions": "kinds tidecd neither syncs nor prunes (globs over apiGroups, kinds, clusters)",
+    "resource.inclusions": "only these kinds are synced and pruned",
+    "timeout.reconciliation": "how often the poll's drift sweep re-compares an automated app (0: never)",
+    "timeout.reconciliation.jitter": "spreads those sweeps per app",
+})
+
+
+def table_rows() -> list[tuple[str, str, str]]:
+    """(key, status, reason) of argocd-cm for the README: what is read, and every not-honoured key family."""
+    from tidecd.config.fields import IGNORED, NOT_IMPLEMENTED, SUPPORTED
+
+    rows = [(key, SUPPORTED, what) for key, what in HONOURED_WHAT.items()]
+    for prefix, reason in NOT_HONOURED:
+        status = NOT_IMPLEMENTED if "not implemented" in reason else IGNORED
+        rows.append((prefix + ("*" if prefix.endswith(".") else ""), status, reason))
+    rows += [(f"ConfigMap/{name}", IGNORED, why) for name, why in CONFIG_MAPS.items() if why]
+    rows += [(f"Secret/{name}", IGNORED, why) for name, why in SECRETS.items()]
+    return rows
+
+
+README_BEGIN = "<!-- argocd-fields:begin (generated: scripts/argocd_fields.py --readme) -->"
+README_END = "<!-- argocd-fields:end -->"
+
+
+def readme_block() -> str:
+    """The README's field tables (Application, AppProject, argocd-cm), checked by a unit test."""
+    from tidecd.config import argocd_fields
+    from tidecd.config import fields as config_fields
+
+    cm = ["| argocd-cm key | tidecd | why |", "|---|---|---|"]
+    cm += [f"| `{key}` | {status} | {reason} |" for key, status, reason in table_rows()]
+    parts = [README_BEGIN,
+             f"Generated from Argo CD {argocd_fields.ARGOCD_VERSION}'s CRDs (every `spec` field; `spec.sources[]` has "
+             "the fields of `spec.source`). *ignored*: accepted, no effect; *not implemented*: the app (or the "
+             "project's apps) is set aside with \"Argo CD field X is not implemented by tidecd\" unless the field "
+             "holds its default value. A field Argo CD does not have is an \"unknown field\".",
+             "", "<details><summary>Application</summary>", "", config_fields.markdown_table("Application"), "",
+             "</details>", "", "<details><summary>AppProject</summary>", "",
+             config_fields.markdown_table("AppProject"), "", "</details>", "",
+             "<details><summary>argocd-cm and the other settings objects</summary>", "", "\n".join(cm), "",
+             "</details>", README_END]
+    return "\n".join(parts)
+
+
+def recognised(doc: Any) -> str:
+    """`ConfigMap/argocd-cm` (the object's label) when `doc` is one of Argo CD's settings objects, else ""."""
+    if not isinstance(doc, dict) or doc.get("apiVersion") != "v1" or doc.get("kind") not in ("ConfigMap", "Secret"):
+        return ""
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    known = CONFIG_MAPS if doc["kind"] == "ConfigMap" else SECRETS
+    return f"{doc['kind']}/{name}" if isinstance(name, str) and name in known else ""
+
+
+def _reason(key: str) -> str:
+    for prefix, reason in NOT_HONOURED:
+        if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
+            return reason
+    return "not a setting tidecd knows"
+
+
+def honoured(key: str) -> bool:
+    return key in HONOURED_KEYS or key.startswith(HONOURED_PREFIXES)
+
+
+def read(objects: Iterable[tuple[Any, str]], problems: list[str]) -> ArgoSettings:
+    """The settings of the recognised objects (`(document, origin file)` pairs); problems are appended."""
+    notices: list[str] = []
+    argocd_cm: tuple[Mapping[str, Any], str] | None = None
+    for doc, origin in objects:
+        label = recognised(doc)
+        name = label.partition("/")[2]
+        if label.startswith("Secret/"):
+            notices.append(f"{origin}: {label}: {SECRETS[name]}")
+        elif name != ARGOCD_CM:
+            count = len(doc.get("data") or {}) if isinstance(doc.get("data"), dict) else 0
+            notices.append(f"{origin}: {label}: {count} setting(s) not honoured: {CONFIG_MAPS[name]}")
+        elif argocd_cm is not None:
+            problems.append(f"{origin}: {label}: defined more than once (also in {argocd_cm[1]}); "
+                            "only the first is read")
+        else:
+            data = doc.get("data")
+            if data is not None and not isinstance(data, dict):
+                problems.append(f"{origin}: {label}: data: expected a mapping, got {type_name(data)}")
+                data = {}
+            argocd_cm = (data or {}, origin)
+    if argocd_cm is None:
+        return ArgoSettings(notices=tuple(notices))
+    return _read_argocd_cm(argocd_cm[0], argocd_cm[1], notices, problems)
+
+
+class _Reader:
+    def __init__(self, origin: str, problems: list[str]) -> None:
+        self.origin, self.problems = origin, problems
+
+    def error(self, key: str, message: str) -> None:
+        self.problems.append(f"{self.origin}: ConfigMap/{ARGOCD_CM}: data.{key}: {message}")
+
+    def yaml(self, key: str, text: str) -> Any:
+        try:
+            limits.check_yaml(text, f"{self.origin}: data.{key}")
+            return yaml.load(text, Loader=limits.SafeLoader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError as exc:
+            line = getattr(getattr(exc, "problem_mark", None), "line", -1) + 1
+            self.error(key, f"YAML syntax error{f' on line {line}' if line > 0 else ''}")
+        except LimitExceeded as exc:
+            self.error(key, str(exc))
+        return None
+
+    def texts(self, key: str, value: Any, field: str) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            self.error(key, f"{field}: expected a list of strings")
+            return ()
+        return tuple(value)
+
+
+def _read_argocd_cm(data: Mapping[str, Any], origin: str, notices: list[str],
+                    problems: list[str]) -> ArgoSettings:
+    reader = _Reader(origin, problems)
+    health: dict[str, str] = {}
+    open_libs: set[str] = set()
+    ignores: dict[str, IgnoreRule] = {}
+    values: dict[str, str] = {}
+    for key, value in data.items():
+        if not isinstance(value, str):
+            reader.error(str(key), f"expected a string, got {type_name(value)}")
+        elif honoured(str(key)):
+            values[str(key)] = value
+        else:
+            notices.append(f"{origin}: ConfigMap/{ARGOCD_CM}: {key}: not honoured by tidecd: {_reason(str(key))}")
+    if "resource.customizations" in values:  # the block form first: split keys win, as in Argo CD
+        _block_form(reader, values["resource.customizations"], health, open_libs, ignores)
+    for key, value in sorted(values.items()):
+        kind, _, group_kind = key.removeprefix("resource.customizations.").partition(".")
+        if not key.startswith(HONOURED_PREFIXES):
+            continue
+        gk = _split_key(reader, key, group_kind)
+        if gk is None:
+            continue
+        if kind == "health":
+            health[gk] = value
+        elif kind == "useOpenLibs":
+            if value.strip().lower() == "true":
+                open_libs.add(gk)
+        elif (rule := _ignore_rule(reader, key, reader.yaml(key, value))) is not None:
+            ignores[gk] = rule
+    return ArgoSettings(
+        health_lua=MappingProxyType(health), health_lua_open_libs=frozenset(open_libs),
+        ignore_differences=MappingProxyType(ignores),
+        exclusions=_filters(reader, "resource.exclusions", values.get("resource.exclusions")),
+        inclusions=_filters(reader, "resource.inclusions", values.get("resource.inclusions")),
+        reconciliation_timeout=_seconds(reader, "timeout.reconciliation", values.get("timeout.reconciliation")),
+        reconciliation_jitter=_seconds(reader, "timeout.reconciliation.jitter",
+                                       values.get("timeout.reconciliation.jitter")),
+        notices=tuple(notices), origin=origin)
+
+
+def _split_key(reader: _Reader, key: str, group_kind: str) -> str | None:
+    """`<group>_<Kind>` or `<Kind>` (core group) → `"group/Kind"`; `all` stays `all` (ignoreDifferences)."""
+    if group_kind == "all" and key.startswith("resource.customizations.ignoreDifferences."):
+        return "all"
+    parts = group_kind.split("_")
+    if len(parts) == 2 and all(parts):
+        return gk_key(parts[0], parts[1])
+    if len(parts) == 1 and group_kind:
+        return gk_key("", group_kind)
+    reader.error(key, "expected resource.customizations.<type>.<group>_<Kind> (or .<Kind> for the core group)")
+    return None
+
+
+def _block_form(reader: _Reader, text: str, health: dict[str, str], open_libs: set[str],
+                ignores: dict[str, IgnoreRule]) -> None:
+    key = "resource.customizations"
+    block = reader.yaml(key, text)
+    if block is None:
+        return
+    if not isinstance(block, dict):
+        reader.error(key, f"expected a mapping of group/Kind to customizations, got {type_name(block)}")
+        return
+    for name, override in block.items():
+        where = f"{key}.{name}"
+        if not isinstance(name, str) or not isinstance(override, dict):
+            reader.error(where, "expected a mapping (health.lua, ignoreDifferences, ...)")
+            continue
+        gk = name if "/" in name else gk_key("", name)
+        if isinstance(script := override.get("health.lua"), str):
+            health[gk] = script
+        if override.get("health.lua.useOpenLibs") is True:
+            open_libs.add(gk)
+        diff = override.get("ignoreDifferences")
+        if isinstance(diff, str):
+            diff = reader.yaml(f"{where}.ignoreDifferences", diff)
+        if diff is not None and (rule := _ignore_rule(reader, f"{where}.ignoreDifferences", diff)) is not None:
+            ignores[gk] = rule
+
+
+def _ignore_rule(reader: _Reader, key: str, value: Any) -> IgnoreRule | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        reader.error(key, f"expected a mapping (jsonPointers, jqPathExpressions, managedFieldsManagers), "
+                          f"got {type_name(value)}")
+        return None
+    pointers = reader.texts(key, value.get("jsonPointers"), "jsonPointers")
+    for pointer in pointers:
+        if not pointer.startswith("/"):
+            reader.error(key, f"jsonPointers: {pointer!r} is not a JSON pointer (must start with '/')")
+    expressions = reader.texts(key, value.get("jqPathExpressions"), "jqPathExpressions")
+    if expressions:
+        from tidecd.base.jqpaths import compile_path
+
+        for expression in expressions:
+            try:
+                compile_path(expression)
+            except ValueError as exc:
+                reader.error(key, f"jqPathExpressions: {exc}")
+    return IgnoreRule(json_pointers=pointers, jq_path_expressions=expressions,
+                      managed_fields_managers=reader.texts(key, value.get("managedFieldsManagers"),
+                                                           "managedFieldsManagers"))
+
+
+def _filters(reader: _Reader, key: str, text: str | None) -> tuple[ResourceFilter, ...]:
+    if text is None:
+        return ()
+    entries = reader.yaml(key, text)
+    if entries is None:
+        return ()
+    if not isinstance(entries, list):
+        reader.error(key, f"expected a list of {{apiGroups, kinds, clusters}}, got {type_name(entries)}")
+        return ()
+    out = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            reader.error(f"{key}[{i}]", f"expected a mapping, got {type_name(entry)}")
+            continue
+        out.append(ResourceFilter(api_groups=reader.texts(f"{key}[{i}]", entry.get("apiGroups"), "apiGroups"),
+                                  kinds=reader.texts(f"{key}[{i}]", entry.get("kinds"), "kinds"),
+                                  clusters=reader.texts(f"{key}[{i}]", entry.get("clusters"), "clusters")))
+    return tuple(out)
+
+
+def _seconds(reader: _Reader, key: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    seconds = parse_duration(text)
+    if seconds is None:
+        reader.error(key, f'{text!r} is not a duration such as "180s" or "3m"')
+    return seconds

@@ -1,0 +1,1 @@
+"""Applications that other objects define: app-of-apps children and ApplicationSet records."""

@@ -1,0 +1,252 @@
+"""Applications tidecd generates: from ApplicationSets and from app-of-apps parents, joined to the config.
+
+Both owners keep what they generated in one record each in the object store:
+
+    state/generated/applicationset-<name>.json   written by the ApplicationSet refresh (poll, webhook)
+    state/generated/application-<parent>.json    written by the parent's sync (its Application objects)
+
+    {"owner": "ApplicationSet/<name>", "apps": {"<app>": {"doc": {...Application...}, "generator": "...",
+     "deleting": false}}, "projects": {"<name>": {...AppProject...}}, "errors": [...], ...}
+
+`merge` reads the records into a loaded `Config`: every document is validated like a written one (errors
+set aside that app only, naming the owner and the generator), an app may not shadow a written app or
+project, and a child of an app of apps must stay within its parent's project (its source repository and
+destination must be allowed there too: a child never widens what its parent may do).
+
+Removal, as Argo CD's finalizer does it: an app no longer generated (or whose owner is gone) with the
+`resources-finalizer.argocd.argoproj.io` finalizer (and, for ApplicationSets, without
+`preserveResourcesOnDeletion`) stays in the config as *deleting*: it renders nothing and prunes what it
+owns, through the ordinary engine (reverse waves, no waiting), and once nothing is left its record entry
+is dropped (`forget`). Without the finalizer it leaves the config at once and its objects are left alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tidecd.base.constants import ARGO_VERSION
+from tidecd.base.errors import TidecdError
+from tidecd.clients.store import ObjectStore, PreconditionFailed, read_json, write_json
+from tidecd.config.model import Application, AppProject, Config, SyncPolicy
+from tidecd.config.schema import PARSERS, Errors, Node
+
+PREFIX = "state/generated/"
+FINALIZERS = ("resources-finalizer.argocd.argoproj.io", "resources-finalizer.argocd.argoproj.io/background",
+              "resources-finalizer.argocd.argoproj.io/foreground")
+ANNOTATION_DELETING = "tidecd.io/deleting"
+MAX_DEPTH = 5  # app of apps of apps ...
+ATTEMPTS = 8
+
+
+def record_key(owner: str) -> str:
+    kind, _, name = owner.partition("/")
+    return f"{PREFIX}{kind.lower()}-{name}.json"
+
+
+def owner_kind(owner: str) -> str:
+    return owner.partition("/")[0]
+
+
+def owner_name(owner: str) -> str:
+    return owner.partition("/")[2]
+
+
+def cascades(doc: Mapping[str, Any]) -> bool:
+    """Whether removing this Application deletes its objects (Argo CD's resources finalizer)."""
+    finalizers = (doc.get("metadata") or {}).get("finalizers") or []
+    return any(f in FINALIZERS for f in finalizers if isinstance(f, str))
+
+
+def load_records(store: ObjectStore) -> dict[str, dict[str, Any]]:
+    """Every record by owner (one list call, one read per owner)."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in sorted(store.list(PREFIX)):
+        if not key.endswith(".json"):
+            continue
+        found = read_json(store, key)
+        if found is None or not isinstance(found[0], dict) or not isinstance(found[0].get("owner"), str):
+            continue
+        out[found[0]["owner"]] = found[0]
+    return out
+
+
+def update(store: ObjectStore, owner: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> bool:
+    """Read-modify-write of one record with a generation precondition; `change` returns the new record, or
+    None for "no change"; an empty record (no apps, no projects, no errors) is deleted. True if written."""
+    key = record_key(owner)
+    for _ in range(ATTEMPTS):
+        found = read_json(store, key)
+        current, generation = (found if found is not None else ({"owner": owner, "apps": {}}, 0))
+        if not isinstance(current, dict):
+            current = {"owner": owner, "apps": {}}
+        new = change(dict(current))
+        if new is None or new == current:
+            return False
+        new["owner"] = owner
+        try:
+            if not new.get("apps") and not new.get("projects") and not new.get("errors"):
+                if generation:
+                    store.delete(key, if_generation_match=generation)
+                return True
+            write_json(store, key, new, if_generation_match=generation)
+            return True
+        except PreconditionFailed:
+            continue
+    raise PreconditionFailed(f"{key}: kept changing")
+
+
+def forget(store: ObjectStore, owner: str, app: str) -> None:
+    """Drop a deleted app's entry (its objects are gone)."""
+
+    def change(record: dict[str, Any]) -> dict[str, Any] | None:
+        apps = dict(record.get("apps") or {})
+        if app not in apps:
+            return None
+        del apps[app]
+        return {**record, "apps": apps}
+
+    update(store, owner, change)
+
+
+# --------------------------------------------------------------------------------------------------
+# Joining the records to a loaded config
+
+
+def merge(base: Config, records: Mapping[str, Mapping[str, Any]]) -> Config:
+    """A new Config: `base` plus every generated app and project (see the module docstring)."""
+    config = dataclasses.replace(
+        base, applications=dict(base.applications), projects=dict(base.projects), invalid=dict(base.invalid),
+        problems=list(base.problems), owners=dict(base.owners), deleting=set(base.deleting))
+    written_apps, written_projects = set(base.applications) | set(base.invalid), set(base.projects)
+    pending = dict(records)
+    for _ in range(MAX_DEPTH):  # a child's own children join once the child is in
+        progressed = False
+        for owner in sorted(pending):
+            if not _owner_known(config, owner) and not _owner_gone(config, owner, pending):
+                continue
+            _merge_record(config, pending.pop(owner), owner, written_apps, written_projects)
+            progressed = True
+        if not progressed:
+            break
+    for owner, record in sorted(pending.items()):  # an owner set aside itself: keep its apps set aside too
+        for name in sorted(record.get("apps") or {}):
+            if name not in written_apps:
+                config.invalid.setdefault(name, f"{owner} is set aside, so is what it generated")
+    return config
+
+
+def _owner_known(config: Config, owner: str) -> bool:
+    name = owner_name(owner)
+    if owner_kind(owner) == "ApplicationSet":
+        return name in config.appsets
+    return name in config.applications
+
+
+def _owner_gone(config: Config, owner: str, pending: Mapping[str, Any]) -> bool:
+    """The owner is neither defined nor set aside (nor still to come from another record): its apps go."""
+    name = owner_name(owner)
+    if owner_kind(owner) == "ApplicationSet":
+        return name not in config.invalid_appsets
+    if name in config.invalid:
+        return False
+    return not any(name in (r.get("apps") or {}) for r in pending.values())
+
+
+def _merge_record(config: Config, record: Mapping[str, Any], owner: str, written_apps: set[str],
+                  written_projects: set[str]) -> None:
+    gone = not _owner_known(config, owner)
+    appset = config.appsets.get(owner_name(owner)) if owner_kind(owner) == "ApplicationSet" else None
+    preserve = bool(getattr(appset, "preserve_resources_on_deletion", False))
+    parent = config.applications.get(owner_name(owner)) if owner_kind(owner) == "Application" else None
+    config.problems.extend(str(e) for e in record.get("errors") or [])
+    for name, doc in sorted((record.get("projects") or {}).items()):
+        if gone:
+            break
+        project = _parse(doc, f"{owner} manifests", "AppProject", config)
+        if project is None:
+            continue
+        if not isinstance(project, AppProject) or name in written_projects or name in config.projects:
+            config.problems.append(f"{owner} manifests: AppProject/{name}: metadata.name: a project of that name "
+                                   "is already defined; the generated one is ignored")
+            continue
+        config.projects[name] = project
+    for name, entry in sorted((record.get("apps") or {}).items()):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("doc"), Mapping):
+            continue
+        origin = f"{owner} ({entry.get('generator') or 'generated'})"
+        if name in written_apps or name in config.applications:
+            config.problems.append(f"{origin}: Application/{name}: metadata.name: an app of that name is already "
+                                   "defined; the generated one is ignored")
+            continue
+        deleting = bool(entry.get("deleting")) or gone
+        if deleting and (preserve or not cascades(entry["doc"])):
+            continue  # leaves at once; its objects are left alone (no finalizer)
+        problems: list[str] = []
+        app = _parse(entry["doc"], origin, "Application", config, problems)
+        if not isinstance(app, Application):
+            config.invalid[name] = "; ".join(problems) or f"{origin}: Application/{name}: invalid"
+            continue
+        if app.project not in config.projects:
+            config.invalid[name] = (f"{origin}: Application/{name}: spec.project: project {app.project!r} is not "
+                                    "defined in the config source")
+            continue
+        if parent is not None and not deleting and (violations := _widens(config, parent, app)):
+            config.invalid[name] = f"{origin}: Application/{name}: " + "; ".join(violations)
+            continue
+        if deleting:
+            app = _deleting(app)
+            config.deleting.add(name)
+        config.applications[name] = app
+        config.owners[name] = owner
+
+
+def _parse(doc: Any, origin: str, kind: str, config: Config, problems: list[str] | None = None) -> Any:
+    if not isinstance(doc, Mapping) or (doc.get("apiVersion"), doc.get("kind")) != (ARGO_VERSION, kind):
+        if problems is not None:
+            problems.append(f"{origin}: expected an {ARGO_VERSION} {kind}")
+        return None
+    errors: list[str] = []
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    item = PARSERS[(ARGO_VERSION, kind)](Node(dict(doc), "", Errors(origin, f"{kind}/{name}", errors)))
+    if errors:
+        if problems is not None:
+            problems.extend(errors)
+        else:
+            config.problems.extend(errors)
+        return None
+    return item
+
+
+def _widens(config: Config, parent: Application, child: Application) -> list[str]:
+    """What a child of an app of apps does that its parent's project does not allow."""
+    from tidecd.project import rules
+
+    scope = config.projects.get(parent.project)
+    if scope is None:
+        return [f"spec.project: the parent's project {parent.project!r} is not defined"]
+    found = [f"{p} (the parent {parent.name}'s project {scope.name!r} does not allow it)"
+             for p in rules.check_source(scope, child) + rules.check_destination(scope, child.destination)]
+    return found
+
+
+def _deleting(app: Application) -> Application:
+    """A generated app being removed: it renders nothing and prunes everything it owns, automatically."""
+    policy = SyncPolicy(automated=True, prune=True, self_heal=False, allow_empty=True,
+                        sync_options=app.sync_policy.sync_options, retry=app.sync_policy.retry)
+    return dataclasses.replace(app, sync_policy=policy,
+                               annotations=(*app.annotations, (ANNOTATION_DELETING, "true")))
+
+
+def is_deleting(app: Application) -> bool:
+    return app.annotation(ANNOTATION_DELETING) == "true"
+
+
+def safe_load_records(store: ObjectStore, problems: list[str]) -> dict[str, dict[str, Any]]:
+    try:
+        return load_records(store)
+    except TidecdError as exc:
+        problems.append(f"{PREFIX}: cannot read generated apps: {exc}")
+        return {}

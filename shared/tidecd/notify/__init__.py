@@ -1,0 +1,1 @@
+"""What happened, told to the people who asked: events from state changes, delivered per service."""

@@ -1,0 +1,477 @@
+"""Notifications in Argo CD Notifications' vocabulary, and the GitHub write-back of every operation.
+
+Two halves, as the design card says (record stage → events → notify):
+
+1. `events(seen, state)` is pure: given what was already notified for an app (`Seen`, the "previous
+   state") and its new state, the events due now. Each trigger fires once per operation or transition,
+   never once per reconcile:
+       on-sync-running         an operation (not a dry run) exists: once per operation id
+       on-sync-succeeded       its phase is Succeeded: once per operation id
+       on-sync-failed          its phase is Failed or Error: once per operation id
+       on-deployed             it Succeeded and the app is Healthy: once per revision (Argo CD's oncePer)
+       on-health-degraded      health became Degraded (fires again only after it was something else)
+       on-sync-status-unknown  sync status became Unknown (likewise)
+2. `after_step(runtime, outcome)` delivers at the edge, after the reconcile step recorded its state: the
+   GitHub write-back (commit status `tidecd/<app>` pending → success/failure on the operation's revision,
+   and optional Deployments), then every subscription the Application's annotations declare:
+       notifications.argoproj.io/subscribe.<trigger>.<service>: <recipient>[;<recipient>...]
+   Services: `github` (a commit status on the event's revision; context = the recipient, default
+   `tidecd/<app>/<trigger>`), `webhook` (JSON POST signed with HMAC SHA-256 in `X-Tidecd-Signature:
+   sha256=<hex>`), `slack` (an incoming-webhook payload), `pubsub` (a message on a topic). Targets are
+   named in a Secret labelled `argocd.argoproj.io/secret-type: notifications` (sealed in the config
+   source): `webhook.<name>.url`, `webhook.<name>.secret`, `slack.<name>.url`, `pubsub.<name>.topic`; an
+   empty recipient means the target named `default`; a pubsub recipient may also be a topic path
+   (`projects/P/topics/T`).
+
+What was notified, the deliveries still to retry and a log of recent deliveries live in the object store
+at `notifications/<app>.json` (written under the app's lease). A failed delivery is retried on later
+steps with backoff (`RETRY_DELAYS`), at most `MAX_ATTEMPTS` times, then recorded as given up. Nothing here
+raises into a sync, and deliveries of one step stop after `DELIVERY_BUDGET` seconds (the rest wait for the
+next step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import structlog
+
+from tidecd.base.constants import (
+    ANNOTATION_GITHUB_DEPLOYMENT,
+    LABEL_SECRET_TYPE,
+    NOTIFICATIONS_SUBSCRIBE_PREFIX,
+    SECRET_TYPE_NOTIFICATIONS,
+)
+from tidecd.base.errors import SecretError, TemporaryError
+from tidecd.base.model import HealthStatus, SyncStatus
+from tidecd.clients import github as gh
+from tidecd.clients import metrics
+from tidecd.clients.secrets import decode_value
+from tidecd.clients.store import read_json, write_json
+from tidecd.state.app import AppState, OperationPhase
+
+if TYPE_CHECKING:
+    from tidecd.config.model import Application
+    from tidecd.runtime import Runtime
+    from tidecd.step.reconcile import Outcome
+
+log = structlog.get_logger("tidecd.notify.deliver")
+
+TRIGGERS = ("on-sync-running", "on-sync-succeeded", "on-sync-failed", "on-deployed", "on-health-degraded",
+            "on-sync-status-unknown")
+SERVICES = ("github", "webhook", "slack", "pubsub")
+RECORD_PREFIX = "notifications/"
+MAX_ATTEMPTS = 5
+RETRY_DELAYS = (10.0, 30.0, 90.0, 270.0)  # after attempt 1, 2, 3, 4
+DELIVERY_BUDGET = 10.0
+HTTP_TIMEOUT = 5.0
+LOG_LIMIT = 50
+SIGNATURE_HEADER = "X-Tidecd-Signature"
+
+
+# --- events (pure) ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Event:
+    trigger: str
+    app: str
+    key: str  # what it fires once per: an operation id, a revision, a transition
+    revision: str = ""
+    operation_id: str = ""
+    phase: str = ""
+    message: str = ""
+    sync_status: str = ""
+    health: str = ""
+    at: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Event:
+        return cls(**{f.name: str(data.get(f.name, "")) for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What was already notified for an app: per trigger the last key it fired for, and the last observed
+    health and sync status (for the transition triggers)."""
+
+    fired: Mapping[str, str] = field(default_factory=dict)
+    health: str = ""
+    sync_status: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fired": dict(self.fired), "health": self.health, "sync_status": self.sync_status}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Seen:
+        if not isinstance(data, Mapping):
+            return cls()
+        fired = data.get("fired") if isinstance(data.get("fired"), Mapping) else {}
+        return cls({str(k): str(v) for k, v in (fired or {}).items()}, str(data.get("health", "")),
+                   str(data.get("sync_status", "")))
+
+
+def events(seen: Seen, state: AppState, now: str = "") -> tuple[list[Event], Seen]:
+    """The events due for `state` given what was notified (`seen`), and the new `seen`. Pure."""
+    fired = dict(seen.fired)
+    out: list[Event] = []
+    op = state.operation
+
+    def fire(trigger: str, key: str) -> None:
+        if key and fired.get(trigger) != key:
+            fired[trigger] = key
+            out.append(Event(trigger, state.app, key, op.revision if op else state.revision, op.id if op else "",
+                             op.phase.value if op else "", (op.message if op else "") or state.health_message,
+                             state.sync_status.value, state.health.value, now))
+
+    if op is not None and op.id and not op.dry_run:
+        fire("on-sync-running", op.id)  # also when it finished within one step: it did run
+        if op.phase is OperationPhase.SUCCEEDED:
+            fire("on-sync-succeeded", op.id)
+            if state.health is HealthStatus.HEALTHY:
+                fire("on-deployed", op.revision or op.id)
+        elif op.phase in (OperationPhase.FAILED, OperationPhase.ERROR):
+            fire("on-sync-failed", op.id)
+    health, sync = state.health.value, state.sync_status.value
+    if health == HealthStatus.DEGRADED.value and seen.health != health:
+        fire("on-health-degraded", f"{state.revision[:12]}@{now or time.time()}")
+    if sync == SyncStatus.UNKNOWN.value and seen.sync_status != sync:
+        fire("on-sync-status-unknown", f"{state.revision[:12]}@{now or time.time()}")
+    return out, Seen(fired, health, sync)
+
+
+# --- subscriptions ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Subscription:
+    trigger: str
+    service: str
+    recipient: str  # "" for the service's default target
+
+
+def subscriptions(annotations: Mapping[str, str]) -> tuple[list[Subscription], list[str]]:
+    """The Application's subscriptions and an error per malformed annotation (naming it)."""
+    subs: list[Subscription] = []
+    errors: list[str] = []
+    for name, value in sorted(annotations.items()):
+        if not name.startswith(NOTIFICATIONS_SUBSCRIBE_PREFIX):
+            continue
+        rest = name[len(NOTIFICATIONS_SUBSCRIBE_PREFIX):]
+        trigger, _, service = rest.partition(".")
+        if trigger not in TRIGGERS:
+            errors.append(f"annotation {name}: unknown trigger {trigger!r}; expected one of {', '.join(TRIGGERS)}")
+            continue
+        if service not in SERVICES:
+            errors.append(f"annotation {name}: unknown service {service!r}; expected one of {', '.join(SERVICES)}")
+            continue
+        recipients = [r.strip() for r in str(value).split(";") if r.strip()] or [""]
+        subs.extend(Subscription(trigger, service, r) for r in recipients)
+    return subs, errors
+
+
+# --- delivery --------------------------------------------------------------------------------------------
+
+
+class DeliveryFailed(TemporaryError):
+    """One delivery did not go through (the message is safe to record: no URL, key or body); it is retried
+    with backoff up to MAX_ATTEMPTS."""
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The notification targets of the installation (from the notifications Secret), values never logged."""
+
+    fields: Mapping[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"Targets({len(self.fields)} fields)"
+
+    def get(self, service: str, recipient: str, name: str) -> str:
+        return self.fields.get(f"{service}.{recipient or 'default'}.{name}", "")
+
+
+def targets_from_secrets(secrets: Iterable[Mapping[str, Any]]) -> Targets:
+    found: dict[str, str] = {}
+    for secret in secrets:
+        labels = (secret.get("metadata") or {}).get("labels") or {}
+        if labels.get(LABEL_SECRET_TYPE) != SECRET_TYPE_NOTIFICATIONS:
+            continue
+        for key, value in (secret.get("data") or {}).items():
+            try:
+                found[str(key)] = decode_value(str(value), f"notifications secret: data.{key}").decode()
+            except (SecretError, UnicodeDecodeError):
+                log.warning("notifications secret field is not base64 text", field=key)
+        found.update({str(k): str(v) for k, v in (secret.get("stringData") or {}).items()})
+    return Targets(found)
+
+
+class Publisher(Protocol):
+    def publish(self, topic: str, data: bytes, attributes: Mapping[str, str]) -> None: ...
+
+
+class PubSubPublisher:
+    """google-cloud-pubsub (honours PUBSUB_EMULATOR_HOST)."""
+
+    def __init__(self) -> None:
+        self._client: Any = None
+
+    def publish(self, topic: str, data: bytes, attributes: Mapping[str, str]) -> None:
+        from google.cloud import pubsub_v1
+
+        if self._client is None:
+            self._client = pubsub_v1.PublisherClient()
+        self._client.publish(topic, data, **dict(attributes)).result(timeout=HTTP_TIMEOUT * 2)
+
+
+@dataclass
+class Context:
+    """What delivery needs from the installation (built from a Runtime, or directly in tests)."""
+
+    targets: Targets
+    github: gh.GitHub | None = None
+    api_url: str = gh.DEFAULT_API_URL
+    public_url: str = ""
+    publisher: Publisher = field(default_factory=PubSubPublisher)
+    post: Callable[..., Any] | None = None  # requests.post by default
+
+    def app_url(self, app: str) -> str:
+        return f"{self.public_url.rstrip('/')}/ui/apps/{app}" if self.public_url else ""
+
+
+def payload(event: Event, app_url: str) -> dict[str, Any]:
+    return {**event.to_json(), "url": app_url, "source": "tidecd"}
+
+
+def sign(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def deliver(ctx: Context, app: Application, event: Event, sub: Subscription) -> str:
+    """Send one notification; raises DeliveryFailed. Returns a short detail for the record."""
+    body = json.dumps(payload(event, ctx.app_url(event.app)), sort_keys=True).encode()
+    if sub.service == "webhook":
+        url, key = ctx.targets.get("webhook", sub.recipient, "url"), ctx.targets.get("webhook", sub.recipient, "secret")
+        if not url:
+            raise DeliveryFailed(f"no webhook target {sub.recipient or 'default'!r} in the notifications Secret")
+        headers = {"Content-Type": "application/json", "X-Tidecd-Event": event.trigger,
+                   "X-Tidecd-Delivery": delivery_id(event, sub)}
+        if key:
+            headers[SIGNATURE_HEADER] = sign(key, body)
+        _http(ctx, url, body, headers)
+        return "posted"
+    if sub.service == "slack":
+        url = ctx.targets.get("slack", sub.recipient, "url")
+        if not url:
+            raise DeliveryFailed(f"no slack target {sub.recipient or 'default'!r} in the notifications Secret")
+        _http(ctx, url, json.dumps(slack_message(event, ctx.app_url(event.app))).encode(),
+              {"Content-Type": "application/json"})
+        return "posted"
+    if sub.service == "pubsub":
+        topic = _topic(ctx, sub.recipient)
+        try:
+            ctx.publisher.publish(topic, body, {"app": event.app, "trigger": event.trigger,
+                                                "delivery": delivery_id(event, sub)})
+        except Exception as exc:  # noqa: BLE001 - google's errors, translated
+            raise DeliveryFailed(f"pubsub publish to {topic} failed: {type(exc).__name__}") from exc
+        return f"published to {topic}"
+    return _github_service(ctx, app, event, sub)
+
+
+def _topic(ctx: Context, recipient: str) -> str:
+    topic = ctx.targets.get("pubsub", recipient, "topic") or recipient
+    if "/topics/" not in topic:
+        project = os.environ.get("GOOGLE_CLOUD_PROJECT", "")
+        if not topic or not project:
+            raise DeliveryFailed(f"pubsub recipient {recipient!r}: name a topic (projects/P/topics/T) or a "
+                                 "target in the notifications Secret")
+        topic = f"projects/{project}/topics/{topic}"
+    return topic
+
+
+def _http(ctx: Context, url: str, body: bytes, headers: dict[str, str]) -> None:
+    import requests
+
+    post = ctx.post or requests.post
+    try:
+        answer = post(url, data=body, headers=headers, timeout=HTTP_TIMEOUT)
+    except requests.RequestException as exc:
+        raise DeliveryFailed(f"target unreachable: {type(exc).__name__}") from exc
+    if not 200 <= answer.status_code < 300:
+        raise DeliveryFailed(f"target answered {answer.status_code}")
+
+
+def slack_message(event: Event, app_url: str) -> dict[str, Any]:
+    color = {"on-sync-succeeded": "#18be52", "on-deployed": "#18be52", "on-sync-running": "#0dadea"}.get(
+        event.trigger, "#e96d76")
+    title = f"{event.app}: {event.trigger.removeprefix('on-').replace('-', ' ')}"
+    fields = [{"title": "Revision", "value": event.revision[:12], "short": True},
+              {"title": "Sync", "value": event.sync_status, "short": True},
+              {"title": "Health", "value": event.health, "short": True}]
+    return {"text": f"{title}{f' ({app_url})' if app_url else ''}",
+            "attachments": [{"color": color, "title": title, "title_link": app_url or None,
+                             "text": gh.cut(event.message, 3000), "fields": fields}]}
+
+
+_STATUS_OF = {"on-sync-running": "pending", "on-sync-succeeded": "success", "on-deployed": "success",
+              "on-sync-failed": "failure", "on-health-degraded": "failure", "on-sync-status-unknown": "error"}
+
+
+def _github_service(ctx: Context, app: Application, event: Event, sub: Subscription) -> str:
+    repo = gh.repo_of(app.source.repo_url, ctx.api_url)
+    if ctx.github is None or repo is None or not event.revision:
+        raise DeliveryFailed("github service: no github Secret, the repo is not on GitHub, or no revision")
+    context = sub.recipient or f"tidecd/{event.app}/{event.trigger}"
+    result = ctx.github.status(repo, event.revision, _STATUS_OF[event.trigger], context,
+                               event.message or event.trigger, ctx.app_url(event.app))
+    if result.result in ("error", "backoff"):
+        raise DeliveryFailed(f"github: {result.result}: {result.detail}")
+    return f"github {result.result}"
+
+
+def delivery_id(event: Event, sub: Subscription) -> str:
+    text = "\0".join((event.app, event.trigger, event.key, sub.service, sub.recipient))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+# --- GitHub write-back of operations (always on for apps on GitHub) --------------------------------------
+
+_OP_STATUS = {"on-sync-running": ("pending", "in_progress"), "on-sync-succeeded": ("success", "success"),
+              "on-sync-failed": ("failure", "failure")}
+
+
+def write_back(ctx: Context, app: Application, event: Event, record: dict[str, Any]) -> list[gh.Delivery]:
+    """Commit status `tidecd/<app>` and (with the annotation) a Deployment, for an operation event."""
+    repo = gh.repo_of(app.source.repo_url, ctx.api_url)
+    if ctx.github is None or repo is None or event.trigger not in _OP_STATUS or not event.revision:
+        return []
+    state, deployment_state = _OP_STATUS[event.trigger]
+    phase = event.phase if event.trigger != "on-sync-running" else "Running"
+    description = f"{phase}: {event.message}" if event.message else f"sync {phase.lower()}"
+    done = [ctx.github.status(repo, event.revision, state, f"tidecd/{event.app}", description,
+                              ctx.app_url(event.app))]
+    environment = app.annotation(ANNOTATION_GITHUB_DEPLOYMENT).strip()
+    if environment:
+        done.append(ctx.github.deployment(repo, event.revision, environment, deployment_state, description,
+                                          ctx.app_url(event.app), ctx.app_url(event.app)))
+        previous = record.get("deployed") if isinstance(record.get("deployed"), dict) else None
+        if deployment_state == "success" and done[-1].ok:
+            if previous and previous.get("sha") != event.revision and previous.get("environment") == environment:
+                done.append(ctx.github.deployment(repo, str(previous["sha"]), environment, "inactive",
+                                                  f"superseded by {event.revision[:12]}"))
+            record["deployed"] = {"sha": event.revision, "environment": environment, "id": done[1].value}
+    return done
+
+
+# --- the edge: called once per reconcile step ------------------------------------------------------------
+
+
+def record_key(app: str) -> str:
+    return f"{RECORD_PREFIX}{app}.json"
+
+
+def after_step(runtime: Runtime, outcome: Outcome, *, ctx: Context | None = None) -> Outcome:
+    """Deliver what the step's new state makes due; never raises, never blocks the sync beyond the budget.
+
+    Returns the outcome, with `continue_after` shortened when a failed delivery is due for a retry."""
+    metrics.RECONCILES.labels(result="skipped" if outcome.skipped else
+                              "continuing" if outcome.continue_after is not None else "done").inc()
+    if outcome.state is None or outcome.skipped:
+        return outcome
+    try:
+        retry_in = notify_state(runtime, outcome.state, ctx=ctx)
+    except Exception as exc:  # noqa: BLE001 - notifications never fail a sync
+        log.warning("notifications failed", app=outcome.app, error=type(exc).__name__, detail=str(exc)[:200])
+        return outcome
+    if retry_in is None:
+        return outcome
+    current = outcome.continue_after
+    return dataclasses.replace(outcome, continue_after=retry_in if current is None else min(current, retry_in))
+
+
+def context_for(runtime: Runtime) -> Context:
+    secrets = runtime.secrets()
+    api_url = runtime.settings.github_api_url or gh.DEFAULT_API_URL
+    return Context(targets=targets_from_secrets(secrets), github=gh.client_for(secrets, runtime.store, api_url),
+                   api_url=api_url, public_url=runtime.settings.public_url)
+
+
+def notify_state(runtime: Runtime, state: AppState, *, ctx: Context | None = None,
+                 clock: Callable[[], float] = time.time) -> float | None:
+    """Compute, deliver and record; returns seconds until the next retry is due (None: nothing pending)."""
+    app = runtime.app(state.app)
+    store = runtime.store
+    found = read_json(store, record_key(state.app))
+    record: dict[str, Any] = found[0] if found and isinstance(found[0], dict) else {}
+    generation = found[1] if found else 0
+    seen = Seen.from_json(record.get("seen"))
+    due, new_seen = events(seen, state, _iso(clock()))
+    subs, errors = subscriptions(dict(app.annotations))
+    pending: list[dict[str, Any]] = [p for p in record.get("pending", []) if isinstance(p, dict)]
+    if not due and not pending and new_seen == seen:
+        return None
+    ctx = ctx or context_for(runtime)
+    deadline = time.monotonic() + DELIVERY_BUDGET
+    history: list[dict[str, Any]] = [h for h in record.get("log", []) if isinstance(h, dict)]
+    for error in errors:
+        log.warning("notification subscription invalid", app=state.app, error=error)
+    for event in due:
+        if event.trigger in ("on-sync-running", "on-sync-succeeded", "on-sync-failed"):
+            metrics.OPERATIONS.labels(phase="Running" if event.trigger == "on-sync-running" else event.phase).inc()
+        if event.trigger in ("on-sync-succeeded", "on-sync-failed"):
+            metrics.SYNCS.labels(result=event.phase).inc()
+            metrics.bump_totals(store, {f"syncs_{event.phase.lower()}": 1})
+        for delivery in write_back(ctx, app, event, record):
+            history.append({"id": "", "trigger": event.trigger, "service": "github-status", "recipient": "",
+                            "result": delivery.result, "detail": delivery.detail or delivery.what, "attempts": 1,
+                            "at": event.at})
+        for sub in subs:
+            if sub.trigger == event.trigger:
+                pending.append({"event": event.to_json(), "service": sub.service, "recipient": sub.recipient,
+                                "attempts": 0, "next_at": 0.0})
+    still: list[dict[str, Any]] = []
+    now = clock()
+    for item in pending:
+        if float(item.get("next_at", 0.0)) > now or time.monotonic() > deadline:
+            still.append(item)
+            continue
+        event = Event.from_json(item.get("event") or {})
+        sub = Subscription(event.trigger, str(item.get("service")), str(item.get("recipient", "")))
+        attempts = int(item.get("attempts", 0)) + 1
+        entry = {"id": delivery_id(event, sub), "trigger": event.trigger, "service": sub.service,
+                 "recipient": sub.recipient, "attempts": attempts, "at": _iso(clock())}
+        try:
+            entry |= {"result": "sent", "detail": deliver(ctx, app, event, sub)}
+        except DeliveryFailed as exc:
+            gave_up = attempts >= MAX_ATTEMPTS
+            entry |= {"result": "gave up" if gave_up else "failed", "detail": str(exc)}
+            if not gave_up:
+                delay = RETRY_DELAYS[min(attempts, len(RETRY_DELAYS)) - 1]
+                still.append(item | {"attempts": attempts, "next_at": clock() + delay})
+        except Exception as exc:  # noqa: BLE001 - a broken service never stops the others
+            entry |= {"result": "failed", "detail": type(exc).__name__}
+            still.append(item | {"attempts": attempts, "next_at": clock() + RETRY_DELAYS[0]})
+        metrics.NOTIFICATIONS.labels(service=sub.service, trigger=event.trigger, result=entry["result"]).inc()
+        log.info("notification delivery", app=state.app, trigger=event.trigger, service=sub.service,
+                 result=entry["result"], attempts=attempts, detail=entry["detail"])
+        history.append(entry)
+    record |= {"seen": new_seen.to_json(), "pending": still, "log": history[-LOG_LIMIT:], "errors": errors}
+    write_json(store, record_key(state.app), record, if_generation_match=generation)
+    if not still:
+        return None
+    return max(0.5, min(float(p.get("next_at", 0.0)) for p in still) - clock())
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))

@@ -1,0 +1,1 @@
+"""The AppProject's features: its rules for sources and destinations, sync windows, orphaned resources."""

@@ -1,0 +1,1 @@
+"""One reconcile step for one app, under its lease: observe, decide, execute, record, then return."""

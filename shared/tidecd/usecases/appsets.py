@@ -1,0 +1,322 @@
+"""The ApplicationSet refresh (a use case beside the image updater): evaluate every ApplicationSet of the
+config and record what it generates.
+
+Run by each poll tick (before the tick groups apps by repository, so an app generated for a directory
+pushed since the last tick is refreshed in the same tick), by the webhook (a push to a repository an
+ApplicationSet reads; a `pull_request` event for a pull-request generator) and by the api. One record per
+ApplicationSet (`tidecd.generated.records`); `applicationsSync` decides what may be created, updated and deleted.
+An ApplicationSet whose generator fails keeps what it generated before, with its error recorded; a
+pull-request generator is asked again only after `requeueAfterSeconds` (default 30 min) unless a webhook
+event forces it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER
+from tidecd.base.errors import TidecdError
+from tidecd.config.appset.expand import Expansion, apply_policy, expand
+from tidecd.config.appset.generators import ClusterInfo, GeneratorError, PullRequest
+from tidecd.config.appset.model import ApplicationSet
+from tidecd.config.load import normalize_repo_url, redact_repo_url
+from tidecd.generated import records as generated
+
+if TYPE_CHECKING:
+    from tidecd.runtime import Runtime
+
+log = structlog.get_logger("tidecd.config.appset")
+LsRemote = Callable[[str, Any], dict[str, str]]
+PR_REQUEUE_DEFAULT = 1800.0
+
+
+@dataclass
+class RefreshSummary:
+    evaluated: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)  # ApplicationSets whose generated apps changed
+    created: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class RuntimeSources:
+    """`generators.Sources` from a Runtime: git snapshots through the object store, the config's cluster
+    Secrets, GitHub through PyGithub. Checkouts live until `close()`."""
+
+    def __init__(self, runtime: Runtime, ls_remote: LsRemote | None = None) -> None:
+        from tidecd import source as git
+
+        self.runtime = runtime
+        self.ls_remote: LsRemote = ls_remote or git.ls_remote
+        self._tmp = tempfile.TemporaryDirectory(prefix="tidecd-appset-")
+        self._checkouts: dict[tuple[str, str], tuple[str, Path]] = {}
+        self.used_repos: set[str] = set()
+        self.inputs: dict[str, str] = {}  # "repoURL#revision" → commit, of the evaluation running now
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+
+    def checkout(self, repo_url: str, revision: str) -> tuple[str, Path]:
+        from tidecd import source as git
+
+        self.used_repos.add(normalize_repo_url(repo_url))
+        try:
+            sha = self.resolve(repo_url, revision)
+            creds = self.runtime.repo_credentials(repo_url)
+            key = (normalize_repo_url(repo_url), sha)
+            if key not in self._checkouts:
+                root = Path(self._tmp.name) / f"repo-{len(self._checkouts)}"
+                root.mkdir()
+                git.Snapshots(self.runtime.store).checkout(repo_url, sha, root, creds)
+                self._checkouts[key] = (sha, root)
+            return self._checkouts[key]
+        except TidecdError as exc:
+            raise GeneratorError(f"git: repository {redact_repo_url(repo_url)} at {revision}: {exc}") from None
+
+    def resolve(self, repo_url: str, revision: str) -> str:
+        """The commit `revision` names now (one ls-remote per repository per refresh); recorded as an input."""
+        from tidecd import source as git
+
+        creds = self.runtime.repo_credentials(repo_url)
+        sha = git.resolve_revision(self.ls_remote(repo_url, creds), revision, repo_url)
+        self.inputs[f"{repo_url}#{revision}"] = sha
+        return sha
+
+    def clusters(self) -> list[ClusterInfo]:
+        from tidecd.clients.secrets import text_fields
+
+        out = []
+        try:
+            secrets = self.runtime.secrets()
+        except TidecdError as exc:
+            raise GeneratorError(f"clusters: the cluster Secrets cannot be read: {exc}") from None
+        for secret in secrets:
+            meta = secret.get("metadata") or {}
+            labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+            if labels.get(LABEL_SECRET_TYPE) != SECRET_TYPE_CLUSTER:
+                continue
+            fields = text_fields(secret, f"cluster secret {meta.get('name', '?')}")
+            annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+            out.append(ClusterInfo(name=fields.get("name", "") or str(meta.get("name", "")),
+                                   server=fields.get("server", ""), labels=labels, annotations=annotations,
+                                   project=fields.get("project", "")))
+        return out
+
+    def pull_requests(self, owner: str, repo: str, api: str, token_ref: tuple[str, str] | None,
+                      labels: Sequence[str]) -> list[PullRequest]:
+        from tidecd.clients import github as gh
+
+        token = ""
+        base = (api or self.runtime.settings.github_api_url or gh.DEFAULT_API_URL).rstrip("/")
+        try:
+            secrets = self.runtime.secrets()
+            if token_ref is not None:
+                token = _secret_value(secrets, *token_ref)
+            else:
+                auth = gh.auth_from_secrets(secrets, base)
+                token = auth.token if auth is not None else ""
+        except TidecdError as exc:
+            raise GeneratorError(f"pullRequest: credentials: {exc}") from None
+        return list_pull_requests(base, owner, repo, token, labels)
+
+
+def _secret_value(secrets: list[dict[str, Any]], name: str, key: str) -> str:
+    from tidecd.clients.secrets import text_fields
+
+    for secret in secrets:
+        if (secret.get("metadata") or {}).get("name") == name:
+            value = text_fields(secret, f"Secret {name}").get(key)
+            if value:
+                return value.strip()
+            raise GeneratorError(f"pullRequest: tokenRef: Secret {name} has no key {key!r}")
+    raise GeneratorError(f"pullRequest: tokenRef: no Secret {name!r} in the config source")
+
+
+def list_pull_requests(api_url: str, owner: str, repo: str, token: str, labels: Sequence[str]) -> list[PullRequest]:
+    """Open pull requests of `owner/repo` through PyGithub, keeping those carrying every label in `labels`."""
+    import github
+    from github import Auth
+
+    from tidecd.clients.github import REQUEST_TIMEOUT, RateLimited, Rejected, Unavailable, _translated
+
+    client = github.Github(auth=Auth.Token(token) if token else None, base_url=api_url, retry=None,
+                           timeout=REQUEST_TIMEOUT, seconds_between_requests=None, seconds_between_writes=None,
+                           lazy=True)
+    out = []
+    try:
+        with _translated():
+            for pull in client.get_repo(f"{owner}/{repo}").get_pulls(state="open"):
+                names = tuple(label.name for label in pull.labels)
+                if all(label in names for label in labels):
+                    out.append(PullRequest(number=int(pull.number), branch=str(pull.head.ref),
+                                           target_branch=str(pull.base.ref), head_sha=str(pull.head.sha),
+                                           labels=names, author=str(pull.user.login) if pull.user else "",
+                                           title=str(pull.title or "")))
+                if len(out) >= 1000:
+                    break
+    except (Rejected, RateLimited, Unavailable) as exc:
+        raise GeneratorError(f"pullRequest: GitHub {owner}/{repo}: {exc}") from None
+    return out
+
+
+def _uses_pull_requests(gens: Iterable[dict[str, Any]]) -> bool:
+    for gen in gens:
+        if "pullRequest" in gen:
+            return True
+        for kind in ("matrix", "merge"):
+            if kind in gen and _uses_pull_requests((gen[kind] or {}).get("generators") or []):
+                return True
+    return False
+
+
+def _walk(gens: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+    for gen in gens:
+        yield gen
+        for kind in ("matrix", "merge"):
+            if isinstance(gen.get(kind), dict):
+                yield from _walk(gen[kind].get("generators") or [])
+
+
+def git_repos(appset: ApplicationSet) -> set[str]:
+    """The repositories the git generators of `appset` read (normalized; templated URLs left out)."""
+    return {normalize_repo_url(str(g["git"].get("repoURL", ""))) for g in _walk(appset.generators)
+            if isinstance(g.get("git"), dict) and "{{" not in str(g["git"].get("repoURL", ""))}
+
+
+def pull_request_repos(appset: ApplicationSet) -> set[str]:
+    """`owner/repo` (lowercase) of every pull-request generator of `appset`."""
+    out = set()
+    for gen in _walk(appset.generators):
+        github = (gen.get("pullRequest") or {}).get("github") if isinstance(gen.get("pullRequest"), dict) else None
+        if isinstance(github, dict):
+            out.add(f"{github.get('owner', '')}/{github.get('repo', '')}".lower())
+    return out
+
+
+def _requeue(gens: Iterable[dict[str, Any]]) -> float:
+    found = [float((g["pullRequest"] or {}).get("requeueAfterSeconds") or PR_REQUEUE_DEFAULT)
+             for g in gens if "pullRequest" in g]
+    return min(found) if found else PR_REQUEUE_DEFAULT
+
+
+def refresh(runtime: Runtime, *, only: set[str] | None = None, force_pull_requests: bool = False,
+            ls_remote: LsRemote | None = None, now: Callable[[], float] = time.time) -> RefreshSummary:
+    """Evaluate the ApplicationSets (all, or `only`) and record their apps; reloads the runtime's config
+    when anything changed."""
+    summary = RefreshSummary()
+    config = runtime.config()
+    try:
+        records = generated.load_records(runtime.store)
+    except TidecdError as exc:
+        summary.errors.append(f"{generated.PREFIX}: {exc}")
+        return summary
+    sources = RuntimeSources(runtime, ls_remote)
+    try:
+        for name in sorted(config.appsets):
+            if only is not None and name not in only:
+                continue
+            appset = config.appsets[name]
+            record = records.get(appset.label) or {}
+            if (_uses_pull_requests(appset.generators) and not force_pull_requests
+                    and record.get("specHash") == appset.spec_hash()
+                    and now() - float(record.get("evaluatedAt") or 0) < _requeue(appset.generators)):
+                continue
+            if _unchanged(appset, record, sources):
+                continue
+            summary.evaluated.append(name)
+            sources.inputs = {}
+            _one(runtime, appset, sources, now, summary)
+    finally:
+        sources.close()
+    if only is None:  # ApplicationSets removed from the config: what they generated goes (finalizers decide)
+        for owner in sorted(records):
+            if generated.owner_kind(owner) == "ApplicationSet" and generated.owner_name(owner) not in config.appsets \
+                    and generated.owner_name(owner) not in config.invalid_appsets:
+                _gone(runtime, owner, summary)
+    if summary.changed:
+        runtime.forget_config()
+    log.info("appsets refreshed", evaluated=len(summary.evaluated), changed=summary.changed,
+             created=summary.created, deleted=summary.deleted, errors=len(summary.errors))
+    return summary
+
+
+def _unchanged(appset: ApplicationSet, record: dict[str, Any], sources: RuntimeSources) -> bool:
+    """Nothing an evaluation reads has changed since the recorded one: same spec, every git revision it
+    read still resolves to the same commit (one ls-remote per repository, shared with the poll), no
+    failure recorded; cluster and pull-request generators are always evaluated (they are cheap to ask)."""
+    kinds = {k for g in _walk(appset.generators) for k in g}
+    if record.get("specHash") != appset.spec_hash() or record.get("failed") or kinds & {"clusters", "pullRequest"}:
+        return False
+    inputs = record.get("inputs")
+    if not isinstance(inputs, dict):
+        return False
+    try:
+        return all(sources.resolve(*key.rsplit("#", 1)) == sha for key, sha in inputs.items())
+    except TidecdError:
+        return False
+
+
+def _one(runtime: Runtime, appset: ApplicationSet, sources: RuntimeSources, now: Callable[[], float],
+         summary: RefreshSummary) -> None:
+    try:
+        expansion = expand(appset, sources)
+    except TidecdError as exc:
+        expansion = Expansion(errors=[f"{appset.origin}: {appset.label}: {exc}"], failed=True)
+    summary.errors.extend(expansion.errors)
+    created: list[str] = []
+    removed: list[str] = []
+
+    def change(record: dict[str, Any]) -> dict[str, Any]:
+        old = {n: e for n, e in (record.get("apps") or {}).items() if isinstance(e, dict)}
+        live_old = {n: e for n, e in old.items() if not e.get("deleting")}
+        new = {g.name: {"doc": g.doc, "generator": g.generator} for g in expansion.apps.values()}
+        gone: set[str] = set()
+        if expansion.failed:
+            kept = dict(old)
+        else:
+            kept, gone = apply_policy(appset.applications_sync, new, live_old)
+            for name, entry in old.items():  # still being deleted: keep until its objects are gone
+                if entry.get("deleting") and name not in kept:
+                    kept[name] = entry
+        for name in sorted(gone):
+            entry = old[name]
+            if generated.cascades(entry["doc"]) and not appset.preserve_resources_on_deletion:
+                kept[name] = {**entry, "deleting": True}
+            removed.append(name)
+        created.extend(sorted(n for n in kept if n not in live_old and not kept[n].get("deleting")))
+        out = {**record, "apps": kept, "errors": list(expansion.errors), "specHash": appset.spec_hash(),
+               "origin": appset.origin, "inputs": dict(sources.inputs), "failed": expansion.failed}
+        if _uses_pull_requests(appset.generators):
+            out["evaluatedAt"] = now()
+        return out
+
+    try:
+        if generated.update(runtime.store, appset.label, change):
+            summary.changed.append(appset.name)
+            summary.created.extend(created)
+            summary.deleted.extend(removed)
+    except TidecdError as exc:
+        summary.errors.append(f"{appset.label}: recording its apps: {exc}")
+
+
+def _gone(runtime: Runtime, owner: str, summary: RefreshSummary) -> None:
+    def change(record: dict[str, Any]) -> dict[str, Any]:
+        apps = {}
+        for name, entry in (record.get("apps") or {}).items():
+            if isinstance(entry, dict) and generated.cascades(entry.get("doc") or {}):
+                apps[name] = {**entry, "deleting": True}
+            summary.deleted.append(name)
+        return {**record, "apps": apps, "errors": []}
+
+    try:
+        if generated.update(runtime.store, owner, change):
+            summary.changed.append(generated.owner_name(owner))
+    except TidecdError as exc:
+        summary.errors.append(f"{owner}: {exc}")
