@@ -179,9 +179,9 @@ def test_pull_request_generator_through_pygithub_and_the_webhook(
     import json
 
     import yaml
-    from tidecd.usecases.appsets import refresh
 
     from tidecd.usecases import webhook
+    from tidecd.usecases.appsets import refresh
 
     event = copy.deepcopy(next(e for e in webhook_examples["pull_request"] if e["action"] == "opened"))
     owner, repo = event["repository"]["full_name"].split("/")

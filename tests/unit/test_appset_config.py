@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tidecd.usecases.appsets import refresh
 
 from tidecd.clients.store import LocalStore
 from tidecd.config.load import load_config
 from tidecd.generated import records as generated
 from tidecd.runtime import Runtime, Settings
+from tidecd.usecases.appsets import refresh
 
 APP = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": "written"},
        "spec": {"project": "default", "source": {"repoURL": "https://git.example/a", "path": "a"},
