@@ -13,7 +13,7 @@ from bench.fixtures import Installation, Repo, application, create_namespaces, f
 from bench.harness import Bench, Row, median, say, sh, spread, timed
 from bench.probes import Measured, measured_reconcile
 from tidecd.state import app as app_state
-from tidecd.step.reconcile import SyncRequest
+from tidecd.usecases.commands import SyncRequest
 
 GROUP = "diff"
 REPS = 3

@@ -36,7 +36,8 @@ LIMIT = 1.2
 NAMESPACES = ("bench-ops-blocking", "bench-ops-resumable", "bench-ops-short")
 BLOCKING_SCRIPT = """
 import json, sys, time
-from tidecd.step.reconcile import SyncRequest, reconcile
+from tidecd.step.reconcile import reconcile
+from tidecd.usecases.commands import SyncRequest
 from tidecd.runtime import Runtime
 start = time.perf_counter()
 outcome = reconcile(Runtime.from_env(), sys.argv[1], request=SyncRequest(), wave_timeout=900)
@@ -127,9 +128,9 @@ def _blocking(bench: Bench, repo: Repo, old_tree: Path) -> dict[str, Any]:
 
 def _resumable(bench: Bench, repo: Repo, namespace: str, budget: float) -> dict[str, Any]:
     from tidecd.state import app as app_state
-    from tidecd.step.reconcile import SyncRequest, start_operation
     from tidecd.triggers import dispatch
     from tidecd.triggers.scheduler import LocalScheduler
+    from tidecd.usecases.commands import SyncRequest, start_operation
 
     inst = Installation(bench.dir(f"operations/{namespace}"), bench.kubeconfig)
     app = namespace.removeprefix("bench-")

@@ -15,7 +15,8 @@ from tidecd.base.clock import SystemClock
 from tidecd.clients.cluster import KubeCluster
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
-from tidecd.step.reconcile import Outcome, SyncRequest, reconcile, start_operation
+from tidecd.step.reconcile import Outcome, reconcile
+from tidecd.usecases.commands import SyncRequest, start_operation
 
 
 @dataclass

@@ -40,7 +40,7 @@ from bench.fixtures import (
 from bench.harness import Bench, Row, median, say, sh, timed
 from bench.probes import Measured, NotSynced, measured_reconcile
 from tidecd.clients import tools
-from tidecd.step.reconcile import SyncRequest
+from tidecd.usecases.commands import SyncRequest
 
 GROUP = "sync"
 REPS = 3

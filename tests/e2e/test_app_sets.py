@@ -20,9 +20,9 @@ from tests.support.github_standin import GitHubStandIn
 from tidecd.base.model import ResourceKey
 from tidecd.generated import records as generated
 from tidecd.runtime import Runtime
-from tidecd.step.reconcile import SyncRequest, start_operation
 from tidecd.triggers.dispatch import DirectDispatcher, ManualDispatcher, Refresh
 from tidecd.triggers.scheduler import LocalScheduler
+from tidecd.usecases.commands import SyncRequest, start_operation
 from tidecd.usecases.poll import poll
 
 pytestmark = pytest.mark.e2e

@@ -17,8 +17,8 @@ from tests.support.charts import HelmRepo, package, write_chart
 from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_REPOSITORY
 from tidecd.clients.secrets import generate_key, seal_secret, write_key_pair
 from tidecd.state.app import AppState
-from tidecd.step.reconcile import SyncRequest
 from tidecd.triggers.dispatch import ManualDispatcher
+from tidecd.usecases.commands import SyncRequest
 from tidecd.usecases.poll import poll
 
 pytestmark = pytest.mark.e2e

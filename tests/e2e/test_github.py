@@ -187,7 +187,7 @@ def test_pull_request_preview_comment_upserted_and_forbidden_clusterrole_fails(
                  "spec": {"sourceRepos": ["*"], "destinations": [{"name": "*", "namespace": "*"}]}})
     hub.push({"app/cm.yaml": configmap("web", {"color": "blue"})})
     app = hub.application(project="team")
-    from tidecd.step.reconcile import SyncRequest
+    from tidecd.usecases.commands import SyncRequest
 
     hub.reconcile(request=SyncRequest(), runtime=hub.runtime(sealing_keys=str(sealing[1])))
     live = hub.live("ConfigMap", "web")

@@ -27,10 +27,10 @@ from tidecd.images import writeback
 from tidecd.images.annotations import PREFIX
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
-from tidecd.step.reconcile import SyncRequest
 from tidecd.triggers.dispatch import dispatcher_for
 from tidecd.usecases import api
 from tidecd.usecases import images as update
+from tidecd.usecases.commands import SyncRequest
 from tidecd_dev.devcluster import DevCluster, free_port
 from tidecd_dev.imageregistry import Registry, push_image
 

@@ -26,7 +26,8 @@ from tidecd.base.model import ResourceKey
 from tidecd.clients.store import LEASE_TTL, read_lease
 from tidecd.state import app as app_state
 from tidecd.state.app import OperationPhase, TaskPhase
-from tidecd.step.reconcile import SyncRequest, reconcile, start_operation
+from tidecd.step.reconcile import reconcile
+from tidecd.usecases.commands import SyncRequest, start_operation
 from tidecd_dev.devcluster import COMPLETE_AFTER, READY_AFTER
 
 WAVE = "argocd.argoproj.io/sync-wave"

@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.support.apps import GitOps, configmap, deployment
 from tidecd.base.model import ResourceKey
-from tidecd.step.reconcile import SyncRequest
+from tidecd.usecases.commands import SyncRequest
 
 
 def apply_as(gitops: GitOps, obj: dict[str, Any], manager: str) -> dict[str, Any]:

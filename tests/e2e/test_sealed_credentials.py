@@ -35,8 +35,8 @@ from tidecd.clients.cluster import KubeCluster
 from tidecd.clients.secrets import KeyPair, seal_secret
 from tidecd.runtime import Runtime
 from tidecd.state.app import AppState
-from tidecd.step.reconcile import SyncRequest
 from tidecd.usecases import api
+from tidecd.usecases.commands import SyncRequest
 from tidecd_dev.devcluster import DevCluster
 
 pytestmark = pytest.mark.e2e

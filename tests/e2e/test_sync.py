@@ -14,7 +14,7 @@ from tests.support.apps import GitOps, configmap, deployment, job, service
 from tidecd.base.model import Action
 from tidecd.clients.cluster import KubeCluster
 from tidecd.state.app import AppState
-from tidecd.step.reconcile import SyncRequest
+from tidecd.usecases.commands import SyncRequest
 
 WAVE = "argocd.argoproj.io/sync-wave"
 HOOK = "argocd.argoproj.io/hook"

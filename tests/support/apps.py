@@ -20,7 +20,8 @@ from tidecd.clients.cluster import KubeCluster
 from tidecd.clients.store import LocalStore
 from tidecd.runtime import Runtime, Settings
 from tidecd.state import app as app_state
-from tidecd.step.reconcile import Outcome, SyncRequest, reconcile, start_operation
+from tidecd.step.reconcile import Outcome, reconcile
+from tidecd.usecases.commands import SyncRequest, start_operation
 from tidecd_dev.devcluster import DevCluster
 
 

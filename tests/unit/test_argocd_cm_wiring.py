@@ -18,7 +18,8 @@ from tidecd.runtime import Runtime
 from tidecd.state.app import OperationPhase
 from tidecd.state.app import load as load_state
 from tidecd.step import reconcile as engine
-from tidecd.step.reconcile import SyncRequest, reconcile, start_operation
+from tidecd.step.reconcile import reconcile
+from tidecd.usecases.commands import SyncRequest, start_operation
 
 CM = ResourceKey("", "ConfigMap", "ns", "a")
 JOB = ResourceKey("batch", "Job", "ns", "migrate")

@@ -23,7 +23,8 @@ from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
 from tidecd.state.app import OperationPhase, TaskPhase
 from tidecd.step import reconcile as engine
-from tidecd.step.reconcile import Outcome, SyncRequest, reconcile, start_operation, terminate_operation
+from tidecd.step.reconcile import Outcome, reconcile
+from tidecd.usecases.commands import SyncRequest, start_operation, terminate_operation
 
 WAVE = "argocd.argoproj.io/sync-wave"
 HOOK = "argocd.argoproj.io/hook"

@@ -17,7 +17,7 @@ from tidecd.clients.store import MemoryStore
 from tidecd.config.load import AppProject, Config
 from tidecd.runtime import Runtime
 from tidecd.step import reconcile
-from tidecd.usecases import preview
+from tidecd.usecases import commands, preview
 from tidecd.usecases.webhook import pr_apps
 
 REPO = "octo/web"
@@ -90,7 +90,7 @@ def test_one_comment_per_pr_updated_on_push(github_standin: GitHubStandIn, webho
     patched(git)
     git.push([CONFIGMAP])
     assert reconcile.reconcile(runtime, "web").state is not None
-    reconcile.start_operation(runtime, "web", reconcile.SyncRequest())
+    commands.start_operation(runtime, "web", commands.SyncRequest())
     for _ in range(5):
         if reconcile.reconcile(runtime, "web").continue_after is None:
             break

@@ -19,6 +19,7 @@ from tidecd.state import app as app_state
 from tidecd.step import reconcile as engine
 from tidecd.step.reconcile import Outcome, reconcile
 from tidecd.sync.apply import with_ownership
+from tidecd.usecases import commands
 
 
 class Counting:
@@ -242,7 +243,7 @@ def test_a_running_operation_or_a_progressing_app_never_takes_the_fast_path(setu
     assert outcome.state is not None and outcome.state.health == "Healthy" and outcome.state.quiet
     assert reconcile(runtime, "app", clock=clock).unchanged
 
-    engine.start_operation(runtime, "app", engine.SyncRequest(initiated_by="test"))
+    commands.start_operation(runtime, "app", commands.SyncRequest(initiated_by="test"))
     assert not app_state.load(store, "app")[0].quiet
     outcome = reconcile(runtime, "app", clock=clock)  # an explicit sync runs in full ...
     assert not outcome.unchanged and outcome.state is not None and outcome.state.operation is not None

@@ -20,7 +20,8 @@ from tidecd.project import windows as syncwindows
 from tidecd.state.app import OperationPhase
 from tidecd.state.app import load as load_state
 from tidecd.step import reconcile as engine
-from tidecd.step.reconcile import SyncRequest, reconcile, start_operation
+from tidecd.step.reconcile import reconcile
+from tidecd.usecases.commands import SyncRequest, start_operation
 
 UTC = datetime.UTC
 # Tue 2026-12-01 14:30 UTC

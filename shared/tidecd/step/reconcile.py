@@ -37,12 +37,9 @@ from tidecd.base import constants, ownership
 from tidecd.base.clock import SYSTEM, Clock
 from tidecd.base.errors import (
     ClusterUnavailable,
-    NotFound,
-    OperationInProgress,
     PermanentError,
     ProjectViolation,
     RenderError,
-    SyncWindowClosed,
     TemporaryError,
 )
 from tidecd.base.model import (
@@ -71,6 +68,7 @@ from tidecd.runtime import Runtime
 from tidecd.source import charts, checkouts
 from tidecd.state import app as app_state
 from tidecd.state.app import CachedComparison, Operation, OperationPhase, TaskPhase, TaskResult
+from tidecd.step.operation import new_operation, policy_of, sync_window
 from tidecd.sync import decide as decision
 from tidecd.sync import options as syncoptions
 from tidecd.sync import plan
@@ -88,20 +86,6 @@ RACE_ATTEMPTS = 3
 MAX_STEP_ERRORS = 3  # temporary errors in a row a running operation survives after its first write
 HEALTH_FOLLOW_SECONDS = 600.0  # after a sync, refresh a Progressing app this long ...
 HEALTH_RECHECK_AFTER = 5.0  # ... this often
-
-
-@dataclass(frozen=True)
-class SyncRequest:
-    """An explicit sync (CLI, api, rollback); automated syncs are decided by the app's policy."""
-
-    prune: bool = False
-    dry_run: bool = False
-    resources: frozenset[ResourceKey] | None = None
-    revision: str = ""  # a sha from history (rollback); empty means the app's targetRevision
-    revisions: tuple[str, ...] = ()  # multi-source: each source's revision from history (rollback), in order
-    rollback: bool = False
-    initiated_by: str = ""  # "api", "cli", "automated", "rollback", a user name...
-    history_id: int = 0  # the history entry a rollback goes back to
 
 
 @dataclass(frozen=True)
@@ -143,79 +127,6 @@ def reconcile(runtime: Runtime, name: str, *, reason: str = "", budget: float = 
                        continue_after=1.0)
     finally:
         keeper.close()
-
-
-def start_operation(runtime: Runtime, name: str, request: SyncRequest) -> str:
-    """Record a new Running operation (generation precondition) and return its id; does not run it.
-
-    Raises OperationInProgress when one is running, NotFound for an unknown app (creating nothing)."""
-    app = runtime.app(name)
-    _check_sync_window(runtime, app, manual=True)
-    while True:
-        current, generation = app_state.load(runtime.store, name)
-        if current.operation is not None and current.operation.running:
-            raise OperationInProgress(name, current.operation.id)
-        op = new_operation(app, request)
-        current.operation = op
-        try:
-            app_state.save(runtime.store, current, if_generation_match=generation)
-        except PreconditionFailed:
-            continue
-        log.info("operation started", app=name, operation=op.id, initiated_by=op.initiated_by)
-        entry = next((h for h in current.history if h.id == request.history_id), None)
-        images_state.on_operation_started(runtime.store, app, rollback=request.rollback, revision=request.revision,
-                                          dry_run=request.dry_run, deployed_at=entry.deployed_at if entry else "",
-                                          deployed_by=entry.operation_id if entry else "")
-        return op.id
-
-
-def _check_sync_window(runtime: Runtime, app: Application, *, manual: bool, now: float | None = None) -> str:
-    """The project's syncWindows (`tidecd.project.windows`): raises SyncWindowClosed for a blocked manual sync;
-    for an automated one returns why it is blocked ("" when it may start)."""
-    project = runtime.config().projects.get(app.project)
-    if project is None or not project.sync_windows:
-        return ""
-    when = datetime.datetime.fromtimestamp(now, datetime.UTC) if now is not None else None
-    verdict = syncwindows.can_sync(project, app.name, app.destination, manual=manual, now=when)
-    if verdict.allowed:
-        return ""
-    if manual:
-        raise SyncWindowClosed(f"app {app.name!r}: {verdict.message}")
-    return verdict.message
-
-
-def new_operation(app: Application, request: SyncRequest, *, automated: bool = False,
-                  retry_count: int = 0, revision: str = "") -> Operation:
-    source: dict[str, Any] = {"repoURL": app.source.repo_url, "path": app.source.path,
-                              "targetRevision": app.source.target_revision}
-    pinned = app_state.joined(request.revisions) if request.revisions else request.revision  # each source's
-    if pinned:
-        source["revision"] = pinned
-    revisions = list(request.revisions) or app_state.split_revisions(pinned or revision)
-    return Operation(
-        id=uuid.uuid4().hex[:16], revision=pinned or revision, revisions=revisions if app.sources else [],
-        started_at=app_state.now_iso(),
-        initiated_by=request.initiated_by or ("automated" if automated else "user"), source=source,
-        automated=automated, dry_run=request.dry_run, prune=request.prune,
-        only=None if request.resources is None else [k.to_dict() for k in sorted(request.resources)],
-        rollback=request.rollback, retry_count=retry_count, step="waiting for its first step",
-    )
-
-
-def terminate_operation(runtime: Runtime, name: str) -> str:
-    """Mark the running operation Terminating (the next step stops it); its id. NotFound when none runs."""
-    runtime.app(name)
-    while True:
-        current, generation = app_state.load(runtime.store, name)
-        op = current.operation
-        if op is None or not op.running:
-            raise NotFound(f"app {name!r} has no running operation")
-        op.phase, op.step = OperationPhase.TERMINATING, "terminating"
-        try:
-            app_state.save(runtime.store, current, if_generation_match=generation)
-        except PreconditionFailed:
-            continue
-        return op.id
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -422,19 +333,6 @@ def _unseal(runtime: Runtime, app: Application, manifests: list[Manifest]) -> li
         else:
             out.append(obj)
     return out
-
-
-def policy_of(app: Application) -> decision.Policy:
-    policy = app.sync_policy
-    retry = policy.retry
-    return decision.Policy(
-        automated=policy.automated, prune=policy.prune, self_heal=policy.self_heal,
-        allow_empty=policy.allow_empty, retry_limit=retry.limit if retry else 0,
-        backoff_seconds=retry.backoff.duration_seconds if retry else 5.0,
-        backoff_factor=retry.backoff.factor if retry else 2.0,
-        backoff_max_seconds=retry.backoff.max_duration_seconds if retry else 180.0,
-        create_namespace=app.destination.namespace if policy.has_option("CreateNamespace=true") else "",
-    )
 
 
 class _Step:
@@ -705,7 +603,7 @@ class _Step:
         op = self.state.operation
         if not policy.automated or (op is not None and op.running):
             return policy
-        blocked = _check_sync_window(self.runtime, self._app, manual=False, now=self.clock.now())
+        blocked = sync_window(self.runtime.config(), self._app, manual=False, now=self.clock.now())
         if not blocked:
             return policy
         if self.comparison.status is not SyncStatus.SYNCED:
@@ -797,9 +695,8 @@ class _Step:
     def _execute(self, step: decision.Step) -> None:
         op = self.state.operation
         if isinstance(step, decision.StartOperation):
-            request = SyncRequest(prune=step.prune, initiated_by="automated")
-            self.state.operation = new_operation(self._app, request, automated=True, retry_count=step.retry_count,
-                                                 revision=self.sha)
+            self.state.operation = new_operation(self._app, prune=step.prune, initiated_by="automated",
+                                                 automated=True, retry_count=step.retry_count, resolved=self.sha)
             log.info("automated sync", app=self.name, revision=self.sha[:12], retry=step.retry_count)
             self.tasks = self._plan()  # generateName hooks are named for this operation
             self._save()

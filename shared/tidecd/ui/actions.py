@@ -15,7 +15,8 @@ import structlog
 from tidecd.base.errors import NotFound, OperationInProgress, PermanentError, TidecdError
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
-from tidecd.step.reconcile import SyncRequest, reconcile, start_operation, terminate_operation
+from tidecd.step.reconcile import reconcile
+from tidecd.usecases.commands import SyncRequest, rollback_request, start_operation, terminate_operation
 
 log = structlog.get_logger("tidecd.ui")
 STEP_BUDGET = 2.0  # seconds a step run inside a dashboard request may take: pages answer quickly
@@ -65,15 +66,9 @@ def sync(runtime: Runtime, name: str, *, prune: bool, dry_run: bool) -> Done:
 
 def rollback(runtime: Runtime, name: str, history_id: int) -> Done:
     try:
-        runtime.app(name)
-        current = app_state.load(runtime.store, name)[0]
+        request = rollback_request(runtime, name, history_id, initiated_by="")
     except TidecdError as exc:
         return _error(exc)
-    entry = next((h for h in current.history if h.id == history_id), None)
-    if entry is None:
-        return Done(404, message=f"app {name!r} has no history entry {history_id}")
-    request = SyncRequest(revision=entry.revision, revisions=tuple(entry.revisions), rollback=True,
-                          history_id=entry.id)
     return _sync(runtime, name, request, "rollback")
 
 

@@ -30,7 +30,8 @@ from tidecd.diff import change_of
 from tidecd.images import state as images_state
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
-from tidecd.step.reconcile import Outcome, SyncRequest, reconcile, start_operation, terminate_operation
+from tidecd.step.reconcile import Outcome, reconcile
+from tidecd.usecases.commands import SyncRequest, rollback_request, start_operation, terminate_operation
 
 if TYPE_CHECKING:
     from tidecd.triggers.dispatch import Dispatcher
@@ -269,12 +270,7 @@ def rollback(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[st
     wanted = payload.get("id")
     if not isinstance(wanted, int):
         raise PermanentError("field id (an integer history id) is required")
-    entry = next((h for h in _state(runtime, name).history if h.id == wanted), None)
-    if entry is None:
-        raise NotFound(f"app {name!r} has no history entry {wanted}")
-    request = SyncRequest(prune=bool(payload.get("prune", False)), revision=entry.revision,
-                          revisions=tuple(entry.revisions), rollback=True, initiated_by="rollback",
-                          history_id=entry.id)
+    request = rollback_request(runtime, name, wanted, prune=bool(payload.get("prune", False)))
     return _started(runtime, name, request, f"rollback to {wanted}")
 
 

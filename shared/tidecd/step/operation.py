@@ -1,0 +1,72 @@
+"""What the step itself needs to start an operation: the Operation record, the app's policy as decide takes
+it, and the project's sync windows.
+
+The commands (`tidecd.usecases.commands`) build explicit operations with these; the step builds automated
+ones. They sit below the use cases so the step never imports upward.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from tidecd.base.errors import SyncWindowClosed
+from tidecd.base.model import ResourceKey
+from tidecd.config.load import Application, Config
+from tidecd.project import windows as syncwindows
+from tidecd.state import app as app_state
+from tidecd.state.app import Operation
+from tidecd.sync import decide as decision
+
+
+def new_operation(app: Application, *, prune: bool = False, dry_run: bool = False,
+                  resources: Iterable[ResourceKey] | None = None, revision: str = "",
+                  revisions: tuple[str, ...] = (), rollback: bool = False, initiated_by: str = "",
+                  automated: bool = False, retry_count: int = 0, resolved: str = "") -> Operation:
+    """A Running operation, not yet stepped. `revision`/`revisions` pin it (a rollback); `resolved` is the
+    revision an automated one found (recorded as its revision, not pinned in its source)."""
+    source: dict[str, Any] = {"repoURL": app.source.repo_url, "path": app.source.path,
+                              "targetRevision": app.source.target_revision}
+    pinned = app_state.joined(revisions) if revisions else revision  # each source's
+    if pinned:
+        source["revision"] = pinned
+    split = list(revisions) or app_state.split_revisions(pinned or resolved)
+    return Operation(
+        id=uuid.uuid4().hex[:16], revision=pinned or resolved, revisions=split if app.sources else [],
+        started_at=app_state.now_iso(),
+        initiated_by=initiated_by or ("automated" if automated else "user"), source=source,
+        automated=automated, dry_run=dry_run, prune=prune,
+        only=None if resources is None else [k.to_dict() for k in sorted(resources)],
+        rollback=rollback, retry_count=retry_count, step="waiting for its first step",
+    )
+
+
+def sync_window(config: Config, app: Application, *, manual: bool, now: float | None = None) -> str:
+    """The project's syncWindows (`tidecd.project.windows`): raises SyncWindowClosed for a blocked manual sync;
+    for an automated one returns why it is blocked ("" when it may start)."""
+    project = config.projects.get(app.project)
+    if project is None or not project.sync_windows:
+        return ""
+    when = datetime.datetime.fromtimestamp(now, datetime.UTC) if now is not None else None
+    verdict = syncwindows.can_sync(project, app.name, app.destination, manual=manual, now=when)
+    if verdict.allowed:
+        return ""
+    if manual:
+        raise SyncWindowClosed(f"app {app.name!r}: {verdict.message}")
+    return verdict.message
+
+
+def policy_of(app: Application) -> decision.Policy:
+    """The app's syncPolicy as `sync.decide` takes it."""
+    policy = app.sync_policy
+    retry = policy.retry
+    return decision.Policy(
+        automated=policy.automated, prune=policy.prune, self_heal=policy.self_heal,
+        allow_empty=policy.allow_empty, retry_limit=retry.limit if retry else 0,
+        backoff_seconds=retry.backoff.duration_seconds if retry else 5.0,
+        backoff_factor=retry.backoff.factor if retry else 2.0,
+        backoff_max_seconds=retry.backoff.max_duration_seconds if retry else 180.0,
+        create_namespace=app.destination.namespace if policy.has_option("CreateNamespace=true") else "",
+    )

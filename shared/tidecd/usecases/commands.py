@@ -1,0 +1,96 @@
+"""The operation commands, one implementation: start a sync (or a rollback), terminate the running one.
+
+The api (`usecases.api`), the dashboard (`ui.actions`) and the CLI call these and only shape the answer
+(an HTTP status, a page notice). A command records the operation in the app's state (generation
+precondition) and returns; the steps that run it are scheduled by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+
+from tidecd.base.errors import NotFound, OperationInProgress
+from tidecd.base.model import ResourceKey
+from tidecd.clients.store import PreconditionFailed
+from tidecd.images import state as images_state
+from tidecd.runtime import Runtime
+from tidecd.state import app as app_state
+from tidecd.state.app import HistoryEntry, OperationPhase
+from tidecd.step.operation import new_operation, sync_window
+
+log = structlog.get_logger("tidecd.usecases.commands")
+
+
+@dataclass(frozen=True)
+class SyncRequest:
+    """An explicit sync (CLI, api, rollback); automated syncs are decided by the app's policy."""
+
+    prune: bool = False
+    dry_run: bool = False
+    resources: frozenset[ResourceKey] | None = None
+    revision: str = ""  # a sha from history (rollback); empty means the app's targetRevision
+    revisions: tuple[str, ...] = ()  # multi-source: each source's revision from history (rollback), in order
+    rollback: bool = False
+    initiated_by: str = ""  # "api", "cli", "automated", "rollback", a user name...
+    history_id: int = 0  # the history entry a rollback goes back to
+
+
+def start_operation(runtime: Runtime, name: str, request: SyncRequest) -> str:
+    """Record a new Running operation (generation precondition) and return its id; does not run it.
+
+    Raises OperationInProgress when one is running, NotFound for an unknown app (creating nothing)."""
+    app = runtime.app(name)
+    sync_window(runtime.config(), app, manual=True)
+    while True:
+        current, generation = app_state.load(runtime.store, name)
+        if current.operation is not None and current.operation.running:
+            raise OperationInProgress(name, current.operation.id)
+        op = new_operation(app, prune=request.prune, dry_run=request.dry_run, resources=request.resources,
+                           revision=request.revision, revisions=request.revisions, rollback=request.rollback,
+                           initiated_by=request.initiated_by)
+        current.operation = op
+        try:
+            app_state.save(runtime.store, current, if_generation_match=generation)
+        except PreconditionFailed:
+            continue
+        log.info("operation started", app=name, operation=op.id, initiated_by=op.initiated_by)
+        entry = next((h for h in current.history if h.id == request.history_id), None)
+        images_state.on_operation_started(runtime.store, app, rollback=request.rollback, revision=request.revision,
+                                          dry_run=request.dry_run, deployed_at=entry.deployed_at if entry else "",
+                                          deployed_by=entry.operation_id if entry else "")
+        return op.id
+
+
+def terminate_operation(runtime: Runtime, name: str) -> str:
+    """Mark the running operation Terminating (the next step stops it); its id. NotFound when none runs."""
+    runtime.app(name)
+    while True:
+        current, generation = app_state.load(runtime.store, name)
+        op = current.operation
+        if op is None or not op.running:
+            raise NotFound(f"app {name!r} has no running operation")
+        op.phase, op.step = OperationPhase.TERMINATING, "terminating"
+        try:
+            app_state.save(runtime.store, current, if_generation_match=generation)
+        except PreconditionFailed:
+            continue
+        return op.id
+
+
+def history_entry(runtime: Runtime, name: str, history_id: int) -> HistoryEntry:
+    """The app's history entry `history_id`; NotFound (naming it) for an unknown app or entry."""
+    runtime.app(name)
+    entry = next((h for h in app_state.load(runtime.store, name)[0].history if h.id == history_id), None)
+    if entry is None:
+        raise NotFound(f"app {name!r} has no history entry {history_id}")
+    return entry
+
+
+def rollback_request(runtime: Runtime, name: str, history_id: int, *, prune: bool = False,
+                     initiated_by: str = "rollback") -> SyncRequest:
+    """The sync that goes back to history entry `history_id`: each source pinned to its revision then."""
+    entry = history_entry(runtime, name, history_id)
+    return SyncRequest(prune=prune, revision=entry.revision, revisions=tuple(entry.revisions), rollback=True,
+                       initiated_by=initiated_by, history_id=entry.id)
