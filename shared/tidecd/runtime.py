@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,17 @@ class Runtime:
     _config: Config | None = None
     _clusters: dict[str, KubeCluster] = field(default_factory=dict)
     _secrets: list[dict[str, Any]] | None = None
+    # the step's source seam (`tidecd.step.desired.Render`): a test passes its fake source here; None
+    # renders from the app's real sources
+    render: Callable[..., tuple[str, list[dict[str, Any]]]] | None = None
+
+    @classmethod
+    def of(cls, settings: Settings, store: ObjectStore, *, config: Config | None = None,
+           clusters: dict[str, KubeCluster] | None = None,
+           render: Callable[..., tuple[str, list[dict[str, Any]]]] | None = None) -> Runtime:
+        """A runtime over given parts: a fixed config, clusters by destination name or server, a source
+        (`render`). Tests pass their fakes here instead of patching the runtime."""
+        return cls(settings=settings, store=store, _config=config, _clusters=dict(clusters or {}), render=render)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Runtime:

@@ -184,7 +184,8 @@ def _spec(obj: Manifest) -> Any:
 
 @dataclass
 class FakeGit:
-    """Stands in for `reconcile.render_desired`: the manifests of each revision pushed, HEAD the last one."""
+    """A fake source (`tidecd.step.desired.Render`, given to `fake_runtime`): the manifests of each revision
+    pushed, HEAD the last one."""
 
     head: str = ""
     revisions: dict[str, list[Manifest]] = field(default_factory=dict)
@@ -217,11 +218,12 @@ class CountingStore(MemoryStore):
         return [k for k in self.writes if k.startswith("state/")]
 
 
-def fake_runtime(cluster: FakeCluster, store: MemoryStore, app: Application) -> Runtime:
-    runtime = Runtime(settings=Settings(config="fake", store="memory"), store=store)
-    runtime._config = Config(applications={app.name: app})
-    runtime._clusters["in-cluster"] = cluster  # type: ignore[assignment]
-    return runtime
+def fake_runtime(cluster: FakeCluster, store: MemoryStore, app: Application,
+                 git: FakeGit | None = None) -> Runtime:
+    """A Runtime over the fakes: the cluster as destination `in-cluster`, `git` as the app's source."""
+    return Runtime.of(Settings(config="fake", store="memory"), store, config=Config(applications={app.name: app}),
+                      clusters={"in-cluster": cluster},  # type: ignore[dict-item]
+                      render=git.render if git is not None else None)
 
 
 def application(name: str = "app", namespace: str = "ns", **policy: Any) -> Application:

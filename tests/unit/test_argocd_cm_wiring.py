@@ -17,7 +17,6 @@ from tidecd.config.argocd_settings import ArgoSettings, IgnoreRule, ResourceFilt
 from tidecd.runtime import Runtime
 from tidecd.state.app import OperationPhase
 from tidecd.state.app import load as load_state
-from tidecd.step import reconcile as engine
 from tidecd.step.reconcile import reconcile
 from tidecd.usecases.commands import SyncRequest, start_operation
 
@@ -38,8 +37,7 @@ def job(name: str = "migrate") -> dict[str, Any]:
 def world(monkeypatch: pytest.MonkeyPatch) -> tuple[Runtime, FakeCluster, FakeGit, FakeClock]:
     cluster, store, git = FakeCluster(), MemoryStore(), FakeGit()
     cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
-    monkeypatch.setattr(engine, "render_desired", git.render)
-    return fake_runtime(cluster, store, application()), cluster, git, FakeClock()
+    return fake_runtime(cluster, store, application(), git), cluster, git, FakeClock()
 
 
 def sync(runtime: Runtime, clock: FakeClock, prune: bool = False) -> None:

@@ -272,7 +272,7 @@ def test_bad_multi_source_specs(tmp_path: Path, sources: str, message: str) -> N
 
 
 def test_merged_sources_keep_the_later_object_in_the_earlier_place() -> None:
-    from tidecd.step.reconcile import merge_sources
+    from tidecd.step.desired import merge_sources
 
     a1, b, a2 = obj("ConfigMap", "a"), obj("ConfigMap", "b"), obj("ConfigMap", "a")
     a2["data"] = {"v": "later"}

@@ -164,7 +164,7 @@ def _setup(monkeypatch: pytest.MonkeyPatch, standin: GitHubStandIn, receiver: Re
                                   "notifications.argoproj.io/subscribe.on-deployed.pubsub": "projects/p/topics/t",
                                   "notifications.argoproj.io/subscribe.on-sync-succeeded.github": "",
                                   "tidecd.io/github-deployment": "production"}).items()))
-    runtime = fake_runtime(cluster, store, app)
+    runtime = fake_runtime(cluster, store, app, git)
     runtime.settings.github_api_url, runtime.settings.public_url = standin.base_url, "https://cd.example"
     runtime._secrets = [
         {"kind": "Secret", "metadata": {"name": "gh", "labels": {"argocd.argoproj.io/secret-type": "github"}},
@@ -172,7 +172,6 @@ def _setup(monkeypatch: pytest.MonkeyPatch, standin: GitHubStandIn, receiver: Re
         {"kind": "Secret", "metadata": {"name": "n", "labels": {"argocd.argoproj.io/secret-type": "notifications"}},
          "stringData": {"webhook.hooks.url": receiver.url + "/hook", "webhook.hooks.secret": HMAC_KEY,
                         "slack.default.url": receiver.url + "/slack"}}]
-    monkeypatch.setattr(reconcile, "render_desired", git.render)
     published = Published()
     real_context = notify.context_for
 

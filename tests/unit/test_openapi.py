@@ -18,7 +18,6 @@ from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_ru
 from tidecd.base.model import Response
 from tidecd.clients.store import MemoryStore
 from tidecd.runtime import Runtime
-from tidecd.step import reconcile as engine
 from tidecd.triggers.dispatch import ManualDispatcher
 from tidecd.usecases import api
 
@@ -88,8 +87,7 @@ def session(monkeypatch: pytest.MonkeyPatch) -> Iterator[Session]:
     cluster, store, git = FakeCluster(), MemoryStore(), FakeGit()
     cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
     git.push([configmap("a", "1")])
-    monkeypatch.setattr(engine, "render_desired", git.render)
-    runtime = fake_runtime(cluster, store, application("web"))
+    runtime = fake_runtime(cluster, store, application("web"), git)
     runtime.settings.api_token = TOKEN
     session = Session(runtime)
     session.git = git  # type: ignore[attr-defined]

@@ -95,15 +95,14 @@ class Harness:
 
     def configure(self, **policy: Any) -> None:
         app = application(**policy)
-        self.runtime = fake_runtime(self.cluster, self.store, app)
+        self.runtime = fake_runtime(self.cluster, self.store, app, self.git)
 
 
 @pytest.fixture()
 def h(monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
     cluster, store, git, clock = FakeCluster(), MemoryStore(), FakeGit(), FakeClock()
     cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
-    monkeypatch.setattr(engine, "render_desired", git.render)
-    yield Harness(cluster, store, git, clock, fake_runtime(cluster, store, application()))
+    yield Harness(cluster, store, git, clock, fake_runtime(cluster, store, application(), git))
 
 
 def test_a_sync_without_waves_never_waits_and_succeeds_while_still_progressing(h: Harness) -> None:
@@ -346,7 +345,7 @@ def test_an_older_tidecds_marks_keep_their_app_and_are_rewritten_by_the_next_syn
 
 def test_an_app_may_opt_in_to_argo_cds_marks(h: Harness) -> None:
     h.runtime = fake_runtime(h.cluster, h.store, dataclasses.replace(
-        application(), annotations=(("tidecd.io/write-argocd-tracking", "true"),)))
+        application(), annotations=(("tidecd.io/write-argocd-tracking", "true"),)), h.git)
     h.git.push([configmap("c")])
     h.sync()
     h.until_done()
@@ -517,17 +516,17 @@ def test_a_source_error_fails_an_operation_before_its_first_write_and_postpones_
     def unreachable(*args: Any, **kwargs: Any) -> Any:
         raise SourceUnavailable("repository unreachable", delay=7.0)
 
-    monkeypatch.setattr(engine, "render_desired", unreachable)
+    h.runtime.render = unreachable  # the source is down
     h.sync()
     outcome = h.step()
     assert h.op().phase is OperationPhase.FAILED and "unreachable" in h.op().message
     assert outcome.continue_after is None
-    monkeypatch.setattr(engine, "render_desired", render)
+    h.runtime.render = render
     h.sync()
     h.step()  # the hook runs: the operation has written
-    monkeypatch.setattr(engine, "render_desired", unreachable)
+    h.runtime.render = unreachable
     assert h.step().continue_after == 7.0 and h.op().running
-    monkeypatch.setattr(engine, "render_desired", render)
+    h.runtime.render = render
     h.cluster.complete(key("Job", "pre"))
     h.until_done()
     assert h.op().phase is OperationPhase.SUCCEEDED

@@ -61,7 +61,7 @@ def _setup(standin: GitHubStandIn, names: list[str], project: AppProject | None 
         apps.append(dataclasses.replace(app, project=project.name if project else "default",
                                         source=dataclasses.replace(app.source, path=f"apps/{name}",
                                                                    repo_url=f"{standin.base_url}/{REPO}.git")))
-    runtime = fake_runtime(cluster, store, apps[0])
+    runtime = fake_runtime(cluster, store, apps[0], git)
     projects = {"default": AppProject("default", cluster_resource_whitelist=())}
     if project:
         projects[project.name] = project
@@ -77,17 +77,8 @@ def _pr(doc: dict[str, Any], runtime: Runtime, delivery: str = "",
     return preview.on_pull_request(doc, runtime, pr_apps, delivery, runner=runner)
 
 
-@pytest.fixture
-def patched(monkeypatch: pytest.MonkeyPatch) -> Any:
-    def install(git: FakeGit) -> None:
-        monkeypatch.setattr(reconcile, "render_desired", git.render)
-    return install
-
-
-def test_one_comment_per_pr_updated_on_push(github_standin: GitHubStandIn, webhook_examples: Any,
-                                            patched: Any) -> None:
+def test_one_comment_per_pr_updated_on_push(github_standin: GitHubStandIn, webhook_examples: Any) -> None:
     runtime, git, cluster = _setup(github_standin, ["web"])
-    patched(git)
     git.push([CONFIGMAP])
     assert reconcile.reconcile(runtime, "web").state is not None
     commands.start_operation(runtime, "web", commands.SyncRequest())
@@ -124,10 +115,8 @@ def test_one_comment_per_pr_updated_on_push(github_standin: GitHubStandIn, webho
     assert closed[0] == 200 and runtime.store.list("previews/") == []
 
 
-def test_forbidden_clusterrole_fails_the_preview_status(github_standin: GitHubStandIn, webhook_examples: Any,
-                                                        patched: Any) -> None:
+def test_forbidden_clusterrole_fails_the_preview_status(github_standin: GitHubStandIn, webhook_examples: Any) -> None:
     runtime, git, _ = _setup(github_standin, ["web"])
-    patched(git)
     git.push([CONFIGMAP])
     head = git.push([CONFIGMAP, CLUSTERROLE])
     _pr(_payload(webhook_examples, github_standin, "opened", 8, head), runtime, "",
@@ -145,7 +134,7 @@ def test_render_error_fails_the_preview(github_standin: GitHubStandIn, webhook_e
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RenderError("apps/web/kustomization.yaml: resources[0]: file not found")
 
-    monkeypatch.setattr(reconcile, "render_desired", broken)
+    runtime.render = broken
     head = "c" * 40
     _pr(_payload(webhook_examples, github_standin, "reopened", 9, head), runtime, "",
                             runner=Inline())
@@ -153,9 +142,8 @@ def test_render_error_fails_the_preview(github_standin: GitHubStandIn, webhook_e
     assert "file not found" in github_standin.comment_bodies(REPO, 9)[0]
 
 
-def test_changed_files_narrow_the_apps(github_standin: GitHubStandIn, webhook_examples: Any, patched: Any) -> None:
+def test_changed_files_narrow_the_apps(github_standin: GitHubStandIn, webhook_examples: Any) -> None:
     runtime, git, _ = _setup(github_standin, ["web", "api"])
-    patched(git)
     apps = runtime._config.applications  # type: ignore[union-attr]
     for name in ("web", "api"):
         apps[name] = dataclasses.replace(apps[name], annotations=(
@@ -167,10 +155,9 @@ def test_changed_files_narrow_the_apps(github_standin: GitHubStandIn, webhook_ex
 
 
 def test_fifty_apps_fan_out_and_the_comment_stays_under_the_limit(
-        github_standin: GitHubStandIn, webhook_examples: Any, patched: Any) -> None:
+        github_standin: GitHubStandIn, webhook_examples: Any) -> None:
     names = [f"app{i:02d}" for i in range(50)]
     runtime, git, _ = _setup(github_standin, names)
-    patched(git)
     big = {**CONFIGMAP, "data": {f"key{i}": "x" * 200 for i in range(40)}}  # ~9 kB of diff per app
     head = git.push([big])
     runner = preview.ThreadRunner(workers=4, runtime_factory=lambda rt: rt)

@@ -47,9 +47,8 @@ CM = ResourceKey("", "ConfigMap", "ns", "settings")
 def setup(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeCluster, CountingStore, FakeGit, Runtime, Counting]]:
     cluster, store, git = FakeCluster(), CountingStore(), FakeGit()
     cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
-    monkeypatch.setattr(engine, "render_desired", git.render)
     git.push([configmap("settings"), configmap("other")])
-    runtime = fake_runtime(cluster, store, application(automated=True))
+    runtime = fake_runtime(cluster, store, application(automated=True), git)
     yield cluster, store, git, runtime, Counting(monkeypatch)
 
 

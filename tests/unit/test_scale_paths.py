@@ -23,7 +23,6 @@ from tests.unit.test_poll import application as app_doc
 from tidecd.base.clock import FakeClock
 from tidecd.base.model import HealthStatus
 from tidecd.state import app as app_state
-from tidecd.step import reconcile as engine
 from tidecd.step.reconcile import reconcile
 from tidecd.triggers.dispatch import HEAD_FRESH_SECONDS, BadRefreshMessage, Refresh, decode_refresh
 from tidecd.usecases.poll import DRIFT_SWEEP, poll
@@ -37,8 +36,7 @@ def configmap(name: str, value: str = "v") -> dict[str, Any]:
 def setup(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeCluster, CountingStore, FakeGit, Any]]:
     cluster, store, git = FakeCluster(), CountingStore(), FakeGit()
     cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
-    monkeypatch.setattr(engine, "render_desired", git.render)
-    yield cluster, store, git, fake_runtime(cluster, store, application(automated=True))
+    yield cluster, store, git, fake_runtime(cluster, store, application(automated=True), git)
 
 
 def test_a_noop_step_of_a_settled_app_writes_no_state(setup: Any) -> None:

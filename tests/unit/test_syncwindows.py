@@ -19,7 +19,6 @@ from tidecd.config.model import DEFAULT_PROJECT, SyncWindow
 from tidecd.project import windows as syncwindows
 from tidecd.state.app import OperationPhase
 from tidecd.state.app import load as load_state
-from tidecd.step import reconcile as engine
 from tidecd.step.reconcile import reconcile
 from tidecd.usecases.commands import SyncRequest, start_operation
 
@@ -145,9 +144,8 @@ def configmap(name: str) -> dict[str, Any]:
 def setup(monkeypatch: pytest.MonkeyPatch, *windows: SyncWindow, **policy: Any) -> tuple[Any, FakeCluster, FakeClock]:
     cluster, store, git = FakeCluster(), MemoryStore(), FakeGit()
     cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
-    monkeypatch.setattr(engine, "render_desired", git.render)
     git.push([configmap("a")])
-    runtime = fake_runtime(cluster, store, application(**policy))
+    runtime = fake_runtime(cluster, store, application(**policy), git)
     runtime.config().projects["default"] = project(*windows)
     return runtime, cluster, FakeClock(NOW.timestamp())
 

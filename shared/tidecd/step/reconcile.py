@@ -15,31 +15,25 @@ Called by the reconcile function (Pub/Sub in the cloud, a direct call locally), 
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
 import datetime
 import json
-import tempfile
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
 import structlog
 
-from tidecd import health, render
-from tidecd import source as git
+from tidecd import health
 from tidecd.base import constants, ownership
 from tidecd.base.clock import SYSTEM, Clock
 from tidecd.base.errors import (
     ClusterUnavailable,
     PermanentError,
     ProjectViolation,
-    RenderError,
     TemporaryError,
 )
 from tidecd.base.model import (
@@ -54,20 +48,24 @@ from tidecd.base.model import (
 )
 from tidecd.clients.cluster import ApiError, KubeCluster, UnknownKind, managed_selector
 from tidecd.clients.store import LEASE_TTL, LeaseKeeper, PreconditionFailed, acquire_lease
-from tidecd.config.argocd_settings import ArgoSettings
-from tidecd.config.load import Application, ApplicationSource, AppProject
+from tidecd.config.load import Application, AppProject
 from tidecd.diff import Comparison, ResourceDiff, compare, fingerprint, live_identity, respect_ignored
 from tidecd.generated import appofapps
 from tidecd.generated import records as generated
 from tidecd.generated.appofapps import ChildCluster
 from tidecd.images import state as images_state
-from tidecd.images.state import render_override as image_override
 from tidecd.notify import deliver as notify
 from tidecd.project import windows as syncwindows
 from tidecd.runtime import Runtime
-from tidecd.source import charts, checkouts
+from tidecd.source import charts
 from tidecd.state import app as app_state
 from tidecd.state.app import CachedComparison, Operation, OperationPhase, TaskPhase, TaskResult
+from tidecd.step.desired import (
+    place,
+    revisions_of,
+    runtime_render,
+    spec_hash,
+)
 from tidecd.step.operation import new_operation, policy_of, sync_window
 from tidecd.sync import decide as decision
 from tidecd.sync import options as syncoptions
@@ -143,196 +141,6 @@ def _pool() -> ThreadPoolExecutor:
             _POOL = ThreadPoolExecutor(max_workers=max(DRY_RUN_CONCURRENCY, APPLY_CONCURRENCY),
                                        thread_name_prefix="tidecd-step")
         return _POOL
-
-
-def render_desired(runtime: Runtime, app: Application, revision: str = "",
-                   warnings: list[str] | None = None) -> tuple[str, list[Manifest]]:
-    """The observe stage's render: (sha, manifests) of the app at `revision` (default: its targetRevision).
-
-    The one place desired manifests come from; other sources extend this function. Warnings for the
-    app's conditions (a multi-source RepeatedResourceWarning) are appended to `warnings`. A multi-source
-    app's `revision` is each source's revision joined (`state.joined`; an empty or missing one follows
-    that source's targetRevision), and so is the sha it returns (`revisions_of` splits it). A generated
-    app being deleted (`tidecd.generated.records`) desires nothing: its objects are pruned."""
-    if generated.is_deleting(app):
-        return DELETING_REVISION, []
-    if app.sources:
-        pinned = app_state.split_revisions(revision) or ([revision] if revision else [])
-        sha, manifests, found = _render_multi(runtime, app, pinned)
-        if warnings is not None:
-            warnings.extend(found)
-        return sha, manifests
-    return _render_single(runtime, app, revision)
-
-
-def revisions_of(app: Application, sha: str) -> list[str]:
-    """Each source's revision of a multi-source app from what `render_desired` returned ([] otherwise)."""
-    return (app_state.split_revisions(sha) or [sha]) if app.sources and sha else []
-
-
-DELETING_REVISION = "deleting"  # the revision of a generated app being removed
-
-
-def _render_multi(runtime: Runtime, app: Application,
-                  pinned: list[str]) -> tuple[str, list[Manifest], list[str]]:
-    """`spec.sources`: every source resolved (a git commit or a chart version each), `ref` sources checked
-    out for `$<ref>/...` value files, each renderable source rendered, and the results merged in order:
-    an object declared by two sources is taken from the later one, with a RepeatedResourceWarning (as
-    Argo CD). The revision returned is each source's revision joined (`state.joined`); a rollback pins
-    each source to its revision in `pinned`."""
-    import hashlib
-
-    resolved: list[tuple[ApplicationSource, Any, str | charts.ChartRef]] = []  # (source, creds, sha | chart)
-    for index, source in enumerate(app.sources):
-        creds = runtime.repo_credentials(source.repo_url)
-        rev = pinned[index] if index < len(pinned) else ""
-        if charts.kind_of(source) == charts.GIT:
-            sha = rev or git.resolve_revision(git.ls_remote(source.repo_url, creds), source.target_revision,
-                                              source.repo_url)
-            resolved.append((source, creds, sha))
-        else:
-            resolved.append((source, creds, charts.resolve(source, creds, rev)))
-    revisions = [r if isinstance(r, str) else r.version for _, _, r in resolved]
-    combined = app_state.joined(revisions)
-    key_text = json.dumps([[s.spec_hash(), r if isinstance(r, str) else r.cache_revision] for s, _, r in resolved])
-    cache_revision = "multi-" + hashlib.sha256(key_text.encode()).hexdigest()[:40]
-    namespace = app.destination.namespace
-
-    def render_now() -> list[Manifest]:
-        with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp, contextlib.ExitStack() as held:
-            trees = []
-            for index, (source, creds, rev) in enumerate(resolved):
-                root = Path(tmp) / f"source-{index}"
-                if isinstance(rev, str):  # a git source: the shared read-only tree of its commit
-                    root = held.enter_context(checkouts.tree(runtime.store, source.repo_url, rev, creds))
-                else:
-                    pass_credentials = bool(source.helm and source.helm.pass_credentials)
-                    git.extract(charts.ChartSnapshots(runtime.store).get_or_fetch(
-                        rev, creds, pass_credentials=pass_credentials, credentials_for=runtime.repo_credentials,
-                        permitted=_permitted_by_project(runtime, app)), root)
-                trees.append(root)
-            refs = {s.ref: trees[i] for i, (s, _, _) in enumerate(resolved) if s.ref}
-            out: list[Manifest] = []
-            for index, (source, _, rev) in enumerate(resolved):
-                if not source.rendered:
-                    continue
-                if not isinstance(rev, str):
-                    source = charts.render_source(source, rev, trees[index])
-                try:
-                    out += render.render(trees[index], source, app_name=app.name, namespace=namespace,
-                                         value_refs=refs)
-                except RenderError as exc:
-                    raise RenderError(f"spec.sources[{index}]: {exc}") from exc
-            return out
-
-    manifests = render.render_cached(runtime.store, app.name, cache_revision, app.source, render_now,
-                                     namespace=namespace)
-    merged, warnings = merge_sources(manifests)
-    return combined, _unseal(runtime, app, merged), warnings
-
-
-def spec_hash(app: Application) -> str:
-    """What an automated sync of a revision records: the source's spec hash (every source's, multi-source)."""
-    if not app.sources:
-        return app.source.spec_hash()
-    return ".".join(s.spec_hash()[:8] for s in app.sources)
-
-
-def merge_sources(manifests: list[Manifest]) -> tuple[list[Manifest], list[str]]:
-    """Later objects replace earlier ones of the same key (in the earlier one's place); one warning each."""
-    by_key: dict[ResourceKey, int] = {}
-    out: list[Manifest] = []
-    warnings: list[str] = []
-    for obj in manifests:
-        key = ResourceKey.of(obj)
-        if not key.name:  # generateName hooks are never the same object
-            out.append(obj)
-        elif key in by_key:
-            out[by_key[key]] = obj
-            warnings.append(f"{key} is declared by more than one source; the later source's object is used")
-        else:
-            by_key[key] = len(out)
-            out.append(obj)
-    return out, warnings
-
-
-def _render_single(runtime: Runtime, app: Application, revision: str = "") -> tuple[str, list[Manifest]]:
-    if charts.kind_of(app.source) != charts.GIT:
-        return _render_chart(runtime, app, revision)
-    creds = runtime.repo_credentials(app.source.repo_url)
-    if revision:
-        sha = revision
-    else:
-        refs = git.ls_remote(app.source.repo_url, creds)
-        sha = git.resolve_revision(refs, app.source.target_revision, app.source.repo_url)
-    namespace = app.destination.namespace
-    override = image_override(runtime.store, app.name)  # the image updater's `argocd` write-back
-
-    def render_now() -> list[Manifest]:
-        with checkouts.tree(runtime.store, app.source.repo_url, sha, creds) as root:  # checked, read-only, shared
-            return render.render(root, app.source, app_name=app.name, namespace=namespace, override=override)
-
-    manifests = render.render_cached(runtime.store, app.name, sha, app.source, render_now, namespace=namespace,
-                                     override=override)
-    return sha, _unseal(runtime, app, manifests)
-
-
-def _permitted_by_project(runtime: Runtime, app: Application) -> Callable[[str], bool]:
-    """Whether the app's project allows fetching from a repository (a chart dependency's)."""
-    from tidecd.project import rules
-
-    project = runtime.config().projects[app.project]
-    return lambda url: rules.source_permitted(project, url)
-
-
-def _render_chart(runtime: Runtime, app: Application, revision: str = "") -> tuple[str, list[Manifest]]:
-    """A chart from a helm repository or an OCI registry (or a plain OCI artifact): (version, manifests)."""
-    creds = runtime.repo_credentials(app.source.repo_url)
-    ref = charts.resolve(app.source, creds, revision)
-    namespace = app.destination.namespace
-    pass_credentials = bool(app.source.helm and app.source.helm.pass_credentials)
-    override = image_override(runtime.store, app.name)  # the image updater's `argocd` write-back
-
-    def render_now() -> list[Manifest]:
-        archive = charts.ChartSnapshots(runtime.store).get_or_fetch(ref, creds, pass_credentials=pass_credentials,
-                                                                    credentials_for=runtime.repo_credentials,
-                                                                    permitted=_permitted_by_project(runtime, app))
-        with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp:
-            git.extract(archive, Path(tmp))
-            source = charts.render_source(app.source, ref, Path(tmp))
-            return render.render(Path(tmp), source, app_name=app.name, namespace=namespace, override=override)
-
-    manifests = render.render_cached(runtime.store, app.name, ref.cache_revision, app.source, render_now,
-                                     namespace=namespace, override=override)
-    return ref.version, _unseal(runtime, app, manifests)
-
-
-def _unseal(runtime: Runtime, app: Application, manifests: list[Manifest]) -> list[Manifest]:
-    """SealedSecrets become plain Secrets (target clusters need no controller) unless the app opts out."""
-    if app.annotation("tidecd.io/sealed-secrets") == "passthrough":
-        return manifests
-    sealed = [m for m in manifests if m.get("kind") == "SealedSecret"]
-    if not sealed:
-        return manifests
-    from tidecd.base.errors import SecretError
-    from tidecd.clients.secrets import unseal
-
-    keys = runtime.private_keys()
-    if not keys:
-        raise SecretError(f"{ResourceKey.of(sealed[0])}: cannot unseal: no sealing key is configured "
-                          "(TIDECD_SEALING_KEYS)")
-    out = []
-    for obj in manifests:
-        if obj.get("kind") == "SealedSecret":
-            secret = unseal(obj, keys, default_namespace=app.destination.namespace)
-            # keep sync annotations of the SealedSecret itself (waves, options)
-            notes = {k: v for k, v in plan.annotations_of(obj).items() if k.startswith("argocd.argoproj.io/")}
-            if notes:
-                secret.setdefault("metadata", {}).setdefault("annotations", {}).update(notes)
-            out.append(secret)
-        else:
-            out.append(obj)
-    return out
 
 
 class _Step:
@@ -545,7 +353,7 @@ class _Step:
         pinned = op.revision if op is not None and running else ""  # a multi-source one: each source's, joined
         if not running and len(self.head) == 40 and not app.sources and charts.kind_of(app.source) == charts.GIT:
             pinned = self.head  # resolved by this tick's ls-remote of the repository
-        sha, manifests = render_desired(self.runtime, app, pinned, warnings=self.render_warnings)
+        sha, manifests = runtime_render(self.runtime)(self.runtime, app, pinned, self.render_warnings)
         if op is not None and op.running and not op.revision:
             op.revision = sha
         if op is not None and op.running and not op.revisions:
@@ -555,9 +363,8 @@ class _Step:
         if app.annotation(appofapps.ANNOTATION_MODE) != "apply":  # Application objects become child apps
             self.children = ChildCluster(self.cluster, self.runtime.store, app.name)
             self.cluster = cast(KubeCluster, self.children)  # the same calls; it hands every other kind on
-        namespaced = scope_lookup(self.cluster, manifests)
-        self.manifests = _with_namespaces(namespaced, manifests, app.destination.namespace)
-        self.manifests, self.excluded = without_excluded(self.runtime.config().argo_settings, app, self.manifests)
+        desired = place(self.cluster, self.runtime.config().argo_settings, app, sha, manifests)
+        self.manifests, self.excluded, namespaced = desired.manifests, desired.excluded, desired.namespaced
         if self._quiet_path(app):
             return
         self.tasks = self._plan()
@@ -1170,22 +977,6 @@ def _rules_hash(rules: tuple[Any, ...]) -> str:
     return hashlib.sha256(repr(rules).encode()).hexdigest()[:8] if rules else ""
 
 
-def without_excluded(settings: ArgoSettings, app: Application,
-                     manifests: list[Manifest]) -> tuple[list[Manifest], list[ResourceKey]]:
-    """The manifests minus those argocd-cm excludes (Argo CD neither syncs nor prunes them), and their keys."""
-    if not settings.exclusions and not settings.inclusions:
-        return manifests, []
-    cluster = app.destination.server or app.destination.name
-    kept, dropped = [], []
-    for obj in manifests:
-        key = ResourceKey.of(obj)
-        if settings.excluded(key.group, key.kind, cluster):
-            dropped.append(key)
-        else:
-            kept.append(obj)
-    return kept, sorted(dropped)
-
-
 def managed_namespace(app: Application, namespace: str) -> Manifest:
     """The namespace CreateNamespace=true creates, with the app's `managedNamespaceMetadata`."""
     meta: dict[str, Any] = {"name": namespace}
@@ -1207,42 +998,3 @@ def _served(cluster: KubeCluster, group: str, kind: str) -> bool:
 def _ignores_extraneous(obj: Manifest) -> bool:
     options = plan.annotations_of(obj).get(constants.ANNOTATION_COMPARE_OPTIONS, "")
     return constants.COMPARE_IGNORE_EXTRANEOUS in options
-
-
-def scope_lookup(cluster: KubeCluster, manifests: list[Manifest]) -> Callable[[str, str], bool]:
-    """Whether a (group, kind) is namespaced: from CRDs among the manifests first (their kinds are not
-    served until this sync creates them), then from the cluster's discovery."""
-    declared: dict[tuple[str, str], bool] = {}
-    for obj in manifests:
-        if obj.get("kind") == "CustomResourceDefinition":
-            spec = obj.get("spec") or {}
-            kind = (spec.get("names") or {}).get("kind", "")
-            declared[(str(spec.get("group", "")), str(kind))] = bool(spec.get("scope", "Namespaced") == "Namespaced")
-
-    def namespaced(group: str, kind: str) -> bool:
-        if (group, kind) in declared:
-            return declared[(group, kind)]
-        return cluster.is_namespaced(group, kind)
-
-    return namespaced
-
-
-def _with_namespaces(namespaced: Callable[[str, str], bool], manifests: list[Manifest],
-                     namespace: str) -> list[Manifest]:
-    """Namespaced objects without a namespace go to the destination namespace; cluster-scoped ones lose it."""
-    out = []
-    for obj in manifests:
-        key = ResourceKey.of(obj)
-        try:
-            is_namespaced = namespaced(key.group, key.kind)
-        except UnknownKind:
-            is_namespaced = True  # reported by the comparison as a kind the cluster does not serve
-        meta = obj.get("metadata") or {}
-        if is_namespaced and not meta.get("namespace") and namespace:
-            obj = copy.deepcopy(obj)
-            obj["metadata"]["namespace"] = namespace
-        elif not is_namespaced and meta.get("namespace"):
-            obj = copy.deepcopy(obj)
-            del obj["metadata"]["namespace"]
-        out.append(obj)
-    return out

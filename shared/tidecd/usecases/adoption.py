@@ -20,7 +20,7 @@ from tidecd.diff import fingerprint, live_identity
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
 from tidecd.state.app import CachedComparison
-from tidecd.step.reconcile import _with_namespaces, render_desired, scope_lookup
+from tidecd.step.desired import desired_of as rendered
 from tidecd.sync import adopt as moves
 from tidecd.sync import plan
 
@@ -37,8 +37,7 @@ class Outcome:
 def desired_of(runtime: Runtime, app: Application, cluster: KubeCluster) -> tuple[dict[ResourceKey, Manifest],
                                                                                  dict[ResourceKey, int]]:
     """The app's resources as the observe stage renders them (namespaces filled in), and their waves."""
-    _, manifests = render_desired(runtime, app)
-    manifests = _with_namespaces(scope_lookup(cluster, manifests), manifests, app.destination.namespace)
+    manifests = rendered(runtime, app, cluster).manifests
     waves = {t.key: t.wave for t in plan.plan(manifests) if not t.hook}
     return {ResourceKey.of(m): m for m in plan.resources(manifests)}, waves
 

@@ -284,7 +284,7 @@ class AppPreview:
 def preview_app(runtime: Runtime, app: Application, head_sha: str) -> AppPreview:
     """Render `app` at `head_sha` and compare with the live cluster (server-side dry-run); writes nothing."""
     from tidecd.project import rules
-    from tidecd.step.reconcile import _with_namespaces, render_desired, scope_lookup
+    from tidecd.step.desired import desired_of
 
     project = runtime.config().projects.get(app.project)
     if project is None:
@@ -293,10 +293,9 @@ def preview_app(runtime: Runtime, app: Application, head_sha: str) -> AppPreview
     if scope:
         return AppPreview(app.name, head_sha, violations=tuple(f"Application/{app.name}: {s}" for s in scope))
     try:
-        _, manifests = render_desired(runtime, app, head_sha)
         cluster = runtime.cluster(app.destination)
-        namespaced = scope_lookup(cluster, manifests)
-        manifests = _with_namespaces(namespaced, manifests, app.destination.namespace)
+        desired = desired_of(runtime, app, cluster, head_sha)
+        manifests, namespaced = desired.manifests, desired.namespaced
     except TidecdError as exc:
         return AppPreview(app.name, head_sha, errors=(f"render: {exc}",))
     violations: tuple[str, ...] = ()

@@ -1,0 +1,319 @@
+"""The desired objects of an app: rendered from its sources, unsealed, placed in namespaces, minus argocd-cm's
+exclusions. One preamble for the step, the preview and the adoption, so neither can see other objects
+than a sync would apply.
+
+The render orchestration (git, chart and multi-source apps) lives here, in step/, rather than in render/:
+it needs the source stage (ls-remote, checkouts, chart snapshots), the project's rules, the image
+updater's override and the sealing keys, and render/ must stay independent of source/ and project/ (the
+pure-stages contract). A Protocol for all of that was more than this move could carry; the seam tests use
+is `Render` (a function of runtime, app, revision and warnings), which `Runtime.render` may replace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from tidecd import render
+from tidecd import source as git
+from tidecd.base.errors import RenderError, SecretError
+from tidecd.base.model import Manifest, ResourceKey
+from tidecd.clients.cluster import KubeCluster, UnknownKind
+from tidecd.config.argocd_settings import ArgoSettings
+from tidecd.config.load import Application, ApplicationSource
+from tidecd.generated import records as generated
+from tidecd.images.state import render_override as image_override
+from tidecd.runtime import Runtime
+from tidecd.source import charts, checkouts
+from tidecd.state import app as app_state
+from tidecd.sync import plan
+
+
+class Render(Protocol):
+    """What the step renders with: (revision, manifests) of `app` at `revision` ("" follows its target);
+    multi-source warnings are appended to `warnings`."""
+
+    def __call__(self, runtime: Runtime, app: Application, revision: str = "",
+                 warnings: list[str] | None = None) -> tuple[str, list[Manifest]]: ...
+
+
+@dataclass(frozen=True)
+class Desired:
+    """The desired objects as a sync applies them."""
+
+    revision: str
+    manifests: list[Manifest]
+    namespaced: Callable[[str, str], bool]
+    excluded: list[ResourceKey] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
+
+
+def place(cluster: KubeCluster, settings: ArgoSettings, app: Application, revision: str,
+          manifests: list[Manifest], warnings: tuple[str, ...] = ()) -> Desired:
+    """Rendered manifests as the sync applies them: namespaces filled in (or dropped for cluster-scoped
+    kinds), argocd-cm's excluded kinds left out (and named)."""
+    namespaced = scope_lookup(cluster, manifests)
+    placed = with_namespaces(namespaced, manifests, app.destination.namespace)
+    kept, excluded = without_excluded(settings, app, placed)
+    return Desired(revision, kept, namespaced, excluded, warnings)
+
+
+def desired_of(runtime: Runtime, app: Application, cluster: KubeCluster, revision: str = "") -> Desired:
+    """Render and place: the preview's and the adoption's way to the objects a sync would apply."""
+    warnings: list[str] = []
+    sha, manifests = (runtime_render(runtime))(runtime, app, revision, warnings)
+    return place(cluster, runtime.config().argo_settings, app, sha, manifests, tuple(warnings))
+
+
+def runtime_render(runtime: Runtime) -> Render:
+    """The runtime's renderer: a fake source a test passed to the Runtime, else `render_desired`."""
+    return runtime.render if runtime.render is not None else render_desired
+
+
+def render_desired(runtime: Runtime, app: Application, revision: str = "",
+                   warnings: list[str] | None = None) -> tuple[str, list[Manifest]]:
+    """The observe stage's render: (sha, manifests) of the app at `revision` (default: its targetRevision).
+
+    The one place desired manifests come from; other sources extend this function. Warnings for the
+    app's conditions (a multi-source RepeatedResourceWarning) are appended to `warnings`. A multi-source
+    app's `revision` is each source's revision joined (`state.joined`; an empty or missing one follows
+    that source's targetRevision), and so is the sha it returns (`revisions_of` splits it). A generated
+    app being deleted (`tidecd.generated.records`) desires nothing: its objects are pruned."""
+    if generated.is_deleting(app):
+        return DELETING_REVISION, []
+    if app.sources:
+        pinned = app_state.split_revisions(revision) or ([revision] if revision else [])
+        sha, manifests, found = _render_multi(runtime, app, pinned)
+        if warnings is not None:
+            warnings.extend(found)
+        return sha, manifests
+    return _render_single(runtime, app, revision)
+
+
+def revisions_of(app: Application, sha: str) -> list[str]:
+    """Each source's revision of a multi-source app from what `render_desired` returned ([] otherwise)."""
+    return (app_state.split_revisions(sha) or [sha]) if app.sources and sha else []
+
+
+DELETING_REVISION = "deleting"  # the revision of a generated app being removed
+
+
+def _render_multi(runtime: Runtime, app: Application,
+                  pinned: list[str]) -> tuple[str, list[Manifest], list[str]]:
+    """`spec.sources`: every source resolved (a git commit or a chart version each), `ref` sources checked
+    out for `$<ref>/...` value files, each renderable source rendered, and the results merged in order:
+    an object declared by two sources is taken from the later one, with a RepeatedResourceWarning (as
+    Argo CD). The revision returned is each source's revision joined (`state.joined`); a rollback pins
+    each source to its revision in `pinned`."""
+    resolved: list[tuple[ApplicationSource, Any, str | charts.ChartRef]] = []  # (source, creds, sha | chart)
+    for index, source in enumerate(app.sources):
+        creds = runtime.repo_credentials(source.repo_url)
+        rev = pinned[index] if index < len(pinned) else ""
+        if charts.kind_of(source) == charts.GIT:
+            sha = rev or git.resolve_revision(git.ls_remote(source.repo_url, creds), source.target_revision,
+                                              source.repo_url)
+            resolved.append((source, creds, sha))
+        else:
+            resolved.append((source, creds, charts.resolve(source, creds, rev)))
+    revisions = [r if isinstance(r, str) else r.version for _, _, r in resolved]
+    combined = app_state.joined(revisions)
+    key_text = json.dumps([[s.spec_hash(), r if isinstance(r, str) else r.cache_revision] for s, _, r in resolved])
+    cache_revision = "multi-" + hashlib.sha256(key_text.encode()).hexdigest()[:40]
+    namespace = app.destination.namespace
+
+    def render_now() -> list[Manifest]:
+        with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp, contextlib.ExitStack() as held:
+            trees = []
+            for index, (source, creds, rev) in enumerate(resolved):
+                root = Path(tmp) / f"source-{index}"
+                if isinstance(rev, str):  # a git source: the shared read-only tree of its commit
+                    root = held.enter_context(checkouts.tree(runtime.store, source.repo_url, rev, creds))
+                else:
+                    pass_credentials = bool(source.helm and source.helm.pass_credentials)
+                    git.extract(charts.ChartSnapshots(runtime.store).get_or_fetch(
+                        rev, creds, pass_credentials=pass_credentials, credentials_for=runtime.repo_credentials,
+                        permitted=_permitted_by_project(runtime, app)), root)
+                trees.append(root)
+            refs = {s.ref: trees[i] for i, (s, _, _) in enumerate(resolved) if s.ref}
+            out: list[Manifest] = []
+            for index, (source, _, rev) in enumerate(resolved):
+                if not source.rendered:
+                    continue
+                if not isinstance(rev, str):
+                    source = charts.render_source(source, rev, trees[index])
+                try:
+                    out += render.render(trees[index], source, app_name=app.name, namespace=namespace,
+                                         value_refs=refs)
+                except RenderError as exc:
+                    raise RenderError(f"spec.sources[{index}]: {exc}") from exc
+            return out
+
+    manifests = render.render_cached(runtime.store, app.name, cache_revision, app.source, render_now,
+                                     namespace=namespace)
+    merged, warnings = merge_sources(manifests)
+    return combined, _unseal(runtime, app, merged), warnings
+
+
+def spec_hash(app: Application) -> str:
+    """What an automated sync of a revision records: the source's spec hash (every source's, multi-source)."""
+    if not app.sources:
+        return app.source.spec_hash()
+    return ".".join(s.spec_hash()[:8] for s in app.sources)
+
+
+def merge_sources(manifests: list[Manifest]) -> tuple[list[Manifest], list[str]]:
+    """Later objects replace earlier ones of the same key (in the earlier one's place); one warning each."""
+    by_key: dict[ResourceKey, int] = {}
+    out: list[Manifest] = []
+    warnings: list[str] = []
+    for obj in manifests:
+        key = ResourceKey.of(obj)
+        if not key.name:  # generateName hooks are never the same object
+            out.append(obj)
+        elif key in by_key:
+            out[by_key[key]] = obj
+            warnings.append(f"{key} is declared by more than one source; the later source's object is used")
+        else:
+            by_key[key] = len(out)
+            out.append(obj)
+    return out, warnings
+
+
+def _render_single(runtime: Runtime, app: Application, revision: str = "") -> tuple[str, list[Manifest]]:
+    if charts.kind_of(app.source) != charts.GIT:
+        return _render_chart(runtime, app, revision)
+    creds = runtime.repo_credentials(app.source.repo_url)
+    if revision:
+        sha = revision
+    else:
+        refs = git.ls_remote(app.source.repo_url, creds)
+        sha = git.resolve_revision(refs, app.source.target_revision, app.source.repo_url)
+    namespace = app.destination.namespace
+    override = image_override(runtime.store, app.name)  # the image updater's `argocd` write-back
+
+    def render_now() -> list[Manifest]:
+        with checkouts.tree(runtime.store, app.source.repo_url, sha, creds) as root:  # checked, read-only, shared
+            return render.render(root, app.source, app_name=app.name, namespace=namespace, override=override)
+
+    manifests = render.render_cached(runtime.store, app.name, sha, app.source, render_now, namespace=namespace,
+                                     override=override)
+    return sha, _unseal(runtime, app, manifests)
+
+
+def _permitted_by_project(runtime: Runtime, app: Application) -> Callable[[str], bool]:
+    """Whether the app's project allows fetching from a repository (a chart dependency's)."""
+    from tidecd.project import rules
+
+    project = runtime.config().projects[app.project]
+    return lambda url: rules.source_permitted(project, url)
+
+
+def _render_chart(runtime: Runtime, app: Application, revision: str = "") -> tuple[str, list[Manifest]]:
+    """A chart from a helm repository or an OCI registry (or a plain OCI artifact): (version, manifests)."""
+    creds = runtime.repo_credentials(app.source.repo_url)
+    ref = charts.resolve(app.source, creds, revision)
+    namespace = app.destination.namespace
+    pass_credentials = bool(app.source.helm and app.source.helm.pass_credentials)
+    override = image_override(runtime.store, app.name)  # the image updater's `argocd` write-back
+
+    def render_now() -> list[Manifest]:
+        archive = charts.ChartSnapshots(runtime.store).get_or_fetch(ref, creds, pass_credentials=pass_credentials,
+                                                                    credentials_for=runtime.repo_credentials,
+                                                                    permitted=_permitted_by_project(runtime, app))
+        with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp:
+            git.extract(archive, Path(tmp))
+            source = charts.render_source(app.source, ref, Path(tmp))
+            return render.render(Path(tmp), source, app_name=app.name, namespace=namespace, override=override)
+
+    manifests = render.render_cached(runtime.store, app.name, ref.cache_revision, app.source, render_now,
+                                     namespace=namespace, override=override)
+    return ref.version, _unseal(runtime, app, manifests)
+
+
+def _unseal(runtime: Runtime, app: Application, manifests: list[Manifest]) -> list[Manifest]:
+    """SealedSecrets become plain Secrets (target clusters need no controller) unless the app opts out."""
+    if app.annotation("tidecd.io/sealed-secrets") == "passthrough":
+        return manifests
+    sealed = [m for m in manifests if m.get("kind") == "SealedSecret"]
+    if not sealed:
+        return manifests
+    from tidecd.clients.secrets import unseal  # the crypto library: only apps with SealedSecrets load it
+
+    keys = runtime.private_keys()
+    if not keys:
+        raise SecretError(f"{ResourceKey.of(sealed[0])}: cannot unseal: no sealing key is configured "
+                          "(TIDECD_SEALING_KEYS)")
+    out = []
+    for obj in manifests:
+        if obj.get("kind") == "SealedSecret":
+            secret = unseal(obj, keys, default_namespace=app.destination.namespace)
+            # keep sync annotations of the SealedSecret itself (waves, options)
+            notes = {k: v for k, v in plan.annotations_of(obj).items() if k.startswith("argocd.argoproj.io/")}
+            if notes:
+                secret.setdefault("metadata", {}).setdefault("annotations", {}).update(notes)
+            out.append(secret)
+        else:
+            out.append(obj)
+    return out
+
+
+def without_excluded(settings: ArgoSettings, app: Application,
+                     manifests: list[Manifest]) -> tuple[list[Manifest], list[ResourceKey]]:
+    """The manifests minus those argocd-cm excludes (Argo CD neither syncs nor prunes them), and their keys."""
+    if not settings.exclusions and not settings.inclusions:
+        return manifests, []
+    cluster = app.destination.server or app.destination.name
+    kept, dropped = [], []
+    for obj in manifests:
+        key = ResourceKey.of(obj)
+        if settings.excluded(key.group, key.kind, cluster):
+            dropped.append(key)
+        else:
+            kept.append(obj)
+    return kept, sorted(dropped)
+
+
+def scope_lookup(cluster: KubeCluster, manifests: list[Manifest]) -> Callable[[str, str], bool]:
+    """Whether a (group, kind) is namespaced: from CRDs among the manifests first (their kinds are not
+    served until this sync creates them), then from the cluster's discovery."""
+    declared: dict[tuple[str, str], bool] = {}
+    for obj in manifests:
+        if obj.get("kind") == "CustomResourceDefinition":
+            spec = obj.get("spec") or {}
+            kind = (spec.get("names") or {}).get("kind", "")
+            declared[(str(spec.get("group", "")), str(kind))] = bool(spec.get("scope", "Namespaced") == "Namespaced")
+
+    def namespaced(group: str, kind: str) -> bool:
+        if (group, kind) in declared:
+            return declared[(group, kind)]
+        return cluster.is_namespaced(group, kind)
+
+    return namespaced
+
+
+def with_namespaces(namespaced: Callable[[str, str], bool], manifests: list[Manifest],
+                     namespace: str) -> list[Manifest]:
+    """Namespaced objects without a namespace go to the destination namespace; cluster-scoped ones lose it."""
+    out = []
+    for obj in manifests:
+        key = ResourceKey.of(obj)
+        try:
+            is_namespaced = namespaced(key.group, key.kind)
+        except UnknownKind:
+            is_namespaced = True  # reported by the comparison as a kind the cluster does not serve
+        meta = obj.get("metadata") or {}
+        if is_namespaced and not meta.get("namespace") and namespace:
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["namespace"] = namespace
+        elif not is_namespaced and meta.get("namespace"):
+            obj = copy.deepcopy(obj)
+            del obj["metadata"]["namespace"]
+        out.append(obj)
+    return out
