@@ -41,6 +41,7 @@ from tidecd.clients.registry import (
     image_reference,
     parse_image,
 )
+from tidecd.clients.secrets import text_fields
 from tidecd.clients.store import acquire_lease, release_lease
 from tidecd.config.load import Application
 from tidecd.images import annotations as notes
@@ -426,9 +427,8 @@ def _fingerprint(creds: Credentials | None) -> str:
 
 
 def _fields(secret: dict[str, Any]) -> dict[str, str]:
-    from tidecd.source import _secret_fields
-
-    return _secret_fields(secret)
+    """The Secret's `data` (decoded) overlaid with its `stringData`, as Kubernetes (and the git source) read it."""
+    return text_fields(secret, f"Secret {(secret.get('metadata') or {}).get('name', '?')}")
 
 
 def _default_branch(refs: dict[str, str]) -> str:
