@@ -222,9 +222,11 @@ class Registry:
         self.stop()
 
     def docker_config(self) -> dict[str, Any]:
-        """A `.dockerconfigjson` with this registry's credentials (for a pull secret)."""
+        """A `.dockerconfigjson` with this registry's credentials (for a pull secret), given to its token
+        server's host too: tidecd sends a login only to the hosts it is configured for."""
         auth = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
-        return {"auths": {self.host: {"auth": auth}}}
+        hosts = [self.host] + ([urlsplit(self.token_server.realm).netloc] if self.token_server else [])
+        return {"auths": {host: {"auth": auth} for host in hosts}}
 
     def crane_env(self) -> dict[str, str]:
         """The environment under which `crane` pushes with this registry's credentials."""

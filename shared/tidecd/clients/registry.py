@@ -1,16 +1,28 @@
-"""Container registries over the OCI distribution API, with plain HTTP (`requests`).
+"""The one OCI distribution client: container images for the updater, charts and artifacts for the sources.
 
     tags(repo)                 GET /v2/<name>/tags/list?n=…, following `Link: <…>; rel="next"`
-    digest(repo, ref)          HEAD /v2/<name>/manifests/<ref> → Docker-Content-Digest (an index's own
-                               digest for a multi-platform image; its platforms are checked when asked)
+    manifest(repo, ref)        GET /v2/<name>/manifests/<ref> → (digest, media type, body), cached per client
+    blob(repo, digest)         GET /v2/<name>/blobs/<digest>, size-capped
+    digest(repo, ref)          the manifest's Docker-Content-Digest (an index's own digest for a multi-platform
+                               image; its platforms are checked when asked)
     created(repo, ref)         manifest (the platform's one inside an index) → config blob → `created`
 
 Auth: a 401 carrying `WWW-Authenticate: Bearer realm=…,service=…,scope=…` is answered by fetching a token
-from the realm (with basic credentials when there are any) and retrying; `Basic` challenges are retried
-with basic credentials. Tokens are kept per (registry, scope) for the client's life (one tick). A 429 is
-retried after `Retry-After` when that is short; longer, the call fails with `RegistryUnavailable(delay)`
-so the next tick tries again (no function waits). Every body read is size-capped, and no credential ever
-reaches an error message. Credentials come from `kubernetes.io/dockerconfigjson` Secrets (`auths`).
+from the realm and retrying; `Basic` challenges are retried with basic credentials. Tokens are kept per
+(registry, scope) for the client's life (one tick, or one source resolution). A 429 is retried after
+`Retry-After` when that is short; longer, the call fails with `RegistryUnavailable(delay)` so the next tick
+tries again (no function waits). Every body read is size-capped, and no credential ever reaches an error
+message. Credentials come from `kubernetes.io/dockerconfigjson` Secrets (`auths`) or repository Secrets.
+
+Where a credential may go, one rule for every request this client makes (`may_carry`): only to the origin
+(scheme, host and port) of the registry it was configured for. A token realm, a redirect or a pagination
+`Link` that leaves that origin gets no credentials; nothing a registry answers can widen the rule. Only
+tidecd's side can: Docker Hub's own token service (`https://auth.docker.io`, fixed here), and hosts to which
+the same dockerconfigjson Secret gives the very same credential (`Credentials.also_for`: the user configured
+it for them too). A realm on another origin is still asked, anonymously, rather than refused: public images
+and charts behind such registries keep working, and a private one fails with a message that says why
+(refusing would break the public ones for no gain). A pagination `Link` to another origin is not followed.
+Redirects are followed here, hop by hop, so the rule holds on each (blobs often redirect to storage).
 """
 
 from __future__ import annotations
@@ -25,7 +37,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 from urllib.parse import urljoin, urlsplit
 
@@ -36,12 +48,13 @@ from tidecd.clients.secrets import decode_value
 
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"
+DOCKER_HUB_AUTH = "https://auth.docker.io"  # Docker Hub's token service: Docker Hub logins may go there
 TIMEOUT = 20.0
 PAGE_SIZE = 1000
 MAX_PAGES = 50
 MAX_BODY = 4 * 1024 * 1024
 MAX_INLINE_WAIT = 2.0
-LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
+MAX_REDIRECTS = 5
 DEFAULT_PLATFORM = "linux/amd64"
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
@@ -57,8 +70,12 @@ class RegistryUnavailable(TemporaryError):
 
 @dataclass(frozen=True, repr=False)
 class Credentials:
+    """A registry login. `also_for`: other hosts (host[:port]) the same Secret gives this very login to, so it
+    may go there too (a token service on its own host, configured by the user; see `may_carry`)."""
+
     username: str
     password: str
+    also_for: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"Credentials(username={self.username!r}, password='***')"
@@ -166,7 +183,9 @@ def docker_config_auths(secret: Mapping[str, Any]) -> dict[str, Credentials]:
                 raise ValueError(f"Secret {name}: auths[{host!r}].auth is not base64 user:password") from None
         if user or password:
             found[_host_of(str(host))] = Credentials(user, password)
-    return found
+    return {host: replace(creds, also_for=tuple(sorted(other for other, same in found.items()
+                                                        if other != host and same == creds)))
+            for host, creds in found.items()}
 
 
 # --- the HTTP client -------------------------------------------------------------------------------------
@@ -184,10 +203,23 @@ class Counters:
 
 
 _CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
+_REDIRECTS = (301, 302, 303, 307, 308)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a URL, the port made explicit: what a credential is bound to."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port or _DEFAULT_PORTS.get(scheme, 0)
 
 
 class HttpRegistry:
-    """`Registry` over HTTP. One instance per tick: it caches tokens and manifests."""
+    """`Registry` over HTTP. One instance per tick (or per source resolution): it caches tokens and manifests."""
 
     def __init__(self, *, plain_http: tuple[str, ...] = (), session: requests.Session | None = None,
                  sleep: Callable[[float], None] = time.sleep, timeout: float = TIMEOUT) -> None:
@@ -196,16 +228,16 @@ class HttpRegistry:
         self.sleep, self.timeout = sleep, timeout
         self.counters = Counters()
         self._tokens: dict[tuple[str, str], str] = {}
-        self._manifests: dict[tuple[Repository, str], tuple[str, str, bytes]] = {}
+        self._manifests: dict[tuple[Repository, str, str], tuple[str, str, bytes]] = {}
         self._lock = threading.Lock()
 
-    # -- the three questions ----------------------------------------------------------------------------
+    # -- the questions ----------------------------------------------------------------------------------
 
     def tags(self, repo: Repository, creds: Credentials | None) -> list[str]:
         with self._lock:
             self.counters.tags_list += 1
             self.counters.by_repository[str(repo)] = self.counters.by_repository.get(str(repo), 0) + 1
-        url: str | None = f"{self._base(repo)}/v2/{repo.name}/tags/list?n={PAGE_SIZE}"
+        url: str | None = f"{self.base(repo)}/v2/{repo.name}/tags/list?n={PAGE_SIZE}"
         tags: list[str] = []
         for _ in range(MAX_PAGES):
             if url is None:
@@ -221,51 +253,43 @@ class HttpRegistry:
 
     def digest(self, repo: Repository, reference: str, creds: Credentials | None,
                platforms: tuple[str, ...] = ()) -> str:
-        digest, media_type, body = self._manifest(repo, reference, creds)
+        digest, media_type, body = self.manifest(repo, reference, creds)
         if platforms and media_type in INDEX_TYPES and not _platform_manifests(body, platforms):
             raise LookupError(f"{repo}:{reference} has no image for platform {', '.join(platforms)}")
         return digest
 
     def created(self, repo: Repository, reference: str, creds: Credentials | None,
                 platforms: tuple[str, ...] = ()) -> str:
-        _digest, media_type, body = self._manifest(repo, reference, creds)
+        _digest, media_type, body = self.manifest(repo, reference, creds)
         if media_type in INDEX_TYPES:
             chosen = _platform_manifests(body, platforms or (DEFAULT_PLATFORM,))
             if not chosen:
                 raise LookupError(f"{repo}:{reference} has no image for platform "
                                   f"{', '.join(platforms or (DEFAULT_PLATFORM,))}")
-            _digest, media_type, body = self._manifest(repo, chosen[0], creds)
+            _digest, media_type, body = self.manifest(repo, chosen[0], creds)
         manifest = _parse(repo, body, "manifest")
         config = manifest.get("config") if isinstance(manifest, dict) else None
         config_digest = config.get("digest") if isinstance(config, dict) else None
         if not isinstance(config_digest, str) or not config_digest.startswith("sha256:"):
             raise LookupError(f"{repo}:{reference}: the manifest names no config blob")
-        with self._lock:
-            self.counters.blobs += 1
-        response = self._get(repo, f"{self._base(repo)}/v2/{repo.name}/blobs/{config_digest}", creds)
-        blob = _parse(repo, _read(repo, response), "config blob")
+        blob = _parse(repo, self.blob(repo, config_digest, creds), "config blob")
         created = blob.get("created") if isinstance(blob, dict) else None
         if not isinstance(created, str):
             raise LookupError(f"{repo}:{reference}: the image config has no created time")
         return created
 
-    # -- HTTP -------------------------------------------------------------------------------------------
-
-    def _base(self, repo: Repository) -> str:
-        host = DOCKER_HUB_API if repo.registry == DOCKER_HUB else repo.registry
-        bare = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
-        plain = bare in LOOPBACK or host in self.plain_http or bare in self.plain_http
-        return f"{'http' if plain else 'https'}://{host}"
-
-    def _manifest(self, repo: Repository, reference: str, creds: Credentials | None) -> tuple[str, str, bytes]:
-        key = (repo, reference)
+    def manifest(self, repo: Repository, reference: str, creds: Credentials | None, *, accept: str = ACCEPT,
+                 limit: int = MAX_BODY) -> tuple[str, str, bytes]:
+        """(digest, media type, body) of a tag's or digest's manifest; the digest is the registry's
+        Docker-Content-Digest (callers that pin content hash the body themselves). Cached per client."""
+        key = (repo, reference, accept)
         if key in self._manifests:
             return self._manifests[key]
         with self._lock:
             self.counters.manifests += 1
-        response = self._get(repo, f"{self._base(repo)}/v2/{repo.name}/manifests/{reference}", creds,
-                             headers={"Accept": ACCEPT})
-        body = _read(repo, response)
+        response = self._get(repo, f"{self.base(repo)}/v2/{repo.name}/manifests/{reference}", creds,
+                             headers={"Accept": accept})
+        body = _read(repo, response, limit)
         media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
         if not media_type:
             parsed = _parse(repo, body, "manifest")
@@ -274,18 +298,63 @@ class HttpRegistry:
         self._manifests[key] = (digest, media_type, body)
         return digest, media_type, body
 
+    def blob(self, repo: Repository, digest: str, creds: Credentials | None, *, limit: int = MAX_BODY) -> bytes:
+        """A blob's bytes, at most `limit` (callers check them against `digest`)."""
+        with self._lock:
+            self.counters.blobs += 1
+        return _read(repo, self._get(repo, f"{self.base(repo)}/v2/{repo.name}/blobs/{digest}", creds), limit)
+
+    # -- where credentials may go -----------------------------------------------------------------------
+
+    def base(self, repo: Repository) -> str:
+        """The registry's origin as a URL: plain HTTP for loopback hosts and the configured `plain_http`."""
+        host = DOCKER_HUB_API if repo.registry == DOCKER_HUB else repo.registry
+        bare = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+        plain = _loopback(bare) or host in self.plain_http or bare in self.plain_http
+        return f"{'http' if plain else 'https'}://{host}"
+
+    def may_carry(self, repo: Repository, url: str, creds: Credentials | None = None) -> bool:
+        """Whether a request to `url` may carry `repo`'s credentials (or a token got with them): only the
+        registry's own origin, Docker Hub's token service for Docker Hub, and the hosts the user gave this
+        same credential to (`Credentials.also_for`, same scheme as the registry)."""
+        home = origin(self.base(repo))
+        there = origin(url)
+        if there == home:
+            return True
+        if home[1] == DOCKER_HUB_API and there == origin(DOCKER_HUB_AUTH):
+            return True
+        also = creds.also_for if creds is not None else ()
+        return there[0] == home[0] and any(origin(f"{home[0]}://{host}") == there for host in also)
+
+    # -- HTTP -------------------------------------------------------------------------------------------
+
+    def _send(self, repo: Repository, url: str, headers: Mapping[str, str], authorization: str | None,
+              creds: Credentials | None, params: Mapping[str, str] | None = None) -> requests.Response:
+        """GET `url`, following redirects here (at most MAX_REDIRECTS) so that `may_carry` is asked on every
+        hop: `authorization` goes only where the rule allows, never to where a redirect leads elsewhere."""
+        for _hop in range(MAX_REDIRECTS + 1):
+            sent = dict(headers)
+            if authorization and self.may_carry(repo, url, creds):
+                sent["Authorization"] = authorization
+            response = self.session.get(url, headers=sent, params=params, timeout=self.timeout, stream=True,
+                                        allow_redirects=False)
+            location = response.headers.get("Location", "")
+            if response.status_code not in _REDIRECTS or not location:
+                return response
+            response.close()
+            url, params = urljoin(url, location), None
+            if urlsplit(url).scheme not in ("http", "https"):
+                raise RegistryUnavailable(f"registry {repo.registry}: redirected to a non-http(s) URL", delay=60.0)
+        raise RegistryUnavailable(f"registry {repo.registry}: more than {MAX_REDIRECTS} redirects", delay=60.0)
+
     def _get(self, repo: Repository, url: str, creds: Credentials | None,
              headers: Mapping[str, str] | None = None) -> requests.Response:
         scope = f"repository:{repo.name}:pull"
         auth = self._tokens.get((repo.registry, scope))
         waited = 0.0
         for _attempt in range(4):
-            sent = dict(headers or {})
-            if auth:
-                sent["Authorization"] = auth
             try:
-                response = self.session.get(url, headers=sent, timeout=self.timeout, stream=True,
-                                            allow_redirects=True)
+                response = self._send(repo, url, headers or {}, auth, creds)
             except requests.RequestException as exc:
                 raise RegistryUnavailable(f"registry {repo.registry} is unavailable: {type(exc).__name__}",
                                           delay=30.0) from None
@@ -334,33 +403,33 @@ class HttpRegistry:
         realm_url = urlsplit(realm)
         if realm_url.scheme not in ("http", "https"):
             raise RegistryUnavailable(f"registry {repo.registry}: token realm is not an http(s) URL")
-        registry_host = urlsplit(self._base(repo)).hostname or ""
+        registry_host = urlsplit(self.base(repo)).hostname or ""
         if not _realm_allowed(realm_url.hostname or "", registry_host):
             raise RegistryUnavailable(f"registry {repo.registry}: token realm host {realm_url.hostname!r} is a "
                                       "link-local or private address (refused)", delay=300.0)
         query = {"scope": params.get("scope") or scope}
         if params.get("service"):
             query["service"] = params["service"]
-        # Credentials go to the realm only over https, or to the registry's own host (loopback counts as one).
-        same_host = realm_url.hostname == registry_host or (_loopback(realm_url.hostname or "")
-                                                              and _loopback(registry_host))
-        send_creds = creds is not None and (realm_url.scheme == "https" or same_host)
+        withheld = creds is not None and not self.may_carry(repo, realm, creds)
         with self._lock:
             self.counters.tokens += 1
         try:
-            answer = self.session.get(realm, params=query, timeout=self.timeout,
-                                      auth=(creds.username, creds.password) if send_creds and creds else None)
+            answer = self._send(repo, realm, {}, _basic(creds) if creds else None, creds, query)
+            content = _read(repo, answer) if answer.status_code < 400 else b""
         except requests.RequestException as exc:
             raise RegistryUnavailable(f"token service of registry {repo.registry} is unavailable: "
                                       f"{type(exc).__name__}", delay=30.0) from None
+        answer.close()
         if answer.status_code in (401, 403):
-            what = "refused the credentials" if creds else "requires credentials (set a pull-secret)"
+            what = ("requires credentials, and they are sent only to the registry's own host "
+                    f"(the token realm is on {realm_url.netloc})" if withheld
+                    else "refused the credentials" if creds else "requires credentials (set a pull-secret)")
             raise RegistryUnavailable(f"token service of registry {repo.registry} {what} for {repo.name}",
                                       delay=60.0)
         if answer.status_code >= 400:
             raise RegistryUnavailable(f"token service of registry {repo.registry} answered HTTP "
                                       f"{answer.status_code}", delay=30.0)
-        body = _parse(repo, answer.content[:MAX_BODY], "token answer")
+        body = _parse(repo, content, "token answer")
         token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:
             raise RegistryUnavailable(f"token service of registry {repo.registry} sent no token")
@@ -419,18 +488,18 @@ def _next_link(response: requests.Response, current: str) -> str | None:
     if match is None:
         return None
     target = urljoin(current, str(match[1]))
-    if urlsplit(target).netloc != urlsplit(current).netloc:
-        return None  # never follow a page link to another host
+    if origin(target) != origin(current):
+        return None  # never follow a page link to another origin: it would get the credentials
     return target
 
 
-def _read(repo: Repository, response: requests.Response) -> bytes:
+def _read(repo: Repository, response: requests.Response, limit: int = MAX_BODY) -> bytes:
     chunks, size = [], 0
     for chunk in response.iter_content(65536):
         size += len(chunk)
-        if size > MAX_BODY:
+        if size > limit:
             response.close()
-            raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: answer larger than {MAX_BODY} bytes")
+            raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: answer larger than {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 

@@ -5,12 +5,14 @@
 form, a chart repository without a scheme plus `chart:` (`repoURL: registry.example.com/charts`,
 `chart: redis`, a repository Secret with `enableOCI: "true"`), names `oci://registry.example.com/charts/redis`.
 
-The registry is spoken to with the OCI distribution API over `requests`: the tags list (the poll's one
-call per repository), the image manifest, and its layers by digest. Every blob is checked against the
-sha256 digest its descriptor names, and the manifest against the digest asked for, before anything is
-stored. Anonymous, basic and bearer-token (`WWW-Authenticate: Bearer realm=...`) auth are handled;
-credentials come from a repository Secret (`username`/`password`). Plain HTTP is used for loopback
-registries only (or with the Secret field `insecureOCIForceHttp: "true"`, as in Argo CD).
+The registry is spoken to through the one OCI distribution client, `tidecd.clients.registry.HttpRegistry`:
+its token handshake, basic and bearer auth, tags pagination, 429 handling, and its one rule for where a
+credential may go (only to the registry's own scheme, host and port; a token realm, redirect or `Link`
+elsewhere gets none). This module keeps what is about charts and artifacts: the tags list (the poll's one
+call per repository), the image manifest, and its layers by digest, each blob checked against the sha256
+digest its descriptor names and the manifest against the digest asked for, before anything is stored; and
+how layers become one archive. Credentials come from a repository Secret (`username`/`password`). Plain HTTP
+is used for loopback registries only (or with the Secret field `insecureOCIForceHttp: "true"`, as in Argo CD).
 """
 
 from __future__ import annotations
@@ -20,27 +22,22 @@ import io
 import json
 import re
 import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from tidecd.base.errors import ConfigError, NotFound, SourceRefused, SourceUnavailable
-from tidecd.source.helmrepo import answer_body
 
 if TYPE_CHECKING:
-    import requests
-
+    from tidecd.clients.registry import Credentials, HttpRegistry, Repository
     from tidecd.source.git import RepoCredentials
 
 HTTP_TIMEOUT = 60.0
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_BLOB_BYTES = 64 * 1024 * 1024
-MAX_TAGS_PAGES = 50
 HELM_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 HELM_CONFIG = "application/vnd.cncf.helm.config.v1+json"
-MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
-                  "application/vnd.docker.distribution.manifest.v2+json")
-_LOOPBACK = re.compile(r"^(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?$")
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -80,92 +77,50 @@ def is_oci(repo_url: str, chart: str = "") -> bool:
 
 
 class Registry:
-    """A client for one registry, with the auth handshake done once."""
+    """One OCI repository of charts or artifacts, asked through the one registry client; its errors become
+    the source's (SourceUnavailable, NotFound), naming the repository."""
 
     def __init__(self, ref: OciRef, credentials: RepoCredentials | None = None, *, plain_http: bool = False) -> None:
-        import requests
+        # Lazy for the cold start: the client imports `requests` (~150 ms), which only OCI sources need.
+        from tidecd.clients import registry as client
 
-        self.ref, self.credentials = ref, credentials
-        scheme = "http" if plain_http or _LOOPBACK.match(ref.registry) else "https"
-        self.base = f"{scheme}://{ref.registry}/v2/{ref.repository}"
-        self.session = requests.Session()
-        self.token = ""
-        self.calls = 0
+        self.ref = ref
+        self.repo: Repository = client.Repository(ref.registry, ref.repository)
+        self.creds: Credentials | None = (client.Credentials(credentials.username, credentials.password)
+                                          if credentials and (credentials.username or credentials.password) else None)
+        self.client: HttpRegistry = client.HttpRegistry(plain_http=(ref.registry,) if plain_http else (),
+                                                        timeout=HTTP_TIMEOUT)
+        self.accept = ", ".join(client.MANIFEST_TYPES)
 
-    def _auth(self) -> tuple[str, str] | None:
-        creds = self.credentials
-        return (creds.username, creds.password) if creds and (creds.username or creds.password) else None
-
-    def _get(self, path: str, *, accept: str = "", limit: int, what: str) -> tuple[bytes, Any]:
-        import requests
-
-        url = path if path.startswith("http") else self.base + path
-        for attempt in range(2):
-            headers = {"Accept": accept} if accept else {}
-            if self.token:
-                headers["Authorization"] = f"Bearer {self.token}"
-            auth = self._auth() if not self.token else None
-            try:
-                self.calls += 1
-                with self.session.get(url, headers=headers, auth=auth, timeout=HTTP_TIMEOUT, stream=True) as resp:
-                    if resp.status_code == 401 and attempt == 0 and self._handshake(resp):
-                        continue
-                    return self._body(resp, limit, what), resp.headers
-            except requests.RequestException as exc:
-                raise SourceUnavailable(f"{what} in {self.ref.url}: {type(exc).__name__}") from None
-        raise SourceUnavailable(f"{what} in {self.ref.url}: not authorized")
-
-    def _body(self, resp: requests.Response, limit: int, what: str) -> bytes:
-        return answer_body(resp, limit, f"{what} in {self.ref.url}", credentialed=self._auth() is not None)
-
-    def _handshake(self, resp: requests.Response) -> bool:
-        """Bearer token from the realm the registry names (basic credentials, when any, sent there)."""
-        challenge = resp.headers.get("WWW-Authenticate", "")
-        if not challenge.lower().startswith("bearer "):
-            return False
-        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
-        realm = params.pop("realm", "")
-        if urlsplit(realm).scheme not in ("http", "https"):
-            return False
-        params.setdefault("scope", f"repository:{self.ref.repository}:pull")
-        import requests
+    @contextmanager
+    def _asking(self, what: str) -> Iterator[None]:
+        from tidecd.clients.registry import RegistryUnavailable  # loaded by __init__ already (cold start)
 
         try:
-            self.calls += 1
-            got = self.session.get(realm, params=params, auth=self._auth(), timeout=HTTP_TIMEOUT)
-        except requests.RequestException as exc:
-            raise SourceUnavailable(f"token for {self.ref.url}: {type(exc).__name__}") from None
-        if got.status_code != 200:
-            raise SourceUnavailable(f"token for {self.ref.url}: HTTP {got.status_code}")
-        body = got.json() if got.content else {}
-        self.token = str(body.get("token") or body.get("access_token") or "")
-        return bool(self.token)
+            yield
+        except RegistryUnavailable as exc:
+            raise SourceUnavailable(f"{what} in {self.ref.url}: {exc}", delay=exc.delay) from None
+        except LookupError:
+            raise NotFound(f"{what} in {self.ref.url}: not found (HTTP 404)") from None
 
     def tags(self) -> list[str]:
-        """Every tag of the repository (following `Link` pagination, bounded)."""
-        out: list[str] = []
-        path = "/tags/list?n=1000"
-        for _ in range(MAX_TAGS_PAGES):
-            data, headers = self._get(path, limit=MAX_MANIFEST_BYTES, what="tags list")
-            doc = json.loads(data or b"{}")
-            out += [t for t in doc.get("tags") or [] if isinstance(t, str)]
-            link = headers.get("Link", "")
-            match = re.match(r"<([^>]+)>", link)
-            if not match:
-                break
-            path = match.group(1) if match.group(1).startswith("http") else \
-                f"{self.base.split('/v2/')[0]}{match.group(1)}"
-        return out
+        """Every tag of the repository (following `Link` pagination on the registry's own origin, bounded)."""
+        with self._asking("tags list"):
+            return self.client.tags(self.repo, self.creds)
 
     def manifest(self, reference: str) -> tuple[dict[str, Any], str]:
         """The image manifest of a tag or digest, and its digest (checked when asked for by digest)."""
-        data, headers = self._get(f"/manifests/{reference}", accept=", ".join(MANIFEST_TYPES),
-                                  limit=MAX_MANIFEST_BYTES, what=f"manifest {reference}")
+        with self._asking(f"manifest {reference}"):
+            _, _, data = self.client.manifest(self.repo, reference, self.creds, accept=self.accept,
+                                              limit=MAX_MANIFEST_BYTES)
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         if reference.startswith("sha256:") and digest != reference:
             raise SourceRefused(f"manifest {reference[:19]}… in {self.ref.url}: content does not match "
                                     "its digest; refusing it")
-        doc = json.loads(data)
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            raise SourceUnavailable(f"manifest {reference} in {self.ref.url}: not JSON") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list):
             raise SourceUnavailable(f"manifest {reference} in {self.ref.url}: not an image manifest "
                                     "(an index of several platforms is not a source)")
@@ -178,7 +133,8 @@ class Registry:
         if int(descriptor.get("size") or 0) > MAX_BLOB_BYTES:
             raise SourceUnavailable(f"layer {digest[:19]}… of {self.ref.url}: larger than "
                                     f"{MAX_BLOB_BYTES // 2**20} MiB")
-        data, _ = self._get(f"/blobs/{digest}", limit=MAX_BLOB_BYTES, what=f"layer {digest[:19]}…")
+        with self._asking(f"layer {digest[:19]}…"):
+            data = self.client.blob(self.repo, digest, self.creds, limit=MAX_BLOB_BYTES)
         if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
             raise SourceRefused(f"layer {digest[:19]}… of {self.ref.url}: content does not match its digest; "
                                     "refusing it")
