@@ -1,8 +1,8 @@
 """Loading a config source: Argo CD `Application` and `AppProject` (argoproj.io/v1alpha1) and credential
 Secrets, from a directory or a git `REPO_URL#REF:PATH`.
 
-Three modules, each importing only the ones before it: `config_model` (the dataclasses every later stage
-reads), `config_schema` (the strict field-by-field reader of one document) and this loader. `load_config`
+Three modules, each importing only the ones before it: `config.model` (the dataclasses every later stage
+reads), `config.schema` (the strict field-by-field reader of one document) and this loader. `load_config`
 turns a config source directory into the models; every problem is reported at once, each line naming the
 file, the object (`Application/guestbook`) and the dotted field (`spec.source.repoURL`). Error messages never
 echo values of Secrets, YAML source lines or repository credentials. Every public name of the three is
@@ -16,7 +16,7 @@ import json
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -91,61 +91,85 @@ def load_config(directory: Path, *, display: str | None = None, strict: bool = T
     prefix = str(directory) if display is None else display
     if prefix and not prefix.endswith(("/", ":")):
         prefix += "/"
-    errors: list[str] = []
-    found: list[ConfigItem] = []
-    settings_objects: list[tuple[Any, str]] = []  # argocd-cm and friends, read after every file
-    invalid: dict[str, list[str]] = {}
-    bad_projects: dict[str, list[str]] = {}
-    bad_appsets: dict[str, list[str]] = {}
+    reading = _Reading(strict)
     for path in config_files(directory):
-        origin = prefix + path.relative_to(directory).as_posix()
-        if not strict and (escape := _escaping_symlink(directory, path)):
-            errors.append(f"{origin}: {escape}")
-            continue
-        before = len(errors)
-        docs = _read_documents(path, origin, errors)
-        if not strict and len(errors) > before:  # the file could not be parsed: set aside what it names
-            app_names, project_names = _names_in_text(path, "Application"), _names_in_text(path, "AppProject")
-            appset_names = _names_in_text(path, "ApplicationSet")
-            for name in appset_names:
-                bad_appsets.setdefault(name, []).extend(errors[before:])
-            if appset_names and not app_names and not project_names:
-                del errors[before:]
-            for name in app_names:
-                invalid.setdefault(name, []).extend(errors[before:])
-            for name in project_names:
-                bad_projects.setdefault(name, []).extend(errors[before:])
-            if app_names or project_names:
-                del errors[before:]
-        for index, doc in docs:
-            if argocd_cm.recognised(doc):
-                settings_objects.append((doc, origin))
-                continue
-            before = len(errors)
-            item = _parse_document(doc, origin, index, errors)
-            if item is not None:
-                found.append(item)
-            elif not strict and (name := _object_name(doc, "Application")):
-                invalid.setdefault(name, []).extend(errors[before:])
-                del errors[before:]
-            elif not strict and (name := _object_name(doc, "AppProject")):
-                bad_projects.setdefault(name, []).extend(errors[before:])
-                del errors[before:]
-            elif not strict and (name := _object_name(doc, "ApplicationSet")):
-                bad_appsets.setdefault(name, []).extend(errors[before:])
-                del errors[before:]
-    settings = _argo_settings(settings_objects, errors)
+        _read_file(reading, directory, path, prefix + path.relative_to(directory).as_posix())
+    errors = reading.errors
+    settings = _argo_settings(reading.settings_objects, errors)
     if strict:
-        config = _assemble(found, errors)
+        config = _assemble(reading.found, errors)
         if errors:
             raise ConfigError(_summary(errors))
         config.argo_settings = settings
         return config
-    config = _assemble_isolated(found, invalid, bad_projects)
+    config = _assemble_isolated(reading.found, reading.invalid, reading.bad_projects)
     config.problems = errors
     config.argo_settings = settings
-    _add_appsets(config, found, bad_appsets)
+    _add_appsets(config, reading.found, reading.bad_appsets)
     return config
+
+
+@dataclass
+class _Reading:
+    """What one load gathers from its files before the config is assembled. When not strict, the names of
+    what a bad file or document defines are set aside with its problems instead of failing the load."""
+
+    strict: bool
+    errors: list[str] = field(default_factory=list)
+    found: list[ConfigItem] = field(default_factory=list)
+    settings_objects: list[tuple[Any, str]] = field(default_factory=list)  # argocd-cm and friends, read last
+    invalid: dict[str, list[str]] = field(default_factory=dict)  # Applications set aside
+    bad_projects: dict[str, list[str]] = field(default_factory=dict)
+    bad_appsets: dict[str, list[str]] = field(default_factory=dict)
+
+    def set_aside(self, into: dict[str, list[str]], names: list[str], since: int) -> None:
+        for name in names:
+            into.setdefault(name, []).extend(self.errors[since:])
+
+
+def _read_file(reading: _Reading, directory: Path, path: Path, origin: str) -> None:
+    if not reading.strict and (escape := _escaping_symlink(directory, path)):
+        reading.errors.append(f"{origin}: {escape}")
+        return
+    before = len(reading.errors)
+    docs = _read_documents(path, origin, reading.errors)
+    if not reading.strict and len(reading.errors) > before:
+        _set_aside_unparsed(reading, path, before)
+    for index, doc in docs:
+        if argocd_cm.recognised(doc):
+            reading.settings_objects.append((doc, origin))
+        else:
+            _read_document(reading, doc, origin, index)
+
+
+def _set_aside_unparsed(reading: _Reading, path: Path, before: int) -> None:
+    """A file that could not be parsed: set aside what it names (read from its raw text), and drop its
+    problems from the general list once they are recorded against those names."""
+    app_names, project_names = _names_in_text(path, "Application"), _names_in_text(path, "AppProject")
+    appset_names = _names_in_text(path, "ApplicationSet")
+    reading.set_aside(reading.bad_appsets, appset_names, before)
+    if appset_names and not app_names and not project_names:
+        del reading.errors[before:]
+    reading.set_aside(reading.invalid, app_names, before)
+    reading.set_aside(reading.bad_projects, project_names, before)
+    if app_names or project_names:
+        del reading.errors[before:]
+
+
+def _read_document(reading: _Reading, doc: Any, origin: str, index: int) -> None:
+    before = len(reading.errors)
+    item = _parse_document(doc, origin, index, reading.errors)
+    if item is not None:
+        reading.found.append(item)
+        return
+    if reading.strict:
+        return
+    for kind, into in (("Application", reading.invalid), ("AppProject", reading.bad_projects),
+                       ("ApplicationSet", reading.bad_appsets)):
+        if name := _object_name(doc, kind):
+            reading.set_aside(into, [name], before)
+            del reading.errors[before:]
+            return
 
 
 def _argo_settings(objects: list[tuple[Any, str]], errors: list[str]) -> ArgoSettings:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -106,6 +106,7 @@ class Params:
 
 
 def validate(node: Node, depth: int = 0) -> None:
+    """One generator entry: exactly one known kind, its common fields, then the kind's own fields."""
     kinds = [k for k in node.data if k in KINDS]
     for name in NOT_IMPLEMENTED:
         if name in node.data:
@@ -116,75 +117,102 @@ def validate(node: Node, depth: int = 0) -> None:
     _selector(node.child("selector", _SELECTOR))
     node.get("template", (dict,), "a mapping")
     for kind in kinds:
-        if kind == "list":
-            body = node.child(kind, _LIST, required=True)
-            if body is not None:
-                if body.data.get("elements") is None and body.data.get("elementsYaml") is None:
-                    body.error("elements", "required field is missing (or set elementsYaml)")
-                for i, item in enumerate(body.get("elements", (list,), "a list") or []):
-                    if not isinstance(item, dict):
-                        body.error(f"elements[{i}]", "expected a mapping")
-                body.text("elementsYaml")
-        elif kind == "clusters":
-            body = node.child(kind, _CLUSTERS, required=True)
-            if body is not None:
-                _selector(body.child("selector", _SELECTOR))
-                body.get("values", (dict,), "a mapping")
-        elif kind == "git":
-            body = node.child(kind, _GIT, required=True)
-            if body is not None:
-                body.text("repoURL", required=True)
-                body.text("revision")
-                body.text("pathParamPrefix")
-                body.get("values", (dict,), "a mapping")
-                dirs, files = body.children("directories", _GIT_PATH), body.children("files", _GIT_PATH)
-                if bool(dirs) == bool(files):
-                    body.error("", "set exactly one of directories or files")
-                for entry in [*dirs, *files]:
-                    pattern = entry.text("path", required=True)
-                    entry.flag("exclude")
-                    try:
-                        compile_glob(pattern, separator="/", globstar=True)
-                    except ValueError as exc:
-                        entry.error("path", str(exc))
-        elif kind in ("matrix", "merge"):
-            body = node.child(kind, _MATRIX if kind == "matrix" else _MERGE, required=True)
-            if body is None:
-                continue
-            children = body.children("generators", GENERATOR_KEYS)
-            if kind == "matrix" and len(children) != 2:
-                body.error("generators", "a matrix combines exactly two generators")
-            if kind == "merge":
-                if len(children) < 2:
-                    body.error("generators", "a merge needs at least two generators")
-                if not body.texts("mergeKeys"):
-                    body.error("mergeKeys", "must list at least one key")
-            if depth >= MAX_NESTING:
-                body.error("generators", f"matrix/merge nested more than {MAX_NESTING} levels")
-                continue
-            for child in children:
-                validate(child, depth + 1)
-        elif kind == "pullRequest":
-            body = node.child(kind, _PULL_REQUEST, required=True)
-            if body is None:
-                continue
-            if body.data.get("filters") is not None:
-                body.error("filters", "Argo CD field filters is not implemented by tidecd (use github.labels)")
-            body.number("requeueAfterSeconds", 1800)
-            github = body.child("github", _GITHUB)
-            if github is None:
-                body.error("", "only the github provider is implemented by tidecd")
-                continue
-            github.text("owner", required=True)
-            github.text("repo", required=True)
-            github.text("api")
-            github.texts("labels")
-            if github.data.get("appSecretName") is not None:
-                github.error("appSecretName", "not implemented by tidecd (use tokenRef or the github Secret)")
-            ref = github.child("tokenRef", _TOKEN_REF)
-            if ref is not None:
-                ref.text("secretName", required=True)
-                ref.text("key", required=True)
+        if kind in ("matrix", "merge"):
+            _validate_combined(node, kind, depth)
+        else:
+            _VALIDATORS[kind](node)
+
+
+def _validate_list(node: Node) -> None:
+    body = node.child("list", _LIST, required=True)
+    if body is None:
+        return
+    if body.data.get("elements") is None and body.data.get("elementsYaml") is None:
+        body.error("elements", "required field is missing (or set elementsYaml)")
+    for i, item in enumerate(body.get("elements", (list,), "a list") or []):
+        if not isinstance(item, dict):
+            body.error(f"elements[{i}]", "expected a mapping")
+    body.text("elementsYaml")
+
+
+def _validate_clusters(node: Node) -> None:
+    body = node.child("clusters", _CLUSTERS, required=True)
+    if body is None:
+        return
+    _selector(body.child("selector", _SELECTOR))
+    body.get("values", (dict,), "a mapping")
+
+
+def _validate_git(node: Node) -> None:
+    body = node.child("git", _GIT, required=True)
+    if body is None:
+        return
+    body.text("repoURL", required=True)
+    body.text("revision")
+    body.text("pathParamPrefix")
+    body.get("values", (dict,), "a mapping")
+    dirs, files = body.children("directories", _GIT_PATH), body.children("files", _GIT_PATH)
+    if bool(dirs) == bool(files):
+        body.error("", "set exactly one of directories or files")
+    for entry in [*dirs, *files]:
+        pattern = entry.text("path", required=True)
+        entry.flag("exclude")
+        try:
+            compile_glob(pattern, separator="/", globstar=True)
+        except ValueError as exc:
+            entry.error("path", str(exc))
+
+
+def _validate_combined(node: Node, kind: str, depth: int) -> None:
+    """A matrix (exactly two generators) or a merge (two or more, with merge keys), nested at most so deep."""
+    body = node.child(kind, _MATRIX if kind == "matrix" else _MERGE, required=True)
+    if body is None:
+        return
+    children = body.children("generators", GENERATOR_KEYS)
+    if kind == "matrix" and len(children) != 2:
+        body.error("generators", "a matrix combines exactly two generators")
+    if kind == "merge":
+        if len(children) < 2:
+            body.error("generators", "a merge needs at least two generators")
+        if not body.texts("mergeKeys"):
+            body.error("mergeKeys", "must list at least one key")
+    if depth >= MAX_NESTING:
+        body.error("generators", f"matrix/merge nested more than {MAX_NESTING} levels")
+        return
+    for child in children:
+        validate(child, depth + 1)
+
+
+def _validate_pull_request(node: Node) -> None:
+    """Only the github provider, and none of the fields tidecd does not implement."""
+    body = node.child("pullRequest", _PULL_REQUEST, required=True)
+    if body is None:
+        return
+    if body.data.get("filters") is not None:
+        body.error("filters", "Argo CD field filters is not implemented by tidecd (use github.labels)")
+    body.number("requeueAfterSeconds", 1800)
+    github = body.child("github", _GITHUB)
+    if github is None:
+        body.error("", "only the github provider is implemented by tidecd")
+        return
+    github.text("owner", required=True)
+    github.text("repo", required=True)
+    github.text("api")
+    github.texts("labels")
+    if github.data.get("appSecretName") is not None:
+        github.error("appSecretName", "not implemented by tidecd (use tokenRef or the github Secret)")
+    ref = github.child("tokenRef", _TOKEN_REF)
+    if ref is not None:
+        ref.text("secretName", required=True)
+        ref.text("key", required=True)
+
+
+_VALIDATORS: dict[str, Callable[[Node], None]] = {
+    "list": _validate_list,
+    "clusters": _validate_clusters,
+    "git": _validate_git,
+    "pullRequest": _validate_pull_request,
+}
 
 
 def _selector(node: Node | None) -> None:
