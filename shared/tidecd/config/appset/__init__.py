@@ -1,6 +1,6 @@
 """ApplicationSets: generators, templating and the Applications they define.
 
-    gotemplate.py   the Go text/template subset (`goTemplate: true`) with Sprig-like functions
+    gotemplate/     the Go text/template subset (`goTemplate: true`): values, parse, execute, functions
     template.py     rendering an ApplicationSet's template for one parameter set (Go or fasttemplate form),
                     `templatePatch`
     model.py        reading an ApplicationSet document (strict, errors name the file and field)
