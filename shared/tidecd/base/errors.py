@@ -5,7 +5,7 @@
     │   ├── ConfigError                 a user-written file or field is wrong (names the file and field);
     │   │                             also a missing or broken kubeconfig (clients.cluster.KubeCluster)
     │   │   ├── source.versions.BadConstraint  a targetRevision that is no version or semver constraint
-    │   │   ├── config.appset.gotemplate.TemplateError  an ApplicationSet template that cannot be parsed or run
+    │   │   ├── config.appset.gotemplate.values.TemplateError  an ApplicationSet template that cannot be parsed or run
     │   │   └── config.appset.generators.GeneratorError  a generator that cannot produce its parameters
     │   ├── UnsafePathError             a path, symlink or archive member would leave a repository checkout
     │   │   └── clients.store.InvalidKey  an object-store key with `..`, empty or clashing segments
