@@ -38,6 +38,15 @@ def test_bad_constraints_and_versions() -> None:
     assert parse_version("latest") is None and parse_version("v1.2") is not None
 
 
+def test_chart_versions_and_image_tags_are_read_by_the_one_parser() -> None:
+    from tidecd.base import semver
+
+    assert parse_version is semver.parse_version
+    assert parse_version("2024.01.15") == parse_version("v2024.1.15")  # CalVer, as Masterminds' NewVersion reads it
+    assert parse_version("1.2.3-rc..1") is None and parse_version("1.x") is None
+    assert semver.newest_semver(["2024.01.15", "2023.12.01"], None) == "2024.01.15"
+
+
 INDEX = b"""
 apiVersion: v1
 entries:

@@ -1,11 +1,18 @@
-"""Tags as versions, version constraints, and the four update strategies, all pure.
+"""Versions, and the image updater's tags as versions, version constraints and update strategies, all pure.
 
-Constraints are the Masterminds/semver (v3) syntax argocd-image-updater uses: terms joined by `,` or
-spaces (all must hold) and `||` (either group); operators `=`, `!=`, `>`, `>=`, `<`, `<=`, `~`, `~>`,
+The one version parser of tidecd: `parse_version` (a tag, a chart version) and `parse_partial` (the version
+of a constraint term, wildcards allowed) read versions as Masterminds/semver's `NewVersion` does by default,
+which both Argo CD (chart `targetRevision`) and argocd-image-updater use: an optional `v`, missing
+minor/patch as 0, leading zeros allowed (CalVer such as `2024.01.15`), dot-separated pre-release and build
+identifiers. Comparison is semver 2.0 precedence, by the `semver` package's `Version` (its own `parse`
+refuses the `v`, missing parts and leading zeros, so the reading is done here). `source.versions` builds
+chart constraints on these two functions; this module builds the updater's.
+
+The updater's constraints are the Masterminds/semver (v3) syntax argocd-image-updater uses: terms joined by
+`,` or spaces (all must hold) and `||` (either group); operators `=`, `!=`, `>`, `>=`, `<`, `<=`, `~`, `~>`,
 `^`; wildcards `x`, `X`, `*` or missing parts (`1.2` is `1.2.x`); hyphen ranges `1.2 - 1.4.5`. A tag
 with a pre-release part (`1.3.0-rc1`) only satisfies a term that itself has one (`1.x-0`), so pre-releases
-are opt-in. Tags are read loosely as Masterminds reads them: an optional `v`, missing minor/patch as 0.
-Comparison is semver 2.0 precedence (the `semver` package).
+are opt-in.
 """
 
 from __future__ import annotations
@@ -17,23 +24,48 @@ from dataclasses import dataclass
 import semver
 
 MAX_CONSTRAINT = 256
-_VERSION = re.compile(
-    r"v?(?P<major>0|[1-9][0-9]*)(?:\.(?P<minor>0|[1-9][0-9]*))?(?:\.(?P<patch>0|[1-9][0-9]*))?"
-    r"(?:-(?P<pre>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?(?:\+(?P<build>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?")
-_TERM_VERSION = re.compile(
-    r"v?(?P<major>[0-9]+|[xX*])(?:\.(?P<minor>[0-9]+|[xX*]))?(?:\.(?P<patch>[0-9]+|[xX*]))?"
-    r"(?:-(?P<pre>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?(?:\+[0-9A-Za-z.-]+)?")
+_IDENTIFIERS = r"[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*"
+_PART = r"[0-9]+|[xX*]"
+_PARTIAL = re.compile(
+    rf"v?(?P<major>{_PART})(?:\.(?P<minor>{_PART}))?(?:\.(?P<patch>{_PART}))?"
+    rf"(?:-(?P<pre>{_IDENTIFIERS}))?(?:\+(?P<build>{_IDENTIFIERS}))?")
 _OPS = ("!=", ">=", "=>", "<=", "=<", "~>", ">", "<", "=", "~", "^")
 _WILD = ("x", "X", "*")
+_PARTS = ("major", "minor", "patch")
 
 
-def parse_version(tag: str) -> semver.Version | None:
-    """The tag as a version, or None when it is not one (such tags are skipped by semver)."""
-    match = _VERSION.fullmatch(tag)
+@dataclass(frozen=True)
+class Partial:
+    """A version as written, parts that are missing or a wildcard (`x`, `X`, `*`) as None."""
+
+    major: int | None
+    minor: int | None
+    patch: int | None
+    pre: str
+    build: str
+
+    @property
+    def parts(self) -> tuple[int | None, int | None, int | None]:
+        return self.major, self.minor, self.patch
+
+
+def parse_partial(text: str) -> Partial | None:
+    """A version or constraint-term version (`1`, `v1.2`, `1.x`, `*`, `1.2.3-rc.1+b`); None if it is none."""
+    match = _PARTIAL.fullmatch(text.strip())
     if match is None:
         return None
-    return semver.Version(int(match["major"]), int(match["minor"] or 0), int(match["patch"] or 0),
-                          match["pre"], match["build"])
+    major, minor, patch = (None if match[n] is None or match[n] in _WILD else int(match[n]) for n in _PARTS)
+    return Partial(major, minor, patch, match["pre"] or "", match["build"] or "")
+
+
+def parse_version(text: str) -> semver.Version | None:
+    """A tag or chart version as a version, or None when it is not one (such tags are skipped by semver);
+    a wildcard is not a version."""
+    match = _PARTIAL.fullmatch(text.strip())
+    if match is None or any(match[n] in _WILD for n in _PARTS):
+        return None
+    return semver.Version(int(match["major"]), int(match["minor"] or 0), int(match["patch"] or 0), match["pre"],
+                          match["build"])
 
 
 Check = Callable[[semver.Version], bool]
@@ -111,19 +143,13 @@ class _Bounds:
 
 
 def _bounds(word: str) -> _Bounds:
-    match = _TERM_VERSION.fullmatch(word)
-    if match is None:
+    partial = parse_partial(word)
+    if partial is None:
         raise ValueError(f"{word!r} is not a version")
     parts: list[int | None] = []
-    wild = False
-    for name in ("major", "minor", "patch"):
-        value = match[name]
-        if value is None or value in _WILD or wild:
-            wild = True
-            parts.append(None)
-        else:
-            parts.append(int(value))
-    return _Bounds((parts[0], parts[1], parts[2]), match["pre"] or "")
+    for value in partial.parts:  # after a wildcard or a missing part, every part is one (`1.x.3` is `1.x`)
+        parts.append(None if value is None or (parts and parts[-1] is None) else value)
+    return _Bounds((parts[0], parts[1], parts[2]), partial.pre)
 
 
 def _range(low: semver.Version | None, low_inclusive: bool, high: tuple[semver.Version | None, bool],

@@ -1,10 +1,11 @@
 """Chart versions and `targetRevision` constraints, read the way helm and Argo CD read them.
 
 Argo CD resolves a chart's `targetRevision` with Masterminds/semver constraints: `17.x`, `~1.2`, `^0.3.1`,
-`>=1.0 <2.0`, `1.2 - 1.4`, `a || b`, `*`, or an exact version. The `semver` package parses and compares
-versions; this module turns each constraint into lower and upper bounds on them. As in Masterminds,
-pre-releases match only when the constraint itself names a pre-release, and a leading `v` and missing
-minor/patch parts of versions (`v1.2`) are accepted.
+`>=1.0 <2.0`, `1.2 - 1.4`, `a || b`, `*`, or an exact version. Versions and the versions of constraint
+terms are read by tidecd's one version parser (`base.semver.parse_version` and `parse_partial`: a leading
+`v` and missing minor/patch parts are accepted) and compared by the `semver` package; this module turns each
+constraint into lower and upper bounds on them. As in Masterminds, pre-releases match only when the
+constraint itself names a pre-release.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from collections.abc import Callable, Iterable
 import semver
 
 from tidecd.base.errors import ConfigError
+from tidecd.base.semver import parse_partial
+from tidecd.base.semver import parse_version as parse_version  # the one parser, also read from here
 
-_PARTIAL = re.compile(r"^v?(?P<major>\d+|[xX*])(?:\.(?P<minor>\d+|[xX*]))?(?:\.(?P<patch>\d+|[xX*]))?"
-                      r"(?:-(?P<pre>[0-9A-Za-z.-]+))?(?:\+(?P<build>[0-9A-Za-z.-]+))?$")
 _COMPARATOR = re.compile(r"^(?P<op>!=|>=|=>|<=|=<|>|<|=|~>|~|\^)?\s*(?P<version>\S+)$")
 
 Check = Callable[[semver.Version], bool]
@@ -27,30 +28,14 @@ class BadConstraint(ConfigError):
     """Not a version or a semver constraint (callers name the field)."""
 
 
-def parse_version(text: str) -> semver.Version | None:
-    """A version from a chart index or a tag (`1.2.3`, `v1.2`, `1.2.3-rc.1+b`); None if it is not one."""
-    match = _PARTIAL.match(text.strip())
-    if match is None or any(match.group(p) in ("x", "X", "*") for p in ("major", "minor", "patch")):
-        return None
-    major, minor, patch = (int(match.group(p) or 0) for p in ("major", "minor", "patch"))
-    try:
-        return semver.Version(major, minor, patch, match.group("pre"), match.group("build"))
-    except ValueError:
-        return None
-
-
 def _bounds(op: str, text: str) -> list[Check]:
-    match = _PARTIAL.match(text)
-    if match is None:
+    partial = parse_partial(text)
+    if partial is None:
         raise BadConstraint(f"{text!r} is not a version")
-    parts: list[int | None] = []
-    for name in ("major", "minor", "patch"):
-        value = match.group(name)
-        parts.append(None if value in (None, "x", "X", "*") else int(value))
-    if parts[0] is None:
+    major, minor, patch = partial.parts
+    if major is None:
         return [] if op in ("", "=", ">=", "=>", "<=", "=<", "~", "~>", "^") else [lambda v: False]
-    pre = match.group("pre")
-    major, minor, patch = parts[0], parts[1], parts[2]
+    pre = partial.pre or None
     low = semver.Version(major, minor or 0, patch or 0, pre)
     if minor is None:
         next_up = semver.Version(major + 1, 0, 0)
