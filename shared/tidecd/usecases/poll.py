@@ -217,12 +217,7 @@ def _save_sweep(runtime: Runtime, memory: tuple[dict[str, float], int], swept: s
         return
     current = now_unix()
     doc = {"swept": {**times, **{app: current for app in swept}}}
-    try:
-        write_json(runtime.store, SWEEPS, doc, if_generation_match=generation)
-    except PreconditionFailed:
-        summary.errors.append(f"{SWEEPS}: changed by an overlapping poll; kept")
-    except TidecdError as exc:
-        summary.errors.append(f"{SWEEPS}: {exc}")
+    _write_unless_overlapped(runtime, SWEEPS, doc, generation, summary, "kept")
 
 
 def _drift(app: Application, repos: dict[str, _Repo]) -> Refresh:
@@ -444,9 +439,16 @@ def _save_pending(runtime: Runtime, refreshes: list[Refresh], generation: int,
     if generation < 0:
         return
     doc = {"refreshes": [{"app": r.app, "reason": r.reason, "revision": r.revision} for r in refreshes]}
+    _write_unless_overlapped(runtime, PENDING, doc, generation, summary, "its list was kept")
+
+
+def _write_unless_overlapped(runtime: Runtime, key: str, doc: dict[str, Any], generation: int,
+                             summary: PollSummary, kept: str) -> None:
+    """Write the poll's own record only if nobody wrote it since we read it: an overlapping tick's
+    version wins and is `kept`; either way the tick goes on, with the problem in its summary."""
     try:
-        write_json(runtime.store, PENDING, doc, if_generation_match=generation)
+        write_json(runtime.store, key, doc, if_generation_match=generation)
     except PreconditionFailed:
-        summary.errors.append(f"{PENDING}: changed by an overlapping poll; its list was kept")
+        summary.errors.append(f"{key}: changed by an overlapping poll; {kept}")
     except TidecdError as exc:
-        summary.errors.append(f"{PENDING}: {exc}")
+        summary.errors.append(f"{key}: {exc}")
