@@ -17,15 +17,14 @@ def up(
     kwok: bool = typer.Option(False, "--kwok", help="Also run controller-manager, scheduler and kwok."),
 ) -> None:
     """Start the control plane in the background and print the KUBECONFIG to use."""
-    workdir = default_workdir(name)
-    if (workdir / "state.json").exists():
-        existing = DevCluster.load(workdir)
+    existing = _recorded(name)
+    if existing is not None:
         if existing.is_running():
             typer.echo(f"export KUBECONFIG={existing.kubeconfig}")
             return
         existing.stop()
     _ensure_tools(kwok)
-    cluster = DevCluster(workdir=workdir, kwok=kwok)
+    cluster = DevCluster(workdir=default_workdir(name), kwok=kwok)
     try:
         cluster.start()
     except Exception as exc:
@@ -39,23 +38,31 @@ def up(
 @cluster_app.command("down")
 def down(name: str = typer.Option("dev", help="Cluster name.")) -> None:
     """Stop every process of the named cluster and remove its files."""
-    workdir = default_workdir(name)
-    if not (workdir / "state.json").exists():
-        typer.echo(f"no cluster {name!r} is running")
-        return
-    DevCluster.load(workdir).stop()
+    _required(name, absent=f"no cluster {name!r} is running", code=0).stop()
     typer.echo(f"cluster {name!r} stopped")
 
 
 @cluster_app.command("status")
 def status(name: str = typer.Option("dev", help="Cluster name.")) -> None:
-    workdir = default_workdir(name)
-    if not (workdir / "state.json").exists():
-        typer.echo(f"no cluster {name!r}")
-        raise typer.Exit(1)
-    cluster = DevCluster.load(workdir)
+    """Whether the named cluster runs, with its server and KUBECONFIG; exit 1 when there is none."""
+    cluster = _required(name, absent=f"no cluster {name!r}", code=1)
     state = "running" if cluster.is_running() else "stopped (run `down` to clean up)"
     typer.echo(f"{name}: {state}, {cluster.server}, KUBECONFIG={cluster.kubeconfig}")
+
+
+def _recorded(name: str) -> DevCluster | None:
+    """The cluster `up` recorded under this name, running or not; None when there is none."""
+    workdir = default_workdir(name)
+    return DevCluster.load(workdir) if (workdir / "state.json").exists() else None
+
+
+def _required(name: str, *, absent: str, code: int) -> DevCluster:
+    """The recorded cluster, or the `absent` line and an exit with `code`."""
+    cluster = _recorded(name)
+    if cluster is None:
+        typer.echo(absent)
+        raise typer.Exit(code)
+    return cluster
 
 
 def _ensure_tools(kwok: bool) -> None:
