@@ -1,4 +1,4 @@
-"""Tolerant readers for live-object fields, shared by the per-kind checks.
+"""Tolerant readers for live-object fields, and the rollout verdict, shared by the per-kind checks.
 
 Live objects are raw API JSON: a field may be absent (zero values are often omitted), so every reader
 returns a default instead of raising.
@@ -7,9 +7,10 @@ returns a default instead of raising.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
-from tidecd.base.model import Manifest
+from tidecd.base.model import HealthResult, HealthStatus, Manifest
 
 
 def get(obj: Manifest, *path: str) -> Any:
@@ -58,3 +59,12 @@ def name(obj: Manifest) -> str:
 def quote(value: str) -> str:
     """Double-quoted, as Kubernetes and Argo CD messages quote names (Go's %q)."""
     return json.dumps(value)
+
+
+def rollout(wait: str, gaps: Iterable[tuple[bool, str]]) -> HealthResult:
+    """A rollout's verdict, as `kubectl rollout status` gives it: the first open gap (checked in order) is
+    Progressing with `wait: message`; with none open, Healthy."""
+    for is_open, message in gaps:
+        if is_open:
+            return HealthResult(HealthStatus.PROGRESSING, f"{wait}: {message}")
+    return HealthResult(HealthStatus.HEALTHY)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tidecd.base.model import HealthResult, HealthStatus, Manifest
-from tidecd.health._fields import integer, name, quote, text
+from tidecd.health._fields import integer, name, quote, rollout, text
 
 
 def check(obj: Manifest) -> HealthResult:
@@ -17,11 +17,7 @@ def check(obj: Manifest) -> HealthResult:
         # Old pods are replaced only when someone deletes them, so an old pod is not "progress".
         return HealthResult(HealthStatus.HEALTHY,
                             f"daemon set {updated} out of {desired} new pods have been updated")
-    wait = f"Waiting for daemon set {quote(name(obj))} rollout to finish"
-    if updated < desired:
-        return HealthResult(HealthStatus.PROGRESSING,
-                            f"{wait}: {updated} out of {desired} new pods have been updated...")
-    if available < desired:
-        return HealthResult(HealthStatus.PROGRESSING,
-                            f"{wait}: {available} of {desired} updated pods are available...")
-    return HealthResult(HealthStatus.HEALTHY)
+    return rollout(f"Waiting for daemon set {quote(name(obj))} rollout to finish", [
+        (updated < desired, f"{updated} out of {desired} new pods have been updated..."),
+        (available < desired, f"{available} of {desired} updated pods are available..."),
+    ])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tidecd.base.model import HealthResult, HealthStatus, Manifest
-from tidecd.health._fields import condition, get, integer, name, quote
+from tidecd.health._fields import condition, get, integer, name, quote, rollout
 
 _WAIT = "Waiting for rollout to finish"
 
@@ -23,13 +23,8 @@ def check(obj: Manifest) -> HealthResult:
     replicas = integer(obj, "status", "replicas")
     updated = integer(obj, "status", "updatedReplicas")
     available = integer(obj, "status", "availableReplicas")
-    if updated < desired:
-        return HealthResult(HealthStatus.PROGRESSING,
-                            f"{_WAIT}: {updated} out of {desired} new replicas have been updated...")
-    if replicas > updated:
-        return HealthResult(HealthStatus.PROGRESSING,
-                            f"{_WAIT}: {replicas - updated} old replicas are pending termination...")
-    if available < updated:
-        return HealthResult(HealthStatus.PROGRESSING,
-                            f"{_WAIT}: {available} of {updated} updated replicas are available...")
-    return HealthResult(HealthStatus.HEALTHY)
+    return rollout(_WAIT, [
+        (updated < desired, f"{updated} out of {desired} new replicas have been updated..."),
+        (replicas > updated, f"{replicas - updated} old replicas are pending termination..."),
+        (available < updated, f"{available} of {updated} updated replicas are available..."),
+    ])
