@@ -70,7 +70,7 @@ class Errors:
 
 
 @dataclass(frozen=True)
-class _Keys:
+class Keys:
     """The fields one mapping may hold; `unsupported` are Argo CD fields tidecd refuses by name."""
 
     allowed: tuple[str, ...]
@@ -95,7 +95,7 @@ class Node:
     def error(self, key: str, message: str) -> None:
         self.errs.add(self.at(key) if key else self.path, message)
 
-    def check_keys(self, keys: _Keys) -> Node:
+    def check_keys(self, keys: Keys) -> Node:
         for key in self.data:
             if not isinstance(key, str):
                 self.errs.add(self.path, f"field name {key!r} is not a string")
@@ -105,7 +105,7 @@ class Node:
                 self._not_read(key, keys)
         return self
 
-    def _not_read(self, key: str, keys: _Keys) -> None:
+    def _not_read(self, key: str, keys: Keys) -> None:
         """A field this reader does not read: ignored, a real Argo CD field not implemented, or a typo."""
         if self.path == "metadata" and key in config_fields.READ_ONLY_METADATA:
             return  # what `kubectl get -o yaml` adds
@@ -165,11 +165,11 @@ class Node:
                 self.error(f"{key}.{name}", f"expected a string, got {type_name(value)}")
         return tuple(sorted((str(k), v) for k, v in mapping.items() if isinstance(v, str)))
 
-    def child(self, key: str, keys: _Keys, *, required: bool = False) -> Node | None:
+    def child(self, key: str, keys: Keys, *, required: bool = False) -> Node | None:
         value = self.get(key, (dict,), "a mapping", required)
         return None if value is None else Node(value, self.at(key), self.errs).check_keys(keys)
 
-    def children(self, key: str, keys: _Keys) -> list[Node]:
+    def children(self, key: str, keys: Keys) -> list[Node]:
         nodes = []
         for i, item in enumerate(self.get(key, (list,), "a list") or []):
             if isinstance(item, dict):
@@ -179,39 +179,39 @@ class Node:
         return nodes
 
 
-_TOP = _Keys(("apiVersion", "kind", "metadata", "spec"))
-_METADATA = _Keys(("name", "namespace", "labels", "annotations", "finalizers"))
-_APP_SPEC = _Keys(("project", "source", "sources", "destination", "syncPolicy", "ignoreDifferences"))
-_SOURCE = _Keys(("repoURL", "targetRevision", "path", "chart", "directory", "kustomize", "helm", "ref", "name"))
+_TOP = Keys(("apiVersion", "kind", "metadata", "spec"))
+_METADATA = Keys(("name", "namespace", "labels", "annotations", "finalizers"))
+_APP_SPEC = Keys(("project", "source", "sources", "destination", "syncPolicy", "ignoreDifferences"))
+_SOURCE = Keys(("repoURL", "targetRevision", "path", "chart", "directory", "kustomize", "helm", "ref", "name"))
 _REF = re.compile(r"^[A-Za-z0-9_-]+$")
-_DIRECTORY = _Keys(("recurse", "include", "exclude", "jsonnet"))
-_JSONNET = _Keys(("tlas", "extVars", "libs"))
-_JSONNET_VAR = _Keys(("name", "value", "code"))
-_KUSTOMIZE = _Keys(("namePrefix", "nameSuffix", "images", "commonLabels", "commonAnnotations",
+_DIRECTORY = Keys(("recurse", "include", "exclude", "jsonnet"))
+_JSONNET = Keys(("tlas", "extVars", "libs"))
+_JSONNET_VAR = Keys(("name", "value", "code"))
+_KUSTOMIZE = Keys(("namePrefix", "nameSuffix", "images", "commonLabels", "commonAnnotations",
                     "forceCommonLabels", "forceCommonAnnotations", "namespace", "replicas", "patches",
                     "components"))
-_KUSTOMIZE_REPLICA = _Keys(("name", "count"))
-_HELM = _Keys(("releaseName", "valueFiles", "values", "valuesObject", "parameters", "fileParameters",
+_KUSTOMIZE_REPLICA = Keys(("name", "count"))
+_HELM = Keys(("releaseName", "valueFiles", "values", "valuesObject", "parameters", "fileParameters",
                "passCredentials", "ignoreMissingValueFiles", "skipCrds", "namespace", "skipSchemaValidation",
                "skipTests", "kubeVersion", "apiVersions"))
-_HELM_PARAMETER = _Keys(("name", "value", "forceString"))
-_HELM_FILE_PARAMETER = _Keys(("name", "path"))
-_MANAGED_NAMESPACE = _Keys(("labels", "annotations"))
-_DESTINATION = _PROJECT_DESTINATION = _Keys(("server", "name", "namespace"))
-_SYNC_POLICY = _Keys(("automated", "syncOptions", "retry", "managedNamespaceMetadata"))
-_AUTOMATED = _Keys(("prune", "selfHeal", "allowEmpty", "enabled"))
-_RETRY = _Keys(("limit", "backoff"))
-_BACKOFF = _Keys(("duration", "factor", "maxDuration"))
-_IGNORE = _Keys(("group", "kind", "name", "namespace", "jsonPointers", "managedFieldsManagers",
+_HELM_PARAMETER = Keys(("name", "value", "forceString"))
+_HELM_FILE_PARAMETER = Keys(("name", "path"))
+_MANAGED_NAMESPACE = Keys(("labels", "annotations"))
+_DESTINATION = _PROJECT_DESTINATION = Keys(("server", "name", "namespace"))
+_SYNC_POLICY = Keys(("automated", "syncOptions", "retry", "managedNamespaceMetadata"))
+_AUTOMATED = Keys(("prune", "selfHeal", "allowEmpty", "enabled"))
+_RETRY = Keys(("limit", "backoff"))
+_BACKOFF = Keys(("duration", "factor", "maxDuration"))
+_IGNORE = Keys(("group", "kind", "name", "namespace", "jsonPointers", "managedFieldsManagers",
                  "jqPathExpressions"))
-_PROJECT_SPEC = _Keys(("description", "sourceRepos", "destinations", "clusterResourceWhitelist",
+_PROJECT_SPEC = Keys(("description", "sourceRepos", "destinations", "clusterResourceWhitelist",
                        "clusterResourceBlacklist", "namespaceResourceWhitelist",
                        "namespaceResourceBlacklist", "syncWindows", "orphanedResources"))
-_GROUP_KIND = _Keys(("group", "kind"))
-_SYNC_WINDOW = _Keys(("kind", "schedule", "duration", "applications", "namespaces", "clusters", "manualSync",
+_GROUP_KIND = Keys(("group", "kind"))
+_SYNC_WINDOW = Keys(("kind", "schedule", "duration", "applications", "namespaces", "clusters", "manualSync",
                       "timeZone", "andOperator"))
-_ORPHANED = _Keys(("warn", "ignore"))
-_ORPHAN_IGNORE = _Keys(("group", "kind", "name"))
+_ORPHANED = Keys(("warn", "ignore"))
+_ORPHAN_IGNORE = Keys(("group", "kind", "name"))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -33,25 +33,25 @@ from tidecd.base.errors import ConfigError
 from tidecd.base.globs import compile_glob
 from tidecd.config.appset.gotemplate import TemplateError
 from tidecd.config.appset.template import Renderer, flatten, merge
-from tidecd.config.schema import Node, _Keys
+from tidecd.config.schema import Keys, Node
 
 MAX_PARAMS = 5_000  # parameter sets one generator may produce
 MAX_NESTING = 3  # matrix/merge inside matrix/merge
 KINDS = ("list", "clusters", "git", "matrix", "merge", "pullRequest")
 NOT_IMPLEMENTED = ("scmProvider", "clusterDecisionResource", "plugin")
-GENERATOR_KEYS = _Keys((*KINDS, *NOT_IMPLEMENTED, "selector", "template"))
-_LIST = _Keys(("elements", "elementsYaml", "template"))
-_CLUSTERS = _Keys(("selector", "values", "template", "flatList"))
-_GIT = _Keys(("repoURL", "revision", "directories", "files", "pathParamPrefix", "values", "template",
+GENERATOR_KEYS = Keys((*KINDS, *NOT_IMPLEMENTED, "selector", "template"))
+_LIST = Keys(("elements", "elementsYaml", "template"))
+_CLUSTERS = Keys(("selector", "values", "template", "flatList"))
+_GIT = Keys(("repoURL", "revision", "directories", "files", "pathParamPrefix", "values", "template",
               "requeueAfterSeconds"))
-_GIT_PATH = _Keys(("path", "exclude"))
-_MATRIX = _Keys(("generators", "template"))
-_MERGE = _Keys(("generators", "mergeKeys", "template"))
-_PULL_REQUEST = _Keys(("github", "requeueAfterSeconds", "template", "filters"))
-_GITHUB = _Keys(("owner", "repo", "api", "tokenRef", "appSecretName", "labels"))
-_TOKEN_REF = _Keys(("secretName", "key"))
-_SELECTOR = _Keys(("matchLabels", "matchExpressions"))
-_EXPRESSION = _Keys(("key", "operator", "values"))
+_GIT_PATH = Keys(("path", "exclude"))
+_MATRIX = Keys(("generators", "template"))
+_MERGE = Keys(("generators", "mergeKeys", "template"))
+_PULL_REQUEST = Keys(("github", "requeueAfterSeconds", "template", "filters"))
+_GITHUB = Keys(("owner", "repo", "api", "tokenRef", "appSecretName", "labels"))
+_TOKEN_REF = Keys(("secretName", "key"))
+_SELECTOR = Keys(("matchLabels", "matchExpressions"))
+_EXPRESSION = Keys(("key", "operator", "values"))
 IN_CLUSTER = ("in-cluster", "https://kubernetes.default.svc")
 
 

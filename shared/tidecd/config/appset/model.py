@@ -19,18 +19,18 @@ from typing import Any
 from tidecd.config.appset import generators
 from tidecd.config.appset.gotemplate import TemplateError
 from tidecd.config.appset.template import Renderer
-from tidecd.config.schema import Node, _Keys
+from tidecd.config.schema import Keys, Node
 
 APPLICATIONS_SYNC = ("create-only", "create-update", "create-delete", "sync")
 
-_TOP = _Keys(("apiVersion", "kind", "metadata", "spec", "status"))
-_METADATA = _Keys(("name", "namespace", "labels", "annotations", "finalizers", "uid", "resourceVersion",
+_TOP = Keys(("apiVersion", "kind", "metadata", "spec", "status"))
+_METADATA = Keys(("name", "namespace", "labels", "annotations", "finalizers", "uid", "resourceVersion",
                    "generation", "creationTimestamp", "managedFields"))
-_SPEC = _Keys(("generators", "template", "templatePatch", "goTemplate", "goTemplateOptions", "syncPolicy",
+_SPEC = Keys(("generators", "template", "templatePatch", "goTemplate", "goTemplateOptions", "syncPolicy",
                "preservedFields", "ignoreApplicationDifferences", "applyNestedSelectors", "strategy"))
-_SYNC_POLICY = _Keys(("preserveResourcesOnDeletion", "applicationsSync"))
-_TEMPLATE = _Keys(("metadata", "spec"))
-_TEMPLATE_META = _Keys(("name", "namespace", "labels", "annotations", "finalizers"))
+_SYNC_POLICY = Keys(("preserveResourcesOnDeletion", "applicationsSync"))
+_TEMPLATE = Keys(("metadata", "spec"))
+_TEMPLATE_META = Keys(("name", "namespace", "labels", "annotations", "finalizers"))
 
 
 @dataclass(frozen=True)
