@@ -8,7 +8,7 @@ import hashlib
 import hmac
 import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -18,6 +18,7 @@ from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_ru
 from tests.support.github_standin import GitHubStandIn
 from tidecd.base.model import HealthStatus, SyncStatus
 from tidecd.clients import metrics
+from tidecd.clients.pubsub import PUBLISH_TIMEOUT, Message, PublishFailed
 from tidecd.clients.store import MemoryStore, read_json
 from tidecd.notify import deliver as notify
 from tidecd.state.app import AppState, Operation, OperationPhase
@@ -141,8 +142,10 @@ class Published:
     def __init__(self) -> None:
         self.messages: list[tuple[str, bytes, dict[str, str]]] = []
 
-    def publish(self, topic: str, data: bytes, attributes: Mapping[str, str]) -> None:
-        self.messages.append((topic, data, dict(attributes)))
+    def publish(self, topic: str, messages: Sequence[Message], *,
+                timeout: float = PUBLISH_TIMEOUT) -> list[PublishFailed | None]:
+        self.messages.extend((topic, m.data, dict(m.attributes)) for m in messages)
+        return [None] * len(messages)
 
 
 CONFIGMAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web"}, "data": {"k": "v1"}}

@@ -40,7 +40,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -54,6 +54,7 @@ from tidecd.base.errors import SecretError, TemporaryError
 from tidecd.base.model import HealthStatus, SyncStatus
 from tidecd.clients import github as gh
 from tidecd.clients import metrics
+from tidecd.clients.pubsub import Message, Publisher, PublishFailed, PubSubPublisher, publish_one
 from tidecd.clients.secrets import decode_value
 from tidecd.clients.store import read_json, write_json
 from tidecd.state.app import AppState, OperationPhase
@@ -217,24 +218,6 @@ def targets_from_secrets(secrets: Iterable[Mapping[str, Any]]) -> Targets:
     return Targets(found)
 
 
-class Publisher(Protocol):
-    def publish(self, topic: str, data: bytes, attributes: Mapping[str, str]) -> None: ...
-
-
-class PubSubPublisher:
-    """google-cloud-pubsub (honours PUBSUB_EMULATOR_HOST)."""
-
-    def __init__(self) -> None:
-        self._client: Any = None
-
-    def publish(self, topic: str, data: bytes, attributes: Mapping[str, str]) -> None:
-        from google.cloud import pubsub_v1
-
-        if self._client is None:
-            self._client = pubsub_v1.PublisherClient()
-        self._client.publish(topic, data, **dict(attributes)).result(timeout=HTTP_TIMEOUT * 2)
-
-
 @dataclass
 class Context:
     """What delivery needs from the installation (built from a Runtime, or directly in tests)."""
@@ -281,10 +264,11 @@ def deliver(ctx: Context, app: Application, event: Event, sub: Subscription) -> 
     if sub.service == "pubsub":
         topic = _topic(ctx, sub.recipient)
         try:
-            ctx.publisher.publish(topic, body, {"app": event.app, "trigger": event.trigger,
-                                                "delivery": delivery_id(event, sub)})
-        except Exception as exc:  # noqa: BLE001 - google's errors, translated
-            raise DeliveryFailed(f"pubsub publish to {topic} failed: {type(exc).__name__}") from exc
+            publish_one(ctx.publisher, topic, Message(body, {"app": event.app, "trigger": event.trigger,
+                                                             "delivery": delivery_id(event, sub)}),
+                        timeout=HTTP_TIMEOUT * 2)
+        except PublishFailed as exc:
+            raise DeliveryFailed(f"pubsub publish to {topic} failed: {exc.kind}") from exc
         return f"published to {topic}"
     return _github_service(ctx, app, event, sub)
 

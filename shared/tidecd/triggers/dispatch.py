@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from tidecd.base.errors import ConfigError, PermanentError, TemporaryError, TidecdError
+from tidecd.clients.pubsub import PUBLISH_TIMEOUT, Message, Publisher, PubSubPublisher
 from tidecd.triggers import pending
 
 if TYPE_CHECKING:
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("tidecd.triggers.dispatch")
 
-PUBLISH_TIMEOUT = 30.0
 LEASE_RETRY = 2.0  # locally: a step that found the app's lease held runs again this much later
 EARLY_SLACK = 0.5  # a continuation this close to its time runs now
 # A poll's resolved head is used this long. Ticks are minutes apart, so two fresh heads of different ticks
@@ -198,15 +198,15 @@ class DirectDispatcher:
 
 class PubSubDispatcher:
     """Publishes one message per refresh to `topic` (`projects/P/topics/T`, or `T` with the project from
-    `GOOGLE_CLOUD_PROJECT`). The client is created on first use; it talks to the emulator when
-    `PUBSUB_EMULATOR_HOST` is set (google-cloud-pubsub reads that variable itself). With a `store`,
-    refreshes are coalesced and continuations recorded (`tidecd.triggers.pending`)."""
+    `GOOGLE_CLOUD_PROJECT`) through `publisher` (`tidecd.clients.pubsub`; google-cloud-pubsub by default).
+    With a `store`, refreshes are coalesced and continuations recorded (`tidecd.triggers.pending`)."""
 
-    def __init__(self, topic: str, *, store: ObjectStore | None = None, timeout: float = PUBLISH_TIMEOUT) -> None:
+    def __init__(self, topic: str, *, store: ObjectStore | None = None, timeout: float = PUBLISH_TIMEOUT,
+                 publisher: Publisher | None = None) -> None:
         self.topic = topic_path(topic)
         self.store = store
         self.timeout = timeout
-        self._client: Any = None
+        self.publisher = publisher or PubSubPublisher()
 
     def __repr__(self) -> str:
         return f"PubSubDispatcher({self.topic!r})"
@@ -226,25 +226,12 @@ class PubSubDispatcher:
         """One message per refresh, as it is (no coalescing); the failures by app."""
         if not refreshes:
             return {}
-        client = self._publisher()
-        futures = [(r, client.publish(self.topic, r.to_json(), **r.attributes())) for r in refreshes]
-        failures: dict[str, str] = {}
-        for refresh, future in futures:
-            try:
-                future.result(timeout=self.timeout)
-            except Exception as exc:  # the client's errors carry no secret, but keep only the type and code
-                code = getattr(exc, "code", "")
-                failures[refresh.app] = f"publishing to {self.topic} failed: {type(exc).__name__} {code}".strip()
+        results = self.publisher.publish(self.topic, [Message(r.to_json(), r.attributes()) for r in refreshes],
+                                         timeout=self.timeout)
+        failures = {r.app: str(failed) for r, failed in zip(refreshes, results, strict=True) if failed is not None}
         if failures:
             log.warning("refresh publish failed", topic=self.topic, apps=sorted(failures))
         return failures
-
-    def _publisher(self) -> Any:
-        if self._client is None:
-            from google.cloud import pubsub_v1
-
-            self._client = pubsub_v1.PublisherClient()
-        return self._client
 
 
 def topic_path(topic: str) -> str:

@@ -34,6 +34,7 @@ import structlog
 from tidecd.base.errors import PermanentError, ProjectViolation, TidecdError
 from tidecd.base.model import Manifest, ResourceKey, SyncStatus
 from tidecd.clients import github as gh
+from tidecd.clients.pubsub import PUBLISH_TIMEOUT, Message, Publisher, PubSubPublisher
 from tidecd.clients.store import PreconditionFailed, acquire_lease, read_json, release_lease, write_json
 from tidecd.config.load import Application, IgnoreDifference, normalize_repo_url
 from tidecd.diff import ResourceDiff, compare
@@ -155,24 +156,17 @@ def _run_fresh(runtime: Runtime, job: Mapping[str, Any]) -> None:
 class PubSubRunner:
     """In the cloud: one message per job on the refresh topic; the reconcile function runs it."""
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, publisher: Publisher | None = None) -> None:
         from tidecd.triggers.dispatch import topic_path
 
         self.topic = topic_path(topic)
+        self.publisher = publisher or PubSubPublisher()
 
     def submit(self, runtime: Runtime, jobs: Sequence[dict[str, Any]]) -> dict[str, str]:
-        from google.cloud import pubsub_v1
-
-        client = pubsub_v1.PublisherClient()
-        futures = [(job, client.publish(self.topic, json.dumps(job).encode(), app=job["app"], kind="preview"))
-                   for job in jobs]
-        failures = {}
-        for job, future in futures:
-            try:
-                future.result(timeout=30)
-            except Exception as exc:  # noqa: BLE001 - keep the type only
-                failures[str(job["app"])] = f"publishing the preview failed: {type(exc).__name__}"
-        return failures
+        messages = [Message(json.dumps(job).encode(), {"app": job["app"], "kind": "preview"}) for job in jobs]
+        results = self.publisher.publish(self.topic, messages, timeout=PUBLISH_TIMEOUT)
+        return {str(job["app"]): f"publishing the preview failed: {failed.kind}"
+                for job, failed in zip(jobs, results, strict=True) if failed is not None}
 
 
 LOCAL = ThreadRunner()
