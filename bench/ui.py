@@ -120,6 +120,6 @@ def _forget() -> None:
     from tidecd import runtime
     from tidecd.ui import environment, views
 
-    runtime._DIRECTORY_CONFIGS.clear()
+    runtime.forget_config_directories()
     views._SUMMARIES.clear()
     environment.cache_clear()

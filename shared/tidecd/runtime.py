@@ -10,16 +10,28 @@ import dataclasses
 import hashlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tidecd import source as git
 from tidecd.base import constants
 from tidecd.base.errors import ConfigError, NotFound
-from tidecd.clients.cluster import KubeCluster
+from tidecd.base.paths import inside
+from tidecd.clients.cluster import KubeCluster, client_for_secret, find_cluster_secret
+from tidecd.clients.secrets import load_private_keys, unseal
 from tidecd.clients.store import ObjectStore, open_store
-from tidecd.config.load import Config, ConfigSourceRef, Destination, load_config, parse_config_source
+from tidecd.config.load import (
+    Application,
+    Config,
+    ConfigSourceRef,
+    Destination,
+    load_config,
+    parse_config_source,
+)
+from tidecd.generated import records as generated
+from tidecd.source import checkouts
 
 IN_CLUSTER_SERVER = "https://kubernetes.default.svc"
 
@@ -76,10 +88,20 @@ class Settings:
 _DIRECTORY_CONFIGS: dict[str, tuple[str, Config]] = {}
 
 
+def cached_config_directories() -> list[str]:
+    """The config directories whose parsed config this process keeps (tests, the bench)."""
+    return sorted(_DIRECTORY_CONFIGS)
+
+
+def forget_config_directories() -> None:
+    """Parse every config directory again on its next load (the bench measures a cold parse)."""
+    _DIRECTORY_CONFIGS.clear()
+
+
 RACY_SECONDS = 2.0  # a file modified this recently is fingerprinted by content, not by its stat alone
 
 
-def _fingerprint(directory: Path, *, now: float | None = None) -> str:
+def fingerprint(directory: Path, *, now: float | None = None) -> str:
     """What changes when any file of the directory changes: each path's size, mtime and inode, as git's
     index does, and the content hash of files modified in the last RACY_SECONDS (a rewrite within the
     file system's timestamp granularity keeps the mtime). Reading and hashing 1,000 Application files
@@ -108,7 +130,7 @@ def _fingerprint(directory: Path, *, now: float | None = None) -> str:
 
 
 def _directory_config(directory: Path) -> Config:
-    stamp = _fingerprint(directory)
+    stamp = fingerprint(directory)
     cached = _DIRECTORY_CONFIGS.get(str(directory))
     if cached is not None and cached[0] == stamp:
         return cached[1]
@@ -144,11 +166,13 @@ class Runtime:
 
     @classmethod
     def of(cls, settings: Settings, store: ObjectStore, *, config: Config | None = None,
-           clusters: dict[str, KubeCluster] | None = None,
+           clusters: Mapping[str, KubeCluster] | None = None, secrets: list[dict[str, Any]] | None = None,
            render: Callable[..., tuple[str, list[dict[str, Any]]]] | None = None) -> Runtime:
-        """A runtime over given parts: a fixed config, clusters by destination name or server, a source
-        (`render`). Tests pass their fakes here instead of patching the runtime."""
-        return cls(settings=settings, store=store, _config=config, _clusters=dict(clusters or {}), render=render)
+        """A runtime over given parts: a fixed config, clusters by destination name or server, the plain
+        (already unsealed) cluster and repository Secrets, a source (`render`). Tests pass their fakes here
+        instead of patching the runtime."""
+        return cls(settings=settings, store=store, _config=config, _clusters=dict(clusters or {}),
+                   _secrets=secrets, render=render)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Runtime:
@@ -161,8 +185,6 @@ class Runtime:
         """The config source's apps and projects, joined by the apps generated from them (ApplicationSets,
         apps of apps: `tidecd.generated.records`), which are read from the object store."""
         if self._config is None:
-            from tidecd.generated import records as generated
-
             base = self._load_config()
             problems: list[str] = []
             records = generated.safe_load_records(self.store, problems)
@@ -183,10 +205,6 @@ class Runtime:
         return self._load_config_from_git(source)
 
     def _load_config_from_git(self, ref: ConfigSourceRef) -> Config:
-        from tidecd import source as git
-        from tidecd.base.paths import inside
-        from tidecd.source import checkouts
-
         creds = git.credentials_for(ref.repo_url, self.plain_secrets_unsealed_later())
         refs = git.ls_remote(ref.repo_url, creds)
         sha = git.resolve_revision(refs, ref.ref, ref.repo_url)
@@ -198,7 +216,7 @@ class Runtime:
         """Repository credentials for the config repo itself can only come from the environment."""
         return []
 
-    def app(self, name: str) -> Any:
+    def app(self, name: str) -> Application:
         config = self.config()
         apps = config.applications
         if name in config.invalid:
@@ -212,15 +230,11 @@ class Runtime:
     def private_keys(self) -> list[bytes]:
         if not self.settings.sealing_keys:
             return []
-        from tidecd.clients.secrets import load_private_keys
-
         return load_private_keys(self.settings.sealing_keys)
 
     def secrets(self) -> list[dict[str, Any]]:
         """The config source's cluster and repository Secrets, unsealed in memory."""
         if self._secrets is None:
-            from tidecd.clients.secrets import unseal
-
             keys: list[bytes] | None = None
             opened = []
             for obj in self.config().secrets:
@@ -235,10 +249,8 @@ class Runtime:
             self._secrets = opened
         return self._secrets
 
-    def repo_credentials(self, repo_url: str) -> Any:
-        from tidecd.source import credentials_for
-
-        return credentials_for(repo_url, self.secrets())
+    def repo_credentials(self, repo_url: str) -> git.RepoCredentials | None:
+        return git.credentials_for(repo_url, self.secrets())
 
     # -- clusters -------------------------------------------------------------------------------------
 
@@ -249,8 +261,6 @@ class Runtime:
         return self._clusters[ident]
 
     def _connect(self, destination: Destination) -> KubeCluster:
-        from tidecd.clients.cluster import client_for_secret, find_cluster_secret
-
         found = find_cluster_secret(self.secrets(), name=destination.name, server=destination.server)
         if found is not None:
             return KubeCluster(client_for_secret(found), name=destination.name or destination.server)

@@ -218,12 +218,14 @@ class CountingStore(MemoryStore):
         return [k for k in self.writes if k.startswith("state/")]
 
 
-def fake_runtime(cluster: FakeCluster, store: MemoryStore, app: Application,
-                 git: FakeGit | None = None) -> Runtime:
-    """A Runtime over the fakes: the cluster as destination `in-cluster`, `git` as the app's source."""
-    return Runtime.of(Settings(config="fake", store="memory"), store, config=Config(applications={app.name: app}),
+def fake_runtime(cluster: FakeCluster, store: MemoryStore, app: Application, git: FakeGit | None = None, *,
+                 config: Config | None = None, secrets: list[dict[str, Any]] | None = None) -> Runtime:
+    """A Runtime over the fakes: the cluster as destination `in-cluster`, `git` as the app's source, the
+    config of `app` alone unless `config` is given, and `secrets` as the config source's plain Secrets."""
+    return Runtime.of(Settings(config="fake", store="memory"), store,
+                      config=config if config is not None else Config(applications={app.name: app}),
                       clusters={"in-cluster": cluster},  # type: ignore[dict-item]
-                      render=git.render if git is not None else None)
+                      secrets=secrets, render=git.render if git is not None else None)
 
 
 def application(name: str = "app", namespace: str = "ns", **policy: Any) -> Application:

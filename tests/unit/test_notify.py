@@ -167,14 +167,13 @@ def _setup(monkeypatch: pytest.MonkeyPatch, standin: GitHubStandIn, receiver: Re
                                   "notifications.argoproj.io/subscribe.on-deployed.pubsub": "projects/p/topics/t",
                                   "notifications.argoproj.io/subscribe.on-sync-succeeded.github": "",
                                   "tidecd.io/github-deployment": "production"}).items()))
-    runtime = fake_runtime(cluster, store, app, git)
-    runtime.settings.github_api_url, runtime.settings.public_url = standin.base_url, "https://cd.example"
-    runtime._secrets = [
+    runtime = fake_runtime(cluster, store, app, git, secrets=[
         {"kind": "Secret", "metadata": {"name": "gh", "labels": {"argocd.argoproj.io/secret-type": "github"}},
          "stringData": {"token": "gh-token"}},
         {"kind": "Secret", "metadata": {"name": "n", "labels": {"argocd.argoproj.io/secret-type": "notifications"}},
          "stringData": {"webhook.hooks.url": receiver.url + "/hook", "webhook.hooks.secret": HMAC_KEY,
-                        "slack.default.url": receiver.url + "/slack"}}]
+                        "slack.default.url": receiver.url + "/slack"}}])
+    runtime.settings.github_api_url, runtime.settings.public_url = standin.base_url, "https://cd.example"
     published = Published()
     real_context = notify.context_for
 

@@ -61,14 +61,14 @@ def _setup(standin: GitHubStandIn, names: list[str], project: AppProject | None 
         apps.append(dataclasses.replace(app, project=project.name if project else "default",
                                         source=dataclasses.replace(app.source, path=f"apps/{name}",
                                                                    repo_url=f"{standin.base_url}/{REPO}.git")))
-    runtime = fake_runtime(cluster, store, apps[0], git)
     projects = {"default": AppProject("default", cluster_resource_whitelist=())}
     if project:
         projects[project.name] = project
-    runtime._config = Config(applications={a.name: a for a in apps}, projects=projects)
+    runtime = fake_runtime(cluster, store, apps[0], git,
+                           config=Config(applications={a.name: a for a in apps}, projects=projects),
+                           secrets=[{"kind": "Secret", "metadata": {"name": "gh", "labels": {
+                               "argocd.argoproj.io/secret-type": "github"}}, "stringData": {"token": "gh-token"}}])
     runtime.settings.github_api_url, runtime.settings.public_url = standin.base_url, "https://cd.example"
-    runtime._secrets = [{"kind": "Secret", "metadata": {"name": "gh", "labels": {
-        "argocd.argoproj.io/secret-type": "github"}}, "stringData": {"token": "gh-token"}}]
     return runtime, git, cluster
 
 
@@ -144,7 +144,7 @@ def test_render_error_fails_the_preview(github_standin: GitHubStandIn, webhook_e
 
 def test_changed_files_narrow_the_apps(github_standin: GitHubStandIn, webhook_examples: Any) -> None:
     runtime, git, _ = _setup(github_standin, ["web", "api"])
-    apps = runtime._config.applications  # type: ignore[union-attr]
+    apps = runtime.config().applications
     for name in ("web", "api"):
         apps[name] = dataclasses.replace(apps[name], annotations=(
             ("argocd.argoproj.io/manifest-generate-paths", "."),))

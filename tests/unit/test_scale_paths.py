@@ -126,20 +126,20 @@ def test_the_config_fingerprint_reads_only_recently_modified_files(tmp_path: Pat
 
     app = tmp_path / "app.yaml"
     app.write_text("name: one\n")
-    fresh = rt._fingerprint(tmp_path)
+    fresh = rt.fingerprint(tmp_path)
     app.write_text("name: two\n")  # same size, maybe the same mtime: a racy file is hashed
-    assert rt._fingerprint(tmp_path) != fresh
+    assert rt.fingerprint(tmp_path) != fresh
 
     os.utime(app, (1_000_000_000, 1_000_000_000))  # an old file: its stat is enough
-    old = rt._fingerprint(tmp_path)
+    old = rt.fingerprint(tmp_path)
 
     def no_reading(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("an old file was read")
 
     monkeypatch.setattr(rt, "open", no_reading, raising=False)
-    assert rt._fingerprint(tmp_path) == old
+    assert rt.fingerprint(tmp_path) == old
     os.utime(app, (1_000_000_100, 1_000_000_100))  # touched: another stamp
-    assert rt._fingerprint(tmp_path) != old
+    assert rt.fingerprint(tmp_path) != old
 
 
 def _kubeconfig(path: Path, token: str) -> None:

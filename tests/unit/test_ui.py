@@ -87,9 +87,8 @@ def runtime(tmp_path: Path) -> Runtime:
 
     store.write(Snapshots.commit_key("https://github.com/o/r.git", "a" * 40),
                 json.dumps({"subject": "web: two replicas <b>", "author": "Dev", "time": "t"}).encode())
-    runtime = Runtime(settings=Settings(config=str(tmp_path), api_token=ADMIN, api_readonly_token=READ), store=store)
-    runtime._clusters["in-cluster"] = FakeLister()  # type: ignore[assignment]
-    return runtime
+    return Runtime.of(Settings(config=str(tmp_path), api_token=ADMIN, api_readonly_token=READ), store,
+                      clusters={"in-cluster": FakeLister()})  # type: ignore[dict-item]
 
 
 def get(runtime: Runtime, path: str, token: str = ADMIN, **query: str) -> ui.Page:
@@ -301,7 +300,7 @@ def test_a_warm_instance_reparses_only_what_changed(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(yaml.safe_dump(application("web", namespace="xyz")))  # same size
     changed = Runtime(settings=Settings(config=str(tmp_path)), store=MemoryStore()).config()
     assert changed.applications["web"].destination.namespace == "xyz"
-    assert str(tmp_path) in runtime_module._DIRECTORY_CONFIGS
+    assert str(tmp_path) in runtime_module.cached_config_directories()
 
     store = MemoryStore()
     app_state.save(store, app_state.AppState(app="web", sync_status=SyncStatus.SYNCED))
