@@ -3,8 +3,9 @@
 Argo CD's command line: release name (default: the app's name), namespace (`helm.namespace`, else the
 destination's), `--include-crds` (`--skip-crds` with `skipCrds`), each value file (relative to the chart;
 a leading `/` means the repository root; missing ones skipped with `ignoreMissingValueFiles`), the inline
-values (`valuesObject` or `values`) as one more file, then `--set`/`--set-string` parameters with
-unescaped commas escaped, then `--set-file` for `fileParameters` (files inside the repository). Value
+values (`valuesObject` or `values`) as one more file, then `--set`/`--set-string` parameters, then
+`--set-file` for `fileParameters` (files inside the repository). A parameter's value is data: it reaches
+helm as exactly that value (see `escape_set_value`), never as more `--set` syntax. Value
 files must stay inside the repository. Helm runs with throwaway config/cache/data homes, no repositories
 file, no registry login, no plugins and no network (`render.tool`): chart dependencies must be vendored
 under `charts/` (or fetched into the snapshot by a chart source). Value files, the chart's values.yaml
@@ -75,7 +76,7 @@ def render_helm(
             release=spec.release_name or app_name, namespace=spec.namespace or namespace,
         )
         for name, path in file_parameters:
-            argv += ["--set-file", f"{name}={path}"]
+            argv += ["--set-file", f"{name}={escape_set_text(str(path))}"]
         try:
             out = run_tool(
                 argv, what=f"helm template {app_path}", cwd=chart_dir, home=work, env=helm_env(work),
@@ -118,10 +119,41 @@ def set_flag(parameter: HelmParameter) -> list[str]:
 
 
 def escape_set_value(value: str) -> str:
-    """Argo CD escapes commas (helm's list separator) unless already escaped or the value is `{a,b}`."""
+    r"""`value` as helm's `--set` parser reads it back exactly, `{a,b}` (Argo CD's list form) as that list.
+
+    Argo CD escapes only the commas not already after a backslash and passes backslashes and `{...}` as
+    they are: `zz\\,evil=x` reaches helm as `zz\` and a second parameter `evil=x`, and `{a},evil=x` as a
+    list and `evil=x`. Data became syntax. Here every backslash, comma and brace of a value is escaped
+    (helm's value parser reads `\x` as `x` and no other character of a value specially), so nothing in a
+    value can end it: `zz\,evil=x` is that tag. A value written `{...}` is still a list, as in Argo CD: its
+    items are read as helm reads a list (split at unescaped commas, `\x` is `x`; a `}` inside is text) and
+    each is escaped again, so the list is exactly those items under this parameter's name. Unlike Argo CD,
+    a backslash in a plain value is kept (helm would drop it).
+    """
     if value.startswith("{") and value.endswith("}"):
-        return value
-    return re.sub(r"(?<!\\),", r"\\,", value)
+        return "{" + ",".join(escape_set_text(item) for item in _list_items(value[1:-1])) + "}"
+    return escape_set_text(value)
+
+
+def escape_set_text(text: str) -> str:
+    """`text` escaped for helm's `--set`/`--set-string`/`--set-file` parser: read back as exactly `text`."""
+    return re.sub(r"([\\,{}])", r"\\\1", text)
+
+
+def _list_items(inner: str) -> list[str]:
+    """The items of a `{...}` parameter value as helm splits them: at commas not escaped by a backslash."""
+    items: list[str] = []
+    current: list[str] = []
+    chars = iter(inner)
+    for char in chars:
+        if char == "\\":
+            current.append(next(chars, "\\"))
+        elif char == ",":
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    return [*items, "".join(current)]
 
 
 def _value_files(checkout: Path, app_path: str, spec: HelmSpec,

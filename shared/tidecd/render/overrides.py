@@ -7,6 +7,11 @@ Two places give them:
 - the image updater's `argocd` write-back, kept in tidecd's state: entries are merged by name into the
   spec's (an image by its name, a helm parameter by its name), as `argocd app set` would.
 Only kustomize and helm apps take overrides; a plain directory of manifests has nowhere to put them.
+
+Their values are data from a registry (a tag, a digest). A helm parameter's value reaches helm escaped
+(`render.helm.escape_set_value`). A kustomize image override is one string that `kustomize edit set image`
+splits at `=`, `@` and the last `:`, so a tag holding one of them would set another field (`nginx:1=evil/x:2`
+renames the image); each is checked to be `[name=]image[:tag][@digest]` in the OCI grammar before use.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +30,14 @@ from tidecd.base.errors import RenderError
 from tidecd.config.load import ApplicationSource, HelmParameter, HelmSpec, KustomizeSpec
 
 MAX_FILE = 1024 * 1024
+
+IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+"""The OCI distribution spec's tag grammar: nothing in a tag is syntax to helm, kustomize or YAML."""
+IMAGE_DIGEST = re.compile(r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-fA-F0-9]{32,}")
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_NAME = rf"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*"
+_KUSTOMIZE_IMAGE = re.compile(
+    rf"(?:{_NAME}=)?{_NAME}(?::{IMAGE_TAG.pattern})?(?:@{IMAGE_DIGEST.pattern})?", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -108,6 +122,8 @@ def apply(source: ApplicationSource, tool: str, override: SourceOverride | None,
     if tool == "Kustomize":
         if not override.kustomize_images:
             return source
+        for image in override.kustomize_images:
+            check_kustomize_image(image, what)
         spec = source.kustomize or KustomizeSpec()
         images = override.kustomize_images if replace else _merge(spec.images, override.kustomize_images,
                                                                    _image_name)
@@ -121,6 +137,14 @@ def apply(source: ApplicationSource, tool: str, override: SourceOverride | None,
         return dataclasses.replace(source, helm=dataclasses.replace(helm, parameters=tuple(params)))
     raise RenderError(f"{what}: only kustomize and helm apps take image overrides; this app is a plain "
                       "directory of manifests")
+
+
+def check_kustomize_image(spec: str, what: str) -> None:
+    """Refuse an image override that `kustomize edit set image` would read as other fields than it says."""
+    if not _KUSTOMIZE_IMAGE.fullmatch(spec):
+        shown = repr(spec[:200])
+        raise RenderError(f"{what}: kustomize image {shown} is not [name=]image[:tag][@digest] (a tag is "
+                          "letters, digits, `_`, `.` and `-`, at most 128): refused, it would set other fields")
 
 
 def _merge(current: tuple[Any, ...], new: tuple[Any, ...], name: Any) -> tuple[Any, ...]:

@@ -3,7 +3,8 @@
     for each managed app   parse its annotations (problems → the app's status, nothing else happens)
                            skip it while a rollback pins it
     per repository         ONE tags-list call, however many apps and aliases use it (`digest` needs none)
-    per image              filter tags (allow-tags, ignore-tags), pick by strategy, compare with what
+    per image              filter tags (allow-tags, ignore-tags; a tag the OCI grammar forbids is never a
+                           candidate, and the app's status says so), pick by strategy, compare with what
                            the app runs now (its last rendered manifests, or the updater's override)
     per app with changes   write back: `argocd` → the override in `state/images/<app>.json`, applied at
                            render time; `git` → one commit pushed to the app's repo; then a refresh
@@ -48,6 +49,7 @@ from tidecd.images import annotations as notes
 from tidecd.images import state as images_state
 from tidecd.images.annotations import ImageSpec, Method, SecretRef, Strategy, Target, UpdaterConfig
 from tidecd.images.state import ImageValue
+from tidecd.render.overrides import IMAGE_DIGEST, IMAGE_TAG
 from tidecd.state import app as app_state
 
 if TYPE_CHECKING:
@@ -140,6 +142,7 @@ class _Tick:
     def __init__(self, runtime: Runtime, registry: Registry) -> None:
         self.runtime, self.registry = runtime, registry
         self.tags: dict[tuple[Repository, str], list[str] | Exception] = {}
+        self.forbidden: dict[tuple[Repository, str], list[str]] = {}  # listed tags outside the OCI grammar
         self.tags_calls = 0
         self.to_refresh: list[str] = []
 
@@ -217,7 +220,9 @@ class _Tick:
         def one(item: tuple[tuple[Repository, str], Credentials | None]) -> None:
             (repo, print_), creds = item
             try:
-                self.tags[(repo, print_)] = self.registry.tags(repo, creds)
+                listed = self.registry.tags(repo, creds)
+                self.tags[(repo, print_)] = [t for t in listed if IMAGE_TAG.fullmatch(t)]
+                self.forbidden[(repo, print_)] = [t for t in listed if not IMAGE_TAG.fullmatch(t)]
             except (RegistryUnavailable, LookupError) as exc:
                 self.tags[(repo, print_)] = exc
 
@@ -257,6 +262,9 @@ class _Tick:
         notes_: list[str] = []
         for image in config.images:
             chosen = self._choose(image, creds.get(image.alias))
+            if forbidden := self.forbidden.get((parse_image(image.image), _fingerprint(creds.get(image.alias)))):
+                notes_.append(f"{image.alias}: {len(forbidden)} tag(s) the registry lists are not OCI tags and "
+                              f"were refused (e.g. {forbidden[0][:64]!r})")
             if chosen is None:
                 notes_.append(f"{image.alias}: no tag satisfies the constraints")
                 continue
@@ -290,7 +298,11 @@ class _Tick:
         """(tag, digest) the strategy picks; digest is set only by the digest strategy."""
         repo = parse_image(image.image)
         if image.strategy is Strategy.DIGEST:
-            return image.constraint_text, self.registry.digest(repo, image.constraint_text, creds, image.platforms)
+            digest = self.registry.digest(repo, image.constraint_text, creds, image.platforms)
+            if not IMAGE_DIGEST.fullmatch(digest):
+                raise ValueError(f"{image.alias}: the registry answered {digest[:80]!r} for the digest of "
+                                 f"{image.constraint_text!r}: not a digest; refused")
+            return image.constraint_text, digest
         found = self.tags[(repo, _fingerprint(creds))]
         if isinstance(found, Exception):
             raise found
