@@ -46,6 +46,7 @@
         ├── images.writeback.PushRejected          the branch moved while committing a write-back
         ├── images.github_write.ContentsConflict  the file kept changing under a GitHub API write-back
         ├── notify.deliver.DeliveryFailed  a notification did not go through (retried with backoff)
+        ├── clients.pubsub.PublishFailed  a Pub/Sub message did not reach its topic (type and code only)
         └── clients.cluster.ApiError ∧ TemporaryError    the API server refused for now:
             ├── clients.cluster.ApiConflict  409 changed meanwhile, or still being deleted
             ├── clients.cluster.ApiGone       410 a list position expired
