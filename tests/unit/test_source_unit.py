@@ -108,7 +108,7 @@ def test_changed_refs() -> None:
     ],
 )
 def test_credential_endpoint_keeps_scheme_and_user(url: str, normalized: str) -> None:
-    assert source._endpoint(url) == normalized
+    assert source.credential_endpoint(url) == normalized
 
 
 def test_ssh_secret_is_not_used_for_https_url() -> None:
@@ -219,7 +219,7 @@ def test_ssh_command_checks_host_keys_unless_insecure(tmp_path: Path) -> None:
 def test_unavailable_message_scrubs_credentials() -> None:
     creds = RepoCredentials("bob", "hunter2")
     exc = OSError("connect to https://bob:hunter2@git.example.com/x failed, token hunter2")
-    err = source._unavailable("https://bob:hunter2@git.example.com/x", exc, creds)
+    err = source.unavailable_error("https://bob:hunter2@git.example.com/x", exc, creds)
     assert isinstance(err, SourceUnavailable)
     assert "hunter2" not in str(err)
     assert "repository https://git.example.com/x is unavailable" in str(err)

@@ -29,7 +29,7 @@ TOKEN = typer.Option("", "--token", envvar="TIDECD_API_TOKEN", help="api bearer 
 OUTPUT = typer.Option("table", "-o", "--output", help="table, json or yaml.")
 
 
-def _call(method: str, path: str, server: str, token: str, body: dict[str, Any] | None = None,
+def call_api(method: str, path: str, server: str, token: str, body: dict[str, Any] | None = None,
           query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     data = json.dumps(body or {}).encode()
     if server:
@@ -72,13 +72,13 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _checked(status: int, body: dict[str, Any]) -> dict[str, Any]:
+def checked(status: int, body: dict[str, Any]) -> dict[str, Any]:
     if status >= 400:
         _fail(str(body.get("message") or body), code=2 if status != 409 else 3)
     return body
 
 
-def _emit(body: dict[str, Any], output: str, table: Any) -> None:
+def emit(body: dict[str, Any], output: str, table: Any) -> None:
     if output == "json":
         typer.echo(json.dumps(body, indent=2))
     elif output == "yaml":
@@ -89,7 +89,7 @@ def _emit(body: dict[str, Any], output: str, table: Any) -> None:
         _fail(f"unknown output format {output!r} (table, json or yaml)")
 
 
-def _print_table(headers: list[str], rows: list[list[str]]) -> None:
+def print_table(headers: list[str], rows: list[list[str]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -102,22 +102,22 @@ def _print_table(headers: list[str], rows: list[list[str]]) -> None:
 def _refreshed(name: str, server: str, token: str, cached: bool) -> dict[str, Any]:
     """The app's status after a fresh comparison (locally and through `--server` alike), unless `cached`."""
     query = None if cached else {"refresh": "true"}
-    return _checked(*_call("GET", f"/apps/{name}", server, token, query=query))
+    return checked(*call_api("GET", f"/apps/{name}", server, token, query=query))
 
 
 @app.command("list")
 def list_apps(server: str = SERVER, token: str = TOKEN, output: str = OUTPUT,
               cached: bool = typer.Option(False, help="Show the stored status without refreshing.")) -> None:
     """Every application of the config source with its sync and health status."""
-    body = _checked(*_call("GET", "/apps", server, token))
+    body = checked(*call_api("GET", "/apps", server, token))
     if not cached and not server:
         for item in body["apps"]:
             if "error" not in item:  # an app the config sets aside has nothing to refresh
                 _refreshed(item["name"], server, token, cached)
-        body = _checked(*_call("GET", "/apps", server, token))
+        body = checked(*call_api("GET", "/apps", server, token))
 
     def table(b: dict[str, Any]) -> None:
-        _print_table(["NAME", "SYNC", "HEALTH", "REVISION", "OWNER"],
+        print_table(["NAME", "SYNC", "HEALTH", "REVISION", "OWNER"],
                      [[a["name"], a["sync"] if "error" not in a else "Invalid", a["health"], short_revision(a),
                        a.get("owner", "") + (" (deleting)" if a.get("deleting") else "")]
                       for a in b["apps"]])
@@ -127,7 +127,7 @@ def list_apps(server: str = SERVER, token: str = TOKEN, output: str = OUTPUT,
         for problem in b.get("configProblems", []):
             typer.echo(f"config problem: {problem}", err=True)
 
-    _emit(body, output, table)
+    emit(body, output, table)
 
 
 @app.command("get")
@@ -162,12 +162,12 @@ def get(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPU
         elif images.get("check"):
             typer.echo(f"Images:     {images['check'].get('status')}: {images['check'].get('message')}")
         typer.echo("")
-        _print_table(["KIND", "NAMESPACE", "NAME", "STATUS", "HEALTH", "MESSAGE"], [
+        print_table(["KIND", "NAMESPACE", "NAME", "STATUS", "HEALTH", "MESSAGE"], [
             [(r["group"] + "/" if r["group"] else "") + r["kind"], r["namespace"], r["name"],
              r["status"] + (" (requires pruning)" if r.get("requiresPruning") else ""), r["health"],
              r.get("healthMessage") or ", ".join(r.get("changed") or [])] for r in b["resources"]])
 
-    _emit(body, output, table)
+    emit(body, output, table)
 
 
 @app.command("diff")
@@ -175,12 +175,12 @@ def diff(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTP
          cached: bool = typer.Option(False, help="Use the stored comparison without refreshing.")) -> None:
     """What differs between git and the cluster; exit code 1 when out of sync (like `kubectl diff`)."""
     _refreshed(name, server, token, cached)
-    body = _checked(*_call("GET", f"/apps/{name}/diff", server, token))
+    body = checked(*call_api("GET", f"/apps/{name}/diff", server, token))
 
     def text(b: dict[str, Any]) -> None:
         typer.echo("\n".join(ChangeSet.from_dicts(b["changes"]).lines(diffs=True)))
 
-    _emit(body, output, text)
+    emit(body, output, text)
     if body["sync"] != "Synced":
         raise typer.Exit(1)
 
@@ -213,7 +213,7 @@ def sync(name: str, prune: bool = typer.Option(False, "--prune", help="Delete ob
     if resource:
         _refreshed(name, server, token, cached=False)
         payload["resources"] = resource
-    started = _checked(*_call("POST", f"/apps/{name}/sync", server, token, payload))
+    started = checked(*call_api("POST", f"/apps/{name}/sync", server, token, payload))
     _started(name, started, run_async, timeout, server, token, output)
 
 
@@ -221,12 +221,12 @@ def _started(name: str, started: dict[str, Any], run_async: bool, timeout: float
              output: str) -> None:
     operation_id = str(started.get("operationId", ""))
     if run_async:
-        _emit(started, output, lambda b: typer.echo(f"operation {operation_id} started"
+        emit(started, output, lambda b: typer.echo(f"operation {operation_id} started"
                                                      + (f" ({b['warning']})" if b.get("warning") else "")))
         return
     body = _follow(name, operation_id, server, token, timeout, quiet=output != "table")
     if output != "table":
-        _emit(body, output, lambda b: None)
+        emit(body, output, lambda b: None)
     op = body.get("operation") or {}
     if op.get("id") == operation_id and op.get("phase") != "Succeeded":
         raise typer.Exit(1)
@@ -244,7 +244,7 @@ def _follow(name: str, operation_id: str, server: str, token: str, timeout: floa
         if not quiet:
             for line in changes.lines():
                 typer.echo(line)
-        body = _checked(*_call("GET", f"/apps/{name}", server, token))
+        body = checked(*call_api("GET", f"/apps/{name}", server, token))
         op = body.get("operation") or {}
         health = {(r.get("group", ""), r.get("kind", ""), r.get("namespace", ""), r.get("name", "")):
                   r.get("health", "") for r in body.get("resources", [])}
@@ -277,8 +277,8 @@ def _follow(name: str, operation_id: str, server: str, token: str, timeout: floa
 @app.command("refresh")
 def refresh(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
     """One reconcile: refresh, then the automated sync or self-heal the app's policy asks for."""
-    body = _checked(*_call("POST", f"/apps/{name}/refresh", server, token))
-    _emit(body, output, _print_changes)
+    body = checked(*call_api("POST", f"/apps/{name}/refresh", server, token))
+    emit(body, output, _print_changes)
     _finish(body)
 
 
@@ -293,8 +293,8 @@ def short_revision(record: dict[str, Any]) -> str:
 @app.command("history")
 def history(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
     """The last deployments (id, revision, time, result)."""
-    body = _checked(*_call("GET", f"/apps/{name}/history", server, token))
-    _emit(body, output, lambda b: _print_table(
+    body = checked(*call_api("GET", f"/apps/{name}/history", server, token))
+    emit(body, output, lambda b: print_table(
         ["ID", "REVISION", "DEPLOYED AT", "RESULT"],
         [[str(h["id"]), short_revision(h), h["deployedAt"], h["result"]] for h in b["history"]]))
 
@@ -306,7 +306,7 @@ def rollback(name: str, history_id: int = typer.Argument(..., metavar="ID"),
              timeout: float = typer.Option(0, "--timeout", help="Seconds to follow it; 0: until it ends."),
              server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
     """Re-sync a revision from history; automated sync is switched off for the app until the next manual sync."""
-    started = _checked(*_call("POST", f"/apps/{name}/rollback", server, token, {"id": history_id, "prune": prune}))
+    started = checked(*call_api("POST", f"/apps/{name}/rollback", server, token, {"id": history_id, "prune": prune}))
     _started(name, started, run_async, timeout, server, token, output)
 
 
@@ -322,10 +322,10 @@ def wait(name: str, sync_: bool = typer.Option(False, "--sync", help="Wait until
     deadline = time.monotonic() + timeout if timeout > 0 else None
     while True:
         delay = _local_step(name)[0] if not server else 3.0
-        body = _checked(*_call("GET", f"/apps/{name}", server, token))  # locally: just refreshed by the step
+        body = checked(*call_api("GET", f"/apps/{name}", server, token))  # locally: just refreshed by the step
         if server and (body.get("operation") or {}).get("phase") not in ("Running", "Terminating"):
             # no step is coming: ask the api for a refresh (one bounded step there)
-            body = _checked(*_call("GET", f"/apps/{name}", server, token, query={"refresh": "true"}))
+            body = checked(*call_api("GET", f"/apps/{name}", server, token, query={"refresh": "true"}))
         op = body.get("operation") or {}
         running = op.get("phase") in ("Running", "Terminating")
         missing = [what for what, wanted, ok in (
@@ -348,10 +348,10 @@ def wait(name: str, sync_: bool = typer.Option(False, "--sync", help="Wait until
 @app.command("terminate-op")
 def terminate_op(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
     """Stop the running operation: nothing more is applied, SyncFail hooks run, the phase becomes Failed."""
-    body = _checked(*_call("DELETE", f"/apps/{name}/operation", server, token))
+    body = checked(*call_api("DELETE", f"/apps/{name}/operation", server, token))
     if not server:
         _local_step(name)  # locally nobody else takes the step that stops it
-    _emit(body, output, lambda b: typer.echo(f"operation {b['operationId']} of {name}: terminating"))
+    emit(body, output, lambda b: typer.echo(f"operation {b['operationId']} of {name}: terminating"))
 
 
 ARGOCD_NAMESPACE = typer.Option("argocd", "--argocd-namespace", help="Argo CD's own namespace (argocd-cm).")
@@ -372,7 +372,7 @@ def _moved(outcome: Any, output: str, what: str) -> None:
         for step in b["next"]:
             typer.echo(f"  {step}")
 
-    _emit(body, output, table)
+    emit(body, output, table)
     if any(c.action is Action.FAILED for c in outcome.changes):
         raise typer.Exit(1)
 

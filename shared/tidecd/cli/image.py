@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from tidecd.cli.app import OUTPUT, SERVER, TOKEN, _call, _checked, _emit, _print_table
+from tidecd.cli.app import OUTPUT, SERVER, TOKEN, call_api, checked, emit, print_table
 
 app = typer.Typer(no_args_is_help=True, help="The image updater: check registries for new tags, lift rollback pins.")
 
@@ -18,15 +18,15 @@ app = typer.Typer(no_args_is_help=True, help="The image updater: check registrie
 def check(name: str = typer.Argument("", metavar="[APP]", help="One app; every managed app when omitted."),
           server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
     """One image updater tick: new tags become commits (git) or overrides (argocd), then a refresh."""
-    body = _checked(*_call("POST", "/images/check", server, token, {"app": name} if name else {}))
+    body = checked(*call_api("POST", "/images/check", server, token, {"app": name} if name else {}))
 
     def table(b: dict[str, Any]) -> None:
-        _print_table(["APP", "STATUS", "MESSAGE", "COMMIT"],
+        print_table(["APP", "STATUS", "MESSAGE", "COMMIT"],
                      [[r["app"], r["status"], r["message"], r["commit"][:12]] for r in b["apps"]])
         typer.echo(f"\n{b['repositories']} repositories, {b['tagsListCalls']} tags-list calls, "
                    f"{len(b['refreshed'])} refreshed, {b['elapsed']}s")
 
-    _emit(body, output, table)
+    emit(body, output, table)
     if any(r["status"] in ("invalid", "unavailable", "error") for r in body["apps"]):
         raise typer.Exit(1)
 
@@ -34,5 +34,5 @@ def check(name: str = typer.Argument("", metavar="[APP]", help="One app; every m
 @app.command("unpin")
 def unpin(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
     """Lift the hold a rollback put on the app's images: the next tick may update them again."""
-    body = _checked(*_call("POST", f"/apps/{name}/images/unpin", server, token))
-    _emit(body, output, lambda b: typer.echo(f"{b['app']}: {b['message']}"))
+    body = checked(*call_api("POST", f"/apps/{name}/images/unpin", server, token))
+    emit(body, output, lambda b: typer.echo(f"{b['app']}: {b['message']}"))

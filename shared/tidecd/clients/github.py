@@ -197,12 +197,12 @@ class PyGithubApi:
                       target_url: str) -> None:
         from github.GithubObject import NotSet
 
-        with _translated():
+        with translated_errors():
             self._repo(repo).get_commit(sha).create_status(state, target_url=target_url or NotSet,
                                                            description=description, context=context)
 
     def create_deployment(self, repo: Repo, sha: str, environment: str, description: str) -> int:
-        with _translated():
+        with translated_errors():
             found = self._repo(repo).get_deployments(sha=sha, environment=environment)
             for deployment in found:
                 return int(deployment.id)
@@ -215,13 +215,13 @@ class PyGithubApi:
                                  environment_url: str, log_url: str) -> None:
         from github.GithubObject import NotSet
 
-        with _translated():
+        with translated_errors():
             deployment = self._repo(repo).get_deployment(deployment_id)
             deployment.create_status(state, description=description, environment_url=environment_url or NotSet,
                                      target_url=log_url or NotSet, auto_inactive=True)
 
     def upsert_comment(self, repo: Repo, number: int, marker: str, body: str) -> int:
-        with _translated():
+        with translated_errors():
             issue = self._repo(repo).get_issue(number)
             for comment in issue.get_comments():
                 if marker in (comment.body or ""):
@@ -230,12 +230,12 @@ class PyGithubApi:
             return int(issue.create_comment(body).id)
 
     def pull_files(self, repo: Repo, number: int) -> list[str]:
-        with _translated():
+        with translated_errors():
             return [f.filename for f in self._repo(repo).get_pull(number).get_files()]
 
 
 @contextmanager
-def _translated() -> Iterator[None]:
+def translated_errors() -> Iterator[None]:
     """PyGithub's and requests' exceptions → RateLimited / Rejected / Unavailable (no bodies echoed)."""
     import github
     import requests

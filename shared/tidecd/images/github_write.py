@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tidecd.base.errors import TemporaryError
-from tidecd.clients.github import GitHubAuth, Repo, _translated
+from tidecd.clients.github import GitHubAuth, Repo, translated_errors
 
 ANNOTATION = "tidecd.io/image-write-back"
 GITHUB_API = "github-api"
@@ -30,7 +30,7 @@ def push(auth: GitHubAuth, repo: Repo, *, base: str, target: str,
          edit: Callable[[Callable[[str], str | None]], dict[str, str]], message: str, author: tuple[str, str],
          ) -> tuple[str, int]:
     """(commit sha, pull request number or 0); ('', 0) when the edit changes nothing."""
-    with _translated():  # GitHub's other errors → RateLimited / Rejected / Unavailable
+    with translated_errors():  # GitHub's other errors → RateLimited / Rejected / Unavailable
         return _push(_client(auth).get_repo(repo.full_name), repo, base, target, edit, message, author)
 
 

@@ -24,7 +24,7 @@ from tidecd import source as git
 from tidecd.base.errors import ConfigError, SourceUnavailable, TemporaryError, UnsafePathError
 from tidecd.config.load import redact_repo_url
 from tidecd.images.state import ImageValue
-from tidecd.render.overrides import _image_name
+from tidecd.render.overrides import kustomize_image_name
 
 if TYPE_CHECKING:
     from dulwich.objects import Tree
@@ -73,8 +73,8 @@ def edit_source_file(text: str | None, values: list[ImageValue], tool: str, wher
     data = _load(text, where)
     if tool == "Kustomize":
         kustomize = data.setdefault("kustomize", {})
-        names = {_image_name(v.kustomize_image()) for v in values}
-        kept = [i for i in kustomize.get("images") or [] if _image_name(str(i)) not in names]
+        names = {kustomize_image_name(v.kustomize_image()) for v in values}
+        kept = [i for i in kustomize.get("images") or [] if kustomize_image_name(str(i)) not in names]
         kustomize["images"] = kept + [v.kustomize_image() for v in values]
     elif tool == "Helm":
         helm = data.setdefault("helm", {})
@@ -167,7 +167,7 @@ def push(repo_url: str, creds: git.RepoCredentials | None, *, base: str, target:
         if head is None:
             raise ConfigError(f"branch {base!r} not found in {redact_repo_url(repo_url)}")
         old = refs.get(target_ref)
-        repo, commit = git._fetch_commit(repo_url, head, creds)
+        repo, commit = git.fetch_commit(repo_url, head, creds)
         files = edit(functools.partial(_read_file, repo, commit.tree))
         if not files:
             return ""
@@ -261,15 +261,15 @@ def _send(repo_url: str, creds: git.RepoCredentials | None, repo: MemoryRepo, re
         return repo.object_store.generate_pack_data([base], want, shallow={base}, ofs_delta=ofs_delta,
                                                     progress=progress)
 
-    with git._client(repo_url, creds) as (client, path):
+    with git.git_client(repo_url, creds) as (client, path):
         try:
             result = client.send_pack(path.encode(), update_refs, pack)
         except PushRejected:
             raise
-        except git._transport_errors() as exc:
+        except git.transport_errors() as exc:
             if "non-fast-forward" in str(exc) or "fetch first" in str(exc) or "stale info" in str(exc):
                 raise PushRejected(str(exc)[:200]) from None
-            raise git._unavailable(repo_url, exc, creds) from exc
+            raise git.unavailable_error(repo_url, exc, creds) from exc
     status = (result.ref_status or {}).get(ref_b)
     if status:
         raise PushRejected(f"{ref}: {status}")

@@ -104,7 +104,7 @@ def _parse_file(data: Any, where: str) -> SourceOverride:
     return SourceOverride(images, params)
 
 
-def _image_name(spec: str) -> str:
+def kustomize_image_name(spec: str) -> str:
     """The name a kustomize image override is for: `orig=new:tag` → orig; `name:tag`/`name@d` → name."""
     if "=" in spec:
         return spec.split("=", 1)[0]
@@ -126,7 +126,7 @@ def apply(source: ApplicationSource, tool: str, override: SourceOverride | None,
             check_kustomize_image(image, what)
         spec = source.kustomize or KustomizeSpec()
         images = override.kustomize_images if replace else _merge(spec.images, override.kustomize_images,
-                                                                   _image_name)
+                                                                   kustomize_image_name)
         return dataclasses.replace(source, kustomize=dataclasses.replace(spec, images=tuple(images)))
     if tool == "Helm":
         if not override.helm_parameters:

@@ -10,8 +10,3 @@ The git names stay importable from `tidecd.source` itself (`source.ls_remote`, `
 """
 
 from tidecd.source.git import *  # noqa: F403 - the package's historical names
-from tidecd.source.git import _client as _client
-from tidecd.source.git import _endpoint as _endpoint
-from tidecd.source.git import _fetch_commit as _fetch_commit
-from tidecd.source.git import _transport_errors as _transport_errors
-from tidecd.source.git import _unavailable as _unavailable

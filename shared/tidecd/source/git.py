@@ -92,7 +92,7 @@ def credentials_for(repo_url: str, secrets: list[dict[str, Any]]) -> RepoCredent
     credentials; otherwise the `repo-creds` template with the longest matching URL prefix on the same
     host applies, as in Argo CD.
     """
-    wanted = _endpoint(repo_url)
+    wanted = credential_endpoint(repo_url)
     exact: RepoCredentials | None = None
     best: tuple[int, RepoCredentials] | None = None
     for secret in secrets:
@@ -100,7 +100,7 @@ def credentials_for(repo_url: str, secrets: list[dict[str, Any]]) -> RepoCredent
         if kind not in (SECRET_TYPE_REPOSITORY, SECRET_TYPE_REPO_CREDS):
             continue
         fields = _secret_fields(secret)
-        url = _endpoint(fields.get("url", ""))
+        url = credential_endpoint(fields.get("url", ""))
         if not url:
             continue
         creds = _credentials_from_fields(fields)
@@ -142,7 +142,7 @@ def _prefix_matches(prefix: str, url: str) -> bool:
 # endpoint instead, which keeps scheme and user: an SSH key Secret must not be picked for an https URL.
 
 
-def _endpoint(url: str) -> str:
+def credential_endpoint(url: str) -> str:
     """Lower-case, without http credentials, trailing `/` or `.git`; `git@h:p` as `ssh://git@h/p`."""
     url = url.strip()
     if _SCP_LIKE.match(url) and "://" not in url:
@@ -172,7 +172,7 @@ def _check_scheme(repo_url: str) -> None:
 
 
 @contextlib.contextmanager
-def _client(repo_url: str, credentials: RepoCredentials | None) -> Iterator[tuple[GitClient, str]]:
+def git_client(repo_url: str, credentials: RepoCredentials | None) -> Iterator[tuple[GitClient, str]]:
     """A dulwich client for the URL; SSH key and known_hosts live in temp files for the call only."""
     from dulwich.client import default_urllib3_manager, get_transport_and_path
 
@@ -212,7 +212,7 @@ def ssh_command(creds: RepoCredentials, tmp: Path) -> str:
     return shlex.join(args)
 
 
-def _transport_errors() -> tuple[type[BaseException], ...]:
+def transport_errors() -> tuple[type[BaseException], ...]:
     import urllib3.exceptions
     from dulwich.client import HTTPProxyUnauthorized, HTTPUnauthorized
     from dulwich.errors import GitProtocolError, NotGitRepository
@@ -227,7 +227,7 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def _unavailable(repo_url: str, exc: BaseException, credentials: RepoCredentials | None) -> SourceUnavailable:
+def unavailable_error(repo_url: str, exc: BaseException, credentials: RepoCredentials | None) -> SourceUnavailable:
     """A SourceUnavailable naming the repo, with no credential in the text."""
     from dulwich.client import HTTPProxyUnauthorized, HTTPUnauthorized
     from dulwich.errors import NotGitRepository
@@ -253,11 +253,11 @@ def _scrub(text: str, credentials: RepoCredentials | None) -> str:
 
 def ls_remote(repo_url: str, credentials: RepoCredentials | None = None) -> dict[str, str]:
     """Ref name → sha of every ref of the remote, `HEAD` resolved through its symref."""
-    with _client(repo_url, credentials) as (client, path):
+    with git_client(repo_url, credentials) as (client, path):
         try:
             result = client.get_refs(path.encode())
-        except _transport_errors() as exc:
-            raise _unavailable(repo_url, exc, credentials) from exc
+        except transport_errors() as exc:
+            raise unavailable_error(repo_url, exc, credentials) from exc
     refs = {name.decode(): sha.decode() for name, sha in result.refs.items() if sha is not None}
     head_target = {k.decode(): v.decode() for k, v in result.symrefs.items()}.get("HEAD")
     if head_target is not None and head_target in refs:
@@ -341,7 +341,7 @@ def commit_info(commit: Commit) -> dict[str, str]:
             "author": author[:100], "time": when}
 
 
-def _fetch_commit(repo_url: str, sha: str, credentials: RepoCredentials | None) -> tuple[MemoryRepo, Commit]:
+def fetch_commit(repo_url: str, sha: str, credentials: RepoCredentials | None) -> tuple[MemoryRepo, Commit]:
     """Fetch one commit (depth 1 for a full sha; all history to expand a short one) into memory (for a
     small write-back; snapshots use `_fetched_commit`, on disk)."""
     from dulwich.repo import MemoryRepo
@@ -352,7 +352,7 @@ def _fetch_commit(repo_url: str, sha: str, credentials: RepoCredentials | None) 
 
 @contextlib.contextmanager
 def _fetched_commit(repo_url: str, sha: str, credentials: RepoCredentials | None) -> Iterator[tuple[BaseRepo, Commit]]:
-    """`_fetch_commit` into a bare repository in a temp directory (removed on exit): packs go to disk."""
+    """`fetch_commit` into a bare repository in a temp directory (removed on exit): packs go to disk."""
     from dulwich.repo import Repo
 
     with tempfile.TemporaryDirectory(prefix="tidecd-fetch-") as tmp, Repo.init_bare(tmp) as repo:
@@ -375,15 +375,15 @@ def _fetch_into(repo: BaseRepo, repo_url: str, sha: str, credentials: RepoCreden
             return [wanted]
         return sorted({v for k, v in refs.items() if k.startswith((b"refs/heads/", b"refs/tags/"))})
 
-    with _client(repo_url, credentials) as (client, path):
+    with git_client(repo_url, credentials) as (client, path):
         _no_thin_pack(client)
         try:
             client.fetch(path.encode(), repo, determine_wants=wants, depth=1 if full else None)
-        except _transport_errors() as exc:
+        except transport_errors() as exc:
             if advertised and wanted not in advertised.values():
                 # The server answered but refused the want: the commit is not in the repository.
                 raise NotFound(f"revision {sha!r} not found in {redact_repo_url(repo_url)}") from exc
-            raise _unavailable(repo_url, exc, credentials) from exc
+            raise unavailable_error(repo_url, exc, credentials) from exc
     if full:
         matches = [wanted] if wanted in repo.object_store else []
     else:

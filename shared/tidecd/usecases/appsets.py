@@ -144,14 +144,14 @@ def list_pull_requests(api_url: str, owner: str, repo: str, token: str, labels: 
     import github
     from github import Auth
 
-    from tidecd.clients.github import REQUEST_TIMEOUT, RateLimited, Rejected, Unavailable, _translated
+    from tidecd.clients.github import REQUEST_TIMEOUT, RateLimited, Rejected, Unavailable, translated_errors
 
     client = github.Github(auth=Auth.Token(token) if token else None, base_url=api_url, retry=None,
                            timeout=REQUEST_TIMEOUT, seconds_between_requests=None, seconds_between_writes=None,
                            lazy=True)
     out = []
     try:
-        with _translated():
+        with translated_errors():
             for pull in client.get_repo(f"{owner}/{repo}").get_pulls(state="open"):
                 names = tuple(label.name for label in pull.labels)
                 if all(label in names for label in labels):
