@@ -7,6 +7,12 @@ rendering fails, or whose name collides with another one's, is reported with the
 that fails (an unreachable repository, a bad file) fails the whole evaluation, and the caller keeps what
 was generated before (Argo CD keeps the Applications of an ApplicationSet in error).
 
+A `templatePatch` is rendered from generator parameters (a file in git, a pull request's branch), so it
+may not change the generated app's `spec.project`: Argo CD does not support `spec.project` in a
+templatePatch and its API refuses a templated project. The app whose patch would move it to another
+project is set aside with an error naming the ApplicationSet and the field; its destination is then
+checked against the template's project like any app's (`project.rules` at reconcile).
+
 `apply_policy` applies `syncPolicy.applicationsSync` to the new evaluation and the previous one:
 create-only keeps every existing app as it was, create-update never removes, create-delete never updates,
 sync (the default) does all three.
@@ -88,7 +94,14 @@ def expand(appset: ApplicationSet, sources: Sources) -> Expansion:
 
 def _patched(doc: dict[str, Any], appset: ApplicationSet, params: dict[str, Any]) -> dict[str, Any]:
     template = {"metadata": doc["metadata"], "spec": doc["spec"]}
+    project = doc["spec"].get("project")
     patched = apply_patch(template, appset.template_patch, params, appset.go_template_options)
+    spec = patched.get("spec")
+    after = spec.get("project") if isinstance(spec, dict) else None
+    if after != project:
+        shown = repr(after)[:80] if after is not None else "nothing"
+        raise TemplateError(f"spec.templatePatch: sets spec.project to {shown} (the template's is {project!r}): "
+                            "a templatePatch may not change the project (as in Argo CD); this app is set aside")
     return {"apiVersion": ARGO_VERSION, "kind": "Application", "metadata": patched.get("metadata") or {},
             "spec": patched.get("spec") or {}}
 
