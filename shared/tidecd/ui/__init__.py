@@ -219,7 +219,8 @@ def _app_context(ctx: Context) -> dict[str, Any]:
     commit = Snapshots(ctx.runtime.store).commit(app.source.repo_url, current.revision) if current.revision else None
     from tidecd.images import state as images_state
 
-    return {"app": app, "state": current, "operation": views.operation_view(current.operation), "commit": commit,
+    return {"app": views.shown_app(app), "state": current, "operation": views.operation_view(current.operation),
+            "commit": commit,
             "images": images_state.summary(ctx.runtime.store, name),
             "notice": actions.NOTICES.get(ctx.request.query.get("notice", ""), "")}
 

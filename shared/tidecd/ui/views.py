@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from tidecd.clients.store import LocalStore, MemoryStore, ObjectStore
-from tidecd.config.load import Application, AppProject, Config, redact_repo_url
+from tidecd.config.load import Application, ApplicationSource, AppProject, Config, redact_repo_url
 from tidecd.state import app as app_state
 
 PAGE_SIZE = 50
@@ -108,6 +108,16 @@ class AppRow:
     def matches(self, text: str) -> bool:
         hay = f"{self.name} {self.project} {self.cluster} {self.namespace} {self.repo} {self.path}".lower()
         return all(word in hay for word in text.lower().split())
+
+
+def shown_app(app: Application) -> Application:
+    """The app as a page shows it: every source's repoURL without its `user:password@`, redacted by
+    `redact_repo_url` as the api, the CLI and the apps list show it. A page is given this copy, never the
+    app itself, so no template can print a password whichever source field it reads."""
+    def redacted(source: ApplicationSource) -> ApplicationSource:
+        return replace(source, repo_url=redact_repo_url(source.repo_url))
+
+    return replace(app, source=redacted(app.source), sources=tuple(redacted(s) for s in app.sources))
 
 
 def destination_name(app: Application) -> str:
