@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 import yaml
 
 from tidecd.base.model import ChangeSet
+
+if TYPE_CHECKING:
+    from tidecd.runtime import Runtime
 
 app = typer.Typer(no_args_is_help=True, help="Applications: status, diff, sync, history, rollback.")
 
@@ -30,7 +33,7 @@ OUTPUT = typer.Option("table", "-o", "--output", help="table, json or yaml.")
 
 
 def call_api(method: str, path: str, server: str, token: str, body: dict[str, Any] | None = None,
-          query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+             query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     data = json.dumps(body or {}).encode()
     if server:
         import requests
@@ -118,9 +121,9 @@ def list_apps(server: str = SERVER, token: str = TOKEN, output: str = OUTPUT,
 
     def table(b: dict[str, Any]) -> None:
         print_table(["NAME", "SYNC", "HEALTH", "REVISION", "OWNER"],
-                     [[a["name"], a["sync"] if "error" not in a else "Invalid", a["health"], short_revision(a),
-                       a.get("owner", "") + (" (deleting)" if a.get("deleting") else "")]
-                      for a in b["apps"]])
+                    [[a["name"], a["sync"] if "error" not in a else "Invalid", a["health"], short_revision(a),
+                      a.get("owner", "") + (" (deleting)" if a.get("deleting") else "")]
+                     for a in b["apps"]])
         for a in b["apps"]:
             if "error" in a:
                 typer.echo(f"invalid: {a['name']}: {a['error']}", err=True)
@@ -222,7 +225,7 @@ def _started(name: str, started: dict[str, Any], run_async: bool, timeout: float
     operation_id = str(started.get("operationId", ""))
     if run_async:
         emit(started, output, lambda b: typer.echo(f"operation {operation_id} started"
-                                                     + (f" ({b['warning']})" if b.get("warning") else "")))
+                                                    + (f" ({b['warning']})" if b.get("warning") else "")))
         return
     body = _follow(name, operation_id, server, token, timeout, quiet=output != "table")
     if output != "table":
@@ -413,7 +416,7 @@ def release(name: str, dry_run: bool = typer.Option(False, "--dry-run", help="Sh
     _moved(outcome, output, "these objects become Argo CD's")
 
 
-def _local_runtime() -> Any:
+def _local_runtime() -> Runtime:
     from tidecd.runtime import Runtime
 
     return Runtime.from_env()

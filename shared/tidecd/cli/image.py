@@ -22,7 +22,7 @@ def check(name: str = typer.Argument("", metavar="[APP]", help="One app; every m
 
     def table(b: dict[str, Any]) -> None:
         print_table(["APP", "STATUS", "MESSAGE", "COMMIT"],
-                     [[r["app"], r["status"], r["message"], r["commit"][:12]] for r in b["apps"]])
+                    [[r["app"], r["status"], r["message"], r["commit"][:12]] for r in b["apps"]])
         typer.echo(f"\n{b['repositories']} repositories, {b['tagsListCalls']} tags-list calls, "
                    f"{len(b['refreshed'])} refreshed, {b['elapsed']}s")
 

@@ -14,13 +14,16 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tidecd.base import constants
 from tidecd.base.errors import ClusterUnavailable, ConfigError, PermanentError, TemporaryError, TidecdError
 from tidecd.base.model import Manifest, ResourceKey
 from tidecd.clients import metrics
 from tidecd.clients.secrets import text_fields
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 
 class ApiError(TidecdError):
@@ -192,10 +195,12 @@ class KubeCluster:
         one is a ConfigError of one line naming the file, never the kubernetes client's traceback."""
         from kubernetes import config
 
-        def connect() -> Any:
+        def connect() -> ApiClient:
             _keep_credentials_in_memory()
             try:
-                return config.new_client_from_config(config_file=path, context=context)  # type: ignore[no-untyped-call]
+                client: ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                    config_file=path, context=context)
+                return client
             except Exception as exc:  # noqa: BLE001 - every failure of reading it is the same user problem
                 raise ConfigError(_kubeconfig_problem(path, exc)) from None
 
@@ -212,7 +217,8 @@ class KubeCluster:
 
     def request(self, method: str, path: str, *, body: Any = None, query: dict[str, str] | None = None,
                 content_type: str = "application/json", accept: str = "application/json",
-                key: ResourceKey | None = None) -> Any:
+                key: ResourceKey | None = None) -> dict[str, Any]:
+        """The answer's JSON object; {} for an empty answer (a DELETE's, say)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -231,7 +237,8 @@ class KubeCluster:
             raise _transport_error(self.server, key, exc, body) from None
         if resp.status >= 400:
             raise _api_error(key, resp.status, resp.reason, data, resp.headers.get("Retry-After"))
-        return json.loads(data) if data else None
+        answer = json.loads(data) if data else {}
+        return answer if isinstance(answer, dict) else {}
 
     # -- discovery -------------------------------------------------------------------------------------
 
@@ -512,7 +519,7 @@ def find_cluster_secret(secrets: list[Manifest], *, name: str, server: str) -> M
     return None
 
 
-def client_for_secret(secret: Manifest) -> Any:
+def client_for_secret(secret: Manifest) -> ApiClient:
     """An ApiClient from a cluster secret's `server` and `config` (bearerToken, tlsClientConfig)."""
     from kubernetes import config as kube_config
 
@@ -547,9 +554,10 @@ def client_for_secret(secret: Manifest) -> Any:
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
     }
 
-    def connect() -> Any:
+    def connect() -> ApiClient:
         try:
-            return kube_config.new_client_from_config_dict(kubeconfig)  # type: ignore[no-untyped-call]
+            client: ApiClient = kube_config.new_client_from_config_dict(kubeconfig)  # type: ignore[no-untyped-call]
+            return client
         except (ValueError, TypeError, kube_config.ConfigException) as exc:  # never echo the (secret) values
             raise PermanentError(f"cluster secret {meta_name}: field config is not usable "
                                  f"({type(exc).__name__})") from None
@@ -563,12 +571,12 @@ def client_for_secret(secret: Manifest) -> Any:
 # time in the 1,000-app scenario (py-spy). Keyed by the kubeconfig file's stamp or the secret's content, so a
 # changed or rotated credential gets a new client; KubeCluster wrappers (and their write counters) stay per
 # Runtime.
-_CLIENTS: dict[str, Any] = {}
+_CLIENTS: dict[str, ApiClient] = {}
 _CLIENTS_LOCK = threading.Lock()
 MAX_CLIENTS = 32
 
 
-def _shared_client(key: str, connect: Callable[[], Any]) -> Any:
+def _shared_client(key: str, connect: Callable[[], ApiClient]) -> ApiClient:
     with _CLIENTS_LOCK:
         found = _CLIENTS.get(key)
     if found is not None:

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 import structlog
@@ -37,6 +37,10 @@ from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_GITHUB
 from tidecd.base.errors import ConfigError, PermanentError, TemporaryError
 from tidecd.clients.secrets import text_fields
 from tidecd.clients.store import ObjectStore, PreconditionFailed, read_json, write_json
+
+if TYPE_CHECKING:
+    from github import Github
+    from github.Repository import Repository
 
 log = structlog.get_logger("tidecd.clients.github")
 
@@ -190,7 +194,12 @@ class PyGithubApi:
         self._gh = github.Github(auth=credentials, base_url=auth.api_url, retry=None, timeout=REQUEST_TIMEOUT,
                                  lazy=True, seconds_between_requests=None, seconds_between_writes=None)
 
-    def _repo(self, repo: Repo) -> Any:
+    @property
+    def api(self) -> Github:
+        """The PyGithub client itself, for writes this class has no method for (images.github_write)."""
+        return self._gh
+
+    def _repo(self, repo: Repo) -> Repository:
         return self._gh.get_repo(repo.full_name)
 
     def create_status(self, repo: Repo, sha: str, state: str, context: str, description: str,

@@ -31,6 +31,8 @@ from tidecd.base.errors import SecretError
 from tidecd.base.model import Manifest
 
 if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric.padding import OAEP
     from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey, RSAPublicKey
 
 SEALED_API_VERSION = "bitnami.com/v1alpha1"
@@ -110,7 +112,7 @@ def generate_key(validity_days: int = 3650, *, now: dt.datetime | None = None) -
     return KeyPair(private_pem, cert.public_bytes(serialization.Encoding.PEM))
 
 
-def _key_usage() -> Any:
+def _key_usage() -> x509.KeyUsage:
     from cryptography import x509
 
     return x509.KeyUsage(
@@ -310,7 +312,7 @@ def hybrid_decrypt(private_keys: list[RSAPrivateKey], ciphertext: bytes, label: 
     raise _NoKeyOpens()
 
 
-def _oaep(label: bytes) -> Any:
+def _oaep(label: bytes) -> OAEP:
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import padding
 

@@ -27,9 +27,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tidecd.base.errors import ConfigError, LeaseHeld, PermanentError, TemporaryError, UnsafePathError
+
+if TYPE_CHECKING:
+    from google.cloud import storage
 
 
 class PreconditionFailed(TemporaryError):
@@ -376,12 +379,12 @@ class GcsStore:
             names = [b.name for b in self._client_now().list_blobs(self.bucket, prefix=full)]
         return sorted(name[strip:] for name in names)
 
-    def _blob(self, key: str) -> Any:
+    def _blob(self, key: str) -> storage.Blob:
         check_key(key)
         name = f"{self.prefix}/{key}" if self.prefix else key
         return self._client_now().bucket(self.bucket).blob(name)
 
-    def _client_now(self) -> Any:
+    def _client_now(self) -> storage.Client:
         with self._lock:
             if self._client is None or self._client_pid != os.getpid():
                 self._client = _gcs_client()
@@ -406,7 +409,7 @@ class GcsStore:
             raise StoreUnavailable(f"{where}: GCS unreachable ({type(exc).__name__})") from exc
 
 
-def _gcs_client() -> Any:
+def _gcs_client() -> storage.Client:
     from google.cloud import storage
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):

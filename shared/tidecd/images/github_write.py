@@ -12,10 +12,13 @@ base when missing and a pull request base ← target is opened (once).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidecd.base.errors import TemporaryError
-from tidecd.clients.github import GitHubAuth, Repo, translated_errors
+from tidecd.clients.github import GitHubAuth, PyGithubApi, Repo, translated_errors
+
+if TYPE_CHECKING:
+    from github import Github
 
 ANNOTATION = "tidecd.io/image-write-back"
 GITHUB_API = "github-api"
@@ -80,10 +83,8 @@ def _push(gh_repo: Any, repo: Repo, base: str, target: str,
     raise ContentsConflict(f"{repo.full_name}: the file kept changing under the write-back ({ATTEMPTS} tries)")
 
 
-def _client(auth: GitHubAuth) -> Any:
-    from tidecd.clients.github import PyGithubApi
-
-    return PyGithubApi(auth)._gh
+def _client(auth: GitHubAuth) -> Github:
+    return PyGithubApi(auth).api
 
 
 def _ensure_branch(gh_repo: Any, base: str, target: str) -> None:

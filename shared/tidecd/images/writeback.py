@@ -27,7 +27,10 @@ from tidecd.images.state import ImageValue
 from tidecd.render.overrides import kustomize_image_name
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from dulwich.objects import Tree
+    from dulwich.pack import UnpackedObject
     from dulwich.repo import MemoryRepo
 
 PUSH_ATTEMPTS = 4
@@ -256,7 +259,8 @@ def _send(repo_url: str, creds: git.RepoCredentials | None, repo: MemoryRepo, re
             raise PushRejected(f"{ref} moved")
         return {**remote, ref_b: ObjectID(new_sha)}
 
-    def pack(have: Any, want: Any, *, ofs_delta: bool = True, progress: Any = None) -> Any:
+    def pack(have: Any, want: Any, *, ofs_delta: bool = True,
+             progress: Any = None) -> tuple[int, Iterator[UnpackedObject]]:
         base = ObjectID(parent.encode())  # fetched with depth 1: nothing behind it is here, nor needed
         return repo.object_store.generate_pack_data([base], want, shallow={base}, ofs_delta=ofs_delta,
                                                     progress=progress)

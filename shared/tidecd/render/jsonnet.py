@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,7 @@ def _inside(root: Path, candidate: Path) -> bool:
     return candidate == root or root in candidate.parents
 
 
-def _importer(root: Path, libs: list[Path]) -> Any:
+def _importer(root: Path, libs: list[Path]) -> Callable[[str, str], tuple[str, bytes]]:
     def import_callback(base: str, rel: str) -> tuple[str, bytes]:
         if os.path.isabs(rel):
             raise RuntimeError(f"import {rel!r}: absolute imports are not allowed")

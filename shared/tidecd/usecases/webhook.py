@@ -20,7 +20,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs
 
 import structlog
@@ -36,6 +36,8 @@ from tidecd.triggers.dispatch import Dispatcher, Refresh
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
     from tidecd.usecases.preview import PullRequest
+
+_T = TypeVar("_T")
 
 log = structlog.get_logger("tidecd.usecases.webhook")
 
@@ -203,7 +205,7 @@ def _payload(headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
     return doc
 
 
-def _field(doc: Mapping[str, Any], path: str, kind: type, *, required: bool = True) -> Any:
+def _field(doc: Mapping[str, Any], path: str, kind: type[_T], *, required: bool = True) -> _T:
     """`doc[a][b]` for path `a.b`, type-checked; a missing or mistyped field is a 400 naming it."""
     value: Any = doc
     for part in path.split("."):
