@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.unit.test_images import FakeRegistry, Sent, app_doc, make_runtime, rendered, results
 from tidecd.base.errors import RenderError
 from tidecd.config.load import ApplicationSource, HelmParameter, HelmSpec
 from tidecd.images import annotations as notes
 from tidecd.images import state as images_state
+from tidecd.images import writeback
 from tidecd.images.state import ImageValue
 from tidecd.render import render
 from tidecd.render.helm import escape_set_value
@@ -195,3 +197,10 @@ def test_the_updater_refuses_a_digest_that_is_not_one(tmp_path: Path) -> None:
     got = results(update.check(runtime, registry=registry, dispatcher=Sent()))["dig"]
     assert got.status == "error" and "not a digest; refused" in got.message
     assert images_state.render_override(runtime.store, "dig") is None
+
+
+@pytest.mark.parametrize("tag", ["1\nnewName: evil.example/img", "1@sha256:" + "e" * 64, "a=b:c"])
+def test_the_git_write_back_into_a_kustomization_keeps_a_tag_one_field(tag: str) -> None:
+    """`images:` is written as YAML data (as `kustomize edit set image` leaves it), so a tag is one value."""
+    text = writeback.edit_kustomization("resources: [deploy.yaml]\n", [ImageValue("web", "reg.io/web", tag)], "k")
+    assert yaml.safe_load(text)["images"] == [{"name": "reg.io/web", "newTag": tag}]
