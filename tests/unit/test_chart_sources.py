@@ -11,6 +11,7 @@ import pytest
 from tidecd.base.errors import ConfigError, NotFound, SourceRefused
 from tidecd.config.load import ApplicationSource
 from tidecd.source import charts, helmrepo, oci
+from tidecd.source.archives import Budget
 from tidecd.source.versions import BadConstraint, best_version, parse_version
 
 VERSIONS = ["1.0.0", "1.2.3", "1.2.9", "1.3.0", "2.0.0-rc.1", "2.0.0", "17.0.1", "17.4.2", "0.2.5", "0.3.0", "v3.1"]
@@ -138,7 +139,8 @@ def tar_gz(files: dict[str, bytes]) -> bytes:
 
 
 def test_artifact_layers_merge_later_over_earlier() -> None:
-    merged = oci._merge_layers([tar_gz({"app/a.yaml": b"1", "app/b.yaml": b"old"}), tar_gz({"app/b.yaml": b"new"})])
+    merged = oci.merge_layers([tar_gz({"app/a.yaml": b"1", "app/b.yaml": b"old"}), tar_gz({"app/b.yaml": b"new"})],
+                              Budget("artifact"))
     with tarfile.open(fileobj=io.BytesIO(merged), mode="r:gz") as tar:
         got = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
     assert got == {"app/a.yaml": b"1", "app/b.yaml": b"new"}

@@ -13,6 +13,10 @@ function's settings can change it) and a default that no honest repository comes
     TIDECD_MAX_OBJECT_BYTES      1.5 MiB  one rendered object as JSON (etcd's own request limit)
     TIDECD_MAX_WEBHOOK_BYTES     25 MiB   one webhook body, whatever the transfer encoding
     TIDECD_MAX_API_BYTES         1 MiB    one api request body
+    TIDECD_MAX_ARCHIVE_BYTES     256 MiB  expanded size of one chart archive or OCI artifact (all its layers)
+    TIDECD_MAX_OCI_LAYERS        16       layers of one OCI artifact, counted in its manifest before any is fetched
+    TIDECD_MAX_OCI_BYTES         256 MiB  total (compressed) size of one OCI artifact's layers, likewise
+    TIDECD_MAX_HELM_INDEX_BYTES  64 MiB   one helm repository `index.yaml`, refused as it streams past it
 
 Exceeding a limit raises `LimitExceeded` (a PermanentError): the app gets a condition naming the file or
 object and the variable that would raise the limit, its state is recorded, and retrying does not help.
@@ -46,6 +50,10 @@ class Limits:
     object_bytes: int = 1536 * 1024
     webhook_bytes: int = 25 * _MiB
     api_bytes: int = 1 * _MiB
+    archive_bytes: int = 256 * _MiB
+    oci_layers: int = 16
+    oci_bytes: int = 256 * _MiB
+    helm_index_bytes: int = 64 * _MiB
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Limits:
@@ -74,6 +82,10 @@ _ENV_NAMES = {
     "object_bytes": "TIDECD_MAX_OBJECT_BYTES",
     "webhook_bytes": "TIDECD_MAX_WEBHOOK_BYTES",
     "api_bytes": "TIDECD_MAX_API_BYTES",
+    "archive_bytes": "TIDECD_MAX_ARCHIVE_BYTES",
+    "oci_layers": "TIDECD_MAX_OCI_LAYERS",
+    "oci_bytes": "TIDECD_MAX_OCI_BYTES",
+    "helm_index_bytes": "TIDECD_MAX_HELM_INDEX_BYTES",
 }
 
 

@@ -56,10 +56,12 @@ def oci_ref(source: ApplicationSource) -> oci.OciRef:
     return oci.parse(source.repo_url, source.chart if "://" not in source.repo_url else "")
 
 
-def list_refs(kind: str, repo_url: str, credentials: RepoCredentials | None, chart: str = "") -> dict[str, str]:
-    """What the poll remembers of a chart repository: one index (helm) or tags (OCI) call."""
+def list_refs(kind: str, repo_url: str, credentials: RepoCredentials | None, chart: str = "", *,
+              store: ObjectStore | None = None) -> dict[str, str]:
+    """What the poll remembers of a chart repository: one index (helm) or tags (OCI) call. With a `store`,
+    a helm index is parsed once per content across processes (`helmrepo.fetch_index`)."""
     if kind == HELM:
-        return helmrepo.refs_of(helmrepo.fetch_index(repo_url, credentials))
+        return helmrepo.refs_of(helmrepo.fetch_index(repo_url, credentials, store=store))
     registry = oci.Registry(oci.parse(repo_url, chart), credentials, plain_http=_force_http(credentials))
     return {tag: tag for tag in registry.tags()}
 
@@ -79,12 +81,14 @@ def resolve_from_refs(source: ApplicationSource, refs: dict[str, str]) -> str | 
         return None
 
 
-def resolve(source: ApplicationSource, credentials: RepoCredentials | None, revision: str = "") -> ChartRef:
+def resolve(source: ApplicationSource, credentials: RepoCredentials | None, revision: str = "", *,
+            store: ObjectStore | None = None) -> ChartRef:
     """The chart (or artifact) and version the source selects now; `revision` (a version from history)
-    pins it instead of `targetRevision`."""
+    pins it instead of `targetRevision`. With a `store`, a helm index is parsed once per content across
+    processes; without one, once per content in this process (`helmrepo.fetch_index`)."""
     target = revision or source.target_revision
     if kind_of(source) == HELM:
-        index = helmrepo.fetch_index(source.repo_url, credentials)
+        index = helmrepo.fetch_index(source.repo_url, credentials, store=store)
         entry = helmrepo.choose(index, source.chart, target, source.repo_url)
         return ChartRef(HELM, source.repo_url, entry.name, entry.version, entry.digest)
     ref = oci_ref(source)
@@ -120,13 +124,15 @@ class ChartSnapshots:
                      pass_credentials: bool = False,
                      credentials_for: Callable[[str], RepoCredentials | None] | None = None,
                      permitted: Callable[[str], bool] = lambda _url: False) -> bytes:
-        """The stored archive; fetched (verified, dependencies added) and stored the first time."""
+        """The stored archive; fetched (verified, dependencies added) and stored the first time. Its
+        expanded size (with its dependencies', or all of an artifact's layers) is bounded by
+        `TIDECD_MAX_ARCHIVE_BYTES`, counted as it streams: a refusal is a LimitExceeded, nothing stored."""
         key = self.key(ref)
         if (blob := self.store.read(key)) is not None:
             return blob.data
         if ref.kind == HELM:
             entry = helmrepo.ChartVersion(ref.name, ref.version, ref.digest, ())
-            index = helmrepo.fetch_index(ref.repo_url, credentials)
+            index = helmrepo.fetch_index(ref.repo_url, credentials, store=self.store)
             entry = next((v for v in index.get(ref.name, []) if v.version == ref.version), entry)
             if entry.digest != ref.digest:
                 raise SourceRefused(f"chart {ref.name} {ref.version}: the index changed its digest; "
@@ -140,7 +146,8 @@ class ChartSnapshots:
         if ref.chart:
             from tidecd.source.dependencies import with_dependencies
 
-            data = with_dependencies(data, credentials_for or (lambda _url: None), permitted)
+            data = with_dependencies(data, credentials_for or (lambda _url: None), permitted,
+                                     what=f"chart {ref.name} {ref.version}")
         with contextlib.suppress(PreconditionFailed):  # a racing caller stored the same verified bytes
             self.store.write(key, data, if_generation_match=0)
         return data

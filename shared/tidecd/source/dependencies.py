@@ -21,6 +21,8 @@ import yaml
 
 from tidecd.base.errors import RenderError
 from tidecd.config.load import redact_repo_url
+from tidecd.source import archives
+from tidecd.source.archives import Budget
 
 if TYPE_CHECKING:
     from tidecd.source.git import RepoCredentials
@@ -29,29 +31,40 @@ MAX_DEPENDENCIES = 50
 Credentials = Callable[[str], "RepoCredentials | None"]
 
 
-def _members(archive: bytes) -> tuple[str, dict[str, tuple[tarfile.TarInfo, bytes | None]]]:
-    """The chart's top directory and its members."""
-    members: dict[str, tuple[tarfile.TarInfo, bytes | None]] = {}
-    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:*") as tar:
-        for member in tar.getmembers():
-            data = tar.extractfile(member).read() if member.isfile() else None  # type: ignore[union-attr]
-            members[member.name] = (member, data)
-    tops = {name.split("/", 1)[0] for name in members}
+def _chart_of(archive: bytes, budget: Budget) -> tuple[str, set[str], bytes | None]:
+    """The chart's top directory, its member names and its `Chart.yaml`: one streamed pass over the
+    archive, its expanded size charged to `budget` (nothing but `Chart.yaml` is kept)."""
+    names: set[str] = set()
+    chart_yamls: dict[str, bytes] = {}
+    try:
+        with archives.open_tar(archive, budget) as tar:
+            for member in tar:
+                names.add(member.name)
+                top, _, rest = member.name.partition("/")
+                if rest == "Chart.yaml" and member.isfile():
+                    chart_yamls[top] = archives.read_member(tar, member, f"chart archive {member.name}")
+    except archives.UNREADABLE as exc:
+        raise RenderError(f"chart archive is unreadable: {type(exc).__name__}") from None
+    tops = {name.split("/", 1)[0] for name in names}
     if len(tops) != 1:
         raise RenderError("chart archive: expected one top-level chart directory")
-    return tops.pop(), members
+    top = tops.pop()
+    return top, names, chart_yamls.get(top)
 
 
-def missing_dependencies(archive: bytes) -> list[dict[str, Any]]:
+def missing_dependencies(archive: bytes, budget: Budget | None = None) -> list[dict[str, Any]]:
     """The dependencies of the chart's `Chart.yaml` that `charts/` does not hold yet."""
-    top, members = _members(archive)
-    chart_yaml = members.get(f"{top}/Chart.yaml")
-    if chart_yaml is None or chart_yaml[1] is None:
+    top, names, chart_yaml = _chart_of(archive, budget or Budget("chart archive"))
+    return _missing(top, names, chart_yaml)
+
+
+def _missing(top: str, names: set[str], chart_yaml: bytes | None) -> list[dict[str, Any]]:
+    if chart_yaml is None:
         return []
-    meta = yaml.safe_load(chart_yaml[1]) or {}
+    meta = yaml.safe_load(chart_yaml) or {}
     deps = meta.get("dependencies") or [] if isinstance(meta, dict) else []
-    present = {name.rsplit("/", 1)[-1] for name in members if name.startswith(f"{top}/charts/")}
-    present_dirs = {name.split("/")[2] for name in members if name.startswith(f"{top}/charts/")
+    present = {name.rsplit("/", 1)[-1] for name in names if name.startswith(f"{top}/charts/")}
+    present_dirs = {name.split("/")[2] for name in names if name.startswith(f"{top}/charts/")
                     and name.count("/") >= 2}
     out = []
     for dep in deps if isinstance(deps, list) else []:
@@ -65,15 +78,18 @@ def missing_dependencies(archive: bytes) -> list[dict[str, Any]]:
 
 
 def with_dependencies(archive: bytes, credentials: Credentials,
-                      permitted: Callable[[str], bool] = lambda _url: True) -> bytes:
+                      permitted: Callable[[str], bool] = lambda _url: True, *, what: str = "chart archive") -> bytes:
     """The chart archive with every missing remote dependency added under `charts/`. A dependency's
-    repository must be `permitted` (the app's project sourceRepos): nothing is fetched from elsewhere."""
-    missing = missing_dependencies(archive)
+    repository must be `permitted` (the app's project sourceRepos): nothing is fetched from elsewhere.
+    The chart's expanded size, and each added dependency's, count against one `TIDECD_MAX_ARCHIVE_BYTES`
+    budget (LimitExceeded names `what`), read as streams: a chart that expands past it is refused early."""
+    budget = Budget(what)
+    top, names, chart_yaml = _chart_of(archive, budget)
+    missing = _missing(top, names, chart_yaml)
     if not missing:
         return archive
     if len(missing) > MAX_DEPENDENCIES:
         raise RenderError(f"chart has {len(missing)} dependencies to fetch; at most {MAX_DEPENDENCIES}")
-    top, members = _members(archive)
     added: dict[str, bytes] = {}
     for dep in missing:
         name, version, repository = dep["name"], str(dep.get("version") or "*"), str(dep.get("repository") or "")
@@ -81,15 +97,19 @@ def with_dependencies(archive: bytes, credentials: Credentials,
             raise RenderError(f"dependency {name}: repository {redact_repo_url(repository)!r} is not permitted by "
                               "the project's sourceRepos; nothing was fetched from it")
         data, resolved = _fetch(name, version, repository, credentials)
+        try:
+            archives.scan(data, budget)  # helm expands it at render time: it counts against the same bound
+        except archives.UNREADABLE as exc:
+            raise RenderError(f"dependency {name}: chart archive is unreadable: {type(exc).__name__}") from None
         added[f"{top}/charts/{name}-{resolved}.tgz"] = data
     out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:gz") as tar:
-        for _, (member, content) in members.items():
-            tar.addfile(member, io.BytesIO(content) if content is not None else None)
+    with tarfile.open(fileobj=out, mode="w:gz") as packed, archives.open_tar(archive, Budget(what)) as tar:
+        for member in tar:  # copied through, one member at a time
+            packed.addfile(member, tar.extractfile(member) if member.isfile() else None)
         for name, data in sorted(added.items()):
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
+            packed.addfile(info, io.BytesIO(data))
     return out.getvalue()
 
 

@@ -2,16 +2,21 @@
 
 An Application names a chart repository with `repoURL: https://charts.example.com`, `chart: redis` and a
 `targetRevision` that is a version or a constraint (`17.x`). The index is fetched once per call (the poll
-makes one index call per distinct repository per tick), the highest matching version is chosen as helm
-and Argo CD choose it, and its archive is downloaded and checked against the index's sha256 `digest`
-before it is stored (see `source.charts`). Credentials come from a repository Secret (`type: helm`,
-`username`/`password`); they are sent to the repository's own host, and to a chart URL on another host
-only with `passCredentials`, as helm's `--pass-credentials`. Responses are bounded in size and time.
+makes one index call per distinct repository per tick) and parsed once per content (`fetch_index`), the
+highest matching version is chosen as helm and Argo CD choose it, and its archive is downloaded and
+checked against the index's sha256 `digest` before it is stored (see `source.charts`). Credentials come
+from a repository Secret (`type: helm`, `username`/`password`); they go only to the repository's own
+scheme, host and port, and to a chart URL on another origin only with `passCredentials`, as helm's
+`--pass-credentials`; a redirect elsewhere gets none (`may_carry`). Responses are bounded in size and time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
@@ -20,14 +25,16 @@ import yaml
 
 from tidecd.base import limits
 from tidecd.base.errors import ConfigError, NotFound, SourceRefused, SourceUnavailable
-from tidecd.config.load import redact_repo_url
+from tidecd.clients.store import ObjectStore, PreconditionFailed
+from tidecd.config.load import redact_repo_url, repo_key
 
 if TYPE_CHECKING:
     from tidecd.source.git import RepoCredentials
 
 HTTP_TIMEOUT = 60.0
-MAX_INDEX_BYTES = 64 * 1024 * 1024
 MAX_CHART_BYTES = 64 * 1024 * 1024
+MAX_REDIRECTS = 5
+_REDIRECTS = (301, 302, 303, 307, 308)
 
 
 @dataclass(frozen=True)
@@ -49,10 +56,10 @@ def _check_url(repo_url: str) -> None:
         raise ConfigError(f"repoURL {redact_repo_url(repo_url)!r}: a helm repository is an http(s) URL")
 
 
-def answer_body(response: Any, limit: int, where: str, *, credentialed: bool) -> bytes:
-    """The body of a chart or registry answer, at most `limit` bytes read (streamed); an error status is
-    NotFound (404) or SourceUnavailable naming `where`, with a hint for a refused login. Shared by the helm
-    repository and OCI clients."""
+def answer_body(response: Any, limit: int, where: str, *, credentialed: bool, limit_field: str = "") -> bytes:
+    """The body of a chart repository's answer, at most `limit` bytes read (streamed); an error status is
+    NotFound (404) or SourceUnavailable naming `where`, with a hint for a refused login. Past `limit`: a
+    LimitExceeded naming the limit's variable when `limit_field` names one, else SourceUnavailable."""
     if response.status_code in (401, 403):
         hint = " (check the repository Secret's username and password)" if credentialed else " (no credentials)"
         raise SourceUnavailable(f"{where}: HTTP {response.status_code}{hint}")
@@ -64,32 +71,140 @@ def answer_body(response: Any, limit: int, where: str, *, credentialed: bool) ->
     for chunk in response.iter_content(1024 * 1024):
         size += len(chunk)
         if size > limit:
+            response.close()
+            if limit_field:
+                raise limits.exceeded(f"{where}: size", limit_field, limit, " bytes")
             raise SourceUnavailable(f"{where}: larger than {limit // 2**20} MiB")
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-def http_get(url: str, credentials: RepoCredentials | None, *, limit: int, what: str,
-             send_credentials: bool = True) -> bytes:
-    """GET `url` with basic auth (when given and allowed), at most `limit` bytes, errors without secrets."""
+def may_carry(home: str, url: str, also: str = "") -> bool:
+    """Where a helm repository's credentials may go: the one rule every tidecd client keeps
+    (`clients.registry.origin`): only to the scheme, host and port of `home`, the repository they were
+    configured for. `also` is a chart URL the index names on another origin: it gets them only when the app
+    sets `passCredentials` (Argo CD's `spec.source.helm.passCredentials`, helm's `--pass-credentials`, which
+    since helm 3.6.1 is the only way credentials leave the repository's origin). A redirect is a new URL,
+    asked again: one that leaves both gets nothing."""
+    from tidecd.clients.registry import origin  # the client imports `requests`: only HTTP sources need it
+
+    there = origin(url)
+    return there == origin(home) or (bool(also) and there == origin(also))
+
+
+@dataclass(frozen=True)
+class Answer:
+    body: bytes | None  # None: 304 Not Modified (the `etag` sent still holds)
+    etag: str
+
+
+def http_get(url: str, credentials: RepoCredentials | None, *, limit: int, what: str, home: str, also: str = "",
+             limit_field: str = "", etag: str = "") -> Answer:
+    """GET `url`, at most `limit` bytes, errors without secrets. Redirects are followed here, hop by hop
+    (at most MAX_REDIRECTS), so that `may_carry` decides on every hop whether basic auth goes with it;
+    `requests` would keep it across an http→https upgrade and leave the choice to its own rule."""
     import requests
 
     auth = None
-    if credentials is not None and send_credentials and (credentials.username or credentials.password):
+    if credentials is not None and (credentials.username or credentials.password):
         auth = (credentials.username, credentials.password)
     shown = redact_repo_url(url)
+    headers = {"If-None-Match": etag} if etag else {}
     try:
-        with requests.get(url, auth=auth, timeout=HTTP_TIMEOUT, stream=True, allow_redirects=True) as response:
-            return answer_body(response, limit, f"{what} {shown}", credentialed=auth is not None)
+        for _hop in range(MAX_REDIRECTS + 1):
+            carry = auth if auth is not None and may_carry(home, url, also) else None
+            with requests.get(url, auth=carry, headers=headers, timeout=HTTP_TIMEOUT, stream=True,
+                              allow_redirects=False) as response:
+                location = response.headers.get("Location", "")
+                if response.status_code in _REDIRECTS and location:
+                    url = urljoin(url, location)
+                    if urlsplit(url).scheme not in ("http", "https"):
+                        raise SourceUnavailable(f"{what} {shown}: redirected to a non-http(s) URL")
+                    continue
+                if response.status_code == 304 and etag:
+                    return Answer(None, etag)
+                body = answer_body(response, limit, f"{what} {shown}", credentialed=carry is not None,
+                                   limit_field=limit_field)
+                return Answer(body, response.headers.get("ETag", ""))
     except requests.RequestException as exc:
         raise SourceUnavailable(f"{what} {shown}: {type(exc).__name__}") from None
+    raise SourceUnavailable(f"{what} {shown}: more than {MAX_REDIRECTS} redirects")
 
 
-def fetch_index(repo_url: str, credentials: RepoCredentials | None = None) -> dict[str, list[ChartVersion]]:
-    """Every chart of the repository and its versions, from `index.yaml`."""
+Index = dict[str, list[ChartVersion]]
+
+
+@dataclass(frozen=True)
+class _Held:
+    etag: str
+    digest: str
+    index: Index
+
+
+_HELD: OrderedDict[str, _Held] = OrderedDict()  # index URL → its last answer, parsed (this process)
+_HELD_LOCK = threading.Lock()
+HELD_INDEXES = 16
+
+
+def fetch_index(repo_url: str, credentials: RepoCredentials | None = None, *,
+                store: ObjectStore | None = None) -> Index:
+    """Every chart of the repository and its versions, from `index.yaml`.
+
+    The index streams in, refused past `TIDECD_MAX_HELM_INDEX_BYTES`. It is parsed once per content: a big
+    index (tens of MB) takes minutes to parse as YAML, and every resolve, poll and download asks for it.
+    The last one parsed per repository is kept in this process, with its ETag (a 304 answer costs no
+    transfer) and sha256 (an unchanged body is not parsed again); with a `store`, the parsed entries are
+    kept at `snapshots/<repo-key>/helm-index/<sha256>.json` too, so another process reads them as JSON."""
     _check_url(repo_url)
-    data = http_get(index_url(repo_url), credentials, limit=MAX_INDEX_BYTES, what="helm repository index")
-    return parse_index(data, repo_url)
+    url = index_url(repo_url)
+    bound = limits.current().helm_index_bytes
+    with _HELD_LOCK:
+        held = _HELD.get(url)
+    answer = http_get(url, credentials, limit=bound, what="helm repository index", home=repo_url,
+                      limit_field="helm_index_bytes", etag=held.etag if held else "")
+    if answer.body is None and held is not None:
+        return held.index
+    body = answer.body or b""
+    digest = hashlib.sha256(body).hexdigest()
+    key = f"snapshots/{repo_key(repo_url)}/helm-index/{digest}.json"
+    index = held.index if held is not None and held.digest == digest else (
+        _stored_index(store, key) if store is not None else None)
+    if index is None:
+        index = parse_index(body, repo_url)
+        if store is not None:
+            with contextlib.suppress(PreconditionFailed):  # a racing caller stored the same parse
+                store.write(key, _dump_index(index), if_generation_match=0)
+    with _HELD_LOCK:
+        _HELD[url] = _Held(answer.etag, digest, index)
+        _HELD.move_to_end(url)
+        while len(_HELD) > HELD_INDEXES:
+            _HELD.popitem(last=False)
+    return index
+
+
+def forget() -> None:
+    """Drop the indexes this process holds (a test standing for a new process; memory pressure)."""
+    with _HELD_LOCK:
+        _HELD.clear()
+
+
+def _dump_index(index: Index) -> bytes:
+    return json.dumps({name: [[v.version, v.digest, list(v.urls)] for v in versions]
+                       for name, versions in index.items()}, separators=(",", ":")).encode()
+
+
+def _stored_index(store: ObjectStore, key: str) -> Index | None:
+    """A parse stored by `fetch_index`; None when absent or not of its shape (parsed again then)."""
+    blob = store.read(key)
+    if blob is None:
+        return None
+    try:
+        data = json.loads(blob.data)
+        return {str(name): [ChartVersion(str(name), str(version), str(digest), tuple(str(u) for u in urls))
+                            for version, digest, urls in versions]
+                for name, versions in data.items()}
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 def parse_index(data: bytes, repo_url: str = "") -> dict[str, list[ChartVersion]]:
@@ -142,15 +257,15 @@ def choose(index: dict[str, list[ChartVersion]], chart: str, target: str, repo_u
 
 def download(repo_url: str, entry: ChartVersion, credentials: RepoCredentials | None = None, *,
              pass_credentials: bool = False) -> bytes:
-    """The chart archive of `entry`, verified against the index digest."""
+    """The chart archive of `entry`, verified against the index digest. The credentials go to the URL the
+    index names only on the repository's own origin, or with `pass_credentials` (see `may_carry`)."""
     if not entry.urls:
         raise SourceUnavailable(f"chart {entry.name} {entry.version}: the index lists no download URL")
     url = urljoin(repo_url.rstrip("/") + "/", entry.urls[0])
     if urlsplit(url).scheme not in ("http", "https"):
         raise SourceUnavailable(f"chart {entry.name} {entry.version}: download URL is not http(s)")
-    same_host = urlsplit(url).netloc.rpartition("@")[2] == urlsplit(repo_url).netloc.rpartition("@")[2]
     data = http_get(url, credentials, limit=MAX_CHART_BYTES, what=f"chart {entry.name} {entry.version}",
-                    send_credentials=same_host or pass_credentials)
+                    home=repo_url, also=url if pass_credentials else "").body or b""
     verify(data, entry.digest, f"chart {entry.name} {entry.version}")
     return data
 

@@ -22,12 +22,17 @@ import io
 import json
 import re
 import tarfile
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tidecd.base import limits
 from tidecd.base.errors import ConfigError, NotFound, SourceRefused, SourceUnavailable
+from tidecd.source import archives
+from tidecd.source.archives import Budget
 
 if TYPE_CHECKING:
     from tidecd.clients.registry import Credentials, HttpRegistry, Repository
@@ -130,11 +135,14 @@ class Registry:
         digest = str(descriptor.get("digest", ""))
         if not _DIGEST.match(digest):
             raise SourceUnavailable(f"layer of {self.ref.url}: unsupported digest {digest[:24]!r}")
-        if int(descriptor.get("size") or 0) > MAX_BLOB_BYTES:
+        declared = descriptor.get("size")
+        if isinstance(declared, int) and declared > MAX_BLOB_BYTES:
             raise SourceUnavailable(f"layer {digest[:19]}… of {self.ref.url}: larger than "
                                     f"{MAX_BLOB_BYTES // 2**20} MiB")
+        cap = declared if isinstance(declared, int) and not isinstance(declared, bool) and declared >= 0 \
+            else MAX_BLOB_BYTES  # never more than the manifest declared (what the bounds counted)
         with self._asking(f"layer {digest[:19]}…"):
-            data = self.client.blob(self.repo, digest, self.creds, limit=MAX_BLOB_BYTES)
+            data = self.client.blob(self.repo, digest, self.creds, limit=cap)
         if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
             raise SourceRefused(f"layer {digest[:19]}… of {self.ref.url}: content does not match its digest; "
                                     "refusing it")
@@ -165,31 +173,71 @@ def fetch(registry: Registry, reference: str) -> tuple[bytes, str, bool]:
     """(archive, manifest digest, is a helm chart) for a tag or digest.
 
     A helm chart is its one chart layer (a .tgz as helm packages it). A plain artifact's layers are tar
-    archives of manifests; they are merged into one tar.gz, later layers over earlier ones."""
+    archives of manifests; they are merged into one tar.gz, later layers over earlier ones. The manifest's
+    layers are counted and their sizes added up before any is fetched (`TIDECD_MAX_OCI_LAYERS`,
+    `TIDECD_MAX_OCI_BYTES`); each layer is then fetched capped at the size its descriptor declares, so the
+    total fetched is bounded too, and held one at a time (written to disk before the next is asked for)."""
     manifest, digest = registry.manifest(reference)
     layers = [d for d in manifest["layers"] if isinstance(d, dict)]
     charts = [d for d in layers if d.get("mediaType") == HELM_CHART_LAYER]
+    what = f"{registry.ref.url}@{reference}"
     if charts:
+        _check_layers(charts[:1], what)
         return registry.blob(charts[0]), digest, True
     if not layers:
-        raise SourceUnavailable(f"{registry.ref.url}@{reference}: the artifact has no layers")
-    return _merge_layers([registry.blob(d) for d in layers]), digest, False
+        raise SourceUnavailable(f"{what}: the artifact has no layers")
+    _check_layers(layers, what)
+    with tempfile.TemporaryDirectory(prefix="tidecd-layers-") as tmp:
+        files = []
+        for index, descriptor in enumerate(layers):
+            path = Path(tmp) / f"{index}.tar"
+            path.write_bytes(registry.blob(descriptor))
+            files.append(path)
+        return merge_layers(files, Budget(what)), digest, False
 
 
-def _merge_layers(blobs: list[bytes]) -> bytes:
-    """One tar.gz of every layer's members (later layers win), for `source.git.extract` to check."""
-    members: dict[str, tuple[tarfile.TarInfo, bytes | None]] = {}
-    for blob in blobs:
-        try:
-            with tarfile.open(fileobj=io.BytesIO(blob), mode="r:*") as tar:
-                for member in tar.getmembers():
-                    data = tar.extractfile(member).read() if member.isfile() else None  # type: ignore[union-attr]
-                    members[member.name.lstrip("./") or "."] = (member, data)
-        except tarfile.TarError:
-            raise SourceUnavailable("an artifact layer is not a tar archive") from None
+def _check_layers(layers: list[dict[str, Any]], what: str) -> None:
+    """Refuse an artifact of too many layers, or of layers too large in all, from its manifest alone."""
+    bound = limits.current()
+    if len(layers) > bound.oci_layers:
+        raise limits.exceeded(f"{what}: {len(layers)} layers", "oci_layers", bound.oci_layers)
+    total = 0
+    for descriptor in layers:
+        size = descriptor.get("size")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise SourceUnavailable(f"{what}: a layer descriptor has no valid size")
+        total += size
+    if total > bound.oci_bytes:
+        raise limits.exceeded(f"{what}: layers of {total:,} bytes", "oci_bytes", bound.oci_bytes, " bytes")
+
+
+def _name(member: tarfile.TarInfo) -> str:
+    name = member.name
+    while name.startswith("./"):
+        name = name[2:]
+    return name.lstrip("/") or "."
+
+
+def merge_layers(layers: Sequence[Path | bytes], budget: Budget) -> bytes:
+    """One tar.gz of every layer's members (later layers win), for `source.git.extract` to check. Two
+    streamed passes (which layer holds each name last; then those members copied through), every byte
+    expanded counted against `budget`, no member's content held whole."""
+    winner: dict[str, int] = {}
     out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:gz") as tar:
-        for name, (member, data) in sorted(members.items()):
-            member.name = name
-            tar.addfile(member, io.BytesIO(data) if data is not None else None)
+    try:
+        for index, layer in enumerate(layers):
+            with archives.open_tar(layer, budget) as tar:
+                winner.update((_name(member), index) for member in tar)
+        with tarfile.open(fileobj=out, mode="w:gz") as merged:
+            for index, layer in enumerate(layers):
+                with archives.open_tar(layer, budget) as tar:
+                    for member in tar:
+                        name = _name(member)
+                        if winner.get(name) != index:
+                            continue
+                        content = tar.extractfile(member) if member.isfile() else None
+                        member.name = name
+                        merged.addfile(member, content)
+    except archives.UNREADABLE:
+        raise SourceUnavailable("an artifact layer is not a tar archive") from None
     return out.getvalue()
