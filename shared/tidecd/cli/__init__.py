@@ -12,8 +12,10 @@ import importlib
 
 import typer
 
+from tidecd.base import logs
 from tidecd.cli import app as apps
 from tidecd.cli import image as images
+from tidecd.cli import migrate, secrets
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="GitOps continuous delivery, serverless.")
 app.add_typer(apps.app, name="app")
@@ -37,15 +39,12 @@ def dev(ctx: typer.Context) -> None:
 
 def _register_optional() -> None:
     """Command groups whose modules register themselves on the main app."""
-    from tidecd.cli import migrate, secrets
 
     secrets.register(app)
     migrate.register(app)
 
 
 def main() -> None:
-    from tidecd.base import logs
-
     logs.configure()
     _register_optional()
     app()

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 import yaml
 
-from tidecd.base.model import ChangeSet
+from tidecd.base.errors import TidecdError
+from tidecd.base.model import Action, ChangeSet
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
@@ -36,6 +37,7 @@ def call_api(method: str, path: str, server: str, token: str, body: dict[str, An
              query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     data = json.dumps(body or {}).encode()
     if server:
+        # lazy: cold start (requests only when an HTTP call is made)
         import requests
 
         try:
@@ -45,11 +47,13 @@ def call_api(method: str, path: str, server: str, token: str, body: dict[str, An
         except requests.RequestException as exc:
             _fail(f"cannot reach {server}: {type(exc).__name__}")
         return resp.status_code, resp.json()
+    # lazy: cold start (a CLI call against --server never loads the local runtime)
     from tidecd.runtime import Runtime
     from tidecd.usecases import api
 
     runtime = Runtime.from_env()
     runtime.settings.api_token = "local"  # noqa: S105 - local calls are the user's own process
+    # lazy: cold start (a CLI call against --server never loads the local runtime)
     from tidecd.triggers.dispatch import ManualDispatcher
 
     # Nothing goes to a background scheduler (it would die with this process): the CLI takes the steps.
@@ -61,6 +65,7 @@ def call_api(method: str, path: str, server: str, token: str, body: dict[str, An
 def _local_step(name: str) -> tuple[float, ChangeSet]:
     """Locally, one reconcile step of `name` taken by this process: seconds until the next one is due, and
     what it changed."""
+    # lazy: cold start (a CLI call against --server never loads the local runtime)
     from tidecd.runtime import Runtime
     from tidecd.triggers import dispatch
 
@@ -93,6 +98,7 @@ def emit(body: dict[str, Any], output: str, table: Any) -> None:
 
 
 def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    # lazy: cold start (rich only when a table is printed)
     from rich.console import Console
     from rich.table import Table
 
@@ -361,8 +367,6 @@ ARGOCD_NAMESPACE = typer.Option("argocd", "--argocd-namespace", help="Argo CD's 
 
 
 def _moved(outcome: Any, output: str, what: str) -> None:
-    from tidecd.base.model import Action
-
     body = {"app": outcome.app, "argocd": f"{outcome.argo.namespace}/{outcome.argo.name}",
             "dryRun": outcome.dry_run, "changes": [c.to_dict() for c in outcome.changes], "next": outcome.steps}
 
@@ -389,7 +393,7 @@ def adopt(name: str, dry_run: bool = typer.Option(False, "--dry-run", help="Show
     Checks that the live objects are exactly those the Argo CD Application tracks, and that tidecd's apply
     would change nothing but the marks; refuses otherwise, naming each object. Then prints the step that
     makes Argo CD let go without deleting anything (finalizer off, then delete the Application)."""
-    from tidecd.base.errors import TidecdError
+    # lazy: cold start (a CLI call against --server never loads the local runtime)
     from tidecd.usecases.adoption import adopt_app
 
     try:
@@ -405,7 +409,7 @@ def release(name: str, dry_run: bool = typer.Option(False, "--dry-run", help="Sh
             argocd_namespace: str = ARGOCD_NAMESPACE, output: str = OUTPUT) -> None:
     """Hand an app back to Argo CD in place (rolling a migration back): Argo CD's marks, as its argocd-cm
     says it writes them, and its field manager; tidecd's marks removed. Uids stay."""
-    from tidecd.base.errors import TidecdError
+    # lazy: cold start (a CLI call against --server never loads the local runtime)
     from tidecd.usecases.adoption import release_app
 
     try:
@@ -417,6 +421,7 @@ def release(name: str, dry_run: bool = typer.Option(False, "--dry-run", help="Sh
 
 
 def _local_runtime() -> Runtime:
+    # lazy: cold start (a CLI call against --server never loads the local runtime)
     from tidecd.runtime import Runtime
 
     return Runtime.from_env()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from tidecd.base.errors import TidecdError
 from tidecd.cli.secrets import KEYS_ENV
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def import_argocd(
 ) -> None:
     """Import Argo CD's Applications, AppProjects, repository and cluster Secrets (sealed) into a config
     source directory, with a report of what tidecd will not honour. Argo CD is only read, never changed."""
-    from tidecd.base.errors import TidecdError
+    # lazy: cold start (every CLI call registers this command; only `tidecd import` loads the migration)
     from tidecd.clients import secrets
     from tidecd.clients.cluster import KubeCluster
     from tidecd.usecases import migrate

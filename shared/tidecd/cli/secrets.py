@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
+import yaml
 
 from tidecd.base.errors import TidecdError
+from tidecd.clients import secrets
 from tidecd.clients.secrets import Scope
 
 KEYS_ENV = "TIDECD_SEALING_KEYS"
@@ -34,7 +36,6 @@ class _Usage(Exception):
 @contextmanager
 def _one_line_errors() -> Iterator[None]:
     """Turn expected failures into `error: ...` on stderr and exit code 2, never a traceback."""
-    import yaml
 
     try:
         yield
@@ -66,7 +67,6 @@ def _read_input(source: Path | None) -> str:
 
 def _documents(text: str, kind: str) -> list[dict[str, Any]]:
     """The objects of a YAML/JSON stream (a `List` is flattened); each must be a `kind`."""
-    import yaml
 
     docs: list[dict[str, Any]] = []
     for doc in yaml.safe_load_all(text):
@@ -88,7 +88,6 @@ def _documents(text: str, kind: str) -> list[dict[str, Any]]:
 def _render(docs: list[dict[str, Any]], fmt: OutputFormat) -> str:
     if fmt is OutputFormat.JSON:
         return "".join(json.dumps(doc, indent=2) + "\n" for doc in docs)
-    import yaml
 
     return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
 
@@ -108,7 +107,6 @@ def keygen(
     force: bool = typer.Option(False, "--force", help="Overwrite existing files."),
 ) -> None:
     """Make a sealing key pair (RSA 4096 + self-signed certificate), as the sealed-secrets controller does."""
-    from tidecd.clients import secrets
 
     with _one_line_errors():
         key_path, cert_path = out_dir / key_name, out_dir / cert_name
@@ -133,7 +131,6 @@ def seal(
     namespace: str | None = typer.Option(None, "-n", "--namespace", help="Override the Secret's namespace."),
 ) -> None:
     """Seal a Secret into a SealedSecret that kubeseal's controller and tidecd can open."""
-    from tidecd.clients import secrets
 
     with _one_line_errors():
         if cert is not None:
@@ -167,7 +164,6 @@ def unseal(
     fmt: OutputFormat = typer.Option(OutputFormat.YAML, "-o", "--format", help="Output format."),
 ) -> None:
     """Open SealedSecrets and print the Secrets (recovery). The output holds secret values."""
-    from tidecd.clients import secrets
 
     with _one_line_errors():
         private: list[bytes] = []
@@ -192,7 +188,6 @@ def rotate(
     validity_days: int = typer.Option(3650, "--validity-days", help="Certificate lifetime in days."),
 ) -> None:
     """Add a new sealing key; new secrets are sealed with it, old keys stay to open old secrets."""
-    from tidecd.clients import secrets
 
     with _one_line_errors():
         folder = _keys_dir(directory)

@@ -8,17 +8,22 @@ memory. API errors are mapped to tidecd's exceptions at this boundary, without e
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+import yaml
+
 from tidecd.base import constants
 from tidecd.base.errors import ClusterUnavailable, ConfigError, PermanentError, TemporaryError, TidecdError
 from tidecd.base.model import Manifest, ResourceKey
+from tidecd.base.ownership import selector
 from tidecd.clients import metrics
 from tidecd.clients.secrets import text_fields
 
@@ -193,6 +198,7 @@ class KubeCluster:
     def from_kubeconfig(cls, path: str | None = None, *, context: str | None = None) -> KubeCluster:
         """A client from a kubeconfig (`path`, else $KUBECONFIG, else ~/.kube/config); a missing or broken
         one is a ConfigError of one line naming the file, never the kubernetes client's traceback."""
+        # lazy: cold start (kubernetes only when a cluster is reached)
         from kubernetes import config
 
         def connect() -> ApiClient:
@@ -219,6 +225,7 @@ class KubeCluster:
                 content_type: str = "application/json", accept: str = "application/json",
                 key: ResourceKey | None = None) -> dict[str, Any]:
         """The answer's JSON object; {} for an empty answer (a DELETE's, say)."""
+        # lazy: cold start (kubernetes only when a cluster is reached)
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -258,7 +265,6 @@ class KubeCluster:
     def _server_version(self) -> str:
         """The server's gitVersion, asked once per shared client every VERSION_TTL seconds (it keys the
         discovery cache): each invocation's KubeCluster would otherwise ask again, one call per step."""
-        import time
 
         if not hasattr(self, "_version"):
             with _discovery_lock:
@@ -347,8 +353,6 @@ class KubeCluster:
         return dict(self.request("POST", res.path(key.namespace), body=obj, query=query, key=key))
 
     def _wait_gone(self, key: ResourceKey, timeout: float = 120.0) -> None:
-        import time
-
         deadline = time.monotonic() + timeout
         while self.get(key) is not None:
             if time.monotonic() > deadline:
@@ -473,9 +477,6 @@ def _value_end(text: str, start: int) -> int:
 
 def _kubeconfig_problem(path: str | None, exc: Exception) -> str:
     """One line naming the kubeconfig and what is wrong; a YAML error gives no text of the file (tokens)."""
-    import os
-
-    import yaml
 
     where = path or os.environ.get("KUBECONFIG") or "~/.kube/config"
     files = [os.path.expanduser(f) for f in where.split(os.pathsep) if f]
@@ -494,7 +495,6 @@ def _kubeconfig_problem(path: str | None, exc: Exception) -> str:
 
 def managed_selector(app: str) -> str:
     """The label selector of an app's objects (tidecd's own label; the tracking id proves ownership)."""
-    from tidecd.base.ownership import selector
 
     return selector(app)
 
@@ -521,6 +521,7 @@ def find_cluster_secret(secrets: list[Manifest], *, name: str, server: str) -> M
 
 def client_for_secret(secret: Manifest) -> ApiClient:
     """An ApiClient from a cluster secret's `server` and `config` (bearerToken, tlsClientConfig)."""
+    # lazy: cold start (kubernetes only when a cluster is reached)
     from kubernetes import config as kube_config
 
     meta_name = (secret.get("metadata") or {}).get("name", "?")
@@ -599,7 +600,6 @@ def _file_stamp(path: str) -> str:
 
 def _check_base64(tls: dict[str, Any], meta_name: str) -> None:
     """caData, certData and keyData are base64 PEM; say which one is broken, never what it holds."""
-    import base64
 
     for field in ("caData", "certData", "keyData"):
         value = tls.get(field)
@@ -616,8 +616,8 @@ def _keep_credentials_in_memory() -> None:
     """The kubernetes client writes embedded certificates and keys to temp files, removed only at a clean
     exit; a function instance that is killed would leave a cluster's private key on disk. Hand it
     anonymous in-memory files (memfd) instead, which vanish with the process."""
-    import os
 
+    # lazy: cold start (kubernetes only when a cluster is reached)
     from kubernetes.config import kube_config
 
     if getattr(kube_config._create_temp_file_with_content, "tidecd", False) or not hasattr(os, "memfd_create"):

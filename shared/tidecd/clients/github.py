@@ -22,6 +22,7 @@ the tests' stand-in). The owner and name are the repo URL's last two path segmen
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -35,6 +36,7 @@ import structlog
 
 from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_GITHUB
 from tidecd.base.errors import ConfigError, PermanentError, TemporaryError
+from tidecd.clients import metrics
 from tidecd.clients.secrets import text_fields
 from tidecd.clients.store import ObjectStore, PreconditionFailed, read_json, write_json
 
@@ -179,6 +181,7 @@ class PyGithubApi:
     """`GitHubApi` through PyGithub; no retries inside (PyGithub's own would sleep on a rate limit)."""
 
     def __init__(self, auth: GitHubAuth) -> None:
+        # lazy: cold start (PyGithub only when GitHub is called)
         import github
         from github import Auth
 
@@ -204,6 +207,7 @@ class PyGithubApi:
 
     def create_status(self, repo: Repo, sha: str, state: str, context: str, description: str,
                       target_url: str) -> None:
+        # lazy: cold start (PyGithub only when GitHub is called)
         from github.GithubObject import NotSet
 
         with translated_errors():
@@ -222,6 +226,7 @@ class PyGithubApi:
 
     def create_deployment_status(self, repo: Repo, deployment_id: int, state: str, description: str,
                                  environment_url: str, log_url: str) -> None:
+        # lazy: cold start (PyGithub only when GitHub is called)
         from github.GithubObject import NotSet
 
         with translated_errors():
@@ -246,6 +251,7 @@ class PyGithubApi:
 @contextmanager
 def translated_errors() -> Iterator[None]:
     """PyGithub's and requests' exceptions → RateLimited / Rejected / Unavailable (no bodies echoed)."""
+    # lazy: cold start (PyGithub only when GitHub is called)
     import github
     import requests
 
@@ -319,8 +325,6 @@ class GitHub:
 
     @staticmethod
     def _full_key(repo: Repo, sha: str, context: str) -> str:
-        import hashlib
-
         digest = hashlib.sha256(f"{repo.full_name}\0{sha}\0{context}".encode()).hexdigest()[:32]
         return f"github/full/{digest}.json"
 
@@ -351,8 +355,6 @@ class GitHub:
     # -- the one path every call takes ------------------------------------------------------------------
 
     def _call(self, what: str, call: Callable[[], Any]) -> Delivery:
-        from tidecd.clients import metrics
-
         delivery = self._attempt(what, call)
         metrics.GITHUB_CALLS.labels(kind=what.split(" ", 1)[0], result=delivery.result).inc()
         return delivery

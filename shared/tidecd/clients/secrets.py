@@ -77,6 +77,7 @@ class KeyPair:
 
 def generate_key(validity_days: int = 3650, *, now: dt.datetime | None = None) -> KeyPair:
     """An RSA-4096 key and a self-signed CA certificate, like the controller's (default TTL 10 years)."""
+    # lazy: cold start (cryptography only when sealing or unsealing)
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
@@ -113,6 +114,7 @@ def generate_key(validity_days: int = 3650, *, now: dt.datetime | None = None) -
 
 
 def _key_usage() -> x509.KeyUsage:
+    # lazy: cold start (cryptography only when sealing or unsealing)
     from cryptography import x509
 
     return x509.KeyUsage(
@@ -130,6 +132,7 @@ def _key_usage() -> x509.KeyUsage:
 
 def public_key_from_cert(cert_pem: bytes, *, now: dt.datetime | None = None) -> RSAPublicKey:
     """The RSA key of a sealing certificate, refusing one that is expired or not yet valid."""
+    # lazy: cold start (cryptography only when sealing or unsealing)
     from cryptography import x509
     from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
@@ -149,6 +152,7 @@ def public_key_from_cert(cert_pem: bytes, *, now: dt.datetime | None = None) -> 
 
 
 def _load_private_key(pem: bytes, what: str) -> RSAPrivateKey:
+    # lazy: cold start (cryptography only when sealing or unsealing)
     from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
@@ -249,6 +253,7 @@ def rotate_keys(directory: Path | str, *, validity_days: int = 3650, now: dt.dat
 
 def active_certificate(directory: Path | str) -> bytes:
     """The certificate (PEM) of the newest private key in `directory`: the one new secrets are sealed with."""
+    # lazy: cold start (cryptography only when sealing or unsealing)
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
@@ -273,6 +278,7 @@ def active_certificate(directory: Path | str) -> bytes:
 
 def hybrid_encrypt(public_key: RSAPublicKey, plaintext: bytes, label: bytes) -> bytes:
     """Upstream `crypto.HybridEncrypt`, byte for byte."""
+    # lazy: cold start (cryptography only when sealing or unsealing)
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     session_key = os.urandom(SESSION_KEY_BYTES)
@@ -291,6 +297,7 @@ class _Damaged(Exception):
 
 def hybrid_decrypt(private_keys: list[RSAPrivateKey], ciphertext: bytes, label: bytes) -> bytes:
     """Upstream `crypto.HybridDecrypt`: try each key; raise _NoKeyOpens or _Damaged."""
+    # lazy: cold start (cryptography only when sealing or unsealing)
     from cryptography.exceptions import InvalidTag
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -313,6 +320,7 @@ def hybrid_decrypt(private_keys: list[RSAPrivateKey], ciphertext: bytes, label: 
 
 
 def _oaep(label: bytes) -> OAEP:
+    # lazy: cold start (cryptography only when sealing or unsealing)
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import padding
 

@@ -316,6 +316,7 @@ class GcsStore:
         return f"GcsStore('gs://{self.bucket}/{self.prefix}')"
 
     def read(self, key: str) -> Blob | None:
+        # lazy: cold start (google.cloud only when GCS or Pub/Sub is used)
         from google.api_core.exceptions import NotFound
 
         blob = self._blob(key)
@@ -337,6 +338,7 @@ class GcsStore:
 
     def read_file(self, key: str, dest: Path) -> int | None:
         """Download the object into `dest` (streamed to disk); its generation, None if absent."""
+        # lazy: cold start (google.cloud only when GCS or Pub/Sub is used)
         from google.api_core.exceptions import NotFound
 
         blob = self._blob(key)
@@ -358,6 +360,7 @@ class GcsStore:
         return int(blob.generation)
 
     def delete(self, key: str, *, if_generation_match: int | None = None) -> None:
+        # lazy: cold start (google.cloud only when GCS or Pub/Sub is used)
         from google.api_core.exceptions import NotFound
 
         blob = self._blob(key)
@@ -394,6 +397,7 @@ class GcsStore:
     @contextlib.contextmanager
     def _errors(self, key: str) -> Iterator[None]:
         """Translate the client's exceptions; messages name the object, never echo a response body."""
+        # lazy: cold start (google.cloud only when GCS or Pub/Sub is used)
         from google.api_core import exceptions as api
         from google.auth.exceptions import GoogleAuthError
         from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
@@ -410,9 +414,11 @@ class GcsStore:
 
 
 def _gcs_client() -> storage.Client:
+    # lazy: cold start (google.cloud only when GCS or Pub/Sub is used)
     from google.cloud import storage
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):
+        # lazy: cold start (google.cloud only when GCS or Pub/Sub is used)
         from google.auth.credentials import AnonymousCredentials
 
         return storage.Client(project="test", credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]

@@ -19,7 +19,11 @@ import yaml
 
 from tidecd.base import limits
 from tidecd.base.errors import LimitExceeded
+from tidecd.base.jqpaths import compile_path
+from tidecd.config import argocd_fields
+from tidecd.config import fields as config_fields
 from tidecd.config.argocd_settings import ArgoSettings, IgnoreRule, ResourceFilter, gk_key
+from tidecd.config.fields import IGNORED, NOT_IMPLEMENTED, SUPPORTED
 from tidecd.config.schema import parse_duration, type_name
 
 ARGOCD_CM = "argocd-cm"
@@ -103,7 +107,6 @@ HONOURED_WHAT: Mapping[str, str] = MappingProxyType({
 
 def table_rows() -> list[tuple[str, str, str]]:
     """(key, status, reason) of argocd-cm for the README: what is read, and every not-honoured key family."""
-    from tidecd.config.fields import IGNORED, NOT_IMPLEMENTED, SUPPORTED
 
     rows = [(key, SUPPORTED, what) for key, what in HONOURED_WHAT.items()]
     for prefix, reason in NOT_HONOURED:
@@ -120,8 +123,6 @@ README_END = "<!-- argocd-fields:end -->"
 
 def readme_block() -> str:
     """The README's field tables (Application, AppProject, argocd-cm), checked by a unit test."""
-    from tidecd.config import argocd_fields
-    from tidecd.config import fields as config_fields
 
     cm = ["| argocd-cm key | tidecd | why |", "|---|---|---|"]
     cm += [f"| `{key}` | {status} | {reason} |" for key, status, reason in table_rows()]
@@ -305,7 +306,6 @@ def _ignore_rule(reader: _Reader, key: str, value: Any) -> IgnoreRule | None:
             reader.error(key, f"jsonPointers: {pointer!r} is not a JSON pointer (must start with '/')")
     expressions = reader.texts(key, value.get("jqPathExpressions"), "jqPathExpressions")
     if expressions:
-        from tidecd.base.jqpaths import compile_path
 
         for expression in expressions:
             try:

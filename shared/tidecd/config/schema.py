@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from tidecd.base.constants import ARGO_VERSION, LABEL_SECRET_TYPE
+from tidecd.base.jqpaths import compile_path
 from tidecd.config import fields as config_fields
 from tidecd.config.model import (
     DNS_NAME,
@@ -455,7 +456,6 @@ def _jq_expressions(node: Node) -> tuple[str, ...]:
     """jq path expressions, each compiled now so a typo is reported at load time, naming the field."""
     expressions = node.texts("jqPathExpressions")
     if expressions:
-        from tidecd.base.jqpaths import compile_path
 
         for i, expression in enumerate(expressions):
             try:
@@ -573,6 +573,7 @@ PARSERS: dict[tuple[str, str], Callable[[Node], ConfigItem | None]] = {
 
 def schedule_problem(schedule: str) -> str:
     """Why `schedule` is not a cron schedule Argo CD accepts (five fields or a descriptor), "" when it is."""
+    # lazy: cold start (croniter only for a sync window)
     from croniter import croniter
 
     fields = schedule.split()

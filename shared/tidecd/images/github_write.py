@@ -40,6 +40,7 @@ def push(auth: GitHubAuth, repo: Repo, *, base: str, target: str,
 def _push(gh_repo: Any, repo: Repo, base: str, target: str,
           edit: Callable[[Callable[[str], str | None]], dict[str, str]], message: str,
           author: tuple[str, str]) -> tuple[str, int]:
+    # lazy: cold start (PyGithub only when GitHub is called)
     import github
     from github import InputGitAuthor
 
@@ -88,6 +89,7 @@ def _client(auth: GitHubAuth) -> Github:
 
 
 def _ensure_branch(gh_repo: Any, base: str, target: str) -> None:
+    # lazy: cold start (PyGithub only when GitHub is called)
     import github
 
     try:

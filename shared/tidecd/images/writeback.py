@@ -186,6 +186,7 @@ def push(repo_url: str, creds: git.RepoCredentials | None, *, base: str, target:
 
 
 def _read_file(repo: MemoryRepo, tree_id: bytes, path: str) -> str | None:
+    # lazy: cold start (dulwich only when a repository is fetched or written)
     from dulwich.objects import Blob, ObjectID, Tree
 
     node: Any = repo.object_store[ObjectID(tree_id)]
@@ -206,6 +207,7 @@ def _read_file(repo: MemoryRepo, tree_id: bytes, path: str) -> str | None:
 
 
 def _commit(repo: MemoryRepo, parent: Any, files: dict[str, str], message: str, author: Author) -> bytes:
+    # lazy: cold start (dulwich only when a repository is fetched or written)
     from dulwich.objects import Blob, Commit, Tree
 
     tree = copy.deepcopy(repo.object_store[parent.tree])
@@ -228,6 +230,7 @@ def _commit(repo: MemoryRepo, parent: Any, files: dict[str, str], message: str, 
 
 def _put(repo: MemoryRepo, tree: Tree, parts: list[str], blob_id: bytes) -> Tree:
     """A copy of `tree` with the blob at `parts`, creating folders; stores every new tree."""
+    # lazy: cold start (dulwich only when a repository is fetched or written)
     from dulwich.objects import ObjectID, Tree
 
     name = parts[0].encode()
@@ -248,6 +251,7 @@ def _put(repo: MemoryRepo, tree: Tree, parts: list[str], blob_id: bytes) -> Tree
 
 def _send(repo_url: str, creds: git.RepoCredentials | None, repo: MemoryRepo, ref: str, old: str | None,
           new_sha: bytes, parent: str) -> None:
+    # lazy: cold start (dulwich only when a repository is fetched or written)
     from dulwich.objects import ObjectID
     from dulwich.refs import Ref
 

@@ -17,6 +17,7 @@ import json
 import posixpath
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +165,6 @@ _CHECKED = re.compile(rb'^\{"format":(\d+),"sha256":"([0-9a-f]{64})","manifests"
 
 
 def _limits_key() -> dict[str, int]:
-    from dataclasses import asdict
-
     return asdict(limits.current())
 
 

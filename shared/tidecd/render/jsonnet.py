@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from collections.abc import Callable
@@ -68,8 +69,6 @@ def render_jsonnet(checkout: Path, app_dir: Path, rel: str, spec: JsonnetSpec, *
 
 
 def _limit_memory() -> None:
-    import resource
-
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
 
 
@@ -102,6 +101,7 @@ def _importer(root: Path, libs: list[Path]) -> Callable[[str, str], tuple[str, b
 
 
 def _child() -> int:
+    # lazy: cold start (the jsonnet extension only in the render child process)
     import _jsonnet
 
     request = json.loads(sys.stdin.read())

@@ -21,8 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from tidecd import source as git
 from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER
 from tidecd.base.errors import TidecdError
+from tidecd.clients import github as gh
+from tidecd.clients.github import REQUEST_TIMEOUT, RateLimited, Rejected, Unavailable, translated_errors
+from tidecd.clients.secrets import text_fields
 from tidecd.config.appset.expand import Expansion, apply_policy, expand
 from tidecd.config.appset.generators import ClusterInfo, GeneratorError, PullRequest
 from tidecd.config.appset.model import ApplicationSet
@@ -51,8 +55,6 @@ class RuntimeSources:
     Secrets, GitHub through PyGithub. Checkouts live until `close()`."""
 
     def __init__(self, runtime: Runtime, ls_remote: LsRemote | None = None) -> None:
-        from tidecd import source as git
-
         self.runtime = runtime
         self.ls_remote: LsRemote = ls_remote or git.ls_remote
         self._tmp = tempfile.TemporaryDirectory(prefix="tidecd-appset-")
@@ -64,8 +66,6 @@ class RuntimeSources:
         self._tmp.cleanup()
 
     def checkout(self, repo_url: str, revision: str) -> tuple[str, Path]:
-        from tidecd import source as git
-
         self.used_repos.add(normalize_repo_url(repo_url))
         try:
             sha = self.resolve(repo_url, revision)
@@ -82,7 +82,6 @@ class RuntimeSources:
 
     def resolve(self, repo_url: str, revision: str) -> str:
         """The commit `revision` names now (one ls-remote per repository per refresh); recorded as an input."""
-        from tidecd import source as git
 
         creds = self.runtime.repo_credentials(repo_url)
         sha = git.resolve_revision(self.ls_remote(repo_url, creds), revision, repo_url)
@@ -90,8 +89,6 @@ class RuntimeSources:
         return sha
 
     def clusters(self) -> list[ClusterInfo]:
-        from tidecd.clients.secrets import text_fields
-
         out = []
         try:
             secrets = self.runtime.secrets()
@@ -111,8 +108,6 @@ class RuntimeSources:
 
     def pull_requests(self, owner: str, repo: str, api: str, token_ref: tuple[str, str] | None,
                       labels: Sequence[str]) -> list[PullRequest]:
-        from tidecd.clients import github as gh
-
         token = ""
         base = (api or self.runtime.settings.github_api_url or gh.DEFAULT_API_URL).rstrip("/")
         try:
@@ -128,8 +123,6 @@ class RuntimeSources:
 
 
 def _secret_value(secrets: list[dict[str, Any]], name: str, key: str) -> str:
-    from tidecd.clients.secrets import text_fields
-
     for secret in secrets:
         if (secret.get("metadata") or {}).get("name") == name:
             value = text_fields(secret, f"Secret {name}").get(key)
@@ -141,10 +134,9 @@ def _secret_value(secrets: list[dict[str, Any]], name: str, key: str) -> str:
 
 def list_pull_requests(api_url: str, owner: str, repo: str, token: str, labels: Sequence[str]) -> list[PullRequest]:
     """Open pull requests of `owner/repo` through PyGithub, keeping those carrying every label in `labels`."""
+    # lazy: cold start (PyGithub only when GitHub is called)
     import github
     from github import Auth
-
-    from tidecd.clients.github import REQUEST_TIMEOUT, RateLimited, Rejected, Unavailable, translated_errors
 
     client = github.Github(auth=Auth.Token(token) if token else None, base_url=api_url, retry=None,
                            timeout=REQUEST_TIMEOUT, seconds_between_requests=None, seconds_between_writes=None,

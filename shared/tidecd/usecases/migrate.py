@@ -48,6 +48,7 @@ from tidecd.base.errors import PermanentError, TidecdError
 from tidecd.base.model import Manifest
 from tidecd.clients.secrets import Scope, seal_secret, text_fields
 from tidecd.config import argocd_cm
+from tidecd.config.load import load_config
 from tidecd.config.schema import PARSERS, Errors, Node
 from tidecd.sync import options as syncoptions
 
@@ -511,7 +512,6 @@ def write_import(plan: ImportPlan, out: Path, *, force: bool = False) -> Path:
 
 def _load_problems(out: Path) -> list[str]:
     """Load the output as tidecd will (the isolating loader): anything it reports goes into the report."""
-    from tidecd.config.load import load_config
 
     config = load_config(out, strict=False)
     return [*config.problems, *(f"{name}: {text}" for name, text in sorted(config.invalid.items()))]

@@ -31,6 +31,7 @@ import structlog
 
 from tidecd import source as git
 from tidecd.base.errors import TidecdError
+from tidecd.clients import retention
 from tidecd.clients.store import PreconditionFailed, read_json, write_json
 from tidecd.config.argocd_settings import ArgoSettings
 from tidecd.config.load import (
@@ -45,6 +46,7 @@ from tidecd.source import charts
 from tidecd.state.app import state_key
 from tidecd.triggers import pending
 from tidecd.triggers.dispatch import Dispatcher, Refresh
+from tidecd.usecases import appsets
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
@@ -78,7 +80,6 @@ class PollSummary:
 
 def _expire(runtime: Runtime, summary: PollSummary) -> None:
     """Retention in the local backend (GCS expires objects by lifecycle rules): at most 1,000 per tick."""
-    from tidecd.clients import retention
 
     try:
         summary.expired = len(retention.sweep(runtime.store).deleted)
@@ -170,10 +171,9 @@ def _once_per_repo(ls_remote: LsRemote) -> LsRemote:
 def _refresh_appsets(runtime: Runtime, ls_remote: LsRemote, summary: PollSummary) -> None:
     """Before the tick looks at the apps: ApplicationSets evaluated, so a generated app for a directory
     pushed since the last tick is in the config (and refreshed as never reconciled) in this very tick."""
-    from tidecd.usecases.appsets import refresh
 
     try:
-        found = refresh(runtime, ls_remote=ls_remote)
+        found = appsets.refresh(runtime, ls_remote=ls_remote)
     except TidecdError as exc:
         summary.errors.append(f"ApplicationSets: {exc}")
         return

@@ -25,13 +25,16 @@ from urllib.parse import parse_qs
 
 import structlog
 
+from tidecd.base import limits
 from tidecd.base.constants import ANNOTATION_MANIFEST_GENERATE_PATHS
 from tidecd.base.errors import PermanentError, TemporaryError, TidecdError
 from tidecd.base.globs import compile_glob
-from tidecd.base.model import Response
+from tidecd.base.model import Response, SyncStatus
 from tidecd.clients.store import PreconditionFailed, write_json
 from tidecd.config.load import Application, Config, ConfigSourceRef, normalize_repo_url, parse_config_source
+from tidecd.state import app as app_state
 from tidecd.triggers.dispatch import Dispatcher, Refresh
+from tidecd.usecases import appsets
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
@@ -89,6 +92,7 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
     if provider == "github" and event == "ping":
         return Response(200, {"msg": "pong"})
     if provider == "github" and event == "pull_request":  # previews (tidecd.usecases.preview), PR generators
+        # lazy: cold start (only a pull_request delivery loads the preview pipeline)
         from tidecd.usecases import preview
 
         payload = _payload(headers, body)
@@ -139,8 +143,6 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
 
 
 def _check_size(headers: Mapping[str, str], body: bytes) -> None:
-    from tidecd.base import limits
-
     limit = limits.current().webhook_bytes
     declared = headers.get("content-length", "").strip()
     if declared and not declared.isdigit():
@@ -357,12 +359,11 @@ def config_source_matches(spec: str, push: Push) -> bool:
 def _pushed_appsets(config: Config, push: Push, runtime: Runtime, answer: dict[str, Any]) -> list[str] | None:
     """ApplicationSets whose git generators read the pushed repository are evaluated now; the apps they
     created (None when no ApplicationSet reads it)."""
-    from tidecd.usecases.appsets import git_repos, refresh
 
-    names = {n for n, s in config.appsets.items() if git_repos(s) & push.repo_urls}
+    names = {n for n, s in config.appsets.items() if appsets.git_repos(s) & push.repo_urls}
     if not names:
         return None
-    summary = refresh(runtime, only=names)
+    summary = appsets.refresh(runtime, only=names)
     answer["applicationsets"] = {"evaluated": summary.evaluated, "changed": summary.changed,
                                  "created": summary.created, "deleted": summary.deleted}
     if summary.errors:
@@ -373,7 +374,6 @@ def _pushed_appsets(config: Config, push: Push, runtime: Runtime, answer: dict[s
 def _pull_request_generators(doc: Mapping[str, Any], runtime: Runtime, dispatcher: Dispatcher) -> dict[str, Any]:
     """A `pull_request` event re-evaluates the ApplicationSets with a pull-request generator for that
     repository at once (instead of after requeueAfterSeconds); the apps they create are refreshed."""
-    from tidecd.usecases.appsets import pull_request_repos, refresh
 
     repo = doc.get("repository") if isinstance(doc, Mapping) else None
     full_name = str(repo.get("full_name", "")).lower() if isinstance(repo, Mapping) else ""
@@ -381,10 +381,10 @@ def _pull_request_generators(doc: Mapping[str, Any], runtime: Runtime, dispatche
         config = runtime.config()
     except TidecdError:
         return {}
-    names = {n for n, s in config.appsets.items() if full_name and full_name in pull_request_repos(s)}
+    names = {n for n, s in config.appsets.items() if full_name and full_name in appsets.pull_request_repos(s)}
     if not names:
         return {}
-    summary = refresh(runtime, only=names, force_pull_requests=True)
+    summary = appsets.refresh(runtime, only=names, force_pull_requests=True)
     if summary.created:
         dispatcher.dispatch([Refresh(n, f"webhook: pull request on {full_name}") for n in summary.created])
     out: dict[str, Any] = {"evaluated": summary.evaluated, "created": summary.created, "deleted": summary.deleted}
@@ -417,8 +417,6 @@ def _already_at(runtime: Runtime, app: Application, sha: str) -> bool:
     delivery for the same commit (several webhooks, a redelivery under a new id) has nothing to refresh.
     A refresh still running for it coalesces such deliveries itself (`pending/`); this spares the runs
     that would start after it finished."""
-    from tidecd.base.model import SyncStatus
-    from tidecd.state import app as app_state
 
     if len(sha) != 40 or app.sources:
         return False
