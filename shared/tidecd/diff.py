@@ -20,6 +20,7 @@ import yaml
 
 from tidecd.base import constants
 from tidecd.base.globs import glob_match
+from tidecd.base.jqpaths import delete_paths
 from tidecd.base.model import Action, ChangeEntry, ChangeSet, Manifest, ResourceKey, SyncStatus
 from tidecd.base.ownership import MARK_ANNOTATIONS, MARK_LABELS
 from tidecd.clients.secrets import redact
@@ -115,7 +116,6 @@ def drop_ignored(obj: Manifest, key: ResourceKey, ignore: Iterable[IgnoreDiffere
             if entry.get("manager") in rule.managed_fields_managers:
                 _remove_fields(obj, entry.get("fieldsV1") or {})
         if rule.jq_path_expressions:
-            from tidecd.base.jqpaths import delete_paths
 
             obj = delete_paths(obj, rule.jq_path_expressions)
     return obj

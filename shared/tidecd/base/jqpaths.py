@@ -16,6 +16,7 @@ MAX_EXPRESSION = 2000
 @functools.lru_cache(maxsize=256)
 def compile_path(expression: str) -> Any:
     """The compiled `del(expression)` program; ValueError for an expression jq cannot compile."""
+    # lazy: cold start (jq only for a jq path)
     import jq
 
     if not expression.strip():

@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from tidecd.base.errors import LimitExceeded, RenderError
+from tidecd.base.errors import ConfigError, LimitExceeded, RenderError
 
 __all__ = ["Limits", "LimitExceeded", "check_depth", "check_yaml", "current"]
 
@@ -65,7 +65,6 @@ class Limits:
             if not text:
                 continue
             if not text.isdigit() or int(text) <= 0:
-                from tidecd.base.errors import ConfigError
 
                 raise ConfigError(f"{name}={text!r}: expected a positive whole number")
             values[item.name] = int(text)

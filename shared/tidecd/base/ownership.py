@@ -27,6 +27,7 @@ tracking id and instance label Argo CD would write, beside its own marks). They 
 
 from __future__ import annotations
 
+import copy
 import enum
 import hashlib
 import os
@@ -210,7 +211,6 @@ def writes_argocd_marks(annotations: Mapping[str, str]) -> bool:
 
 def marked(obj: Manifest, app: str, *, argocd: bool = False, installation: str | None = None) -> Manifest:
     """A copy of `obj` with tidecd's marks for `app` (and Argo CD's, when the app opted in)."""
-    import copy
 
     out = copy.deepcopy(obj)
     key = ResourceKey.of(obj)

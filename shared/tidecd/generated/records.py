@@ -31,6 +31,7 @@ from tidecd.base.errors import TidecdError
 from tidecd.clients.store import ObjectStore, PreconditionFailed, read_json, write_json
 from tidecd.config.model import Application, AppProject, Config, SyncPolicy
 from tidecd.config.schema import PARSERS, Errors, Node
+from tidecd.project import rules
 
 PREFIX = "state/generated/"
 FINALIZERS = ("resources-finalizer.argocd.argoproj.io", "resources-finalizer.argocd.argoproj.io/background",
@@ -222,7 +223,6 @@ def _parse(doc: Any, origin: str, kind: str, config: Config, problems: list[str]
 
 def _widens(config: Config, parent: Application, child: Application) -> list[str]:
     """What a child of an app of apps does that its parent's project does not allow."""
-    from tidecd.project import rules
 
     scope = config.projects.get(parent.project)
     if scope is None:

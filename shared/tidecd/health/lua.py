@@ -26,6 +26,7 @@ costs one budget per process, not one per object per reconcile.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import time
 from collections.abc import Mapping
@@ -140,7 +141,6 @@ def script_for(scripts: Mapping[str, str], group: str, kind: str) -> tuple[str, 
         script = scripts.get(key)
         if script and script.strip():
             return key, script
-    import fnmatch
 
     for key in sorted(scripts):
         if "*" in key and fnmatch.fnmatchcase(wanted, key) and scripts[key].strip():
@@ -167,6 +167,7 @@ def evaluate(script: str, obj: Manifest, *, where: str = "", budget: Budget = Bu
 
 
 def _evaluate(script: str, obj: Manifest, budget: Budget) -> HealthResult | None:
+    # lazy: cold start (lupa only for a Lua health check)
     from lupa import lua52 as lua51
 
     runtime = lua51.LuaRuntime(register_eval=False, register_builtins=False, unpack_returned_tuples=True,
@@ -209,6 +210,7 @@ def _first_line(text: str) -> str:
 
 
 def _result(runtime: Any, result: Any) -> HealthResult | None:
+    # lazy: cold start (lupa only for a Lua health check)
     from lupa import lua52 as lua51
 
     if result is None:

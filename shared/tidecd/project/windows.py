@@ -61,6 +61,7 @@ def matches(window: SyncWindow, app_name: str, destination: Destination) -> bool
 
 def last_start(window: SyncWindow, now: datetime.datetime) -> datetime.datetime | None:
     """When the window last opened at or before `now`, within one `duration` (None: it is not active)."""
+    # lazy: cold start (croniter only for a sync window)
     from croniter import croniter
 
     zone = zoneinfo.ZoneInfo(window.time_zone or "UTC")

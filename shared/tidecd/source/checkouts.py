@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING
 import structlog
 
 from tidecd.base.errors import ConfigError
+from tidecd.config.load import normalize_repo_url
+from tidecd.source import git
 
 if TYPE_CHECKING:
     from tidecd.clients.store import ObjectStore
@@ -85,8 +87,6 @@ class CheckoutCache:
              credentials: RepoCredentials | None = None) -> Iterator[Path]:
         """The snapshot of `sha` as a read-only directory, held until the block ends. Raises what
         `Snapshots.checkout` raises (UnsafePathError, LimitExceeded, SourceUnavailable)."""
-        from tidecd.config.load import normalize_repo_url
-        from tidecd.source import git
 
         sha = git.expand_sha(repo_url, sha.strip().lower(), credentials)
         if not self.enabled:
@@ -145,8 +145,6 @@ class CheckoutCache:
 
     def _fill(self, key: _Key, entry: _Tree, store: ObjectStore, repo_url: str, sha: str,
               credentials: RepoCredentials | None) -> None:
-        from tidecd.source import git
-
         try:
             git.Snapshots(store).checkout(repo_url, sha, entry.root, credentials)
             entry.size = _seal(entry.root)

@@ -21,7 +21,7 @@ import yaml
 
 from tidecd.base.errors import RenderError
 from tidecd.config.load import redact_repo_url
-from tidecd.source import archives
+from tidecd.source import archives, helmrepo, oci
 from tidecd.source.archives import Budget
 
 if TYPE_CHECKING:
@@ -114,8 +114,6 @@ def with_dependencies(archive: bytes, credentials: Credentials,
 
 
 def _fetch(name: str, version: str, repository: str, credentials: Credentials) -> tuple[bytes, str]:
-    from tidecd.source import helmrepo, oci
-
     what = f"dependency {name} ({repository or 'no repository'})"
     if repository.startswith("oci://"):
         ref = oci.parse(repository.rstrip("/") + "/" + name)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tidecd.base.model import Action, HealthStatus, ResourceKey, SyncStatus
+from tidecd.clients.retention import history_limit
 from tidecd.clients.store import ObjectStore
 
 STATE_UNREADABLE = "StateUnreadable"
@@ -333,7 +334,6 @@ class AppState:
         next_id = (self.history[-1].id + 1) if self.history else 1
         entry = HistoryEntry(next_id, revision, now_iso(), result, source_path, target_revision, operation_id,
                              list(revisions) if revisions is not None else split_revisions(revision))
-        from tidecd.clients.retention import history_limit
 
         self.history = [*self.history, entry][-history_limit():]  # TIDECD_HISTORY_LIMIT (default 10)
         return entry
