@@ -9,19 +9,19 @@ from typing import Any
 import pytest
 
 from tests.support.apps import GitOps, configmap, deployment
-from tidecd.step import reconcile as engine
+from tidecd.step import observe
 
 
 def counted_compares(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many full comparisons the steps after this call make (one element each)."""
     calls: list[int] = []
-    real = engine._Step._compare
+    real = observe.compare_all
 
-    def counted(step: engine._Step, *args: Any) -> Any:
+    def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
-        return real(step, *args)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine._Step, "_compare", counted)
+    monkeypatch.setattr(observe, "compare_all", counted)
     return calls
 
 

@@ -35,7 +35,7 @@ def k(manifest: Manifest) -> ResourceKey:
 
 
 def observe(desired: list[Manifest], live: list[Manifest] = (), **fields: Any) -> d.Observation:  # type: ignore[assignment]
-    values: dict[str, Any] = {"app": "app", "revision": "sha1", "marker": "sha1:h", "tasks": tuple(plan(desired)),
+    values: dict[str, Any] = {"app": "app", "revision": "sha1", "tasks": tuple(plan(desired)),
                               "live": {k(m): m for m in live}, "now": 100.0}
     values.update(fields)
     return d.Observation(**values)
@@ -68,7 +68,7 @@ def test_no_policy_no_operation_means_nothing() -> None:
 def test_automated_starts_once_per_revision_unless_self_heal() -> None:
     assert isinstance(d.decide(observe([dep("a")]), None, AUTO).step, d.StartOperation)
     assert isinstance(d.decide(observe([dep("a")], synced=True), None, AUTO).step, d.Nothing)
-    done = observe([dep("a")], auto_synced="sha1:h")
+    done = observe([dep("a")], auto_synced=True)
     assert isinstance(d.decide(done, None, AUTO).step, d.Nothing)
     assert isinstance(d.decide(done, None, dataclasses.replace(AUTO, self_heal=True)).step, d.StartOperation)
     assert isinstance(d.decide(observe([dep("a")], automated_disabled=True), None, AUTO).step, d.Nothing)

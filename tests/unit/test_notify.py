@@ -21,8 +21,9 @@ from tidecd.clients import metrics
 from tidecd.clients.pubsub import PUBLISH_TIMEOUT, Message, PublishFailed
 from tidecd.clients.store import MemoryStore, read_json
 from tidecd.notify import deliver as notify
+from tidecd.notify import events as notify_events
 from tidecd.state.app import AppState, Operation, OperationPhase
-from tidecd.step import reconcile
+from tidecd.triggers import dispatch
 
 HMAC_KEY = "webhook-hmac-key"
 
@@ -36,43 +37,44 @@ def _op(ident: str = "op1", phase: OperationPhase = OperationPhase.RUNNING, **kw
     return Operation(id=ident, revision="a" * 40, phase=phase, **kw)
 
 
-def _triggers(events: list[notify.Event]) -> list[str]:
+def _triggers(events: list[notify_events.Event]) -> list[str]:
     return [e.trigger for e in events]
 
 
 def test_each_trigger_fires_once_per_operation() -> None:
-    seen = notify.Seen()
-    due, seen = notify.events(seen, _state(_op()))
+    seen = notify_events.Seen()
+    due, seen = notify_events.events(seen, _state(_op()))
     assert _triggers(due) == ["on-sync-running"]
-    assert notify.events(seen, _state(_op()))[0] == []  # the next reconcile of the same operation
-    due, seen = notify.events(seen, _state(_op(phase=OperationPhase.SUCCEEDED)))
+    assert notify_events.events(seen, _state(_op()))[0] == []  # the next reconcile of the same operation
+    due, seen = notify_events.events(seen, _state(_op(phase=OperationPhase.SUCCEEDED)))
     assert _triggers(due) == ["on-sync-succeeded", "on-deployed"]
-    assert notify.events(seen, _state(_op(phase=OperationPhase.SUCCEEDED)))[0] == []
-    due, seen = notify.events(seen, _state(_op("op2", OperationPhase.FAILED, message="boom")))
+    assert notify_events.events(seen, _state(_op(phase=OperationPhase.SUCCEEDED)))[0] == []
+    due, seen = notify_events.events(seen, _state(_op("op2", OperationPhase.FAILED, message="boom")))
     assert _triggers(due) == ["on-sync-running", "on-sync-failed"]
     assert due[1].message == "boom" and due[1].operation_id == "op2"
 
 
 def test_deployed_waits_for_health_and_fires_once_per_revision() -> None:
     done = _op(phase=OperationPhase.SUCCEEDED)
-    due, seen = notify.events(notify.Seen(), _state(done, health="Progressing"))
+    due, seen = notify_events.events(notify_events.Seen(), _state(done, health="Progressing"))
     assert _triggers(due) == ["on-sync-running", "on-sync-succeeded"]
-    due, seen = notify.events(seen, _state(done, health="Healthy"))
+    due, seen = notify_events.events(seen, _state(done, health="Healthy"))
     assert _triggers(due) == ["on-deployed"]
     again = _op("op2", OperationPhase.SUCCEEDED)  # same revision synced again
-    assert _triggers(notify.events(seen, _state(again))[0]) == ["on-sync-running", "on-sync-succeeded"]
+    assert _triggers(notify_events.events(seen, _state(again))[0]) == ["on-sync-running", "on-sync-succeeded"]
 
 
 def test_transitions_fire_on_change_only() -> None:
-    due, seen = notify.events(notify.Seen(), _state(health="Degraded", sync="Unknown"))
+    due, seen = notify_events.events(notify_events.Seen(), _state(health="Degraded", sync="Unknown"))
     assert _triggers(due) == ["on-health-degraded", "on-sync-status-unknown"]
-    assert notify.events(seen, _state(health="Degraded", sync="Unknown"))[0] == []
-    _, seen = notify.events(seen, _state(health="Healthy", sync="Synced"))
-    assert _triggers(notify.events(seen, _state(health="Degraded"))[0]) == ["on-health-degraded"]
+    assert notify_events.events(seen, _state(health="Degraded", sync="Unknown"))[0] == []
+    _, seen = notify_events.events(seen, _state(health="Healthy", sync="Synced"))
+    assert _triggers(notify_events.events(seen, _state(health="Degraded"))[0]) == ["on-health-degraded"]
 
 
 def test_dry_run_operations_notify_nothing() -> None:
-    assert notify.events(notify.Seen(), _state(_op(phase=OperationPhase.SUCCEEDED, dry_run=True)))[0] == []
+    done = _state(_op(phase=OperationPhase.SUCCEEDED, dry_run=True))
+    assert notify_events.events(notify_events.Seen(), done)[0] == []
 
 
 def test_subscriptions_parse_and_name_bad_annotations() -> None:
@@ -186,7 +188,7 @@ def _setup(monkeypatch: pytest.MonkeyPatch, standin: GitHubStandIn, receiver: Re
 
 def _steps(runtime: Any, n: int = 6) -> None:
     for _ in range(n):
-        outcome = reconcile.reconcile(runtime, "web", budget=1.0)
+        outcome = dispatch.reconcile_step(runtime, "web", budget=1.0)
         if outcome.continue_after is None:
             return
 
@@ -244,7 +246,7 @@ def test_failed_delivery_is_retried_with_backoff_then_given_up(
         "notifications.argoproj.io/subscribe.on-sync-succeeded.webhook": "hooks"})
     git.push([CONFIGMAP])
     receiver.fail = 2
-    outcome = reconcile.reconcile(runtime, "web", budget=1.0)
+    outcome = dispatch.reconcile_step(runtime, "web", budget=1.0)
     assert outcome.state is not None and outcome.state.operation is not None
     assert outcome.state.operation.phase is OperationPhase.SUCCEEDED  # the sync did not wait for the target
     assert outcome.continue_after is not None and 0 < outcome.continue_after <= notify.RETRY_DELAYS[0]
@@ -263,7 +265,7 @@ def test_failed_delivery_is_retried_with_backoff_then_given_up(
     runtime2, git2, store2, _ = _setup(monkeypatch, github_standin, receiver, annotations={
         "notifications.argoproj.io/subscribe.on-sync-succeeded.webhook": "hooks"})
     git2.push([CONFIGMAP])
-    state = reconcile.reconcile(runtime2, "web", budget=1.0).state
+    state = dispatch.reconcile_step(runtime2, "web", budget=1.0).state
     assert state is not None
     for _ in range(notify.MAX_ATTEMPTS + 2):
         clock[0] += 1000
@@ -280,6 +282,6 @@ def test_github_down_never_fails_the_sync(monkeypatch: pytest.MonkeyPatch, githu
     runtime.settings.github_api_url = "http://127.0.0.1:9"  # nothing listens
     git.push([CONFIGMAP])
     _steps(runtime)
-    state = reconcile.reconcile(runtime, "web", budget=1.0).state
+    state = dispatch.reconcile_step(runtime, "web", budget=1.0).state
     assert state is not None and state.operation is not None
     assert state.operation.phase is OperationPhase.SUCCEEDED and state.sync_status is SyncStatus.SYNCED

@@ -16,6 +16,7 @@ from tidecd.base.model import ResourceKey
 from tidecd.config.load import Config
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
+from tidecd.step import observe
 from tidecd.step import reconcile as engine
 from tidecd.step.reconcile import Outcome, reconcile
 from tidecd.sync.apply import with_ownership
@@ -23,17 +24,17 @@ from tidecd.usecases import commands
 
 
 class Counting:
-    """Counts the full comparisons (`_Step._compare`) a step makes."""
+    """Counts the full comparisons (`step.observe.compare_all`) a step makes."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.compares = 0
-        real = engine._Step._compare
+        real = observe.compare_all
 
-        def counted(step: Any, *args: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
             self.compares += 1
-            return real(step, *args)
+            return real(*args, **kwargs)
 
-        monkeypatch.setattr(engine._Step, "_compare", counted)
+        monkeypatch.setattr(observe, "compare_all", counted)
 
 
 def configmap(name: str, value: str = "v") -> dict[str, Any]:

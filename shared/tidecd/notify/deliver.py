@@ -2,16 +2,9 @@
 
 Two halves, as the design card says (record stage → events → notify):
 
-1. `events(seen, state)` is pure: given what was already notified for an app (`Seen`, the "previous
-   state") and its new state, the events due now. Each trigger fires once per operation or transition,
-   never once per reconcile:
-       on-sync-running         an operation (not a dry run) exists: once per operation id
-       on-sync-succeeded       its phase is Succeeded: once per operation id
-       on-sync-failed          its phase is Failed or Error: once per operation id
-       on-deployed             it Succeeded and the app is Healthy: once per revision (Argo CD's oncePer)
-       on-health-degraded      health became Degraded (fires again only after it was something else)
-       on-sync-status-unknown  sync status became Unknown (likewise)
-2. `after_step(runtime, outcome)` delivers at the edge, after the reconcile step recorded its state: the
+1. `tidecd.notify.events` is pure: what was notified and the new state in, the events due out.
+2. `after_step(runtime, app, state, continue_after)` delivers at the edge, called by whoever ran the reconcile
+   step (`triggers.dispatch`) with the state it recorded; the step itself knows no notifier. First the
    GitHub write-back (commit status `tidecd/<app>` pending → success/failure on the operation's revision,
    and optional Deployments), then every subscription the Application's annotations declare:
        notifications.argoproj.io/subscribe.<trigger>.<service>: <recipient>[;<recipient>...]
@@ -32,7 +25,6 @@ next step).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import hmac
 import json
@@ -51,23 +43,20 @@ from tidecd.base.constants import (
     SECRET_TYPE_NOTIFICATIONS,
 )
 from tidecd.base.errors import SecretError, TemporaryError
-from tidecd.base.model import HealthStatus, SyncStatus
 from tidecd.clients import github as gh
 from tidecd.clients import metrics
 from tidecd.clients.pubsub import Message, Publisher, PublishFailed, PubSubPublisher, publish_one
 from tidecd.clients.secrets import decode_value
 from tidecd.clients.store import read_json, write_json
-from tidecd.state.app import AppState, OperationPhase
+from tidecd.notify.events import TRIGGERS, Event, Seen, events
+from tidecd.state.app import AppState
 
 if TYPE_CHECKING:
     from tidecd.config.model import Application
     from tidecd.runtime import Runtime
-    from tidecd.step.reconcile import Outcome
 
 log = structlog.get_logger("tidecd.notify.deliver")
 
-TRIGGERS = ("on-sync-running", "on-sync-succeeded", "on-sync-failed", "on-deployed", "on-health-degraded",
-            "on-sync-status-unknown")
 SERVICES = ("github", "webhook", "slack", "pubsub")
 RECORD_PREFIX = "notifications/"
 MAX_ATTEMPTS = 5
@@ -76,80 +65,6 @@ DELIVERY_BUDGET = 10.0
 HTTP_TIMEOUT = 5.0
 LOG_LIMIT = 50
 SIGNATURE_HEADER = "X-Tidecd-Signature"
-
-
-# --- events (pure) ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Event:
-    trigger: str
-    app: str
-    key: str  # what it fires once per: an operation id, a revision, a transition
-    revision: str = ""
-    operation_id: str = ""
-    phase: str = ""
-    message: str = ""
-    sync_status: str = ""
-    health: str = ""
-    at: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Event:
-        return cls(**{f.name: str(data.get(f.name, "")) for f in dataclasses.fields(cls)})
-
-
-@dataclass(frozen=True)
-class Seen:
-    """What was already notified for an app: per trigger the last key it fired for, and the last observed
-    health and sync status (for the transition triggers)."""
-
-    fired: Mapping[str, str] = field(default_factory=dict)
-    health: str = ""
-    sync_status: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"fired": dict(self.fired), "health": self.health, "sync_status": self.sync_status}
-
-    @classmethod
-    def from_json(cls, data: Any) -> Seen:
-        if not isinstance(data, Mapping):
-            return cls()
-        fired = data.get("fired") if isinstance(data.get("fired"), Mapping) else {}
-        return cls({str(k): str(v) for k, v in (fired or {}).items()}, str(data.get("health", "")),
-                   str(data.get("sync_status", "")))
-
-
-def events(seen: Seen, state: AppState, now: str = "") -> tuple[list[Event], Seen]:
-    """The events due for `state` given what was notified (`seen`), and the new `seen`. Pure."""
-    fired = dict(seen.fired)
-    out: list[Event] = []
-    op = state.operation
-
-    def fire(trigger: str, key: str) -> None:
-        if key and fired.get(trigger) != key:
-            fired[trigger] = key
-            out.append(Event(trigger, state.app, key, op.revision if op else state.revision, op.id if op else "",
-                             op.phase.value if op else "", (op.message if op else "") or state.health_message,
-                             state.sync_status.value, state.health.value, now))
-
-    if op is not None and op.id and not op.dry_run:
-        fire("on-sync-running", op.id)  # also when it finished within one step: it did run
-        if op.phase is OperationPhase.SUCCEEDED:
-            fire("on-sync-succeeded", op.id)
-            if state.health is HealthStatus.HEALTHY:
-                fire("on-deployed", op.revision or op.id)
-        elif op.phase in (OperationPhase.FAILED, OperationPhase.ERROR):
-            fire("on-sync-failed", op.id)
-    health, sync = state.health.value, state.sync_status.value
-    if health == HealthStatus.DEGRADED.value and seen.health != health:
-        fire("on-health-degraded", f"{state.revision[:12]}@{now or time.time()}")
-    if sync == SyncStatus.UNKNOWN.value and seen.sync_status != sync:
-        fire("on-sync-status-unknown", f"{state.revision[:12]}@{now or time.time()}")
-    return out, Seen(fired, health, sync)
 
 
 # --- subscriptions ---------------------------------------------------------------------------------------
@@ -365,23 +280,24 @@ def record_key(app: str) -> str:
     return f"{RECORD_PREFIX}{app}.json"
 
 
-def after_step(runtime: Runtime, outcome: Outcome, *, ctx: Context | None = None) -> Outcome:
-    """Deliver what the step's new state makes due; never raises, never blocks the sync beyond the budget.
-
-    Returns the outcome, with `continue_after` shortened when a failed delivery is due for a retry."""
-    metrics.RECONCILES.labels(result="skipped" if outcome.skipped else
-                              "continuing" if outcome.continue_after is not None else "done").inc()
-    if outcome.state is None or outcome.skipped:
-        return outcome
+def after_step(runtime: Runtime, app: str, state: AppState | None, continue_after: float | None, *,
+               skipped: str = "", ctx: Context | None = None) -> float | None:
+    """Deliver what a step's new state makes due; never raises, never blocks the sync beyond the budget.
+    Called by whoever ran the step (`triggers.dispatch`), with the state it recorded, when it wants its
+    next step, and why it did nothing (`skipped`). Returns `continue_after`, shortened when a failed
+    delivery is due for a retry."""
+    metrics.RECONCILES.labels(result="skipped" if skipped else
+                              "continuing" if continue_after is not None else "done").inc()
+    if state is None or skipped:
+        return continue_after
     try:
-        retry_in = notify_state(runtime, outcome.state, ctx=ctx)
+        retry_in = notify_state(runtime, state, ctx=ctx)
     except Exception as exc:  # noqa: BLE001 - notifications never fail a sync
-        log.warning("notifications failed", app=outcome.app, error=type(exc).__name__, detail=str(exc)[:200])
-        return outcome
+        log.warning("notifications failed", app=app, error=type(exc).__name__, detail=str(exc)[:200])
+        return continue_after
     if retry_in is None:
-        return outcome
-    current = outcome.continue_after
-    return dataclasses.replace(outcome, continue_after=retry_in if current is None else min(current, retry_in))
+        return continue_after
+    return retry_in if continue_after is None else min(continue_after, retry_in)
 
 
 def context_for(runtime: Runtime) -> Context:

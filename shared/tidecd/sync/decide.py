@@ -63,13 +63,22 @@ class Policy:
         return self.retry_limit < 0 or retry_count < self.retry_limit
 
 
+def retry_delay(op: Operation, policy: Policy) -> float | None:
+    """Seconds until a finished automated operation that failed is tried again (its backoff), or None: it
+    succeeded, it was not automated, a retry cannot change its result, or its retries are spent."""
+    if not op.automated or op.phase is OperationPhase.SUCCEEDED or not op.retryable:
+        return None
+    if not policy.may_retry(op.retry_count):
+        return None
+    return policy.retry_delay(op.retry_count)
+
+
 @dataclass(frozen=True)
 class Observation:
     """Everything one decision looks at, frozen: desired tasks, live objects, comparison, cluster facts."""
 
     app: str
     revision: str
-    marker: str  # "<sha>:<source hash>", what an automated sync of this revision records
     tasks: tuple[Task, ...]  # the plan of the desired manifests (hooks included)
     live: Mapping[ResourceKey, Manifest]  # live objects of desired resources, hooks and the inventory
     out_of_sync: frozenset[ResourceKey] = frozenset()
@@ -79,7 +88,7 @@ class Observation:
     missing_namespaces: frozenset[str] = frozenset()  # namespaces desired objects name that do not exist
     violations: str = ""  # project rules the desired objects break
     synced: bool = False  # the comparison found everything Synced
-    auto_synced: str = ""
+    auto_synced: bool = False  # an automated sync recorded this revision and source spec already (its marker)
     automated_disabled: bool = False
     now: float = 0.0
     health_scripts: Mapping[str, str] = field(default_factory=dict)  # argocd-cm Lua checks, "group/Kind"
@@ -222,7 +231,7 @@ def _automated(obs: Observation, op: Operation | None, policy: Policy) -> Step:
         if obs.now < op.next_attempt_at:
             return Nothing("waiting to retry", retry_at=op.next_attempt_at)
         return _start(obs, policy, op.retry_count + 1)
-    if obs.auto_synced == obs.marker and not policy.self_heal:
+    if obs.auto_synced and not policy.self_heal:
         return Nothing("this revision was synced automatically already")
     return _start(obs, policy, 0)
 

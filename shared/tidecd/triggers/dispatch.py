@@ -305,13 +305,11 @@ def run_step(runtime: Runtime, refresh: Refresh, dispatcher: Dispatcher) -> Outc
     (one more refresh handed over when it was marked for another revision) and the next step is scheduled
     when the outcome asks for one. A skipped step (the app's lease is held) changes nothing: the caller
     retries it (Pub/Sub redelivers, the local scheduler runs it again)."""
-    from tidecd.step.reconcile import reconcile
-
     started = time.monotonic()
     now = time.time()
     head = refresh.head(now) or confirmed_head(runtime, refresh, now) or followed_head(runtime, refresh)
-    outcome = reconcile(runtime, refresh.app, reason=refresh.reason, budget=runtime.settings.step_budget,
-                        head=head)
+    outcome = reconcile_step(runtime, refresh.app, reason=refresh.reason, budget=runtime.settings.step_budget,
+                             head=head)
     log.info("step", app=refresh.app, reason=refresh.reason, continuation=refresh.continuation,
              skipped=outcome.skipped, seconds=round(time.monotonic() - started, 3),
              continue_after=outcome.continue_after)
@@ -330,6 +328,19 @@ def run_step(runtime: Runtime, refresh: Refresh, dispatcher: Dispatcher) -> Outc
             if failures:
                 pending.release(runtime.store, refresh.app)
     return outcome
+
+
+def reconcile_step(runtime: Runtime, name: str, *, reason: str = "", budget: float = 10.0, automate: bool = True,
+                   head: str = "") -> Outcome:
+    """One reconcile step (`tidecd.step.reconcile`), then its notifications: the step knows no notifier,
+    so every caller that runs one (this dispatcher, the api, the dashboard) hands its new state to
+    `notify.deliver` here. A failed delivery due for a retry shortens `continue_after`."""
+    from tidecd.notify import deliver  # lazy: a webhook or poll call that runs no step never loads them
+    from tidecd.step.reconcile import reconcile
+
+    outcome = reconcile(runtime, name, reason=reason, budget=budget, automate=automate, head=head)
+    after = deliver.after_step(runtime, name, outcome.state, outcome.continue_after, skipped=outcome.skipped)
+    return outcome if after == outcome.continue_after else replace(outcome, continue_after=after)
 
 
 def confirmed_head(runtime: Runtime, refresh: Refresh, now: float) -> str:

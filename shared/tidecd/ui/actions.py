@@ -15,7 +15,7 @@ import structlog
 from tidecd.base.errors import NotFound, OperationInProgress, PermanentError, TidecdError
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
-from tidecd.step.reconcile import reconcile
+from tidecd.triggers.dispatch import reconcile_step
 from tidecd.usecases.commands import SyncRequest, rollback_request, start_operation, terminate_operation
 
 log = structlog.get_logger("tidecd.ui")
@@ -52,7 +52,7 @@ def _error(exc: TidecdError) -> Done:
 def refresh(runtime: Runtime, name: str) -> Done:
     try:
         runtime.app(name)
-        outcome = reconcile(runtime, name, automate=False, reason="ui refresh")
+        outcome = reconcile_step(runtime, name, automate=False, reason="ui refresh")
     except TidecdError as exc:
         return _error(exc)
     if outcome.skipped:
@@ -104,7 +104,7 @@ def _sync(runtime: Runtime, name: str, request: SyncRequest, notice: str) -> Don
     except TidecdError as exc:  # not handed over: take the first step here; the page's watch goes on
         log.warning("dashboard could not schedule the operation", app=name, error=str(exc))
         try:
-            reconcile(runtime, name, automate=False, reason=f"ui {notice}", budget=STEP_BUDGET)
+            reconcile_step(runtime, name, automate=False, reason=f"ui {notice}", budget=STEP_BUDGET)
         except TidecdError as step_error:
             return _error(step_error)
     return Done(303, notice + "-started")
@@ -121,7 +121,7 @@ def watch(runtime: Runtime, current: app_state.AppState) -> app_state.AppState:
     if _age(current.reconciled_at) < (STEP_EVERY if running else REFRESH_EVERY):
         return current
     try:
-        outcome = reconcile(runtime, current.app, automate=False, reason="ui watch", budget=STEP_BUDGET)
+        outcome = reconcile_step(runtime, current.app, automate=False, reason="ui watch", budget=STEP_BUDGET)
     except TidecdError as exc:
         log.warning("dashboard step failed", app=current.app, error=str(exc))
         return current

@@ -30,7 +30,8 @@ from tidecd.diff import change_of
 from tidecd.images import state as images_state
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
-from tidecd.step.reconcile import Outcome, reconcile
+from tidecd.step.reconcile import Outcome
+from tidecd.triggers.dispatch import reconcile_step
 from tidecd.usecases.commands import SyncRequest, rollback_request, start_operation, terminate_operation
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ def _lineage(config: Any, name: str) -> dict[str, Any]:
 def get_app(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, str]) -> Response:
     if query.get("refresh") in ("true", "1"):
         runtime.app(name)  # NotFound first: an unknown app gets no state and no lease
-        reconcile(runtime, name, automate=False, reason="api refresh")
+        reconcile_step(runtime, name, automate=False, reason="api refresh")
     body = _state(runtime, name).summary() | _lineage(runtime.config(), name)
     held = images_state.summary(runtime.store, name)
     if held:
@@ -341,7 +342,7 @@ def drive(runtime: Runtime, name: str, reason: str, operation_id: str = "", *,
     before_id = before.id if before else ""
     changes, deadline = ChangeSet(), time.monotonic() + limit
     while True:
-        outcome = reconcile(runtime, name, reason=reason)
+        outcome = reconcile_step(runtime, name, reason=reason)
         changes.entries.extend(outcome.changes.entries)
         op = outcome.state.operation if outcome.state else None
         ran = op is not None and (op.id == operation_id or (not operation_id and op.id != before_id))

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from tidecd.base.errors import PermanentError, ProjectViolation, TidecdError
-from tidecd.base.model import Manifest, ResourceKey, SyncStatus
+from tidecd.base.model import ResourceKey, SyncStatus
 from tidecd.clients import github as gh
 from tidecd.clients.pubsub import PUBLISH_TIMEOUT, Message, Publisher, PubSubPublisher
 from tidecd.clients.store import PreconditionFailed, acquire_lease, read_json, release_lease, write_json
-from tidecd.config.load import Application, IgnoreDifference, normalize_repo_url
-from tidecd.diff import ResourceDiff, compare
+from tidecd.config.load import Application, normalize_repo_url
+from tidecd.diff import ResourceDiff
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
@@ -279,6 +279,7 @@ def preview_app(runtime: Runtime, app: Application, head_sha: str) -> AppPreview
     """Render `app` at `head_sha` and compare with the live cluster (server-side dry-run); writes nothing."""
     from tidecd.project import rules
     from tidecd.step.desired import desired_of
+    from tidecd.step.observe import comparison_of
 
     project = runtime.config().projects.get(app.project)
     if project is None:
@@ -298,7 +299,7 @@ def preview_app(runtime: Runtime, app: Application, head_sha: str) -> AppPreview
     except ProjectViolation as exc:
         violations = tuple(exc.violations)
     try:
-        diffs = _compare(cluster, app, manifests, runtime.config().ignore_differences_of(app))
+        diffs = list(comparison_of(cluster, app, runtime.config(), manifests).resources)
     except TidecdError as exc:
         return AppPreview(app.name, head_sha, errors=(f"compare: {exc}",), violations=violations)
     created = tuple(d for d in diffs if d.changed_paths == (".",) and not d.requires_pruning and not d.error)
@@ -307,46 +308,6 @@ def preview_app(runtime: Runtime, app: Application, head_sha: str) -> AppPreview
                     and d.status is not SyncStatus.SYNCED)
     errors = tuple(f"{d.key}: {d.error}" for d in diffs if d.error)
     return AppPreview(app.name, head_sha, created, changed, deleted, errors, violations)
-
-
-def _compare(cluster: Any, app: Application, manifests: list[Manifest],
-             ignore: tuple[IgnoreDifference, ...] = ()) -> list[ResourceDiff]:
-    from tidecd.clients.cluster import ApiError, UnknownKind, managed_selector
-    from tidecd.sync import plan
-    from tidecd.sync.apply import conflict, owned_by, with_ownership
-
-    desired = {ResourceKey.of(m): m for m in plan.resources(manifests)}
-    live: dict[ResourceKey, Manifest] = {}
-    for group, kind in sorted({(k.group, k.kind) for k in desired}):
-        try:
-            for obj in cluster.list(group, kind, label_selector=managed_selector(app.name)):
-                live[ResourceKey.of(obj)] = obj
-        except UnknownKind:
-            continue
-
-    def one(item: tuple[ResourceKey, Manifest]) -> ResourceDiff:
-        key, obj = item
-        owned = with_ownership(obj, app.name)
-        try:
-            current = live.get(key) or cluster.get(key)
-        except UnknownKind:
-            current = None
-        if current is None:
-            return compare(key, None, owned)
-        if other := conflict(current, app.name):
-            return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, error=other)
-        try:
-            predicted = cluster.apply(owned, dry_run=True)
-        except (ApiError, UnknownKind) as exc:
-            return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), error=f"dry-run failed: {exc}")
-        return compare(key, current, predicted, ignore or app.ignore_differences)
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(one, sorted(desired.items())))
-    for key, obj in sorted(live.items()):
-        if key not in desired and owned_by(obj, app.name):
-            results.append(compare(key, obj, None))
-    return results
 
 
 def run_job(runtime: Runtime, job: Mapping[str, Any]) -> None:

@@ -1,0 +1,305 @@
+"""Observe: what the app is (`Target`), what is live (`Listing`), and how the two compare (`Compared`).
+
+Every function here reads the cluster and returns a value; none writes to the cluster or the store. The
+comparison is the one the sync decides from: the preview (`usecases.preview`) and the adoption call the same
+functions, so neither can see a different difference than a sync would act on. An object's comparison is a
+server-side dry-run of tidecd's own apply, cached by the live object's identity (`state.comparison_cache`):
+an unchanged object is not dry-run again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from tidecd import health
+from tidecd.base import constants, ownership
+from tidecd.base.errors import TemporaryError
+from tidecd.base.model import HealthStatus, Manifest, ResourceKey, SyncStatus
+from tidecd.clients.cluster import ApiError, KubeCluster, UnknownKind, managed_selector
+from tidecd.config.load import Application, AppProject, Config
+from tidecd.diff import Comparison, ResourceDiff, compare, fingerprint, live_identity
+from tidecd.generated.appofapps import ChildCluster
+from tidecd.state.app import CachedComparison
+from tidecd.step.desired import Desired
+from tidecd.step.quiet import live_digest
+from tidecd.sync import plan
+from tidecd.sync.apply import conflict, explain, owned_by, with_ownership
+
+CONCURRENCY = 8  # concurrent cluster calls of one step (dry-runs, applies, gets)
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def pool() -> ThreadPoolExecutor:
+    """The process's pool for a step's concurrent cluster calls (dry-runs, applies, gets), CONCURRENCY
+    threads, started once: a pool per call started ~16 threads per step, 0.1 s of a 1 s step on a busy
+    machine (cProfile of the 1,000-app scenario). Its tasks never submit to it, so it cannot deadlock."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="tidecd-step")
+        return _POOL
+
+
+@dataclass(frozen=True)
+class Target:
+    """The app as this step sees it: its spec and project, the settings, the cluster it goes to (the
+    app-of-apps view when Applications become child apps) and what it desires, planned."""
+
+    app: Application
+    project: AppProject
+    config: Config
+    cluster: KubeCluster
+    children: ChildCluster | None
+    desired: Desired
+    tasks: tuple[plan.Task, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.app.name
+
+    @property
+    def manifests(self) -> list[Manifest]:
+        return self.desired.manifests
+
+    @property
+    def hook_keys(self) -> set[ResourceKey]:
+        return {t.key for t in self.tasks if t.hook}
+
+    @property
+    def health_scripts(self) -> Mapping[str, str]:
+        """argocd-cm's Lua health checks (`resource.customizations.health.*`), which come before built-ins."""
+        return self.config.argo_settings.health_lua
+
+    @property
+    def argocd_marks(self) -> bool:
+        """The app opted in to Argo CD's marks beside tidecd's (`tidecd.io/write-argocd-tracking`)."""
+        return ownership.writes_argocd_marks(dict(self.app.annotations))
+
+    def excluded_kind(self, key: ResourceKey) -> bool:
+        """argocd-cm `resource.exclusions`/`inclusions`: tidecd leaves objects of this kind alone (no prune)."""
+        return excluded_kind(self.config, self.app, key)
+
+    def identity(self, live: Manifest) -> str:
+        """The comparison cache's key for a live object (`diff.live_identity`)."""
+        return identity(self.config, self.app, live)
+
+    def planned(self, naming: plan.HookNaming) -> Target:
+        """The target with its tasks: the app's per-object sync options, generateName hooks named by `naming`."""
+        tasks = plan.plan(self.manifests, app_options=self.app.sync_policy.sync_options, naming=naming)
+        return dataclasses.replace(self, tasks=tuple(tasks))
+
+
+def excluded_kind(config: Config, app: Application, key: ResourceKey) -> bool:
+    destination = app.destination
+    return config.argo_settings.excluded(key.group, key.kind, destination.server or destination.name)
+
+
+def identity(config: Config, app: Application, live: Manifest) -> str:
+    rules = config.ignore_differences_of(app)
+    return live_identity(live, all_managers=any(rule.managed_fields_managers for rule in rules))
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The app's live objects, the kinds listed for them, those the cluster does not serve, and a digest of
+    it all (the quiet record's live half)."""
+
+    live: Mapping[ResourceKey, Manifest]
+    kinds: tuple[tuple[str, str], ...] = ()
+    unserved: tuple[tuple[str, str], ...] = ()
+    digest: str = ""
+
+
+def listing(live: Mapping[ResourceKey, Manifest], kinds: Iterable[tuple[str, str]],
+            unserved: Iterable[tuple[str, str]]) -> Listing:
+    kinds, unserved = tuple(kinds), tuple(unserved)
+    return Listing(dict(live), kinds, unserved, live_digest(live, list(kinds), list(unserved)))
+
+
+def list_live(cluster: KubeCluster, app: str, desired: Iterable[ResourceKey], inventory: Iterable[ResourceKey],
+              excluded: Callable[[ResourceKey], bool]) -> Listing:
+    """The app's objects: listed by ownership label per kind, then fetched one by one if unlabelled."""
+    desired, inventory = list(desired), [k for k in inventory if not excluded(k)]
+    live: dict[ResourceKey, Manifest] = {}
+    kinds = {(k.group, k.kind) for k in desired} | {(k.group, k.kind) for k in inventory}
+    unserved = []
+    for group, kind in sorted(kinds):
+        try:
+            for obj in cluster.list(group, kind, label_selector=managed_selector(app)):
+                live[ResourceKey.of(obj)] = obj
+        except UnknownKind:
+            unserved.append((group, kind))
+            continue
+    # unlabelled: desired objects not created yet (or someone else's), and inventory objects an older
+    # tidecd marked with Argo CD's names (tidecd.base.ownership), which keep their app until the next sync
+    for key in [*desired, *inventory]:
+        if key not in live:
+            try:
+                found = cluster.get(key)
+            except UnknownKind:
+                found = None
+            if found is not None:
+                live[key] = found
+    return listing(live, sorted(kinds), unserved)
+
+
+@dataclass(frozen=True)
+class Compared:
+    """The comparison of desired and live, the comparison cache it leaves, and the objects another owner
+    claims (never compared as this app's: a condition names the owner)."""
+
+    comparison: Comparison
+    cache: Mapping[str, CachedComparison]
+    claimed: tuple[str, ...] = ()
+
+
+def compare_all(cluster: KubeCluster, app: Application, config: Config, manifests: list[Manifest],
+                live: Mapping[ResourceKey, Manifest], *, hooks: frozenset[ResourceKey] = frozenset(),
+                cache: Mapping[str, CachedComparison] | None = None) -> Compared:
+    """Each desired object against its live one (a dry-run of tidecd's apply, unless the cache knows this
+    live object and desired fingerprint), then the app's live objects nothing desires any more."""
+    desired = {ResourceKey.of(m): m for m in plan.resources(manifests)}
+    cache = cache or {}
+    new_cache: dict[str, CachedComparison] = {}
+    rules = config.ignore_differences_of(app)
+    ignores = hashlib.sha256(repr(rules).encode()).hexdigest()[:8] if rules else ""
+    argocd_marks = ownership.writes_argocd_marks(dict(app.annotations))
+    claimed: list[str] = []
+
+    def one(item: tuple[ResourceKey, Manifest]) -> ResourceDiff:
+        key, obj = item
+        owned = with_ownership(obj, app.name, argocd=argocd_marks)
+        current = live.get(key)
+        if current is not None and (other := conflict(current, app.name)):
+            claimed.append(f"{key}: {other}")
+            return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, error=other)
+        if current is not None and (remark := ownership.needs_remark(current, app.name, argocd=argocd_marks)):
+            return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, ("metadata.annotations",), remark)
+        seen = identity(config, app, current) if current is not None else ""
+        cache_key, print_ = str(key), fingerprint(owned) + ignores  # a changed ignore rule re-compares
+        hit = cache.get(cache_key)
+        if current is not None and hit and (hit.fingerprint, hit.live) == (print_, seen):
+            new_cache[cache_key] = hit
+            return ResourceDiff(key, hit.status, hit.changed, hit.text)
+        result = compare_one(cluster, key, owned, current, rules)
+        if current is not None and not result.error:
+            new_cache[cache_key] = CachedComparison(print_, seen, result.status, tuple(result.changed_paths),
+                                                    result.text)
+        return result
+
+    results = list(pool().map(one, sorted(desired.items())))
+    for key, obj in sorted(live.items()):
+        if key not in desired and key not in hooks and owned_by(obj, app.name) and not _ignores_extraneous(obj) \
+                and not excluded_kind(config, app, key):
+            results.append(compare(key, obj, None))
+    return Compared(Comparison(results), new_cache, tuple(sorted(claimed)))
+
+
+def compare_one(cluster: KubeCluster, key: ResourceKey, owned: Manifest, current: Manifest | None,
+                rules: tuple[Any, ...]) -> ResourceDiff:
+    """One object: created when not live, else live against the server's dry-run of the apply."""
+    if current is None:
+        return compare(key, None, owned)
+    try:
+        predicted = cluster.apply(owned, dry_run=True)
+    except ApiError as exc:
+        return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), error=f"dry-run failed: {explain(exc)}",
+                            temporary=isinstance(exc, TemporaryError))
+    except UnknownKind as exc:
+        return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), error=f"dry-run failed: {exc}")
+    return compare(key, current, predicted, rules)
+
+
+def comparison_of(cluster: KubeCluster, app: Application, config: Config, manifests: list[Manifest]) -> Comparison:
+    """What a sync of `manifests` would change now (no cache, no inventory): the preview's question."""
+    keys = [ResourceKey.of(m) for m in plan.resources(manifests)]
+    found = list_live(cluster, app.name, keys, (), lambda key: excluded_kind(config, app, key))
+    return compare_all(cluster, app, config, manifests, found.live).comparison
+
+
+def read(cluster: KubeCluster, keys: Iterable[ResourceKey]) -> list[tuple[ResourceKey, Manifest | None]]:
+    """The objects as they are now (None: gone, or a kind no longer served), read concurrently."""
+    wanted = list(dict.fromkeys(keys))
+    if not wanted:
+        return []
+
+    def get(key: ResourceKey) -> tuple[ResourceKey, Manifest | None]:
+        try:
+            return key, cluster.get(key)
+        except UnknownKind:
+            return key, None
+
+    return list(pool().map(get, wanted))
+
+
+def missing_namespaces(cluster: KubeCluster, tasks: Iterable[plan.Task], live: Mapping[ResourceKey, Manifest],
+                       create_namespace: str) -> frozenset[str]:
+    """Namespaces the desired objects (or CreateNamespace=true) name that do not exist."""
+    wanted = {t.key.namespace for t in tasks if t.key.namespace}
+    if create_namespace:
+        wanted.add(create_namespace)
+    missing = set()
+    for ns in sorted(wanted):
+        key = ResourceKey("", "Namespace", "", ns)
+        if key in live:
+            continue
+        if cluster.get(key) is None:
+            missing.add(ns)
+    return frozenset(missing)
+
+
+def unserved(cluster: KubeCluster, tasks: Iterable[plan.Task]) -> frozenset[tuple[str, str]]:
+    """The (group, kind) of desired objects the cluster does not serve now."""
+    return frozenset(gk for gk in {(t.key.group, t.key.kind) for t in tasks} if not _served(cluster, *gk))
+
+
+def settled(live: Manifest | None, scripts: Mapping[str, str]) -> bool:
+    """The live object reads Healthy or has no health: reading it again would tell nothing."""
+    if live is None:
+        return False
+    assessed = health.assess(live, scripts)
+    return assessed is None or assessed.status is HealthStatus.HEALTHY
+
+
+def orphans(target: Target, at: str) -> dict[str, str] | None:
+    """AppProject `orphanedResources.warn`: a condition listing what no app manages in the namespace."""
+    wanted = target.project.orphaned_resources
+    namespace = target.app.destination.namespace
+    if wanted is None or not wanted.warn or not namespace:
+        return None
+    from tidecd.project import orphans as finder  # only projects that warn of orphans load it
+
+    def list_kind(group: str, kind: str) -> list[Manifest]:
+        if target.excluded_kind(ResourceKey(group, kind, "", "")):
+            return []
+        try:
+            return target.cluster.list(group, kind, namespace=namespace)
+        except (UnknownKind, ApiError):
+            return []
+
+    kinds = set(finder.KINDS) | {(t.key.group, t.key.kind) for t in target.tasks if t.key.namespace}
+    found = finder.find(list_kind, kinds, wanted)
+    if not found:
+        return None
+    return {"type": finder.CONDITION, "message": finder.message(namespace, found), "at": at}
+
+
+def _served(cluster: KubeCluster, group: str, kind: str) -> bool:
+    try:
+        cluster.resource(group, kind)
+    except UnknownKind:
+        return False
+    return True
+
+
+def _ignores_extraneous(obj: Manifest) -> bool:
+    options = plan.annotations_of(obj).get(constants.ANNOTATION_COMPARE_OPTIONS, "")
+    return constants.COMPARE_IGNORE_EXTRANEOUS in options

@@ -1,0 +1,545 @@
+"""The step's loop: observe once, then decide → execute → record until a wait outlasts the budget.
+
+`Step` holds what one reconcile call works on: its context (`StepContext`: the runtime with its cluster
+and source, the clock, the lease), the app's state it owns, the observed `Target`, the live `View` its
+writes keep current, and how it ends (`End`). Each stage is a function of another module that takes and
+returns values: `step.observe` (reads), `sync.decide` (pure), `step.execute` (cluster calls),
+`step.record` (state transitions, then one `save`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import cast
+
+import structlog
+
+from tidecd.base import constants
+from tidecd.base.clock import Clock
+from tidecd.base.errors import ClusterUnavailable, PermanentError, ProjectViolation, TemporaryError
+from tidecd.base.model import Action, ChangeEntry, ChangeSet, HealthStatus, Manifest, ResourceKey, SyncStatus
+from tidecd.clients.cluster import KubeCluster
+from tidecd.clients.store import LeaseKeeper
+from tidecd.config.load import Application
+from tidecd.diff import Comparison
+from tidecd.generated import appofapps
+from tidecd.generated import records as generated
+from tidecd.generated.appofapps import ChildCluster
+from tidecd.images import state as images_state
+from tidecd.project import windows as syncwindows
+from tidecd.runtime import Runtime
+from tidecd.source import charts
+from tidecd.state import app as app_state
+from tidecd.state.app import OperationPhase
+from tidecd.step import execute, observe, quiet, record
+from tidecd.step.desired import place, revisions_of, runtime_render, spec_hash
+from tidecd.step.observe import Target
+from tidecd.step.operation import new_operation, policy_of, sync_window
+from tidecd.sync import decide as decision
+from tidecd.sync import plan
+from tidecd.sync.apply import owned_by
+
+log = structlog.get_logger("tidecd.step.reconcile")
+POLL_INTERVAL = 0.5  # between health checks inside one step's budget
+RECHECK_AFTER = 3.0  # the next step of an operation that waits, once this step's budget is spent
+MAX_STEP_ERRORS = 3  # temporary errors in a row a running operation survives after its first write
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a step works with: the runtime (store, config, clusters, source), the app, why, whether it may
+    start an automated sync, the clock, the lease, the poll's resolved head, and its deadline."""
+
+    runtime: Runtime
+    name: str
+    reason: str
+    automate: bool
+    clock: Clock
+    keeper: LeaseKeeper | None
+    head: str
+    deadline: float
+
+
+@dataclass
+class View:
+    """The live objects as this step knows them: listed once, then kept current by its writes and reads."""
+
+    live: dict[ResourceKey, Manifest] = field(default_factory=dict)
+    prefetched: observe.Listing | None = None  # listed by the fast path, for the comparison to reuse
+    listed: observe.Listing | None = None  # the last listing (its kinds), for a digest after the writes
+    digest: str = ""
+    current: bool = False  # `live` is this step's list, kept current by its writes and reads
+    written: dict[ResourceKey, str] = field(default_factory=dict)  # identities of the objects it wrote
+
+
+@dataclass
+class End:
+    """How the step ends: when it wants its next step, whether it settled, observed, or was quiet."""
+
+    continue_after: float | None = None
+    settled: bool = False  # the last decision was "nothing to do", with nothing scheduled
+    observed: bool = False  # the observe stage ran to its end (no error)
+    quiet_hit: bool = False  # answered by the fast path: nothing is recompared, nothing is written
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Cluster facts the decision needs beside the comparison."""
+
+    unserved: frozenset[tuple[str, str]] = frozenset()
+    missing_namespaces: frozenset[str] = frozenset()
+    violations: str = ""
+
+
+class Observer:
+    """What the step knows of the app and the cluster: the `Target`, the live `View` its writes keep
+    current, the comparison and what it noted, and the facts the decision needs. Its methods call
+    `step.observe` and record what it returns on the state the step owns."""
+
+    def __init__(self, ctx: StepContext, state: app_state.AppState, changes: ChangeSet) -> None:
+        self.ctx, self.state, self.changes = ctx, state, changes
+        self.target: Target | None = None
+        self.view = View()
+        self.comparison = Comparison()
+        self.notes = record.Notes()
+        self.facts = Facts()
+        self.inputs = ""  # the quiet record's inputs digest, once computed
+
+
+    @property
+    def current(self) -> Target:
+        assert self.target is not None, "observed before the app was loaded"
+        return self.target
+
+    def naming(self) -> plan.HookNaming:
+        """generateName hooks named for the running operation (outside one, names no object has)."""
+        op, sha = self.state.operation, self.current.desired.revision
+        started = _unix(op.started_at) if op is not None and op.running else 0
+        return plan.HookNaming(op.revision if op is not None and op.running and op.revision else sha, int(started))
+
+    def quiet_path(self) -> bool:
+        """The no-op fast path (`step.quiet`). Drift or a new commit falls through to the full comparison,
+        which reuses the objects listed here."""
+        if not self.may_be_quiet():
+            return False
+        self.inputs = self.inputs_digest()
+        if not quiet.unchanged(self.state.quiet, self.inputs):
+            return False
+        found = self.list_live()
+        if found.digest != self.state.quiet.get("live"):
+            self.view.prefetched = found
+            return False
+        self.view.live = dict(found.live)
+        log.debug("nothing changed since the last comparison", app=self.ctx.name)
+        return True
+
+    def may_be_quiet(self) -> bool:
+        target, op = self.current, self.state.operation
+        return quiet.may_be_quiet(target.app, target.project, target.manifests, running=op is not None and op.running,
+                                  rebuilt=self.state.rebuilt, children=target.children is not None)
+
+    def inputs_digest(self) -> str:
+        target = self.current
+        marker = self.marker(target.app, target.desired.revision)
+        return quiet.inputs_digest(quiet.Inputs(self.ctx.automate, target.desired.revision, marker,
+                                                target.app, target.project, target.config, target.manifests))
+
+    def marker(self, app: Application, revision: str) -> str:
+        """What an automated sync of the revision records (`images.state.sync_marker`)."""
+        return images_state.sync_marker(self.ctx.runtime.store, app, revision, spec_hash(app))
+
+    def list_live(self) -> observe.Listing:
+        target = self.current
+        desired = [ResourceKey.of(m) for m in plan.resources(target.manifests)]
+        found = observe.list_live(target.cluster, target.name, desired,
+                                  [k for k, _ in self.state.inventory_keys()], target.excluded_kind)
+        self.view.listed, self.view.digest = found, found.digest
+        return found
+
+    def compare(self) -> None:
+        """Compare (reusing a listing this step made), adopt from Argo CD when asked, record what was seen."""
+        target, view = self.current, self.view
+        record.remember_writes(self.state, target, view.written)
+        found = view.prefetched if view.prefetched is not None else self.list_live()
+        view.prefetched = None
+        compared = self.compare_with(found)
+        source = target.app.annotation(constants.ANNOTATION_ADOPT_FROM_ARGOCD).strip()
+        if compared.claimed and source:
+            adopted = execute.adopt_from_argocd(self.ctx.runtime.cluster(target.app.destination), target, source)
+            self.notes = dataclasses.replace(self.notes, adoption_refused=adopted.refused)
+            if not adopted.refused:
+                for entry in adopted.entries:
+                    self.changes.add(entry)
+                waves = {t.key: t.wave for t in target.tasks if not t.hook}
+                keys = [ResourceKey.of(m) for m in plan.resources(target.manifests)]
+                self.state.set_inventory([*self.state.inventory_keys(), *((k, waves.get(k, 0)) for k in keys)])
+                compared = self.compare_with(self.list_live())
+        view.current = True
+        for key in target.hook_keys:
+            view.live.pop(key, None)
+        self.reread(target.hook_keys)
+        self.comparison = compared.comparison
+        now = app_state.now_iso()
+        self.notes = dataclasses.replace(self.notes, claimed=compared.claimed, orphans=observe.orphans(target, now))
+        record.observed(self.state, target, self.comparison, view.live, self.notes, now)
+
+    def compare_with(self, found: observe.Listing) -> observe.Compared:
+        target = self.current
+        compared = observe.compare_all(target.cluster, target.app, target.config, target.manifests, found.live,
+                                       hooks=frozenset(target.hook_keys), cache=self.state.comparison_cache)
+        self.state.comparison_cache = dict(compared.cache)
+        self.view.live = dict(found.live)
+        return compared
+
+    def reread(self, keys: Iterable[ResourceKey]) -> None:
+        for key, found in observe.read(self.current.cluster, keys):
+            if found is None:
+                self.view.live.pop(key, None)
+            else:
+                self.view.live[key] = found
+
+    def observation(self) -> decision.Observation:
+        target, resources, facts = self.current, self.comparison.resources, self.facts
+        return decision.Observation(
+            app=target.name, revision=target.desired.revision, tasks=target.tasks, live=dict(self.view.live),
+            out_of_sync=frozenset(r.key for r in resources if r.status is not SyncStatus.SYNCED),
+            dry_run_errors={r.key: r.error for r in resources if r.error.startswith("dry-run failed")},
+            inventory=tuple(i for i in self.state.inventory_keys() if not target.excluded_kind(i[0])),
+            unserved=facts.unserved, missing_namespaces=facts.missing_namespaces, violations=facts.violations,
+            synced=self.comparison.status is SyncStatus.SYNCED,
+            auto_synced=self.state.auto_synced == self.marker(target.app, target.desired.revision),
+            automated_disabled=self.state.automated_disabled, now=self.ctx.clock.now(),
+            health_scripts=target.health_scripts,
+        )
+
+    def windowed(self, policy: decision.Policy) -> decision.Policy:
+        """An automated sync the project's syncWindows block now does not start: a condition says why, and the
+        poll's next refresh after the window opens starts it. A running operation goes on."""
+        op = self.state.operation
+        if not policy.automated or (op is not None and op.running):
+            return policy
+        blocked = sync_window(self.current.config, self.current.app, manual=False, now=self.ctx.clock.now())
+        if not blocked:
+            return policy
+        if self.comparison.status is not SyncStatus.SYNCED:
+            self.state.conditions.append({"type": syncwindows.CONDITION, "message": blocked,
+                                          "at": app_state.now_iso()})
+        return dataclasses.replace(policy, automated=False)
+
+    def saw(self, done: execute.Executed) -> None:
+        for key, found in done.read:
+            if found is None:
+                self.view.live.pop(key, None)
+            else:
+                self.view.live[key] = found
+
+
+class Step:
+    """One reconcile call's work (see the module docstring)."""
+
+    def __init__(self, ctx: StepContext) -> None:
+        self.ctx = ctx
+        self.state, generation = app_state.load(ctx.runtime.store, ctx.name)
+        self.saved = record.Saved.loaded(self.state, generation)
+        self.seen_status = (self.state.sync_status, self.state.health)
+        self.app: Application | None = None
+        self.changes = ChangeSet()
+        self.eye = Observer(ctx, self.state, self.changes)
+        self.end = End()
+
+    # -- the step -------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Observe and advance; a problem becomes a condition (and fails or postpones a running operation)."""
+        try:
+            self.observe_and_advance()
+        except TemporaryError as exc:
+            self.problem("ComparisonError", str(exc))
+            op = self.state.operation
+            if op is not None and op.running:
+                # Before its first write, or after repeated failures, the operation fails (an automated one
+                # is retried with its backoff); mid-way, a passing blip only postpones the next step.
+                if isinstance(exc, ClusterUnavailable) or not op.checked or op.step_errors >= MAX_STEP_ERRORS:
+                    suffix = " (nothing pruned; will retry)" if isinstance(exc, ClusterUnavailable) else ""
+                    self.finish(OperationPhase.FAILED, f"{exc}{suffix}")
+                else:
+                    op.step_errors += 1
+                    self.end.continue_after = exc.delay
+        except PermanentError as exc:
+            self.problem("InvalidSpecError" if isinstance(exc, ProjectViolation) else "ComparisonError", str(exc))
+            op = self.state.operation
+            if op is not None and op.running:
+                op.retryable = False
+                self.finish(OperationPhase.FAILED, str(exc))
+        if self.end.quiet_hit:
+            return
+        self.state.reconciled_at = app_state.now_iso()
+        self.end.continue_after = record.follow_health(self.state, self.end.continue_after, self.ctx.clock.now())
+        self.state.quiet = self.quiet_record()
+        self.save()
+
+    def observe_and_advance(self) -> None:
+        ctx, runtime = self.ctx, self.ctx.runtime
+        app: Application = runtime.app(ctx.name)
+        self.app = app
+        config = runtime.config()
+        project = config.projects[app.project]
+        from tidecd.project import rules  # the AppProject rules
+
+        problems = rules.check_source(project, app) + rules.check_destination(project, app.destination)
+        if problems:
+            raise ProjectViolation(project.name, problems)
+        op = self.state.operation
+        running = op is not None and op.running
+        pinned = op.revision if op is not None and running else ""  # a multi-source one: each source's, joined
+        if not running and len(ctx.head) == 40 and not app.sources and charts.kind_of(app.source) == charts.GIT:
+            pinned = ctx.head  # resolved by this tick's ls-remote of the repository
+        warnings: list[str] = []
+        sha, manifests = runtime_render(runtime)(runtime, app, pinned, warnings)
+        if op is not None and op.running and not op.revision:
+            op.revision = sha
+        if op is not None and op.running and not op.revisions:
+            op.revisions = revisions_of(app, op.revision)
+        cluster = runtime.cluster(app.destination)
+        children = None
+        if app.annotation(appofapps.ANNOTATION_MODE) != "apply":  # Application objects become child apps
+            children = ChildCluster(cluster, runtime.store, app.name)
+            cluster = cast(KubeCluster, children)  # the same calls; it hands every other kind on
+        desired = place(cluster, config.argo_settings, app, sha, manifests, tuple(warnings))
+        self.eye.target = Target(app, project, config, cluster, children, desired)
+        self.eye.notes = record.Notes(desired.warnings, tuple(desired.excluded))
+        if self.eye.quiet_path():
+            self.end.quiet_hit = True
+            return
+        self.eye.target = self.eye.target.planned(self.eye.naming())
+        self.advance(self.observed_facts())
+        if generated.is_deleting(app):
+            self.forget_when_gone()
+        self.end.observed = True
+
+    def observed_facts(self) -> decision.Policy:
+        """The comparison and the cluster facts; the policy the decision then follows."""
+        target = self.eye.current
+        app = target.app
+        violations = ""
+        try:
+            from tidecd.project import rules
+
+            # an app of apps' children are not objects in a cluster: `generated.merge` scopes them instead
+            # (a child may use only what the parent's project allows)
+            checked = target.manifests if target.children is None else [
+                m for m in target.manifests if not appofapps.is_child_object(m)]
+            rules.enforce(target.project, app, checked, target.desired.namespaced)
+        except ProjectViolation as exc:
+            violations = str(exc)
+        self.eye.compare()
+        if self.state.rebuilt:
+            self.state.set_inventory([(k, 0) for k, obj in self.eye.view.live.items()
+                                      if owned_by(obj, app.name) and k not in target.hook_keys])
+        self.eye.facts = Facts(observe.unserved(target.cluster, target.tasks),
+                           observe.missing_namespaces(target.cluster, target.tasks, self.eye.view.live,
+                                                      policy_of(app).create_namespace), violations)
+        op = self.state.operation
+        if op is not None and op.running:
+            op.step_errors = 0  # observed fine: earlier blips are forgiven
+        # a generated app being deleted is pruned whatever the windows say (Argo CD never blocks deletion)
+        deleting = generated.is_deleting(app)
+        policy = policy_of(app) if deleting else self.eye.windowed(policy_of(app))
+        return policy if self.ctx.automate or deleting else dataclasses.replace(policy, automated=False)
+
+    def advance(self, policy: decision.Policy) -> None:
+        """Decide → execute → record → save while the steps need no waiting, within the budget."""
+        ctx, first = self.ctx, True
+        while True:
+            found = decision.decide(self.eye.observation(), self.state.operation, policy)
+            record.decided(self.state.operation, found)
+            step = found.step
+            if isinstance(step, decision.Nothing):
+                if step.retry_at is not None:
+                    self.end.continue_after = max(0.0, step.retry_at - ctx.clock.now())
+                self.end.settled = step.retry_at is None
+                break
+            if isinstance(step, decision.Refuse):
+                self.problem("SyncError", step.message, unknown=False)
+                break
+            if isinstance(step, decision.Wait):
+                if ctx.clock.monotonic() + POLL_INTERVAL > ctx.deadline:
+                    self.end.continue_after = RECHECK_AFTER
+                    break
+                ctx.clock.pause(POLL_INTERVAL)  # the bounded in-budget health poll
+                self.eye.reread(step.keys)
+                continue
+            if not first and ctx.clock.monotonic() > ctx.deadline:
+                self.end.continue_after = 0.0  # more work, no waiting: go on in the next call
+                break
+            first = False
+            record.fence(ctx.runtime.store, ctx.name, self.saved, ctx.keeper)
+            self.act(step)
+            if isinstance(step, decision.Finish | decision.Terminate):
+                self.after_finish(policy)
+                break
+
+    def after_finish(self, policy: decision.Policy) -> None:
+        """The comparison after the operation ended, and whether nothing more is to do (a quiet record)."""
+        op = self.state.operation
+        if op is not None and op.dry_run:
+            return
+        view = self.eye.view
+        if view.current and view.listed is not None:
+            # this step listed the app's kinds and has seen every write since: no second list
+            live = {k: v for k, v in view.live.items() if k not in self.eye.current.hook_keys}
+            view.prefetched = observe.listing(live, view.listed.kinds, view.listed.unserved)
+            view.digest = view.prefetched.digest
+        self.eye.compare()
+        after = decision.decide(self.eye.observation(), self.state.operation, policy).step
+        # nothing more to do from here (pure; nothing runs): this step's record is a quiet one
+        self.end.settled = isinstance(after, decision.Nothing) and after.retry_at is None
+
+    # -- execute and record ------------------------------------------------------------------------------
+
+    def act(self, step: decision.Step) -> None:
+        """Run one decided step (`step.execute`), record what it did, save (a finish saves after the
+        comparison that follows, so no reader sees the end beside the old status)."""
+        op, target = self.state.operation, self.eye.current
+        if isinstance(step, decision.StartOperation):
+            sha = target.desired.revision
+            self.state.operation = new_operation(target.app, prune=step.prune, initiated_by="automated",
+                                                 automated=True, retry_count=step.retry_count, resolved=sha)
+            log.info("automated sync", app=target.name, revision=sha[:12], retry=step.retry_count)
+            self.eye.target = target.planned(self.eye.naming())  # generateName hooks are named for this operation
+            self.save()
+            return
+        assert op is not None
+        if isinstance(step, decision.CreateNamespace):
+            execute.create_namespace(target, step)
+            self.eye.facts = dataclasses.replace(self.eye.facts,
+                                             missing_namespaces=self.eye.facts.missing_namespaces - {step.namespace})
+        elif isinstance(step, decision.DryRun):
+            self.dry_run(step)
+        elif isinstance(step, decision.DeleteHooks):
+            self.eye.saw(execute.delete_hooks(target, step))
+        elif isinstance(step, decision.RunTasks):
+            self.run_tasks(step)
+        elif isinstance(step, decision.Prune):
+            if step.candidates and step.enabled and not step.dry_run:
+                self.eye.view.current = False  # deletions are not in the view: the comparison after lists again
+            done = execute.prune_step(target, step)
+            self.add(done.entries)
+            record.pruned(op, step, done)
+        elif isinstance(step, decision.StartSyncFail):
+            op.failure = step.message
+        elif isinstance(step, decision.Terminate):
+            self.eye.view.current = False
+            execute.terminate(target, step.hooks)
+            self.finish(OperationPhase.FAILED, "Operation terminated")
+        elif isinstance(step, decision.Finish):
+            self.finish(step.phase, step.message)
+        if isinstance(step, decision.Finish | decision.Terminate) and not op.dry_run:
+            return
+        self.save()
+
+    def dry_run(self, step: decision.DryRun) -> None:
+        op = self.state.operation
+        assert op is not None
+        out_of_sync = {r.key for r in self.eye.comparison.resources if r.status is not SyncStatus.SYNCED}
+        done = execute.dry_run(self.eye.current, step, self.eye.view.live, out_of_sync, operation_dry_run=op.dry_run)
+        temporary = {r.key for r in self.eye.comparison.resources if r.temporary}
+        known = [ChangeEntry(key, Action.FAILED, message, temporary=key in temporary)
+                 for key, message in step.known_failures]
+        shown, failure = record.dry_run(op, done, known)
+        self.add(shown)
+        if failure:
+            self.finish(OperationPhase.FAILED, failure)
+
+    def run_tasks(self, step: decision.RunTasks) -> None:
+        op, target, view = self.state.operation, self.eye.current, self.eye.view
+        assert op is not None
+        if record.hooks_intended(op, step):
+            self.save()
+        out_of_sync = {r.key for r in self.eye.comparison.resources if r.status is not SyncStatus.SYNCED}
+
+        def written(key: ResourceKey, result: Manifest) -> None:
+            view.written[key] = target.identity(result)
+
+        done = execute.run_tasks(target, step, view.live, out_of_sync, op.id, written)
+        self.add(done.entries)
+        record.ran(op, done)
+        # An object is live as written (or, unchanged, as this step listed it): only those whose health
+        # is not yet Healthy are read again, since a controller may have moved their status since. No GET
+        # for a ConfigMap, a Service, a ServiceAccount...
+        view.live.update(done.written)
+        self.eye.reread([t.key for t in step.tasks
+                     if not observe.settled(view.live.get(t.key), target.health_scripts)])
+
+    def add(self, entries: Iterable[ChangeEntry]) -> None:
+        for entry in entries:
+            self.changes.add(record.with_diff(entry, self.eye.comparison))
+
+    def finish(self, phase: OperationPhase, message: str) -> None:
+        op, app = self.state.operation, self.app
+        assert op is not None
+        automated_success = op.automated and phase is OperationPhase.SUCCEEDED and not op.dry_run
+        marker = self.eye.marker(app, op.revision) if automated_success and app is not None else ""
+        policy = policy_of(app) if app is not None else decision.Policy(retry_limit=0)
+        end = record.Finished(self.eye.target, app, marker, policy, dict(self.eye.view.written), self.ctx.clock.now(),
+                              app_state.now_iso())
+        delay = record.finish(self.state, op, phase, message, end)
+        if op.dry_run:
+            return
+        images_state.on_deployed(self.ctx.runtime.store, self.ctx.name, op.id)  # which image override it deployed
+        if delay is not None:
+            self.end.continue_after = delay
+        log.info("sync finished", app=self.ctx.name, operation=op.id, phase=op.phase, message=op.message,
+                 automated=op.automated)
+
+    def problem(self, kind: str, message: str, *, unknown: bool = True) -> None:
+        record.condition(self.state, kind, message, app_state.now_iso(), unknown=unknown)
+        log.warning("reconcile problem", app=self.ctx.name, condition=kind, message=message)
+
+    def forget_when_gone(self) -> None:
+        """A generated app being deleted leaves its owner's record once it owns nothing any more."""
+        name = self.ctx.name
+        owner = self.ctx.runtime.config().owners.get(name)
+        op = self.state.operation
+        if owner is None or (op is not None and op.running) or self.state.inventory_keys() \
+                or self.eye.comparison.resources:
+            return
+        generated.forget(self.ctx.runtime.store, owner, name)
+        log.info("generated app deleted", app=name, owner=owner)
+
+    def save(self) -> None:
+        op, state = self.state.operation, self.state
+        settled = not (op is not None and op.running) and state.health is not HealthStatus.PROGRESSING
+        self.saved = record.save(self.ctx.runtime.store, state, self.saved,
+                                 settled=settled and self.end.continue_after is None)
+
+    def quiet_record(self) -> dict[str, str]:
+        """What the next no-op compares, when this step ended settled and its result followed only from
+        inputs and live objects (else nothing: the next step compares in full)."""
+        end, notes = self.end, self.eye.notes
+        if not (end.observed and end.settled and self.eye.view.digest and end.continue_after is None
+                and self.state.health is not HealthStatus.PROGRESSING and not notes.claimed
+                and not notes.adoption_refused and self.eye.may_be_quiet()):
+            return {}
+        return quiet.record(self.eye.inputs or self.eye.inputs_digest(), self.eye.view.digest)
+
+    def touched(self) -> tuple[str, ...]:
+        """Other apps to refresh: child apps this step changed, and a parent whose child's status moved
+        (its waves wait on it, and its resource list shows it)."""
+        children = self.eye.target.children if self.eye.target is not None else None
+        parent: list[str] = []
+        if (self.state.sync_status, self.state.health) != self.seen_status:
+            owner = self.ctx.runtime.config().owners.get(self.ctx.name, "")
+            if generated.owner_kind(owner) == "Application":
+                parent = [generated.owner_name(owner)]
+        return tuple(dict.fromkeys([*(children.touched if children else ()), *parent]))
+
+
+def _unix(iso: str) -> int:
+    try:
+        return int(datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return 0
