@@ -437,8 +437,7 @@ def _no_user_namespaces(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
-    tool._unshare_problem.cache_clear()
-    monkeypatch.setattr(tool, "_reported", set())
+    tool.forget_sandbox_status()
 
 
 def test_without_user_namespaces_the_confinement_check_alone_keeps_renders_off_the_network(
@@ -480,4 +479,4 @@ def test_without_user_namespaces_the_confinement_check_alone_keeps_renders_off_t
             tool.run(build_argv(app), what="kustomize build app", cwd=app, home=tmp_path, timeout=60)
         assert seen, "without a namespace loopback is reachable: the confinement check is the only guard"
     finally:
-        tool._unshare_problem.cache_clear()
+        tool.forget_sandbox_status()

@@ -176,10 +176,10 @@ def test_script_for_picks_exact_keys_before_globs() -> None:
     assert script_for(scripts, "apps", "Deployment") is None
 
 
-def test_a_script_that_spent_its_budget_is_not_run_again_for_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_script_that_spent_its_budget_is_not_run_again_for_a_while() -> None:
     from tidecd.health import lua
 
-    monkeypatch.setattr(lua, "_spent", {})
+    lua.forget_spent_scripts()
     script = "local n = 0 while true do n = n + 1 end"
     budget = Budget(max_instructions=1_000_000)
     first = run(script, budget=budget)

@@ -133,6 +133,12 @@ class _ScriptFailed(Exception):
         self.spent = spent
 
 
+def forget_spent_scripts() -> None:
+    """Let every script that spent its budget run again at once (tests; a process otherwise waits out
+    SPENT_COOLDOWN)."""
+    _spent.clear()
+
+
 def script_for(scripts: Mapping[str, str], group: str, kind: str) -> tuple[str, str] | None:
     """(key, script) of the customization for this kind: the exact key first, then a glob key (as
     Argo CD's `*.crossplane.io/*`). Core kinds are keyed "Kind" in Argo CD; "/Kind" is accepted too."""

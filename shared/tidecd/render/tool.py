@@ -106,6 +106,14 @@ def report_sandbox() -> SandboxStatus:
     return status
 
 
+def forget_sandbox_status() -> None:
+    """Probe `unshare` again and report the next outcome anew (a test that changes PATH or the kernel's
+    answer; a process otherwise probes once)."""
+    _unshare_problem.cache_clear()
+    with _report_lock:
+        _reported.clear()
+
+
 def sandbox_prefix() -> list[str]:
     """`unshare --net --map-root-user` where the kernel lets us (a network namespace of our own), else []."""
     return list(report_sandbox().prefix)
