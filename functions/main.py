@@ -137,7 +137,7 @@ def api(request: Request) -> Response:
         from tidecd.ui import web
 
         request.max_content_length = limit  # it reads its own (form) body: werkzeug refuses more
-        return web.respond(request, _runtime())  # type: ignore[no-any-return]
+        return web.respond(request, _runtime())
     body = _body(request, limit)
     if body is None:
         return _too_large(limit, "TIDECD_MAX_API_BYTES")

@@ -8,9 +8,10 @@ field); evaluation errors on one object leave that object unchanged, as Argo CD 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, TypeVar
 
 MAX_EXPRESSION = 2000
+_J = TypeVar("_J")  # a JSON value: paths are deleted from it, its kind stays
 
 
 @functools.lru_cache(maxsize=256)
@@ -29,7 +30,7 @@ def compile_path(expression: str) -> Any:
         raise ValueError(f"invalid jq path expression {expression!r}: {_first_line(exc)}") from None
 
 
-def delete_paths(obj: Any, expressions: tuple[str, ...]) -> Any:
+def delete_paths(obj: _J, expressions: tuple[str, ...]) -> _J:
     """`obj` with every path the expressions select removed (a new object; `obj` is not changed)."""
     for expression in expressions:
         try:

@@ -123,7 +123,7 @@ def update(store: ObjectStore, app: str, fn: Callable[[ImagesState], None]) -> I
     """Read-modify-write with a generation precondition; `fn` mutates the state it is given."""
     result: list[ImagesState] = []
 
-    def change(current: Any) -> Any:
+    def change(current: Any) -> dict[str, Any]:
         state = ImagesState.from_json(current, app)
         fn(state)
         result[:] = [state]

@@ -36,6 +36,7 @@ import dataclasses
 import datetime
 import enum
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -394,7 +395,7 @@ def _known(cls: type[Any], data: dict[str, Any]) -> tuple[dict[str, Any], dict[s
     return ({k: v for k, v in data.items() if k in names}, {k: v for k, v in data.items() if k not in names})
 
 
-def _one(build: Any, value: Any) -> Any:
+def _one(build: Callable[[Any], T], value: Any) -> T | None:
     try:
         return build(value)
     except (TypeError, ValueError, KeyError, AttributeError):

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import jinja2  # loaded with flask by every function already: nothing to save by deferring it
+
 from tidecd.base.errors import NotFound, TidecdError
 from tidecd.runtime import Runtime
 from tidecd.ui import actions, auth, diffview, tree, views
@@ -119,9 +121,7 @@ def _redirect(location: str, *extra: tuple[str, str]) -> Page:
 # -- rendering --------------------------------------------------------------------------------------------
 
 @cache
-def environment() -> Any:
-    import jinja2
-
+def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True,
                              trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     env.globals.update(static=static_url, commit_url=views.commit_url, short=_short, NOTICES=actions.NOTICES)
