@@ -20,7 +20,8 @@ from tidecd.clients.cluster import KubeCluster
 from tidecd.clients.store import LocalStore
 from tidecd.runtime import Runtime, Settings
 from tidecd.state import app as app_state
-from tidecd.step.reconcile import Outcome, reconcile
+from tidecd.step.reconcile import Outcome
+from tidecd.triggers.dispatch import reconcile_step
 from tidecd.usecases.commands import SyncRequest, start_operation
 from tidecd_dev.devcluster import DevCluster
 
@@ -98,7 +99,7 @@ class GitOps:
             start_operation(runtime, real, request)
         changes = ChangeSet()
         while True:
-            outcome = reconcile(runtime, real, automate=automate, budget=budget)
+            outcome = reconcile_step(runtime, real, automate=automate, budget=budget)  # as every caller: notified
             changes.entries.extend(outcome.changes.entries)
             op = outcome.state.operation if outcome.state else None
             running = op is not None and op.running
