@@ -456,3 +456,22 @@ def test_a_refused_chart_is_a_condition_on_the_app_and_is_not_fetched_again(
             "chart web 1.0.0: expanded size: over the limit of 8,388,608 bytes (TIDECD_MAX_ARCHIVE_BYTES)"), body
     assert len(repo.auth_on("/web-1.0.0.tgz")) == 1 and sum(
         p == "/web-1.0.0.tgz" for p, _ in repo.seen) == 1, "the refusal is recorded: not fetched again"
+
+
+def test_an_index_with_an_alias_bomb_or_deep_nesting_costs_no_more_than_its_text() -> None:
+    from tests.unit.test_limits import alias_bomb
+
+    bomb = "".join(f"    {line}\n" for line in alias_bomb().splitlines())
+
+    def index(depth: int) -> bytes:
+        deep = "[" * depth + "]" * depth
+        return (f"apiVersion: v1\nentries:\n  web:\n  - name: web\n    version: 1.0.0\n    urls: [web.tgz]\n"
+                f"    annotations:\n{bomb}    deep: {deep}\n  - version: 2.0.0\n    urls: [*a]\n").encode()
+
+    cost, failure = measured(lambda: helmrepo.parse_index(index(500), "https://charts.example.com"))
+    assert failure is None and cost.peak_mib < 16 and cost.seconds < 10, (failure, cost)
+    parsed = helmrepo.parse_index(index(500), "https://charts.example.com")
+    assert [(v.version, v.urls) for v in parsed["web"]] == [("1.0.0", ("web.tgz",)), ("2.0.0", ())]  # aliases unread
+    cost, failure = measured(lambda: helmrepo.parse_index(index(100_000), "https://charts.example.com"))
+    assert isinstance(failure, SourceUnavailable) and "not a valid helm repository index" in str(failure)
+    assert cost.peak_mib < 16 and cost.seconds < 10, cost  # libyaml itself stops past 1,000 levels

@@ -17,6 +17,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
@@ -208,20 +209,34 @@ def _stored_index(store: ObjectStore, key: str) -> Index | None:
 
 
 def parse_index(data: bytes, repo_url: str = "") -> dict[str, list[ChartVersion]]:
+    """The charts of an index: name → versions (`version`, `digest`, `urls` of each entry; the rest of an
+    entry, most of a big index, is skipped).
 
+    Composing a big index as YAML took minutes (60 MB: 141 s and 1.2 GB); only four fields of it are used.
+    So the YAML event stream is walked once and only those fields are kept: libyaml's parser makes the
+    events without recursion, nothing is composed, and an alias is never expanded (a value that is an alias
+    is ignored), so neither an alias bomb nor deep nesting costs more than the text's own size. An index in
+    JSON (JSON is YAML; some repositories publish it so) is read by the JSON parser instead, faster still.
+    A value counts as YAML would type it: a `version: 1.0` is a float to YAML, and not a version here."""
     shown = index_url(redact_repo_url(repo_url)) if repo_url else "index.yaml"
     try:
         text = data.decode("utf-8-sig")
-        limits.check_yaml(text, shown)  # alias bombs and deep nesting are refused before parsing
-        doc: Any = yaml.load(text, Loader=limits.SafeLoader)  # noqa: S506 - a SafeLoader
     except UnicodeDecodeError:
         raise SourceUnavailable(f"{shown}: not UTF-8 text") from None
-    except yaml.YAMLError:
+    if text.lstrip().startswith("{"):
+        with contextlib.suppress(ValueError, RecursionError):
+            return _from_json(json.loads(text), shown)
+    try:
+        return _from_events(iter(yaml.parse(text, Loader=limits.SafeLoader)), shown)
+    except (yaml.YAMLError, StopIteration):
         raise SourceUnavailable(f"{shown}: not a valid helm repository index (YAML)") from None
+
+
+def _from_json(doc: Any, shown: str) -> Index:
     entries = doc.get("entries") if isinstance(doc, dict) else None
     if not isinstance(entries, dict):
         raise SourceUnavailable(f"{shown}: not a helm repository index (no entries)")
-    out: dict[str, list[ChartVersion]] = {}
+    out: Index = {}
     for name, versions in entries.items():
         for entry in versions if isinstance(versions, list) else []:
             if not isinstance(entry, dict) or not isinstance(entry.get("version"), str):
@@ -230,6 +245,91 @@ def parse_index(data: bytes, repo_url: str = "") -> dict[str, list[ChartVersion]
             digest = str(entry["digest"]) if isinstance(entry.get("digest"), str) else ""
             out.setdefault(str(name), []).append(ChartVersion(str(name), entry["version"], digest.lower(), urls))
     return out
+
+
+_OPEN = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+_CLOSE = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+_STR = "tag:yaml.org,2002:str"
+
+
+def _skip(events: Iterator[Any], first: Any) -> None:
+    """Pass over the node that starts with `first` (a loop, not recursion: any depth costs nothing)."""
+    depth = 1 if isinstance(first, _OPEN) else 0
+    while depth:
+        event = next(events)
+        depth += 1 if isinstance(event, _OPEN) else -1 if isinstance(event, _CLOSE) else 0
+
+
+def _text(event: Any) -> str | None:
+    """A scalar event's value when YAML would load it as a string (a plain `1.0` is a float); else None."""
+    if not isinstance(event, yaml.ScalarEvent):
+        return None
+    if event.tag is not None and event.tag not in ("!", _STR):
+        return None
+    if event.implicit[0] and _RESOLVER.resolve(yaml.ScalarNode, event.value, (True, False)) != _STR:  # type: ignore[no-untyped-call]
+        return None
+    return str(event.value)
+
+
+def _pairs(events: Iterator[Any]) -> Iterator[tuple[str | None, Any]]:
+    """(key, first event of the value) of the mapping being read, up to its end; the caller reads or skips
+    each value. A key that is not a plain scalar is skipped and given as None."""
+    while not isinstance(key := next(events), yaml.MappingEndEvent):
+        if not isinstance(key, yaml.ScalarEvent):
+            _skip(events, key)
+        yield (key.value if isinstance(key, yaml.ScalarEvent) else None), next(events)
+
+
+def _from_events(events: Iterator[Any], shown: str) -> Index:
+    while not isinstance(root := next(events), yaml.MappingStartEvent | yaml.SequenceStartEvent
+                         | yaml.ScalarEvent | yaml.AliasEvent | yaml.StreamEndEvent):
+        pass
+    out: Index = {}
+    found = False
+    for key, value in _pairs(events) if isinstance(root, yaml.MappingStartEvent) else iter(()):
+        if key != "entries" or not isinstance(value, yaml.MappingStartEvent):
+            _skip(events, value)
+            continue
+        found = True
+        for name, versions in _pairs(events):
+            if name is None or not isinstance(versions, yaml.SequenceStartEvent):
+                _skip(events, versions)
+                continue
+            while not isinstance(item := next(events), yaml.SequenceEndEvent):
+                if not isinstance(item, yaml.MappingStartEvent):
+                    _skip(events, item)
+                    continue
+                entry = _entry(events, name)
+                if entry is not None:
+                    out.setdefault(name, []).append(entry)
+    if not found:
+        raise SourceUnavailable(f"{shown}: not a helm repository index (no entries)")
+    return out
+
+
+def _entry(events: Iterator[Any], name: str) -> ChartVersion | None:
+    version: str | None = None
+    digest = ""
+    urls: list[str] = []
+    for key, value in _pairs(events):
+        if key == "version":
+            version = _text(value)
+        elif key == "digest":
+            digest = (_text(value) or "").lower()
+        elif key == "urls" and isinstance(value, yaml.SequenceStartEvent):
+            urls = []
+            while not isinstance(url := next(events), yaml.SequenceEndEvent):
+                if (text := _text(url)) is not None:
+                    urls.append(text)
+                else:
+                    _skip(events, url)
+            continue
+        if not isinstance(value, yaml.ScalarEvent | yaml.AliasEvent):
+            _skip(events, value)
+    return ChartVersion(name, version, digest, tuple(urls)) if version is not None else None
+
+
+_RESOLVER = yaml.resolver.Resolver()
 
 
 def refs_of(index: dict[str, list[ChartVersion]]) -> dict[str, str]:
