@@ -193,7 +193,7 @@ class _Reader:
     def error(self, key: str, message: str) -> None:
         self.problems.append(f"{self.origin}: ConfigMap/{ARGOCD_CM}: data.{key}: {message}")
 
-    def yaml(self, key: str, text: str) -> Any:
+    def yaml(self, key: str, text: str) -> object:
         try:
             limits.check_yaml(text, f"{self.origin}: data.{key}")
             return yaml.load(text, Loader=limits.SafeLoader)  # noqa: S506 - a SafeLoader subclass

@@ -15,7 +15,7 @@ import zoneinfo
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import yaml
 
@@ -49,6 +49,10 @@ from tidecd.config.model import (
 
 # ---------------------------------------------------------------------------------------------------
 # Typed reading of one user object
+
+
+_V = TypeVar("_V")  # the types a field is checked to be
+_W = TypeVar("_W")
 
 
 @dataclass
@@ -123,7 +127,15 @@ class Node:
         close = difflib.get_close_matches(key, keys.allowed, n=1)
         self.error(key, "unknown field" + (f" (did you mean {close[0]}?)" if close else ""))
 
-    def get(self, key: str, types: tuple[type, ...], expected: str, required: bool = False) -> Any:
+    @overload
+    def get(self, key: str, types: tuple[type[_V]], expected: str, required: bool = False) -> _V | None: ...
+
+    @overload
+    def get(self, key: str, types: tuple[type[_V], type[_W]], expected: str,
+            required: bool = False) -> _V | _W | None: ...
+
+    def get(self, key: str, types: tuple[type, ...], expected: str, required: bool = False) -> object:
+        """The field when it is one of `types` (a bool is no number); None, with the error recorded, otherwise."""
         value = self.data.get(key)
         if value is None:
             if required:
