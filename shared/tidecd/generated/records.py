@@ -203,7 +203,7 @@ def _merge_record(config: Config, record: Mapping[str, Any], owner: str, written
         config.owners[name] = owner
 
 
-def _parse(doc: Any, origin: str, kind: str, config: Config, problems: list[str] | None = None) -> Any:
+def _parse(doc: Any, origin: str, kind: str, config: Config, problems: list[str] | None = None) -> object:
     if not isinstance(doc, Mapping) or (doc.get("apiVersion"), doc.get("kind")) != (ARGO_VERSION, kind):
         if problems is not None:
             problems.append(f"{origin}: expected an {ARGO_VERSION} {kind}")

@@ -13,7 +13,7 @@ from typing import Any
 from tidecd.base.model import HealthResult, HealthStatus, Manifest
 
 
-def get(obj: Manifest, *path: str) -> Any:
+def get(obj: Manifest, *path: str) -> object:
     """The value at `path` (dict keys), or None when any step is missing or not a mapping."""
     node: Any = obj
     for part in path:
