@@ -183,6 +183,7 @@ class FakeOutcome:
     skipped: str = ""
     continue_after: float | None = None
     refresh: tuple[str, ...] = ()
+    deployed: str = ""
 
 
 class FakeEngine:

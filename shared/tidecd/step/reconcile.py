@@ -29,7 +29,7 @@ from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
 from tidecd.step.quiet import live_digest
 from tidecd.step.record import HEALTH_RECHECK_AFTER
-from tidecd.step.stepping import Step, StepContext
+from tidecd.step.stepping import Step, StepContext, touched
 
 __all__ = ["ALREADY_RUNNING", "HEALTH_RECHECK_AFTER", "LEASE_TTL", "Outcome", "live_digest", "reconcile", "step"]
 
@@ -50,6 +50,7 @@ class Outcome:
     changes: ChangeSet = field(default_factory=ChangeSet)
     refresh: tuple[str, ...] = ()  # other apps this step changed (an app of apps' children): refresh them
     unchanged: bool = False  # answered by the no-op fast path: nothing it compares changed since the last step
+    deployed: str = ""  # the operation this step ended (not a dry run): the image updater records what it deployed
 
 
 def reconcile(runtime: Runtime, name: str, *, reason: str = "", budget: float = 10.0, automate: bool = True,
@@ -96,6 +97,6 @@ def step(ctx: StepContext) -> Outcome:
              revision=state.revision[:12], operation=state.operation.phase if state.operation else "",
              continue_after=end.continue_after)
     return Outcome(ctx.name, state, changes=work.changes, continue_after=end.continue_after,
-                   refresh=work.touched())
+                   refresh=touched(work), deployed=end.deployed)
 
 

@@ -2,8 +2,10 @@
 
 The transitions take the state the step owns (loaded at its start, never shared) and what observe and
 execute returned, and read nothing else: no cluster, no store, no clock but the `now` they are given.
-`save` is the one write: a generation precondition (a lost race raises PreconditionFailed and the step
-re-reads), fenced by the app's lease.
+They change that state in place rather than returning a copy: an AppState holds the comparison cache and
+every task result, and a copy per transition would cost a deep copy several times per step. `save` is the
+one write: a generation precondition (a lost race raises PreconditionFailed and the step re-reads), and
+`fence` checks the app's lease before the cluster is touched.
 """
 
 from __future__ import annotations

@@ -83,6 +83,7 @@ class End:
     settled: bool = False  # the last decision was "nothing to do", with nothing scheduled
     observed: bool = False  # the observe stage ran to its end (no error)
     quiet_hit: bool = False  # answered by the fast path: nothing is recompared, nothing is written
+    deployed: str = ""  # the operation this step ended (not a dry run)
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,7 @@ class Step:
             return
         self.state.reconciled_at = app_state.now_iso()
         self.end.continue_after = record.follow_health(self.state, self.end.continue_after, self.ctx.clock.now())
-        self.state.quiet = self.quiet_record()
+        self.state.quiet = quiet_record(self)
         self.save()
 
     def observe_and_advance(self) -> None:
@@ -472,7 +473,7 @@ class Step:
         # for a ConfigMap, a Service, a ServiceAccount...
         view.live.update(done.written)
         self.eye.reread([t.key for t in step.tasks
-                     if not observe.settled(view.live.get(t.key), target.health_scripts)])
+                         if not observe.settled(view.live.get(t.key), target.health_scripts)])
 
     def add(self, entries: Iterable[ChangeEntry]) -> None:
         for entry in entries:
@@ -489,7 +490,7 @@ class Step:
         delay = record.finish(self.state, op, phase, message, end)
         if op.dry_run:
             return
-        images_state.on_deployed(self.ctx.runtime.store, self.ctx.name, op.id)  # which image override it deployed
+        self.end.deployed = op.id  # the caller tells the image updater (which override it deployed)
         if delay is not None:
             self.end.continue_after = delay
         log.info("sync finished", app=self.ctx.name, operation=op.id, phase=op.phase, message=op.message,
@@ -516,26 +517,29 @@ class Step:
         self.saved = record.save(self.ctx.runtime.store, state, self.saved,
                                  settled=settled and self.end.continue_after is None)
 
-    def quiet_record(self) -> dict[str, str]:
-        """What the next no-op compares, when this step ended settled and its result followed only from
-        inputs and live objects (else nothing: the next step compares in full)."""
-        end, notes = self.end, self.eye.notes
-        if not (end.observed and end.settled and self.eye.view.digest and end.continue_after is None
-                and self.state.health is not HealthStatus.PROGRESSING and not notes.claimed
-                and not notes.adoption_refused and self.eye.may_be_quiet()):
-            return {}
-        return quiet.record(self.eye.inputs or self.eye.inputs_digest(), self.eye.view.digest)
 
-    def touched(self) -> tuple[str, ...]:
-        """Other apps to refresh: child apps this step changed, and a parent whose child's status moved
-        (its waves wait on it, and its resource list shows it)."""
-        children = self.eye.target.children if self.eye.target is not None else None
-        parent: list[str] = []
-        if (self.state.sync_status, self.state.health) != self.seen_status:
-            owner = self.ctx.runtime.config().owners.get(self.ctx.name, "")
-            if generated.owner_kind(owner) == "Application":
-                parent = [generated.owner_name(owner)]
-        return tuple(dict.fromkeys([*(children.touched if children else ()), *parent]))
+def quiet_record(step: Step) -> dict[str, str]:
+    """What the next no-op compares, when the step ended settled and its result followed only from
+    inputs and live objects (else nothing: the next step compares in full)."""
+    end, eye = step.end, step.eye
+    if not (end.observed and end.settled and eye.view.digest and end.continue_after is None
+            and step.state.health is not HealthStatus.PROGRESSING and not eye.notes.claimed
+            and not eye.notes.adoption_refused and eye.may_be_quiet()):
+        return {}
+    return quiet.record(eye.inputs or eye.inputs_digest(), eye.view.digest)
+
+
+def touched(step: Step) -> tuple[str, ...]:
+    """Other apps to refresh: child apps the step changed, and a parent whose child's status moved (its
+    waves wait on it, and its resource list shows it)."""
+    children = step.eye.target.children if step.eye.target is not None else None
+    parent: list[str] = []
+    state, ctx = step.state, step.ctx
+    if (state.sync_status, state.health) != step.seen_status:
+        owner = ctx.runtime.config().owners.get(ctx.name, "")
+        if generated.owner_kind(owner) == "Application":
+            parent = [generated.owner_name(owner)]
+    return tuple(dict.fromkeys([*(children.touched if children else ()), *parent]))
 
 
 def _unix(iso: str) -> int:

@@ -332,13 +332,18 @@ def run_step(runtime: Runtime, refresh: Refresh, dispatcher: Dispatcher) -> Outc
 
 def reconcile_step(runtime: Runtime, name: str, *, reason: str = "", budget: float = 10.0, automate: bool = True,
                    head: str = "") -> Outcome:
-    """One reconcile step (`tidecd.step.reconcile`), then its notifications: the step knows no notifier,
-    so every caller that runs one (this dispatcher, the api, the dashboard) hands its new state to
-    `notify.deliver` here. A failed delivery due for a retry shortens `continue_after`."""
+    """One reconcile step (`tidecd.step.reconcile`), then who hears of it: the step knows neither the
+    notifier nor the image updater, so every caller that runs one (this dispatcher, the api, the dashboard)
+    comes here. The image updater records which override an ended operation deployed (a rollback later
+    restores it); `notify.deliver` delivers what the new state makes due, and a failed delivery due for a
+    retry shortens `continue_after`."""
+    from tidecd.images import state as images_state  # lazy, as below
     from tidecd.notify import deliver  # lazy: a webhook or poll call that runs no step never loads them
     from tidecd.step.reconcile import reconcile
 
     outcome = reconcile(runtime, name, reason=reason, budget=budget, automate=automate, head=head)
+    if outcome.deployed:
+        images_state.on_deployed(runtime.store, name, outcome.deployed)
     after = deliver.after_step(runtime, name, outcome.state, outcome.continue_after, skipped=outcome.skipped)
     return outcome if after == outcome.continue_after else replace(outcome, continue_after=after)
 
