@@ -30,6 +30,7 @@ from tidecd.base.paths import check_tree, inside
 from tidecd.clients import metrics
 from tidecd.clients.store import ObjectStore, PreconditionFailed
 from tidecd.config.load import ApplicationSource, DirectorySpec
+from tidecd.render.buildenv import BuildEnv
 from tidecd.render.directory import render_directory
 from tidecd.render.documents import Document, check
 from tidecd.render.helm import is_chart, render_helm
@@ -37,10 +38,10 @@ from tidecd.render.kustomize import is_kustomization, render_kustomize
 from tidecd.render.overrides import SourceOverride, apply, read_source_files
 from tidecd.render.tool import report_sandbox
 
-__all__ = ["Tool", "choose_tool", "manifest_key", "render", "render_cached"]
+__all__ = ["BuildEnv", "Tool", "choose_tool", "manifest_key", "render", "render_cached"]
 
 log = structlog.get_logger("tidecd.render")
-CACHE_FORMAT = 1  # bump when the stored shape or the rendering rules change
+CACHE_FORMAT = 2  # bump when the stored shape or the rendering rules change (2: the build environment)
 _STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -51,13 +52,19 @@ class Tool(enum.StrEnum):
 
 
 def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespace: str,
-           override: SourceOverride | None = None, value_refs: Mapping[str, Path] | None = None) -> list[Manifest]:
+           override: SourceOverride | None = None, value_refs: Mapping[str, Path] | None = None,
+           build_env: BuildEnv | None = None) -> list[Manifest]:
     """The app's desired objects, in the tool's (stable) output order.
 
     The app path's `.argocd-source*.yaml` files and then `override` (the image updater's `argocd`
     write-back) are applied to the source first (`render.overrides`). `value_refs` are the checkouts of a
-    multi-source app's `ref` sources, for helm value files written `$<ref>/<path>`.
+    multi-source app's `ref` sources, for helm value files written `$<ref>/<path>`. `build_env` carries
+    the project and this source's resolved revision; completed with the app's name, the destination
+    namespace and the source's repoURL, path and targetRevision, it is Argo CD's build environment, which
+    the tools substitute where Argo CD does (`render.buildenv`).
     """
+    env = (build_env or BuildEnv()).complete(app_name=app_name, namespace=namespace, repo_url=source.repo_url,
+                                            path=source.path, target_revision=source.target_revision)
     if source.chart:
         raise RenderError(
             f"spec.source.chart {source.chart!r}: charts from helm repositories are not supported; "
@@ -74,20 +81,21 @@ def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespac
         source = apply(source, tool.value, from_file, replace=True, what=where)
     source = apply(source, tool.value, override, replace=False)
     return check(_render_documents(checkout, app_dir, label, source, app_name=app_name, namespace=namespace,
-                                   value_refs=value_refs))
+                                   value_refs=value_refs, build_env=env))
 
 
 def _render_documents(
     checkout: Path, app_dir: Path, label: str, source: ApplicationSource, *, app_name: str, namespace: str,
-    value_refs: Mapping[str, Path] | None = None,
+    build_env: BuildEnv, value_refs: Mapping[str, Path] | None = None,
 ) -> list[Document]:
     tool = choose_tool(app_dir, source)
     if tool is Tool.HELM:
         return render_helm(checkout, label, app_dir, source.helm, app_name=app_name, namespace=namespace,
-                           value_refs=value_refs)
+                           value_refs=value_refs, build_env=build_env)
     if tool is Tool.KUSTOMIZE:
-        return render_kustomize(checkout, app_dir, source.kustomize, label=label)
-    return render_directory(app_dir, source.directory or DirectorySpec(), label=label, checkout=checkout)
+        return render_kustomize(checkout, app_dir, source.kustomize, label=label, build_env=build_env)
+    return render_directory(app_dir, source.directory or DirectorySpec(), label=label, checkout=checkout,
+                            build_env=build_env)
 
 
 def choose_tool(app_dir: Path, source: ApplicationSource) -> Tool:
@@ -110,13 +118,14 @@ def choose_tool(app_dir: Path, source: ApplicationSource) -> Tool:
 
 
 def manifest_key(app_name: str, sha: str, source: ApplicationSource, namespace: str,
-                 override: SourceOverride | None = None) -> str:
-    """`manifests/<app>/<sha>-<hash>.json`; the hash covers the source spec, destination namespace and
-    image override."""
+                 override: SourceOverride | None = None, build_env: BuildEnv | None = None) -> str:
+    """`manifests/<app>/<sha>-<hash>.json`; the hash covers the source spec, destination namespace, image
+    override and build environment (its project: a moved app renders `$ARGOCD_APP_PROJECT_NAME` anew)."""
     for what, value in (("application name", app_name), ("revision", sha)):
         if not _STORE_NAME.match(value):
             raise ConfigError(f"{what} {value!r} cannot name a cache entry")
-    fields = {"source": source.spec_hash(), "namespace": namespace, "format": CACHE_FORMAT}
+    fields = {"source": source.spec_hash(), "namespace": namespace, "format": CACHE_FORMAT,
+              "build": (build_env or BuildEnv()).digest()}
     if override:
         fields["override"] = override.digest()
     text = json.dumps(fields)
@@ -132,6 +141,7 @@ def render_cached(
     *,
     namespace: str,
     override: SourceOverride | None = None,
+    build_env: BuildEnv | None = None,
 ) -> list[Manifest]:
     """The manifests of this revision from the store, calling `render_fn` only the first time.
 
@@ -139,8 +149,9 @@ def render_cached(
     refusal that the content alone decides (over a limit, a path leaving the checkout) is stored too, with
     the limits in force, and raised again without rendering: the same input fails the same way, so a
     hostile revision costs one render, not one per trigger. Changing a limit renders it again.
+    `build_env` is the one `render_fn` renders with: it is part of the key.
     """
-    key = manifest_key(app_name, sha, source, namespace, override)
+    key = manifest_key(app_name, sha, source, namespace, override, build_env)
     blob = store.read(key)
     if blob is not None and (cached := _decode(blob.data)) is not None:
         return cached

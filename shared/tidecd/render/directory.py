@@ -16,6 +16,7 @@ from tidecd.base import limits
 from tidecd.base.errors import RenderError
 from tidecd.base.globs import compile_glob
 from tidecd.config.load import DirectorySpec
+from tidecd.render.buildenv import BuildEnv
 from tidecd.render.documents import Document, expand_lists, load_json, load_yaml
 from tidecd.render.jsonnet import JSONNET_SUFFIX, render_jsonnet
 
@@ -24,14 +25,16 @@ SKIPPED_DIRS = frozenset({".git"})
 
 
 def render_directory(app_dir: Path, spec: DirectorySpec, *, label: str = "",
-                     checkout: Path | None = None) -> list[Document]:
+                     checkout: Path | None = None, build_env: BuildEnv | None = None) -> list[Document]:
     """Every object in the app directory's manifest files; `label` prefixes file names in errors.
-    `checkout` (the repository root; default the app directory) bounds jsonnet imports and libs."""
+    `checkout` (the repository root; default the app directory) bounds jsonnet imports and libs;
+    `build_env` is substituted in jsonnet's tlas and extVars (plain files are read as they are)."""
     docs: list[Document] = []
     for rel in manifest_files(app_dir, spec):
         source = f"{label}/{rel}" if label and label != "." else rel
         if rel.endswith(JSONNET_SUFFIX):
-            items = render_jsonnet(checkout or app_dir, app_dir, rel, spec.jsonnet, source=source)
+            items = render_jsonnet(checkout or app_dir, app_dir, rel, spec.jsonnet, source=source,
+                                   build_env=build_env)
             for index, item in enumerate(items, 1):
                 docs.extend(expand_lists(Document(f"{source} (jsonnet) item {index}", item)))
             continue

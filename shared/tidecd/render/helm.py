@@ -4,7 +4,10 @@ Argo CD's command line: release name (default: the app's name), namespace (`helm
 destination's), `--include-crds` (`--skip-crds` with `skipCrds`), each value file (relative to the chart;
 a leading `/` means the repository root; missing ones skipped with `ignoreMissingValueFiles`), the inline
 values (`valuesObject` or `values`) as one more file, then `--set`/`--set-string` parameters, then
-`--set-file` for `fileParameters` (files inside the repository). A parameter's value is data: it reaches
+`--set-file` for `fileParameters` (files inside the repository). Argo CD's build environment
+(`render.buildenv`) is substituted where Argo CD substitutes it: parameter values, value file paths and
+file parameter paths; never in `values`/`valuesObject`, the release name or the namespace. A parameter's
+value (after that substitution) is data: it reaches
 helm as exactly that value (see `escape_set_value`), never as more `--set` syntax. Value
 files must stay inside the repository. Helm runs with throwaway config/cache/data homes, no repositories
 file, no registry login, no plugins and no network (`render.tool`): chart dependencies must be vendored
@@ -19,6 +22,7 @@ import posixpath
 import re
 import tempfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -28,6 +32,7 @@ from tidecd.base.errors import RenderError, UnsafePathError
 from tidecd.base.paths import inside
 from tidecd.clients import tools
 from tidecd.config.load import HelmParameter, HelmSpec
+from tidecd.render.buildenv import BuildEnv
 from tidecd.render.documents import Document, load_yaml
 from tidecd.render.tool import DEFAULT_TIMEOUT
 from tidecd.render.tool import run as run_tool
@@ -36,6 +41,7 @@ KUBE_VERSION = "1.34"  # the Capabilities.KubeVersion charts see, pinned so a re
 
 _DOC_SEPARATOR = re.compile(r"^---[ \t]*$", re.MULTILINE)
 _SOURCE_COMMENT = re.compile(r"^# Source: (.+?)\s*$", re.MULTILINE)
+_VARIABLE_HEAD = re.compile(r"^\$\{?([A-Za-z0-9_]+)")  # `$NAME` or `${NAME` opening a value file path
 
 
 def is_chart(app_dir: Path) -> bool:
@@ -52,11 +58,14 @@ def render_helm(
     namespace: str,
     timeout: float = DEFAULT_TIMEOUT,
     value_refs: Mapping[str, Path] | None = None,
+    build_env: BuildEnv | None = None,
 ) -> list[Document]:
     """Objects of `helm template` for the chart at `chart_dir` (the app's `path` inside `checkout`);
-    `value_refs` name the checkouts that `$<ref>/...` value files (multi-source apps) are read from."""
-    spec = spec or HelmSpec()
-    numbered = _value_files(checkout, app_path, spec, value_refs or {})
+    `value_refs` name the checkouts that `$<ref>/...` value files (multi-source apps) are read from;
+    `build_env` is substituted as Argo CD substitutes it (default: only the app's name and namespace)."""
+    env = build_env or BuildEnv(app_name=app_name, namespace=namespace)
+    spec = substituted(spec or HelmSpec(), env)
+    numbered = _value_files(checkout, app_path, spec, value_refs or {}, env)
     for index, path in numbered:
         check_values_file(path, f"spec.source.helm.valueFiles[{index}] {spec.value_files[index]!r}")
     value_files = [path for _, path in numbered]
@@ -85,6 +94,16 @@ def render_helm(
         except RenderError as exc:
             raise _with_dependency_hint(exc) from exc
     return parse_output(out)
+
+
+def substituted(spec: HelmSpec, env: BuildEnv) -> HelmSpec:
+    """`spec` with Argo CD's build environment in the parameter values and file parameter paths, as
+    repository.go `helmTemplate` substitutes them (value file paths: `_value_files`)."""
+    return replace(
+        spec,
+        parameters=tuple(replace(p, value=env.subst(p.value)) for p in spec.parameters),
+        file_parameters=tuple((name, env.subst(path)) for name, path in spec.file_parameters),
+    )
 
 
 def template_argv(
@@ -156,17 +175,27 @@ def _list_items(inner: str) -> list[str]:
     return [*items, "".join(current)]
 
 
-def _value_files(checkout: Path, app_path: str, spec: HelmSpec,
-                 value_refs: Mapping[str, Path]) -> list[tuple[int, Path]]:
+def _value_files(checkout: Path, app_path: str, spec: HelmSpec, value_refs: Mapping[str, Path],
+                 env: BuildEnv) -> list[tuple[int, Path]]:
     """The value files to pass (with their index in valueFiles); with `ignoreMissingValueFiles`, those that
-    do not exist are left out."""
+    do not exist are left out.
+
+    The build environment is substituted as Argo CD's `getResolvedValueFiles` does: in a `$<ref>/<path>`
+    file after the ref name, in any other file in the whole path (`$ARGOCD_APP_NAME/values.yaml`). A
+    `$<name>/` that is neither a ref nor a variable of the environment stays an error naming the refs
+    (Argo CD would look for `/<path>` in the repository instead).
+    """
     out = []
     for index, name in enumerate(spec.value_files):
+        head, _, rest = name.partition("/")
+        variable = _VARIABLE_HEAD.match(head)
         try:
-            if name.startswith("$"):
+            if head.startswith("$") and head[1:] in value_refs:
+                out.append((index, ref_value_file(value_refs, f"{head}/{env.subst(rest)}", index)))
+            elif head.startswith("$") and not (variable and variable[1] in env.variables()):
                 out.append((index, ref_value_file(value_refs, name, index)))
             else:
-                out.append((index, value_file_path(checkout, app_path, name, index)))
+                out.append((index, value_file_path(checkout, app_path, env.subst(name), index)))
         except UnsafePathError:
             raise
         except RenderError:

@@ -2,7 +2,9 @@
 
 Each `.jsonnet` file among the directory's manifest files (same walk order, recurse, include and
 exclude) is evaluated with the PyPI `jsonnet` package, with the app's top-level arguments (`tlas`) and
-external variables (`extVars`), each a string or, with `code: true`, jsonnet code. `libs` are library
+external variables (`extVars`), each a string or, with `code: true`, jsonnet code; Argo CD's build
+environment (`render.buildenv`) is substituted in every value first, code included, as Argo CD's
+`makeJsonnetVM` does. `libs` are library
 directories relative to the repository root, searched after the importing file's own directory, as
 go-jsonnet's FileImporter does. Every import is resolved inside the checkout: an absolute path, `..`
 leaving it, or a symlink pointing out is an error naming the file. The result must be an object (a
@@ -25,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from tidecd.base.errors import RenderError
-from tidecd.config.load import JsonnetSpec
+from tidecd.config.load import JsonnetSpec, JsonnetVar
+from tidecd.render.buildenv import BuildEnv
 
 JSONNET_SUFFIX = ".jsonnet"
 TIMEOUT = 60.0
@@ -35,14 +38,20 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holdin
 
 
 def render_jsonnet(checkout: Path, app_dir: Path, rel: str, spec: JsonnetSpec, *, source: str,
-                   timeout: float = TIMEOUT) -> list[Any]:
-    """The objects one `.jsonnet` file (at `rel` under `app_dir`) evaluates to."""
+                   timeout: float = TIMEOUT, build_env: BuildEnv | None = None) -> list[Any]:
+    """The objects one `.jsonnet` file (at `rel` under `app_dir`) evaluates to, with `build_env`
+    substituted in the tlas and extVars values."""
+    env = build_env or BuildEnv()
+
+    def values(items: tuple[JsonnetVar, ...]) -> list[list[Any]]:
+        return [[v.name, env.subst(v.value), v.code] for v in items]
+
     request = {
         "root": str(checkout.resolve()),
         "file": str((app_dir / rel).resolve()),
         "libs": [str((checkout.resolve() / lib).resolve()) for lib in spec.libs],
-        "tlas": [[v.name, v.value, v.code] for v in spec.tlas],
-        "ext_vars": [[v.name, v.value, v.code] for v in spec.ext_vars],
+        "tlas": values(spec.tlas),
+        "ext_vars": values(spec.ext_vars),
     }
     try:
         done = subprocess.run(

@@ -2,7 +2,9 @@
 
 Argo CD runs `kustomize edit set nameprefix|namesuffix|image|replicas|namespace`, `kustomize edit add
 label|annotation|component` in the app directory, and appends the app's `patches` to the kustomization
-file, before building. We do the same in a copy of the checkout, because the checkout is a shared
+file, before building; Argo CD's build environment (`render.buildenv`) is substituted in the images and the
+commonLabels values only (`util/kustomize/kustomize.go`), never in namePrefix, nameSuffix, namespace or
+patches. We do the same in a copy of the checkout, because the checkout is a shared
 cache that other renders read. Without overrides nothing is copied and the checkout is built in place.
 Before kustomize runs, `render.confine` checks every path the kustomizations name against the checkout
 (nothing remote, nothing outside); kustomize itself then runs with no network (`render.tool`).
@@ -16,6 +18,7 @@ import posixpath
 import shutil
 import stat
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -24,6 +27,7 @@ from tidecd.base.errors import RenderError, UnsafePathError
 from tidecd.base.paths import inside
 from tidecd.clients import tools
 from tidecd.config.load import KustomizeSpec
+from tidecd.render.buildenv import BuildEnv
 from tidecd.render.confine import KUSTOMIZATION_FILES, confine
 from tidecd.render.documents import Document, load_yaml
 from tidecd.render.tool import DEFAULT_TIMEOUT
@@ -68,6 +72,13 @@ def edit_commands(spec: KustomizeSpec) -> list[list[str]]:
     return commands
 
 
+def substituted(spec: KustomizeSpec, env: BuildEnv) -> KustomizeSpec:
+    """`spec` with Argo CD's build environment where its kustomize wrapper substitutes it: each image and
+    each commonLabels value (`applyImages`, `applyCommonLabels`)."""
+    return replace(spec, images=tuple(env.subst(image) for image in spec.images),
+                   common_labels=tuple((key, env.subst(value)) for key, value in spec.common_labels))
+
+
 def check_paths(checkout: Path, app_dir: Path, spec: KustomizeSpec) -> None:
     """Components and patch files the app names must lie inside the checkout."""
     base = app_dir.resolve().relative_to(checkout.resolve()).as_posix()
@@ -101,8 +112,12 @@ def render_kustomize(
     *,
     label: str,
     timeout: float = DEFAULT_TIMEOUT,
+    build_env: BuildEnv | None = None,
 ) -> list[Document]:
-    """Objects of `kustomize build` on `app_dir` (inside `checkout`), with the overrides of `spec`."""
+    """Objects of `kustomize build` on `app_dir` (inside `checkout`), with the overrides of `spec` and
+    `build_env` substituted in them as Argo CD substitutes it."""
+    if spec is not None:
+        spec = substituted(spec, build_env or BuildEnv())
     confine(checkout, app_dir)
     with tempfile.TemporaryDirectory(prefix="tidecd-kustomize-") as tmp:
         work = Path(tmp)

@@ -150,13 +150,14 @@ def _render_multi(runtime: Runtime, app: Application,
                     source = charts.render_source(source, rev, trees[index])
                 try:
                     out += render.render(trees[index], source, app_name=app.name, namespace=namespace,
-                                         value_refs=refs)
+                                         value_refs=refs, build_env=render.BuildEnv(
+                                             app.project, rev if isinstance(rev, str) else rev.version))
                 except RenderError as exc:
                     raise RenderError(f"spec.sources[{index}]: {exc}") from exc
             return out
 
     manifests = render.render_cached(runtime.store, app.name, cache_revision, app.source, render_now,
-                                     namespace=namespace)
+                                     namespace=namespace, build_env=render.BuildEnv(app.project))
     merged, warnings = merge_sources(manifests)
     return combined, _unseal(runtime, app, merged), warnings
 
@@ -200,10 +201,12 @@ def _render_single(runtime: Runtime, app: Application, revision: str = "") -> tu
 
     def render_now() -> list[Manifest]:
         with checkouts.tree(runtime.store, app.source.repo_url, sha, creds) as root:  # checked, read-only, shared
-            return render.render(root, app.source, app_name=app.name, namespace=namespace, override=override)
+            return render.render(root, app.source, app_name=app.name, namespace=namespace, override=override,
+                                 build_env=build_env)
 
+    build_env = render.BuildEnv(app.project, sha)  # Argo CD's build environment: project and revision
     manifests = render.render_cached(runtime.store, app.name, sha, app.source, render_now, namespace=namespace,
-                                     override=override)
+                                     override=override, build_env=build_env)
     return sha, _unseal(runtime, app, manifests)
 
 
@@ -230,10 +233,12 @@ def _render_chart(runtime: Runtime, app: Application, revision: str = "") -> tup
         with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp:
             git.extract(archive, Path(tmp))
             source = charts.render_source(app.source, ref, Path(tmp))
-            return render.render(Path(tmp), source, app_name=app.name, namespace=namespace, override=override)
+            return render.render(Path(tmp), source, app_name=app.name, namespace=namespace, override=override,
+                                 build_env=build_env)
 
+    build_env = render.BuildEnv(app.project, ref.version)  # Argo CD's build environment: project and revision
     manifests = render.render_cached(runtime.store, app.name, ref.cache_revision, app.source, render_now,
-                                     namespace=namespace, override=override)
+                                     namespace=namespace, override=override, build_env=build_env)
     return ref.version, _unseal(runtime, app, manifests)
 
 
