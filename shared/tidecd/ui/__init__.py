@@ -26,7 +26,10 @@ from urllib.parse import quote
 import jinja2  # loaded with flask by every function already: nothing to save by deferring it
 
 from tidecd.base.errors import NotFound, TidecdError
+from tidecd.images import state as images_state
 from tidecd.runtime import Runtime
+from tidecd.source import Snapshots
+from tidecd.state import app as app_state
 from tidecd.ui import actions, auth, diffview, tree, views
 
 HERE = Path(__file__).parent
@@ -209,16 +212,10 @@ def apps(ctx: Context) -> Page:
 
 
 def _app_context(ctx: Context) -> dict[str, Any]:
-    from tidecd.state import app as app_state
-
     name = ctx.match["name"]
     app = ctx.runtime.app(name)
     current = actions.watch(ctx.runtime, app_state.load(ctx.runtime.store, name)[0])
-    from tidecd.source import Snapshots
-
     commit = Snapshots(ctx.runtime.store).commit(app.source.repo_url, current.revision) if current.revision else None
-    from tidecd.images import state as images_state
-
     return {"app": views.shown_app(app), "state": current, "operation": views.operation_view(current.operation),
             "commit": commit,
             "images": images_state.summary(ctx.runtime.store, name),

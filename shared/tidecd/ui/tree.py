@@ -16,6 +16,7 @@ from tidecd import health
 from tidecd.base.model import Manifest, ResourceKey
 from tidecd.state import app as app_state
 from tidecd.sync.plan import kind_rank
+from tidecd.ui.views import operation_view
 
 # Kinds whose objects own generated children, and the kinds of those children.
 CHILD_KINDS: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {
@@ -81,8 +82,6 @@ def _waves(current: app_state.AppState) -> dict[ResourceKey, str]:
 
 
 def _results(operation: Any) -> list[dict[str, Any]]:
-    from tidecd.ui.views import operation_view
-
     view = operation_view(operation)
     return list(view.results) if view else []
 

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
+from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER
 from tidecd.clients.store import LocalStore, MemoryStore, ObjectStore
 from tidecd.config.load import Application, ApplicationSource, AppProject, Config, redact_repo_url
+from tidecd.source import Snapshots
 from tidecd.state import app as app_state
 
 PAGE_SIZE = 50
@@ -219,7 +221,6 @@ class AppsPage:
 
 def with_commits(store: ObjectStore, config: Config, rows: list[AppRow]) -> list[AppRow]:
     """The rows of one page with their commit subjects (one small read each, never a git fetch)."""
-    from tidecd.source import Snapshots
 
     snapshots = Snapshots(store)
     out = []
@@ -338,7 +339,6 @@ class ClusterView:
 def clusters(config: Config) -> list[ClusterView]:
     """Every destination the config names, with the apps deploying there; cluster secrets by name and
     server only (their credentials are never read for a page)."""
-    from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER
 
     known: dict[str, tuple[str, str]] = {}
     for secret in config.secrets:
