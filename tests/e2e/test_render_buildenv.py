@@ -136,6 +136,17 @@ def test_kustomize_substitutes_images_and_common_labels_only(tmp_path: Path) -> 
     assert deployment["metadata"]["annotations"] == {"note": "$ARGOCD_APP_NAME", "plain": "$ARGOCD_APP_NAME"}
 
 
+def test_kustomize_common_annotations_with_envsubst(tmp_path: Path) -> None:
+    write(tmp_path, "app/kustomization.yaml", "resources: [deployment.yaml]\n")
+    write(tmp_path, "app/deployment.yaml", KUSTOMIZE_DEPLOYMENT)
+    spec = KustomizeSpec(common_annotations=(("revision", "boop-${ARGOCD_APP_REVISION}"),
+                                             ("escaped", "$$ARGOCD_APP_NAME")), common_annotations_envsubst=True)
+    src = ApplicationSource(repo_url=REPO, path="app", kustomize=spec)
+    [deployment] = render(tmp_path, src, app_name="demo", namespace="web", build_env=BuildEnv("p", SHA))
+    assert deployment["metadata"]["annotations"] == {"note": "$ARGOCD_APP_NAME", "revision": f"boop-{SHA}",
+                                                     "escaped": "$ARGOCD_APP_NAME"}
+
+
 def test_kustomize_name_prefix_is_not_substituted(tmp_path: Path) -> None:
     """Argo CD passes namePrefix to `kustomize edit set nameprefix` as written (util/kustomize
     `applyNamePrefix`): the literal text is what it renders too."""

@@ -69,13 +69,13 @@ def test_what_kubectl_get_adds_is_ignored(tmp_path: Path) -> None:
 
 def test_a_real_field_not_implemented_sets_aside_only_that_app(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(app("plain"))
-    (tmp_path / "b.yaml").write_text(app("schema", "kustomize:\n  commonAnnotationsEnvsubst: true\n"))
+    (tmp_path / "b.yaml").write_text(app("schema", "kustomize:\n  ignoreMissingComponents: true\n"))
     (tmp_path / "c.yaml").write_text(app("labels", "kustomize:\n  labelWithoutSelector: true\n"))
     (tmp_path / "d.yaml").write_text(app("typo", "helm:\n  valueFile: [a.yaml]\n"))
     config = load_config(tmp_path, strict=False)
     assert sorted(config.applications) == ["plain"]
-    assert ("Argo CD field spec.source.kustomize.commonAnnotationsEnvsubst is not implemented by tidecd "
-            "(environment substitution in commonAnnotations)") in config.invalid["schema"]
+    assert ("Argo CD field spec.source.kustomize.ignoreMissingComponents is not implemented by tidecd "
+            "(ignoring missing kustomize components)") in config.invalid["schema"]
     assert "Argo CD field spec.source.kustomize.labelWithoutSelector is not implemented" in config.invalid["labels"]
     assert "unknown field" not in config.invalid["schema"] + config.invalid["labels"]
     assert "spec.source.helm.valueFile: unknown field (did you mean valueFiles?)" in config.invalid["typo"]

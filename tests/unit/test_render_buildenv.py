@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tidecd.clients.store import MemoryStore
-from tidecd.config.load import ApplicationSource, DirectorySpec, JsonnetSpec, JsonnetVar
+from tidecd.config.load import ApplicationSource, DirectorySpec, JsonnetSpec, JsonnetVar, load_config
 from tidecd.render import BuildEnv, manifest_key, render, render_cached
 from tidecd.render.buildenv import substitute
 
@@ -127,3 +127,26 @@ def test_the_cache_key_follows_the_build_environment(tmp_path: Path) -> None:
     assert json.dumps(rendered("a")) == json.dumps(rendered("a"))
     assert rendered("b")[0]["metadata"] == {"name": "b"}
     assert calls == ["a", "b"]
+
+
+APP = """
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {name: demo}
+spec:
+  project: default
+  source:
+    repoURL: https://git.example.com/apps.git
+    path: app
+    kustomize:
+      commonAnnotations: {revision: "boop-${ARGOCD_APP_REVISION}"}
+      commonAnnotationsEnvsubst: true
+  destination: {server: https://kubernetes.default.svc, namespace: web}
+"""
+
+
+def test_common_annotations_envsubst_is_read(tmp_path: Path) -> None:
+    (tmp_path / "app.yaml").write_text(APP)
+    spec = load_config(tmp_path).applications["demo"].source.kustomize
+    assert spec is not None and spec.common_annotations_envsubst
+    assert spec.common_annotations == (("revision", "boop-${ARGOCD_APP_REVISION}"),)

@@ -43,7 +43,6 @@ _APP_NOT_IMPLEMENTED: Mapping[str, str] = MappingProxyType({
     "spec.source.directory.disableExtensionFilter": "reading files of every extension",
     "spec.source.kustomize.apiVersions": "kustomize apiVersions",
     "spec.source.kustomize.kubeVersion": "kustomize kubeVersion",
-    "spec.source.kustomize.commonAnnotationsEnvsubst": "environment substitution in commonAnnotations",
     "spec.source.kustomize.ignoreMissingComponents": "ignoring missing kustomize components",
     "spec.source.kustomize.labelIncludeTemplates": "kustomize labels on templates",
     "spec.source.kustomize.labelWithoutSelector": "kustomize labels without selectors",

@@ -60,6 +60,7 @@ class KustomizeSpec:
     common_annotations: tuple[tuple[str, str], ...] = ()
     force_common_labels: bool = False
     force_common_annotations: bool = False
+    common_annotations_envsubst: bool = False  # Argo CD's build environment substituted in their values
     namespace: str = ""
     replicas: tuple[tuple[str, int], ...] = ()
     patches: tuple[str, ...] = ()  # each patch as JSON text (a kustomize `patches` entry)

@@ -202,7 +202,7 @@ _JSONNET = Keys(("tlas", "extVars", "libs"))
 _JSONNET_VAR = Keys(("name", "value", "code"))
 _KUSTOMIZE = Keys(("namePrefix", "nameSuffix", "images", "commonLabels", "commonAnnotations",
                     "forceCommonLabels", "forceCommonAnnotations", "namespace", "replicas", "patches",
-                    "components"))
+                    "components", "commonAnnotationsEnvsubst"))
 _KUSTOMIZE_REPLICA = Keys(("name", "count"))
 _HELM = Keys(("releaseName", "valueFiles", "values", "valuesObject", "parameters", "fileParameters",
                "passCredentials", "ignoreMissingValueFiles", "skipCrds", "namespace", "skipSchemaValidation",
@@ -348,6 +348,7 @@ def _kustomize(node: Node | None) -> KustomizeSpec | None:
                          common_annotations=node.pairs("commonAnnotations"),
                          force_common_labels=node.flag("forceCommonLabels"),
                          force_common_annotations=node.flag("forceCommonAnnotations"),
+                         common_annotations_envsubst=node.flag("commonAnnotationsEnvsubst"),
                          namespace=node.text("namespace"), replicas=tuple(replicas), patches=tuple(patches),
                          components=node.texts("components"))
 

@@ -3,9 +3,10 @@
 Argo CD runs `kustomize edit set nameprefix|namesuffix|image|replicas|namespace`, `kustomize edit add
 label|annotation|component` in the app directory, and appends the app's `patches` to the kustomization
 file, before building; Argo CD's build environment (`render.buildenv`) is substituted in the images and the
-commonLabels values only (`util/kustomize/kustomize.go`), never in namePrefix, nameSuffix, namespace or
-patches. We do the same in a copy of the checkout, because the checkout is a shared
-cache that other renders read. Without overrides nothing is copied and the checkout is built in place.
+commonLabels values, and in the commonAnnotations values with `commonAnnotationsEnvsubst`, only
+(`util/kustomize/kustomize.go`), never in namePrefix, nameSuffix, namespace or patches. We do the same
+in a copy of the checkout, because the checkout is a shared cache that other renders read. Without
+overrides nothing is copied and the checkout is built in place.
 Before kustomize runs, `render.confine` checks every path the kustomizations name against the checkout
 (nothing remote, nothing outside); kustomize itself then runs with no network (`render.tool`).
 """
@@ -73,10 +74,15 @@ def edit_commands(spec: KustomizeSpec) -> list[list[str]]:
 
 
 def substituted(spec: KustomizeSpec, env: BuildEnv) -> KustomizeSpec:
-    """`spec` with Argo CD's build environment where its kustomize wrapper substitutes it: each image and
-    each commonLabels value (`applyImages`, `applyCommonLabels`)."""
+    """`spec` with Argo CD's build environment where its kustomize wrapper substitutes it: each image,
+    each commonLabels value, and each commonAnnotations value with `commonAnnotationsEnvsubst`
+    (`applyImages`, `applyCommonLabels`, `applyCommonAnnotations`)."""
+    annotations = spec.common_annotations
+    if spec.common_annotations_envsubst:
+        annotations = tuple((key, env.subst(value)) for key, value in annotations)
     return replace(spec, images=tuple(env.subst(image) for image in spec.images),
-                   common_labels=tuple((key, env.subst(value)) for key, value in spec.common_labels))
+                   common_labels=tuple((key, env.subst(value)) for key, value in spec.common_labels),
+                   common_annotations=annotations)
 
 
 def check_paths(checkout: Path, app_dir: Path, spec: KustomizeSpec) -> None:
