@@ -55,7 +55,8 @@ def _state(name: str, i: int) -> app_state.AppState:
         for k in range(12)]
     current.operation = app_state.Operation(
         f"op-{i}", current.revision, app_state.OperationPhase.SUCCEEDED, "successfully synced (all tasks run)",
-        "2026-12-01T09:59:00Z", "2026-12-01T09:59:07Z", initiated_by="automated", automated=True,
+        "2026-12-01T09:59:00Z", "2026-12-01T09:59:07Z",
+        request=app_state.OperationRequest(initiated_by="automated", automated=True),
         results=[app_state.TaskResult(r.key, "Sync", 0, False, Action.CONFIGURED, app_state.TaskPhase.SUCCEEDED)
                  for r in current.resources])
     for h in range(10):

@@ -121,7 +121,7 @@ def test_values_ref_changes_and_rollback_restores_every_source(gitops: GitOps, v
     if (running := gitops.state().operation) is not None and running.running:  # the api ran its first step
         gitops.reconcile(runtime=runtime)
     state = gitops.state()  # a refresh after the rollback compares with the targetRevision again (OutOfSync)
-    assert state.operation is not None and state.operation.rollback and state.operation.phase == "Succeeded"
+    assert state.operation is not None and state.operation.request.rollback and state.operation.phase == "Succeeded"
     assert state.operation.revisions == [app_sha1, values_sha1, values_sha1]
     assert state.operation.revision == first.revision
     assert state.history[-1].revisions == first.revisions and state.automated_disabled

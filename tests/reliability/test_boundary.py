@@ -337,11 +337,11 @@ def _run_case(case: Case, ctx: Ctx, keys: Path) -> None:
     if op is None:  # refused while comparing (credentials, TLS, RBAC on list): no operation, nothing scheduled
         assert not case.temporary and outcome.continue_after is None, text
     else:
-        assert op.automated and op.phase == "Failed", text
+        assert op.request.automated and op.phase == "Failed", text
         if case.temporary:
-            assert op.next_attempt_at > 0 and outcome.continue_after is not None, f"temporary, so retried: {text}"
+            assert op.retry.next_attempt_at > 0 and outcome.continue_after is not None, f"temporary, so retried: {text}"
         else:
-            assert op.next_attempt_at == 0 and not op.retryable, f"permanent, so not retried: {text}"
+            assert op.retry.next_attempt_at == 0 and not op.retry.retryable, f"permanent, so not retried: {text}"
             gitops.reconcile("bad", runtime=runtime)
             again = gitops.state("bad").operation
             assert again is not None and again.id == op.id, "no new automated attempt of the same revision"

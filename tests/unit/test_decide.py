@@ -8,7 +8,7 @@ from typing import Any
 
 from tidecd.base import constants
 from tidecd.base.model import Action, Manifest, ResourceKey
-from tidecd.state.app import Operation, OperationPhase, TaskPhase, TaskResult
+from tidecd.state.app import Operation, OperationPhase, OperationRequest, Progress, RetryState, TaskPhase, TaskResult
 from tidecd.sync import decide as d
 from tidecd.sync.plan import plan
 
@@ -41,8 +41,9 @@ def observe(desired: list[Manifest], live: list[Manifest] = (), **fields: Any) -
     return d.Observation(**values)
 
 
-def running(**fields: Any) -> Operation:
-    return Operation(id="op1", revision="sha1", **fields)
+def running(*, checked: bool = False, only: list[dict[str, str]] | None = None, **fields: Any) -> Operation:
+    return Operation(id="op1", revision="sha1", progress=Progress(checked=checked),
+                     request=OperationRequest(only=only), **fields)
 
 
 def result(manifest: Manifest, phase: TaskPhase = TaskPhase.RUNNING, sync_phase: str = "Sync", **f: Any) -> TaskResult:
@@ -83,13 +84,14 @@ def test_automated_prune_of_everything_is_refused_without_allow_empty() -> None:
 
 
 def test_a_failed_automated_operation_is_retried_after_its_backoff() -> None:
-    failed = Operation(id="x", revision="sha1", phase=OperationPhase.FAILED, automated=True, next_attempt_at=150.0)
+    failed = Operation(id="x", revision="sha1", phase=OperationPhase.FAILED, request=OperationRequest(automated=True),
+                       retry=RetryState(next_attempt_at=150.0))
     policy = dataclasses.replace(AUTO, retry_limit=2)
     wait = d.decide(observe([dep("a")]), failed, policy).step
     assert isinstance(wait, d.Nothing) and wait.retry_at == 150.0
     retry = d.decide(observe([dep("a")], now=151.0), failed, policy).step
     assert retry == d.StartOperation(retry_count=1, prune=True)
-    exhausted = dataclasses.replace(failed, retry_count=2)
+    exhausted = dataclasses.replace(failed, retry=RetryState(count=2, next_attempt_at=150.0))
     assert isinstance(d.decide(observe([dep("a")], now=151.0), exhausted, policy).step, d.Nothing)
 
 
@@ -143,7 +145,7 @@ def test_groups_run_in_order_and_only_non_final_ones_are_waited_for() -> None:
     op.results = [dataclasses.replace(result(db), phase=TaskPhase.SUCCEEDED), result(web)]
     last = d.decide(observe([db, web], [healthy, web]), op, d.Policy()).step  # web still Progressing
     assert isinstance(last, d.Prune)
-    op.pruned = True
+    op.progress.pruned = True
     assert d.decide(observe([db, web], [healthy, web]), op, d.Policy()).step == d.Finish(
         OperationPhase.SUCCEEDED, "successfully synced (all tasks run)")
 

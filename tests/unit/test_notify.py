@@ -22,7 +22,7 @@ from tidecd.clients.pubsub import PUBLISH_TIMEOUT, Message, PublishFailed
 from tidecd.clients.store import MemoryStore, read_json
 from tidecd.notify import deliver as notify
 from tidecd.notify import events as notify_events
-from tidecd.state.app import AppState, Operation, OperationPhase
+from tidecd.state.app import AppState, Operation, OperationPhase, OperationRequest
 from tidecd.triggers import dispatch
 
 HMAC_KEY = "webhook-hmac-key"
@@ -73,7 +73,7 @@ def test_transitions_fire_on_change_only() -> None:
 
 
 def test_dry_run_operations_notify_nothing() -> None:
-    done = _state(_op(phase=OperationPhase.SUCCEEDED, dry_run=True))
+    done = _state(_op(phase=OperationPhase.SUCCEEDED, request=OperationRequest(dry_run=True)))
     assert notify_events.events(notify_events.Seen(), done)[0] == []
 
 

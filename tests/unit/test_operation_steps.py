@@ -427,10 +427,10 @@ def test_retries_are_scheduled_continuations(h: Harness) -> None:
     assert h.step().continue_after == pytest.approx(5.0)  # not yet: the backoff holds
     h.clock.advance(5)
     outcome = h.step()
-    assert h.op().retry_count == 1 and outcome.continue_after == 10.0
+    assert h.op().retry.count == 1 and outcome.continue_after == 10.0
     h.clock.advance(10)
     h.step()
-    assert h.op().retry_count == 2
+    assert h.op().retry.count == 2
     h.clock.advance(100)
     assert h.step().continue_after is None  # limit reached
     assert [e.result for e in h.state().history] == ["Failed"] * 3
@@ -442,9 +442,9 @@ def test_a_permanent_failure_is_not_retried(h: Harness) -> None:
     h.git.push([service("bad", port=99999)])
     outcome = h.step()
     op = h.op()
-    assert op.phase is OperationPhase.FAILED and not op.retryable and outcome.continue_after is None
+    assert op.phase is OperationPhase.FAILED and not op.retry.retryable and outcome.continue_after is None
     h.clock.advance(100)
-    assert h.step().continue_after is None and h.op().id == op.id and h.op().retry_count == 0
+    assert h.step().continue_after is None and h.op().id == op.id and h.op().retry.count == 0
     assert [e.result for e in h.state().history] == ["Failed"]
 
 

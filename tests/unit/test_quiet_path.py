@@ -247,7 +247,7 @@ def test_a_running_operation_or_a_progressing_app_never_takes_the_fast_path(setu
     assert not app_state.load(store, "app")[0].quiet
     outcome = reconcile(runtime, "app", clock=clock)  # an explicit sync runs in full ...
     assert not outcome.unchanged and outcome.state is not None and outcome.state.operation is not None
-    assert outcome.state.operation.initiated_by == "test" and outcome.state.operation.phase == "Succeeded"
+    assert outcome.state.operation.request.initiated_by == "test" and outcome.state.operation.phase == "Succeeded"
     assert outcome.state.quiet  # ... and, running when its step began, still leaves a quiet record
     assert reconcile(runtime, "app", clock=clock).unchanged
 

@@ -60,7 +60,7 @@ def test_unknown_statuses_and_older_shapes_read_without_failing() -> None:
     state, _ = app_state.load(store, "a")
     assert (state.sync_status, state.health) == (SyncStatus.UNKNOWN, HealthStatus.UNKNOWN)
     assert state.operation is not None and state.operation.phase is OperationPhase.ERROR
-    assert state.operation.automated and state.operation.extra["resources"] == [{"key": "old change entry"}]
+    assert state.operation.request.automated and state.operation.extra["resources"] == [{"key": "old change entry"}]
     assert [entry.id for entry in state.history] == [1]
     # a record keyed by resourceVersion (before the live identity) reads with an identity nothing matches
     assert state.comparison_cache == {"/ConfigMap n/d": CachedComparison("fp", "3", SyncStatus.OUT_OF_SYNC),

@@ -78,7 +78,8 @@ def runtime(tmp_path: Path) -> Runtime:
     web.set_inventory([(web.resources[0].key, 2)])
     web.add_history("b" * 40, "Succeeded", "deploy", "main")
     web.operation = app_state.Operation("o1", "a" * 40, app_state.OperationPhase.RUNNING, started_at="t0",
-                                        step="wave 2: waiting for healthy state of apps/Deployment web/web", wave=2,
+                                        step="wave 2: waiting for healthy state of apps/Deployment web/web",
+                                        progress=app_state.Progress(wave=2),
                                         results=[app_state.TaskResult(web.resources[0].key, "Sync", 2, False,
                                                                       Action.CONFIGURED, app_state.TaskPhase.RUNNING)])
     web.reconciled_at = "2999-01-01T00:00:00Z"  # just compared: a page watching it takes no step of its own

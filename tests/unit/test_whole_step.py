@@ -44,7 +44,7 @@ def test_an_automated_sync_step_applies_records_and_settles() -> None:
     # the recorded operation, sync and health (the Deployment has no ready replicas yet)
     state, _ = app_state.load(store, "app")
     op = state.operation
-    assert op is not None and op.automated and op.phase is OperationPhase.SUCCEEDED, op
+    assert op is not None and op.request.automated and op.phase is OperationPhase.SUCCEEDED, op
     assert op.revision == sha and state.revision == sha
     assert state.sync_status is SyncStatus.SYNCED and state.health is HealthStatus.PROGRESSING
     assert sorted(k for k, _ in state.inventory_keys()) == [CM, DEPLOY]

@@ -81,7 +81,7 @@ def events(seen: Seen, state: AppState, now: str = "") -> tuple[list[Event], See
                              op.phase.value if op else "", (op.message if op else "") or state.health_message,
                              state.sync_status.value, state.health.value, now))
 
-    if op is not None and op.id and not op.dry_run:
+    if op is not None and op.id and not op.request.dry_run:
         fire("on-sync-running", op.id)  # also when it finished within one step: it did run
         if op.phase is OperationPhase.SUCCEEDED:
             fire("on-sync-succeeded", op.id)

@@ -188,9 +188,57 @@ class TaskResult:
                    str(data.get("uid", "")))
 
 
+@dataclass(frozen=True)
+class OperationRequest:
+    """What an operation was asked to do, and by whom: Argo CD's `operation.sync` and `initiatedBy`. Set when
+    the operation starts and never changed after."""
+
+    source: dict[str, Any] = field(default_factory=dict)  # path and targetRevision the revision came from
+    automated: bool = False
+    dry_run: bool = False
+    prune: bool = False
+    only: list[dict[str, str]] | None = None  # selective sync: these resources, no hooks
+    rollback: bool = False
+    initiated_by: str = ""
+
+
+@dataclass
+class RetryState:
+    """How often an operation was retried and may be: automated retries with the app's backoff, and the
+    temporary errors (a source or API blip) a running operation survives."""
+
+    count: int = 0  # stored as `retry_count`, Argo CD's `retryCount`
+    next_attempt_at: float = 0.0  # unix seconds: a failed automated operation is retried from then on
+    step_errors: int = 0  # temporary errors in a row: retried, up to a bound
+    retryable: bool = True  # False: it failed for a reason a retry cannot change (a permanent API error,
+    #                         a refused object): automated sync does not retry it (the next revision or a
+    #                         manual sync tries again)
+
+
+@dataclass
+class Progress:
+    """Where a running operation is between its steps: the wave it is on, and the one-time stages passed."""
+
+    wave: int | None = None
+    checked: bool = False  # the dry-run of everything it will apply passed (no write happens before)
+    pruned: bool = False
+
+
+_GROUPS: dict[str, tuple[type[Any], dict[str, str]]] = {  # group field -> its type, {stored name: field name}
+    "request": (OperationRequest, {f: f for f in ("source", "automated", "dry_run", "prune", "only", "rollback",
+                                                  "initiated_by")}),
+    "retry": (RetryState, {"retry_count": "count", "next_attempt_at": "next_attempt_at",
+                           "step_errors": "step_errors", "retryable": "retryable"}),
+    "progress": (Progress, {"wave": "wave", "checked": "checked", "pruned": "pruned"}),
+}
+
+
 @dataclass
 class Operation:
-    """Argo CD's `operationState`: the running or last sync of the app, advanced one step at a time."""
+    """Argo CD's `operationState`: the running or last sync of the app, advanced one step at a time.
+
+    Stored flat, as earlier versions stored it: the request, retry and progress groups are fields of the
+    one JSON object (`retry_count`, `dry_run`, `wave`, ...)."""
 
     id: str
     revision: str
@@ -198,24 +246,11 @@ class Operation:
     message: str = ""
     started_at: str = ""
     finished_at: str = ""
-    initiated_by: str = ""
-    source: dict[str, Any] = field(default_factory=dict)  # path and targetRevision the revision came from
-    automated: bool = False
-    dry_run: bool = False
-    prune: bool = False
-    only: list[dict[str, str]] | None = None  # selective sync: these resources, no hooks
-    rollback: bool = False
-    retry_count: int = 0
-    next_attempt_at: float = 0.0  # unix seconds: a failed automated operation is retried from then on
+    request: OperationRequest = field(default_factory=OperationRequest)
+    retry: RetryState = field(default_factory=RetryState)
+    progress: Progress = field(default_factory=Progress)
     step: str = ""  # what it is on or waits for, e.g. "wave 1: waiting for healthy state of ..."
-    wave: int | None = None
-    checked: bool = False  # the dry-run of everything it will apply passed (no write happens before)
-    pruned: bool = False
     failure: str = ""  # why it failed, kept while its SyncFail hooks run
-    step_errors: int = 0  # temporary errors in a row (a source or API blip): retried, up to a bound
-    retryable: bool = True  # False: it failed for a reason a retry cannot change (a permanent API error,
-    #                         a refused object): automated sync does not retry it (the next revision or a
-    #                         manual sync tries again)
     results: list[TaskResult] = field(default_factory=list)
     revisions: list[str] = field(default_factory=list)  # multi-source: each source's (pinned by a rollback)
     extra: dict[str, Any] = field(default_factory=dict)  # fields of newer versions, written back as read
@@ -228,26 +263,36 @@ class Operation:
         return not self.phase.completed
 
     def only_keys(self) -> frozenset[ResourceKey] | None:
-        return None if self.only is None else frozenset(ResourceKey.from_dict(k) for k in self.only)
+        only = self.request.only
+        return None if only is None else frozenset(ResourceKey.from_dict(k) for k in only)
 
     def result(self, key: ResourceKey, sync_phase: str) -> TaskResult | None:
         return next((r for r in self.results if r.id == (key, sync_phase)), None)
 
     def to_json(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("results", "extra")}
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("results", "extra", *_GROUPS)}
+        for group, (_, names) in _GROUPS.items():
+            value = getattr(self, group)
+            data.update({stored: getattr(value, name) for stored, name in names.items()})
         data["phase"] = self.phase.value
         data["results"] = [r.to_json() for r in self.results]
         return {**self.extra, **data}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Operation:
-        known, extra = _known(cls, data)
-        known.pop("extra", None)
+        grouped = {stored for _, names in _GROUPS.values() for stored in names}
+        known, extra = _known(cls, {k: v for k, v in data.items() if k not in grouped})
+        for name in (*_GROUPS, "extra"):
+            known.pop(name, None)
+            extra.pop(name, None)
         known.setdefault("id", "")
         known.setdefault("revision", "")
         known["revisions"] = _revisions(data)
         known["phase"] = _enum(OperationPhase, known.get("phase"), OperationPhase.ERROR)
         known["results"] = _records(TaskResult.from_json, data.get("results"))
+        for group, (kind, names) in _GROUPS.items():
+            known[group] = kind(**{name: data[stored] for stored, name in names.items() if stored in data})
         return cls(**known, extra=extra)
 
 

@@ -17,7 +17,7 @@ from tidecd.base.model import ResourceKey
 from tidecd.config.load import Application, Config
 from tidecd.project import windows as syncwindows
 from tidecd.state import app as app_state
-from tidecd.state.app import Operation
+from tidecd.state.app import Operation, OperationRequest, RetryState
 from tidecd.sync import decide as decision
 
 
@@ -36,10 +36,11 @@ def new_operation(app: Application, *, prune: bool = False, dry_run: bool = Fals
     return Operation(
         id=uuid.uuid4().hex[:16], revision=pinned or resolved, revisions=split if app.sources else [],
         started_at=app_state.now_iso(),
-        initiated_by=initiated_by or ("automated" if automated else "user"), source=source,
-        automated=automated, dry_run=dry_run, prune=prune,
-        only=None if resources is None else [k.to_dict() for k in sorted(resources)],
-        rollback=rollback, retry_count=retry_count, step="waiting for its first step",
+        request=OperationRequest(
+            source=source, automated=automated, dry_run=dry_run, prune=prune,
+            only=None if resources is None else [k.to_dict() for k in sorted(resources)], rollback=rollback,
+            initiated_by=initiated_by or ("automated" if automated else "user")),
+        retry=RetryState(count=retry_count), step="waiting for its first step",
     )
 
 

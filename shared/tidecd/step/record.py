@@ -100,7 +100,7 @@ def decided(op: Operation | None, found: decision.Decision) -> None:
     """The decision's view of the running operation: its results and the step it is at."""
     if op is not None and op.running:
         op.results, op.step = list(found.results), found.text
-        op.wave = found.step.wave if isinstance(found.step, decision.RunTasks) else op.wave
+        op.progress.wave = found.step.wave if isinstance(found.step, decision.RunTasks) else op.progress.wave
 
 
 # -- what was executed ---------------------------------------------------------------------------------
@@ -111,15 +111,15 @@ def dry_run(op: Operation, done: Executed, known: Iterable[ChangeEntry]) -> tupl
     the operation is then `checked`). Known failures come from the comparison's own dry-runs."""
     entries = list(done.entries)
     failures = [e for e in entries if e.action is Action.FAILED] + list(known)
-    shown = list(entries) if op.dry_run else []
+    shown = list(entries) if op.request.dry_run else []
     if not failures:
-        op.checked = True
+        op.progress.checked = True
         return shown, ""
     for entry in failures:
-        if not op.dry_run or entry not in entries:
+        if not op.request.dry_run or entry not in entries:
             shown.append(entry)
         op.results.append(TaskResult(entry.key, "Sync", 0, False, Action.FAILED, TaskPhase.FAILED, entry.message))
-    op.retryable = all(e.temporary for e in failures)  # one permanent refusal: a retry meets it again
+    op.retry.retryable = all(e.temporary for e in failures)  # one permanent refusal: a retry meets it again
     return shown, ("one or more objects failed to apply (dry run), nothing was written: "
                    + "; ".join(f"{e.key}: {e.message}" for e in failures))
 
@@ -155,7 +155,7 @@ def pruned(op: Operation, step: decision.Prune, done: Executed) -> None:
         if gone not in reported and not step.dry_run:
             op.results.append(TaskResult(gone, "Sync", wave, False, Action.PRUNED, TaskPhase.SUCCEEDED,
                                          "already gone"))
-    op.pruned = True
+    op.progress.pruned = True
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def finish(state: AppState, op: Operation, phase: OperationPhase, message: str, 
     for result in op.results:
         if result.phase is TaskPhase.RUNNING and not result.hook and phase is OperationPhase.SUCCEEDED:
             result.phase = TaskPhase.SUCCEEDED  # the last group: applied, not waited for (see sync.decide)
-    if op.dry_run:
+    if op.request.dry_run:
         return None
     tasks, app = (end.target.tasks if end.target is not None else ()), end.app
     inventory = dict(state.inventory_keys())
@@ -193,17 +193,17 @@ def finish(state: AppState, op: Operation, phase: OperationPhase, message: str, 
         inventory.update({r.key: waves[r.key] for r in op.results if not r.hook and r.key in waves
                           and r.action in (Action.CREATED, Action.CONFIGURED) and r.phase is not TaskPhase.FAILED})
     state.set_inventory([(k, w) for k, w in inventory.items() if k not in gone])
-    state.add_history(op.revision, phase.value, str(op.source.get("path", "")),
-                      str(op.source.get("targetRevision", "")), op.id,
+    state.add_history(op.revision, phase.value, str(op.request.source.get("path", "")),
+                      str(op.request.source.get("targetRevision", "")), op.id,
                       op.revisions or (revisions_of(app, op.revision) if app is not None else None))
-    if op.automated and phase is OperationPhase.SUCCEEDED:
+    if op.request.automated and phase is OperationPhase.SUCCEEDED:
         state.auto_synced = end.marker
     delay = decision.retry_delay(op, end.policy)
     if delay is not None:
-        op.next_attempt_at = end.now + delay
-    if op.rollback:
+        op.retry.next_attempt_at = end.now + delay
+    if op.request.rollback:
         state.automated_disabled = True
-    elif not op.automated and not op.source.get("revision"):
+    elif not op.request.automated and not op.request.source.get("revision"):
         state.automated_disabled = False
     if end.target is not None:
         remember_writes(state, end.target, end.written)

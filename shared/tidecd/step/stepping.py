@@ -263,17 +263,18 @@ class Step:
             if op is not None and op.running:
                 # Before its first write, or after repeated failures, the operation fails (an automated one
                 # is retried with its backoff); mid-way, a passing blip only postpones the next step.
-                if isinstance(exc, ClusterUnavailable) or not op.checked or op.step_errors >= MAX_STEP_ERRORS:
+                if (isinstance(exc, ClusterUnavailable) or not op.progress.checked
+                        or op.retry.step_errors >= MAX_STEP_ERRORS):
                     suffix = " (nothing pruned; will retry)" if isinstance(exc, ClusterUnavailable) else ""
                     self.finish(OperationPhase.FAILED, f"{exc}{suffix}")
                 else:
-                    op.step_errors += 1
+                    op.retry.step_errors += 1
                     self.end.continue_after = exc.delay
         except PermanentError as exc:
             self.problem("InvalidSpecError" if isinstance(exc, ProjectViolation) else "ComparisonError", str(exc))
             op = self.state.operation
             if op is not None and op.running:
-                op.retryable = False
+                op.retry.retryable = False
                 self.finish(OperationPhase.FAILED, str(exc))
         if self.end.quiet_hit:
             return
@@ -345,7 +346,7 @@ class Step:
                                                       policy_of(app).create_namespace), violations)
         op = self.state.operation
         if op is not None and op.running:
-            op.step_errors = 0  # observed fine: earlier blips are forgiven
+            op.retry.step_errors = 0  # observed fine: earlier blips are forgiven
         # a generated app being deleted is pruned whatever the windows say (Argo CD never blocks deletion)
         deleting = generated.is_deleting(app)
         policy = policy_of(app) if deleting else self.eye.windowed(policy_of(app))
@@ -386,7 +387,7 @@ class Step:
     def after_finish(self, policy: decision.Policy) -> None:
         """The comparison after the operation ended, and whether nothing more is to do (a quiet record)."""
         op = self.state.operation
-        if op is not None and op.dry_run:
+        if op is not None and op.request.dry_run:
             return
         view = self.eye.view
         if view.current and view.listed is not None:
@@ -438,7 +439,7 @@ class Step:
             self.finish(OperationPhase.FAILED, "Operation terminated")
         elif isinstance(step, decision.Finish):
             self.finish(step.phase, step.message)
-        if isinstance(step, decision.Finish | decision.Terminate) and not op.dry_run:
+        if isinstance(step, decision.Finish | decision.Terminate) and not op.request.dry_run:
             return
         self.save()
 
@@ -446,7 +447,8 @@ class Step:
         op = self.state.operation
         assert op is not None
         out_of_sync = {r.key for r in self.eye.comparison.resources if r.status is not SyncStatus.SYNCED}
-        done = execute.dry_run(self.eye.current, step, self.eye.view.live, out_of_sync, operation_dry_run=op.dry_run)
+        done = execute.dry_run(self.eye.current, step, self.eye.view.live, out_of_sync,
+                               operation_dry_run=op.request.dry_run)
         temporary = {r.key for r in self.eye.comparison.resources if r.temporary}
         known = [ChangeEntry(key, Action.FAILED, message, temporary=key in temporary)
                  for key, message in step.known_failures]
@@ -482,19 +484,19 @@ class Step:
     def finish(self, phase: OperationPhase, message: str) -> None:
         op, app = self.state.operation, self.app
         assert op is not None
-        automated_success = op.automated and phase is OperationPhase.SUCCEEDED and not op.dry_run
+        automated_success = op.request.automated and phase is OperationPhase.SUCCEEDED and not op.request.dry_run
         marker = self.eye.marker(app, op.revision) if automated_success and app is not None else ""
         policy = policy_of(app) if app is not None else decision.Policy(retry_limit=0)
         end = record.Finished(self.eye.target, app, marker, policy, dict(self.eye.view.written), self.ctx.clock.now(),
                               app_state.now_iso())
         delay = record.finish(self.state, op, phase, message, end)
-        if op.dry_run:
+        if op.request.dry_run:
             return
         self.end.deployed = op.id  # the caller tells the image updater (which override it deployed)
         if delay is not None:
             self.end.continue_after = delay
         log.info("sync finished", app=self.ctx.name, operation=op.id, phase=op.phase, message=op.message,
-                 automated=op.automated)
+                 automated=op.request.automated)
 
     def problem(self, kind: str, message: str, *, unknown: bool = True) -> None:
         record.condition(self.state, kind, message, app_state.now_iso(), unknown=unknown)

@@ -66,11 +66,11 @@ class Policy:
 def retry_delay(op: Operation, policy: Policy) -> float | None:
     """Seconds until a finished automated operation that failed is tried again (its backoff), or None: it
     succeeded, it was not automated, a retry cannot change its result, or its retries are spent."""
-    if not op.automated or op.phase is OperationPhase.SUCCEEDED or not op.retryable:
+    if not op.request.automated or op.phase is OperationPhase.SUCCEEDED or not op.retry.retryable:
         return None
-    if not policy.may_retry(op.retry_count):
+    if not policy.may_retry(op.retry.count):
         return None
-    return policy.retry_delay(op.retry_count)
+    return policy.retry_delay(op.retry.count)
 
 
 @dataclass(frozen=True)
@@ -222,15 +222,16 @@ def _automated(obs: Observation, op: Operation | None, policy: Policy) -> Step:
         return Nothing("automated sync is off")
     if obs.synced:
         return Nothing("synced")
-    if op is not None and op.automated and op.phase is not OperationPhase.SUCCEEDED and op.revision == obs.revision:
-        if not op.retryable:
+    if (op is not None and op.request.automated and op.phase is not OperationPhase.SUCCEEDED
+            and op.revision == obs.revision):
+        if not op.retry.retryable:
             return Nothing(f"automated sync of {obs.revision[:12]} failed for a reason a retry cannot change; "
                            "not retried")
-        if not policy.may_retry(op.retry_count):
+        if not policy.may_retry(op.retry.count):
             return Nothing(f"automated sync of {obs.revision[:12]} failed; retries exhausted")
-        if obs.now < op.next_attempt_at:
-            return Nothing("waiting to retry", retry_at=op.next_attempt_at)
-        return _start(obs, policy, op.retry_count + 1)
+        if obs.now < op.retry.next_attempt_at:
+            return Nothing("waiting to retry", retry_at=op.retry.next_attempt_at)
+        return _start(obs, policy, op.retry.count + 1)
     if obs.auto_synced and not policy.self_heal:
         return Nothing("this revision was synced automatically already")
     return _start(obs, policy, 0)
@@ -311,11 +312,11 @@ def _advance(obs: Observation, op: Operation, policy: Policy,
         return Terminate(tuple(r.key for r in results.values()
                                if r.hook and r.phase is TaskPhase.RUNNING and _is_ours(obs.live.get(r.key), op)))
     tasks = selected(obs, op)
-    if not op.checked:
+    if not op.progress.checked:
         return _check(obs, op, policy, tasks)
-    if op.dry_run:
-        if not op.pruned:
-            return Prune(_candidates(obs, op), enabled=op.prune, dry_run=True)
+    if op.request.dry_run:
+        if not op.progress.pruned:
+            return Prune(_candidates(obs, op), enabled=op.request.prune, dry_run=True)
         return Finish(OperationPhase.SUCCEEDED, "dry run: nothing written")
     cleanup = _finished_hooks_to_delete(obs, op, tasks, results)
     if cleanup:
@@ -348,8 +349,8 @@ def _advance(obs: Observation, op: Operation, policy: Policy,
             return DeleteHooks(tuple(old), BEFORE_HOOK_CREATION)
         is_final = first == final and not any(t.hook for t in pending)
         return RunTasks(group[0].phase, group[0].wave, tuple(group), final=is_final)
-    if not op.pruned:
-        return Prune(_candidates(obs, op), enabled=op.prune)
+    if not op.progress.pruned:
+        return Prune(_candidates(obs, op), enabled=op.request.prune)
     pruned_failed = [r for r in results.values() if r.action is Action.FAILED]
     if pruned_failed:
         return Finish(OperationPhase.FAILED, "; ".join(f"{r.key}: {r.message}" for r in pruned_failed))
@@ -376,7 +377,7 @@ def _check(obs: Observation, op: Operation, policy: Policy, tasks: list[Task]) -
                              f"{ALLOW_TAKEOVER} to the object to move it to this app)")
     if conflicts:
         return Finish(OperationPhase.FAILED, "; ".join(conflicts))
-    if not op.dry_run and policy.create_namespace in obs.missing_namespaces:
+    if not op.request.dry_run and policy.create_namespace in obs.missing_namespaces:
         return CreateNamespace(policy.create_namespace)
     crd_kinds, declared_namespaces = obs.crd_kinds, {t.key.name for t in tasks if t.key.kind == "Namespace"}
     to_run, known = [], []
@@ -393,7 +394,7 @@ def _check(obs: Observation, op: Operation, policy: Policy, tasks: list[Task]) -
             if live is not None and BEFORE_HOOK_CREATION in task.delete_policies:
                 continue  # recreated, not patched: the old copy's immutable fields do not matter
             to_run.append(task)
-        elif live is None or op.dry_run:
+        elif live is None or op.request.dry_run:
             to_run.append(task)
         elif task.key in obs.dry_run_errors and not task.has_option(REPLACE):
             known.append((task.key, obs.dry_run_errors[task.key]))

@@ -55,7 +55,7 @@ def start_operation(runtime: Runtime, name: str, request: SyncRequest) -> str:
             app_state.save(runtime.store, current, if_generation_match=generation)
         except PreconditionFailed:
             continue
-        log.info("operation started", app=name, operation=op.id, initiated_by=op.initiated_by)
+        log.info("operation started", app=name, operation=op.id, initiated_by=op.request.initiated_by)
         entry = next((h for h in current.history if h.id == request.history_id), None)
         images_state.on_operation_started(runtime.store, app, rollback=request.rollback, revision=request.revision,
                                           dry_run=request.dry_run, deployed_at=entry.deployed_at if entry else "",
