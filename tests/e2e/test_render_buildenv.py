@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tidecd.base.errors import RenderError
 from tidecd.base.model import Manifest
 from tidecd.clients import tools
 from tidecd.config.load import (
@@ -94,6 +95,27 @@ def test_helm_substitutes_parameters_value_files_and_file_parameters(tmp_path: P
         "fromValueFile": "picked by the app's name",
         "inline": "$ARGOCD_APP_NAME",
     }
+
+
+def test_helm_ref_value_files_are_substituted_after_the_ref_name(tmp_path: Path) -> None:
+    """`$values/envs/$ARGOCD_APP_NAME.yaml` reads the ref source's file; `$ARGOCD_APP_NAME/...` (a variable,
+    not a ref) is a path of this repository; an unknown `$other/` still names the refs."""
+    repo, values = tmp_path / "repo", tmp_path / "values"
+    write(repo, "chart/Chart.yaml", "apiVersion: v2\nname: web\nversion: 0.1.0\n")
+    write(repo, "chart/templates/cm.yaml",
+          "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata: {a: {{ .Values.a | quote }}, "
+          "b: {{ .Values.b | quote }}}\n")
+    write(repo, "chart/values.yaml", "a: ''\nb: ''\n")
+    write(repo, "chart/demo/b.yaml", "b: from this repository\n")
+    write(values, "envs/demo.yaml", "a: from the ref source\n")
+    spec = HelmSpec(value_files=("$values/envs/$ARGOCD_APP_NAME.yaml", "${ARGOCD_APP_NAME}/b.yaml"))
+    src = ApplicationSource(repo_url=REPO, path="chart", helm=spec)
+    [cm] = render(repo, src, app_name="demo", namespace="web", value_refs={"values": values},
+                  build_env=BuildEnv("p", SHA))
+    assert cm["data"] == {"a": "from the ref source", "b": "from this repository"}
+    other = ApplicationSource(repo_url=REPO, path="chart", helm=HelmSpec(value_files=("$other/x.yaml",)))
+    with pytest.raises(RenderError, match=r"no source has ref 'other' \(refs: \$values\)"):
+        render(repo, other, app_name="demo", namespace="web", value_refs={"values": values})
 
 
 def test_a_substituted_parameter_stays_data(tmp_path: Path) -> None:
