@@ -24,7 +24,8 @@ from tidecd.sync import decide as decision
 def new_operation(app: Application, *, prune: bool = False, dry_run: bool = False,
                   resources: Iterable[ResourceKey] | None = None, revision: str = "",
                   revisions: tuple[str, ...] = (), rollback: bool = False, initiated_by: str = "",
-                  automated: bool = False, retry_count: int = 0, resolved: str = "") -> Operation:
+                  automated: bool = False, retry_count: int = 0, resolved: str = "",
+                  started_at: str = "") -> Operation:
     """A Running operation, not yet stepped. `revision`/`revisions` pin it (a rollback); `resolved` is the
     revision an automated one found (recorded as its revision, not pinned in its source)."""
     source: dict[str, Any] = {"repoURL": app.source.repo_url, "path": app.source.path,
@@ -35,7 +36,7 @@ def new_operation(app: Application, *, prune: bool = False, dry_run: bool = Fals
     split = list(revisions) or app_state.split_revisions(pinned or resolved)
     return Operation(
         id=uuid.uuid4().hex[:16], revision=pinned or resolved, revisions=split if app.sources else [],
-        started_at=app_state.now_iso(),
+        started_at=started_at or app_state.now_iso(),
         request=OperationRequest(
             source=source, automated=automated, dry_run=dry_run, prune=prune,
             only=None if resources is None else [k.to_dict() for k in sorted(resources)], rollback=rollback,

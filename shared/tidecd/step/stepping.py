@@ -62,6 +62,10 @@ class StepContext:
     head: str
     deadline: float
 
+    def iso(self) -> str:
+        """Now on the step's one clock, as the state writes times (`2026-01-02T03:04:05Z`)."""
+        return datetime.datetime.fromtimestamp(self.clock.now(), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
 
 @dataclass
 class View:
@@ -183,7 +187,7 @@ class Observer:
             view.live.pop(key, None)
         self.reread(target.hook_keys)
         self.comparison = compared.comparison
-        now = app_state.now_iso()
+        now = self.ctx.iso()
         self.notes = dataclasses.replace(self.notes, claimed=compared.claimed, orphans=observe.orphans(target, now))
         record.observed(self.state, target, self.comparison, view.live, self.notes, now)
 
@@ -227,7 +231,7 @@ class Observer:
             return policy
         if self.comparison.status is not SyncStatus.SYNCED:
             self.state.conditions.append({"type": syncwindows.CONDITION, "message": blocked,
-                                          "at": app_state.now_iso()})
+                                          "at": self.ctx.iso()})
         return dataclasses.replace(policy, automated=False)
 
     def saw(self, done: execute.Executed) -> None:
@@ -278,7 +282,7 @@ class Step:
                 self.finish(OperationPhase.FAILED, str(exc))
         if self.end.quiet_hit:
             return
-        self.state.reconciled_at = app_state.now_iso()
+        self.state.reconciled_at = self.ctx.iso()
         self.end.continue_after = record.follow_health(self.state, self.end.continue_after, self.ctx.clock.now())
         self.state.quiet = quiet_record(self)
         self.save()
@@ -409,7 +413,8 @@ class Step:
         if isinstance(step, decision.StartOperation):
             sha = target.desired.revision
             self.state.operation = new_operation(target.app, prune=step.prune, initiated_by="automated",
-                                                 automated=True, retry_count=step.retry_count, resolved=sha)
+                                                 automated=True, retry_count=step.retry_count, resolved=sha,
+                                                 started_at=self.ctx.iso())
             log.info("automated sync", app=target.name, revision=sha[:12], retry=step.retry_count)
             self.eye.target = target.planned(self.eye.naming())  # generateName hooks are named for this operation
             self.save()
@@ -488,7 +493,7 @@ class Step:
         marker = self.eye.marker(app, op.revision) if automated_success and app is not None else ""
         policy = policy_of(app) if app is not None else decision.Policy(retry_limit=0)
         end = record.Finished(self.eye.target, app, marker, policy, dict(self.eye.view.written), self.ctx.clock.now(),
-                              app_state.now_iso())
+                              self.ctx.iso())
         delay = record.finish(self.state, op, phase, message, end)
         if op.request.dry_run:
             return
@@ -499,7 +504,7 @@ class Step:
                  automated=op.request.automated)
 
     def problem(self, kind: str, message: str, *, unknown: bool = True) -> None:
-        record.condition(self.state, kind, message, app_state.now_iso(), unknown=unknown)
+        record.condition(self.state, kind, message, self.ctx.iso(), unknown=unknown)
         log.warning("reconcile problem", app=self.ctx.name, condition=kind, message=message)
 
     def forget_when_gone(self) -> None:
