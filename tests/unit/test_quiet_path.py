@@ -13,7 +13,6 @@ import pytest
 from tests.support.fakecluster import CountingStore, FakeCluster, FakeGit, application, fake_runtime
 from tidecd.base.clock import FakeClock
 from tidecd.base.model import ResourceKey
-from tidecd.config.load import Config
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
 from tidecd.step import observe
@@ -158,7 +157,7 @@ def test_a_status_write_is_compared_in_full_from_the_cache_without_a_dry_run(set
 def test_drift_of_a_self_healing_app_is_repaired_through_the_full_path(setup: Any,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     cluster, store, git, runtime, counting = setup
-    runtime._config = Config(applications={"app": application(automated=True, self_heal=True)})
+    runtime = fake_runtime(cluster, store, application(automated=True, self_heal=True), git)
     clock = FakeClock()
     synced(runtime, clock)
     assert reconcile(runtime, "app", clock=clock).unchanged
@@ -211,7 +210,7 @@ def test_an_extra_labelled_object_or_a_changed_app_spec_compares_in_full(setup: 
     assert not outcome.unchanged and outcome.state is not None
     assert not [r.name for r in outcome.state.resources if r.requires_pruning]
 
-    runtime._config = Config(applications={"app": application(automated=True, prune=True)})
+    runtime = fake_runtime(cluster, store, application(automated=True, prune=True), git)  # a config change
     assert not reconcile(runtime, "app", clock=clock).unchanged  # the app's spec changed
 
 
