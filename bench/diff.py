@@ -65,5 +65,5 @@ def run(bench: Bench) -> list[Row]:
 def _forget_comparisons(inst: Installation) -> None:
     """Empty the app's comparison cache, as for an app never compared before (or after a cache loss)."""
     state, generation = app_state.load(inst.store, APP)
-    state.comparison_cache = {}
+    state.memo.comparisons = {}
     app_state.save(inst.store, state, if_generation_match=generation)

@@ -45,7 +45,8 @@ def _application(i: int) -> dict[str, object]:
 
 def _state(name: str, i: int) -> app_state.AppState:
     current = app_state.AppState(app=name, sync_status=SYNC[i % len(SYNC)], health=HEALTH[i % len(HEALTH)],
-                                 revision=f"{i:040x}", reconciled_at="2026-12-01T10:00:00Z")
+                                 revision=f"{i:040x}",
+                                 memo=app_state.StepMemo(reconciled_at="2026-12-01T10:00:00Z"))
     diff = "".join(f"-  key{j}: old-value-{j}\n+  key{j}: new-value-{j}\n" for j in range(8))
     current.resources = [
         app_state.ResourceStatus("apps" if k % 3 == 0 else "", ("Deployment", "Service", "ConfigMap")[k % 3],

@@ -29,7 +29,7 @@ def wait_synced(gitops: GitOps, name: str, revision: str, timeout: float = 120) 
 
 
 def reconciled_at(gitops: GitOps, name: str) -> str:
-    return gitops.state(name).reconciled_at
+    return gitops.state(name).memo.reconciled_at
 
 
 def test_ping_signature_and_malformed_bodies(gitops: GitOps, functions: Functions) -> None:

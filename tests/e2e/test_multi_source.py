@@ -124,7 +124,7 @@ def test_values_ref_changes_and_rollback_restores_every_source(gitops: GitOps, v
     assert state.operation is not None and state.operation.request.rollback and state.operation.phase == "Succeeded"
     assert state.operation.revisions == [app_sha1, values_sha1, values_sha1]
     assert state.operation.revision == first.revision
-    assert state.history[-1].revisions == first.revisions and state.automated_disabled
+    assert state.history[-1].revisions == first.revisions and state.automation.disabled
     assert len(state.revisions) == 3
     body = api.handle("GET", f"/api/v1/apps/{app}", auth, b"", runtime).body
     assert body["operation"]["revisions"] == first.revisions and body["history"][-1]["revisions"] == first.revisions

@@ -190,7 +190,7 @@ def test_history_rollback_and_dry_run(gitops: GitOps) -> None:
     gitops.reconcile(request=SyncRequest(revision=history[0].revision, rollback=True))
     assert gitops.live("ConfigMap", "settings")["data"] == {"v": "1"}  # type: ignore[index]
     state = gitops.state()
-    assert state.automated_disabled
+    assert state.automation.disabled
     gitops.reconcile()  # automated sync is off after a rollback
     assert gitops.live("ConfigMap", "settings")["data"] == {"v": "1"}  # type: ignore[index]
     outcome = gitops.sync(dry_run=True)

@@ -56,7 +56,7 @@ def synced(runtime: Runtime, clock: FakeClock) -> Outcome:
     outcome = reconcile(runtime, "app", clock=clock)  # the automated sync: its record is a quiet one
     state = outcome.state
     assert state is not None and state.sync_status == "Synced" and state.health == "Healthy"
-    assert not outcome.unchanged and state.quiet, "a settled sync records what the next no-op compares"
+    assert not outcome.unchanged and state.memo.quiet, "a settled sync records what the next no-op compares"
     return outcome
 
 
@@ -219,11 +219,11 @@ def test_another_writer_drops_the_quiet_record(setup: Any) -> None:
     clock = FakeClock()
     synced(runtime, clock)
     state, generation = app_state.load(store, "app")
-    assert state.quiet
+    assert state.memo.quiet
     state.inventory = []  # e.g. adoption rewriting the inventory
     app_state.save(store, state, if_generation_match=generation)
 
-    assert not app_state.load(store, "app")[0].quiet
+    assert not app_state.load(store, "app")[0].memo.quiet
     assert not reconcile(runtime, "app", clock=clock).unchanged
 
 
@@ -234,20 +234,20 @@ def test_a_running_operation_or_a_progressing_app_never_takes_the_fast_path(setu
     clock = FakeClock()
     outcome = reconcile(runtime, "app", clock=clock)
     assert outcome.state is not None and outcome.state.health == "Progressing"
-    assert not outcome.state.quiet
+    assert not outcome.state.memo.quiet
     assert not reconcile(runtime, "app", clock=clock).unchanged  # still Progressing: compared in full
 
     cluster.ready(ResourceKey("apps", "Deployment", "ns", "web"))
     outcome = reconcile(runtime, "app", clock=clock)
-    assert outcome.state is not None and outcome.state.health == "Healthy" and outcome.state.quiet
+    assert outcome.state is not None and outcome.state.health == "Healthy" and outcome.state.memo.quiet
     assert reconcile(runtime, "app", clock=clock).unchanged
 
     commands.start_operation(runtime, "app", commands.SyncRequest(initiated_by="test"))
-    assert not app_state.load(store, "app")[0].quiet
+    assert not app_state.load(store, "app")[0].memo.quiet
     outcome = reconcile(runtime, "app", clock=clock)  # an explicit sync runs in full ...
     assert not outcome.unchanged and outcome.state is not None and outcome.state.operation is not None
     assert outcome.state.operation.request.initiated_by == "test" and outcome.state.operation.phase == "Succeeded"
-    assert outcome.state.quiet  # ... and, running when its step began, still leaves a quiet record
+    assert outcome.state.memo.quiet  # ... and, running when its step began, still leaves a quiet record
     assert reconcile(runtime, "app", clock=clock).unchanged
 
 
@@ -270,7 +270,7 @@ def test_a_refresh_only_record_never_stands_in_for_an_automated_step(setup: Any)
     git.push([configmap("settings", "two"), configmap("other")])
 
     refreshed = reconcile(runtime, "app", clock=clock, automate=False)  # e.g. `app refresh`: OutOfSync, no sync
-    assert refreshed.state is not None and refreshed.state.sync_status == "OutOfSync" and refreshed.state.quiet
+    assert refreshed.state is not None and refreshed.state.sync_status == "OutOfSync" and refreshed.state.memo.quiet
     assert reconcile(runtime, "app", clock=clock, automate=False).unchanged
 
     outcome = reconcile(runtime, "app", clock=clock)  # the next automated step syncs the new commit

@@ -63,7 +63,7 @@ def test_unknown_statuses_and_older_shapes_read_without_failing() -> None:
     assert state.operation.request.automated and state.operation.extra["resources"] == [{"key": "old change entry"}]
     assert [entry.id for entry in state.history] == [1]
     # a record keyed by resourceVersion (before the live identity) reads with an identity nothing matches
-    assert state.comparison_cache == {"/ConfigMap n/d": CachedComparison("fp", "3", SyncStatus.OUT_OF_SYNC),
+    assert state.memo.comparisons == {"/ConfigMap n/d": CachedComparison("fp", "3", SyncStatus.OUT_OF_SYNC),
                                       "/ConfigMap n/e": CachedComparison("fp", "", SyncStatus.SYNCED)}
 
 
@@ -98,11 +98,11 @@ def test_an_unreadable_state_file_is_a_condition_not_an_error(data: bytes) -> No
     store = MemoryStore()
     generation = write(store, "a", data)
     state, found = app_state.load(store, "a")
-    assert found == generation and state.rebuilt
+    assert found == generation and state.origin.rebuilt
     assert [c["type"] for c in state.conditions] == [app_state.STATE_UNREADABLE]
     assert "state/apps/a.json" in state.conditions[0]["message"]
     app_state.save(store, state, if_generation_match=found)  # replaces the broken file
-    assert not app_state.load(store, "a")[0].rebuilt
+    assert not app_state.load(store, "a")[0].origin.rebuilt
 
 
 def test_a_broken_state_file_is_rebuilt_by_the_next_reconcile(h: Harness) -> None:  # noqa: F811
@@ -249,5 +249,5 @@ def test_a_broken_state_file_leaves_the_other_apps_alone() -> None:
     app_state.save(store, AppState(app="good", sync_status=SyncStatus.SYNCED))
     write(store, "bad", b'{"app": "bad", "resou')
     assert app_state.load(store, "good")[0].sync_status is SyncStatus.SYNCED
-    assert app_state.load(store, "bad")[0].rebuilt
+    assert app_state.load(store, "bad")[0].origin.rebuilt
     assert not app_state.load(store, "good")[0].conditions

@@ -82,7 +82,7 @@ def runtime(tmp_path: Path) -> Runtime:
                                         progress=app_state.Progress(wave=2),
                                         results=[app_state.TaskResult(web.resources[0].key, "Sync", 2, False,
                                                                       Action.CONFIGURED, app_state.TaskPhase.RUNNING)])
-    web.reconciled_at = "2999-01-01T00:00:00Z"  # just compared: a page watching it takes no step of its own
+    web.memo.reconciled_at = "2999-01-01T00:00:00Z"  # just compared: a page watching it takes no step of its own
     app_state.save(store, web)
     from tidecd.source import Snapshots
 

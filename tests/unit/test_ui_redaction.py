@@ -45,7 +45,7 @@ def runtime(tmp_path: Path) -> Runtime:
         state.add_history(state.revision, "Succeeded", "deploy", "main", revisions=revisions)
         state.operation = app_state.Operation("o1", state.revision, app_state.OperationPhase.RUNNING,
                                               started_at="t0", revisions=list(revisions or []))
-        state.reconciled_at = "2999-01-01T00:00:00Z"
+        state.memo.reconciled_at = "2999-01-01T00:00:00Z"
         app_state.save(store, state)
     return Runtime.of(Settings(config=str(tmp_path), api_token=ADMIN, api_readonly_token=READ), store,
                       clusters={"in-cluster": FakeLister()})  # type: ignore[dict-item]

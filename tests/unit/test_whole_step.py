@@ -46,7 +46,7 @@ def test_an_automated_sync_step_applies_records_and_settles() -> None:
     op = state.operation
     assert op is not None and op.request.automated and op.phase is OperationPhase.SUCCEEDED, op
     assert op.revision == sha and state.revision == sha
-    assert op.started_at == op.finished_at == state.reconciled_at == "2023-11-14T22:13:20Z"  # one clock: the fake
+    assert op.started_at == op.finished_at == state.memo.reconciled_at == "2023-11-14T22:13:20Z"  # one clock: the fake
     assert state.sync_status is SyncStatus.SYNCED and state.health is HealthStatus.PROGRESSING
     assert sorted(k for k, _ in state.inventory_keys()) == [CM, DEPLOY]
     assert [h.revision for h in state.history] == [sha]

@@ -88,7 +88,7 @@ class ChildCluster:
         child = app_state.load(self.store, name)[0]
         obj["status"] = {"sync": {"status": str(child.sync_status), "revision": child.revision},
                          "health": {"status": str(child.health), "message": child.health_message},
-                         "reconciledAt": child.reconciled_at}
+                         "reconciledAt": child.memo.reconciled_at}
         if child.operation is not None:
             obj["status"]["operationState"] = {"phase": str(child.operation.phase)}
         return obj

@@ -344,6 +344,32 @@ class CachedComparison:
 
 
 @dataclass
+class Automation:
+    """Argo CD's rules for automated sync that outlive a step: what it already applied, and a rollback's hold."""
+
+    synced: str = ""  # stored as `auto_synced`: "<sha>:<source hash>" automated sync already applied
+    disabled: bool = False  # stored as `automated_disabled`: set by a rollback
+
+
+@dataclass
+class StepMemo:
+    """What the step remembers between triggers so it need not do again what it did: when it last compared,
+    its comparison cache, and the no-op fast path's record (`tidecd.step.quiet`)."""
+
+    reconciled_at: str = ""
+    comparisons: dict[str, CachedComparison] = field(default_factory=dict)  # stored as `comparison_cache`
+    quiet: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """Not stored: how `load` found the file (the bytes it read, and whether it was unreadable and rebuilt)."""
+
+    raw: bytes = b""
+    rebuilt: bool = False
+
+
+@dataclass
 class AppState:
     app: str
     sync_status: SyncStatus = SyncStatus.UNKNOWN
@@ -356,14 +382,10 @@ class AppState:
     inventory: list[dict[str, Any]] = field(default_factory=list)
     operation: Operation | None = None
     history: list[HistoryEntry] = field(default_factory=list)
-    auto_synced: str = ""  # "<sha>:<source hash>" automated sync already applied (Argo CD's rule)
-    automated_disabled: bool = False  # set by rollback
-    reconciled_at: str = ""
-    comparison_cache: dict[str, CachedComparison] = field(default_factory=dict)
-    quiet: dict[str, str] = field(default_factory=dict)  # what the no-op fast path checks (tidecd.step.reconcile)
+    automation: Automation = field(default_factory=lambda: Automation())
+    memo: StepMemo = field(default_factory=lambda: StepMemo())
     extra: dict[str, Any] = field(default_factory=dict)  # fields of newer versions, written back as read
-    rebuilt: bool = field(default=False, compare=False)  # not stored: this load found the file unreadable
-    loaded: bytes = field(default=b"", compare=False, repr=False)  # not stored: the file as `load` read it
+    origin: Loaded = field(default_factory=lambda: Loaded(), compare=False, repr=False)  # not stored
 
     def __post_init__(self) -> None:  # callers may pass the statuses' text
         self.sync_status = _enum(SyncStatus, self.sync_status, SyncStatus.UNKNOWN)
@@ -390,10 +412,10 @@ class AppState:
             "revisions": self.revisions, "health": self.health.value, "health_message": self.health_message,
             "resources": [r.to_json() for r in self.resources], "conditions": self.conditions,
             "inventory": self.inventory, "operation": self.operation.to_json() if self.operation else None,
-            "history": [h.to_json() for h in self.history], "auto_synced": self.auto_synced,
-            "automated_disabled": self.automated_disabled, "reconciled_at": self.reconciled_at,
-            "comparison_cache": {k: v.to_json() for k, v in self.comparison_cache.items()},
-            "quiet": self.quiet,
+            "history": [h.to_json() for h in self.history], "auto_synced": self.automation.synced,
+            "automated_disabled": self.automation.disabled, "reconciled_at": self.memo.reconciled_at,
+            "comparison_cache": {k: v.to_json() for k, v in self.memo.comparisons.items()},
+            "quiet": self.memo.quiet,
         }
         return {**self.extra, **data}
 
@@ -408,12 +430,11 @@ class AppState:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AppState:
-        known, extra = _known(cls, data)
-        known.pop("extra", None)
-        known.pop("rebuilt", None)
-        known.pop("loaded", None)
+        grouped = ("auto_synced", "automated_disabled", "reconciled_at", "comparison_cache", "quiet")
+        known, extra = _known(cls, {k: v for k, v in data.items() if k not in grouped})
+        for name in ("extra", "automation", "memo", "origin"):
+            known.pop(name, None)
         quiet = data.get("quiet")
-        known["quiet"] = ({str(k): str(v) for k, v in quiet.items()} if isinstance(quiet, dict) else {})
         known["app"] = str(known.get("app", ""))
         known["sync_status"] = _enum(SyncStatus, known.get("sync_status"), SyncStatus.UNKNOWN)
         known["health"] = _enum(HealthStatus, known.get("health"), HealthStatus.UNKNOWN)
@@ -424,10 +445,13 @@ class AppState:
         op = data.get("operation")
         known["operation"] = _one(Operation.from_json, op) if isinstance(op, dict) else None
         cache = data.get("comparison_cache")
-        known["comparison_cache"] = {
-            str(k): entry for k, v in (cache.items() if isinstance(cache, dict) else ())
-            if (entry := _one(CachedComparison.from_json, v)) is not None
-        }
+        known["memo"] = StepMemo(
+            reconciled_at=str(data.get("reconciled_at") or ""),
+            comparisons={str(k): entry for k, v in (cache.items() if isinstance(cache, dict) else ())
+                         if (entry := _one(CachedComparison.from_json, v)) is not None},
+            quiet={str(k): str(v) for k, v in quiet.items()} if isinstance(quiet, dict) else {})
+        known["automation"] = Automation(synced=str(data.get("auto_synced") or ""),
+                                         disabled=bool(data.get("automated_disabled", False)))
         return cls(**known, extra=extra)
 
 
@@ -471,9 +495,9 @@ def load(store: ObjectStore, app: str) -> tuple[AppState, int]:
         reason = str(exc).split("\n")[0][:120]
         condition = {"type": STATE_UNREADABLE, "at": now_iso(),
                      "message": f"{state_key(app)} could not be read ({reason}); rebuilt from the cluster and git"}
-        return AppState(app=app, conditions=[condition], rebuilt=True), blob.generation
+        return AppState(app=app, conditions=[condition], origin=Loaded(rebuilt=True)), blob.generation
     state.app = app
-    state.loaded = blob.data
+    state.origin = Loaded(raw=blob.data)
     return state, blob.generation
 
 
@@ -493,8 +517,8 @@ def save(store: ObjectStore, state: AppState, *, if_generation_match: int | None
     """Write the state. Its `quiet` record (what the no-op fast path compares) is dropped unless the
     caller recomputed it (`keep_quiet`, the reconcile step): any other writer's change invalidates it."""
     if not keep_quiet:
-        state.quiet = {}
+        state.memo.quiet = {}
     data = encode(state)
     generation = store.write(state_key(state.app), data, if_generation_match=if_generation_match)
-    state.loaded = data
+    state.origin = Loaded(raw=data)
     return generation

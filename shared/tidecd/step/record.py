@@ -86,7 +86,7 @@ def observed(state: AppState, target: Target, comparison: Comparison, live: Mapp
 
 
 def kept_conditions(state: AppState) -> list[dict[str, str]]:
-    return [c for c in state.conditions if c["type"] == app_state.STATE_UNREADABLE and state.rebuilt]
+    return [c for c in state.conditions if c["type"] == app_state.STATE_UNREADABLE and state.origin.rebuilt]
 
 
 def condition(state: AppState, kind: str, message: str, now: str, *, unknown: bool = True) -> None:
@@ -197,14 +197,14 @@ def finish(state: AppState, op: Operation, phase: OperationPhase, message: str, 
                       str(op.request.source.get("targetRevision", "")), op.id,
                       op.revisions or (revisions_of(app, op.revision) if app is not None else None))
     if op.request.automated and phase is OperationPhase.SUCCEEDED:
-        state.auto_synced = end.marker
+        state.automation.synced = end.marker
     delay = decision.retry_delay(op, end.policy)
     if delay is not None:
         op.retry.next_attempt_at = end.now + delay
     if op.request.rollback:
-        state.automated_disabled = True
+        state.automation.disabled = True
     elif not op.request.automated and not op.request.source.get("revision"):
-        state.automated_disabled = False
+        state.automation.disabled = False
     if end.target is not None:
         remember_writes(state, end.target, end.written)
     return delay
@@ -217,7 +217,7 @@ def remember_writes(state: AppState, target: Target, written: Mapping[ResourceKe
         key = ResourceKey.of(obj)
         if key in written:
             owned = with_ownership(obj, target.name, argocd=target.argocd_marks)
-            state.comparison_cache[str(key)] = CachedComparison(fingerprint(owned), written[key], SyncStatus.SYNCED)
+            state.memo.comparisons[str(key)] = CachedComparison(fingerprint(owned), written[key], SyncStatus.SYNCED)
 
 
 def follow_health(state: AppState, continue_after: float | None, now: float) -> float | None:
@@ -246,7 +246,7 @@ class Saved:
 
     @classmethod
     def loaded(cls, state: AppState, generation: int) -> Saved:
-        return cls(generation, state.reconciled_at, dict(state.quiet))
+        return cls(generation, state.memo.reconciled_at, dict(state.memo.quiet))
 
 
 def save(store: ObjectStore, state: AppState, saved: Saved, *, settled: bool) -> Saved:
@@ -257,19 +257,19 @@ def save(store: ObjectStore, state: AppState, saved: Saved, *, settled: bool) ->
     if settled and saved.generation and unchanged(state, saved):
         return saved
     generation = app_state.save(store, state, if_generation_match=saved.generation, keep_quiet=True)
-    return Saved(generation, state.reconciled_at, dict(state.quiet), wrote=True)
+    return Saved(generation, state.memo.reconciled_at, dict(state.memo.quiet), wrote=True)
 
 
 def unchanged(state: AppState, saved: Saved) -> bool:
     """The record is the file as loaded, but for `reconciled_at` and, in a step that wrote nothing yet,
     `quiet` (a no-op writes nothing): one encoding, compared with the bytes read."""
-    if not state.loaded:
+    if not state.origin.raw:
         return False
     doc = state.to_json()
     doc["reconciled_at"] = saved.reconciled_at
     if not saved.wrote:
         doc["quiet"] = dict(saved.quiet)
-    return app_state.encode_json(doc) == state.loaded
+    return app_state.encode_json(doc) == state.origin.raw
 
 
 def fence(store: ObjectStore, name: str, saved: Saved, keeper: LeaseKeeper | None) -> None:

@@ -131,10 +131,10 @@ class Observer:
         if not self.may_be_quiet():
             return False
         self.inputs = self.inputs_digest()
-        if not quiet.unchanged(self.state.quiet, self.inputs):
+        if not quiet.unchanged(self.state.memo.quiet, self.inputs):
             return False
         found = self.list_live()
-        if found.digest != self.state.quiet.get("live"):
+        if found.digest != self.state.memo.quiet.get("live"):
             self.view.prefetched = found
             return False
         self.view.live = dict(found.live)
@@ -144,7 +144,7 @@ class Observer:
     def may_be_quiet(self) -> bool:
         target, op = self.current, self.state.operation
         return quiet.may_be_quiet(target.app, target.project, target.manifests, running=op is not None and op.running,
-                                  rebuilt=self.state.rebuilt, children=target.children is not None)
+                                  rebuilt=self.state.origin.rebuilt, children=target.children is not None)
 
     def inputs_digest(self) -> str:
         target = self.current
@@ -194,8 +194,8 @@ class Observer:
     def compare_with(self, found: observe.Listing) -> observe.Compared:
         target = self.current
         compared = observe.compare_all(target.cluster, target.app, target.config, target.manifests, found.live,
-                                       hooks=frozenset(target.hook_keys), cache=self.state.comparison_cache)
-        self.state.comparison_cache = dict(compared.cache)
+                                       hooks=frozenset(target.hook_keys), cache=self.state.memo.comparisons)
+        self.state.memo.comparisons = dict(compared.cache)
         self.view.live = dict(found.live)
         return compared
 
@@ -215,8 +215,8 @@ class Observer:
             inventory=tuple(i for i in self.state.inventory_keys() if not target.excluded_kind(i[0])),
             unserved=facts.unserved, missing_namespaces=facts.missing_namespaces, violations=facts.violations,
             synced=self.comparison.status is SyncStatus.SYNCED,
-            auto_synced=self.state.auto_synced == self.marker(target.app, target.desired.revision),
-            automated_disabled=self.state.automated_disabled, now=self.ctx.clock.now(),
+            auto_synced=self.state.automation.synced == self.marker(target.app, target.desired.revision),
+            automated_disabled=self.state.automation.disabled, now=self.ctx.clock.now(),
             health_scripts=target.health_scripts,
         )
 
@@ -282,9 +282,9 @@ class Step:
                 self.finish(OperationPhase.FAILED, str(exc))
         if self.end.quiet_hit:
             return
-        self.state.reconciled_at = self.ctx.iso()
+        self.state.memo.reconciled_at = self.ctx.iso()
         self.end.continue_after = record.follow_health(self.state, self.end.continue_after, self.ctx.clock.now())
-        self.state.quiet = quiet_record(self)
+        self.state.memo.quiet = quiet_record(self)
         self.save()
 
     def observe_and_advance(self) -> None:
@@ -342,7 +342,7 @@ class Step:
         except ProjectViolation as exc:
             violations = str(exc)
         self.eye.compare()
-        if self.state.rebuilt:
+        if self.state.origin.rebuilt:
             self.state.set_inventory([(k, 0) for k, obj in self.eye.view.live.items()
                                       if owned_by(obj, app.name) and k not in target.hook_keys])
         self.eye.facts = Facts(observe.unserved(target.cluster, target.tasks),

@@ -118,7 +118,7 @@ def watch(runtime: Runtime, current: app_state.AppState) -> app_state.AppState:
     running = op is not None and op.running
     if not running and str(current.health) != "Progressing":
         return current
-    if _age(current.reconciled_at) < (STEP_EVERY if running else REFRESH_EVERY):
+    if _age(current.memo.reconciled_at) < (STEP_EVERY if running else REFRESH_EVERY):
         return current
     try:
         outcome = reconcile_step(runtime, current.app, automate=False, reason="ui watch", budget=STEP_BUDGET)

@@ -145,7 +145,7 @@ class Summary:
             op = OperationView(op.phase, op.message[:300], op.step[:300], op.wave, op.started_at, op.finished_at,
                                op.initiated_by, op.revision, op.dry_run, op.prune, revisions=op.revisions)
         error = "; ".join(c.get("message", "") for c in current.conditions if c.get("type", "").endswith("Error"))
-        return cls(current.sync_status, current.health, current.revision, current.reconciled_at, error[:500], op,
+        return cls(current.sync_status, current.health, current.revision, current.memo.reconciled_at, error[:500], op,
                    tuple(current.revisions))
 
 

@@ -96,7 +96,7 @@ def _record_inventory(runtime: Runtime, name: str, items: dict[ResourceKey, int]
     for _ in range(5):
         state, generation = app_state.load(runtime.store, name)
         state.set_inventory(sorted(items.items()))
-        state.comparison_cache = cache
+        state.memo.comparisons = cache
         try:
             app_state.save(runtime.store, state, if_generation_match=generation)
         except PreconditionFailed:

@@ -162,7 +162,7 @@ def list_apps(runtime: Runtime, _: str, __: dict[str, Any], ___: Mapping[str, st
         current = app_state.load(runtime.store, name)[0]
         item = {"name": name, "sync": current.sync_status, "health": current.health,
                 "revision": current.revision, "revisions": current.revisions,
-                "reconciledAt": current.reconciled_at}
+                "reconciledAt": current.memo.reconciled_at}
         apps.append(item | _lineage(config, name))
     for name, problem in sorted(config.invalid.items()):
         apps.append({"name": name, "sync": "Unknown", "health": "Unknown", "revision": "", "revisions": [],
