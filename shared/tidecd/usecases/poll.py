@@ -284,7 +284,7 @@ def _ls_remote_all(runtime: Runtime, repos: dict[str, _Repo], ls_remote: LsRemot
             if repo.kind == charts.GIT:
                 repo.refs = ls_remote(repo.url, credentials)
             else:
-                repo.refs = charts.list_refs(repo.kind, repo.url, credentials, repo.chart)
+                repo.refs = charts.list_refs(repo.kind, repo.url, credentials, repo.chart, store=runtime.store)
             return ""
         except TidecdError as exc:
             return str(exc)
