@@ -121,7 +121,7 @@ def _render_multi(runtime: Runtime, app: Application,
                                               source.repo_url)
             resolved.append((source, creds, sha))
         else:
-            resolved.append((source, creds, charts.resolve(source, creds, rev)))
+            resolved.append((source, creds, charts.resolve(source, creds, rev, store=runtime.store)))
     revisions = [r if isinstance(r, str) else r.version for _, _, r in resolved]
     combined = app_state.joined(revisions)
     key_text = json.dumps([[s.spec_hash(), r if isinstance(r, str) else r.cache_revision] for s, _, r in resolved])
@@ -221,7 +221,7 @@ def _permitted_by_project(runtime: Runtime, app: Application) -> Callable[[str],
 def _render_chart(runtime: Runtime, app: Application, revision: str = "") -> tuple[str, list[Manifest]]:
     """A chart from a helm repository or an OCI registry (or a plain OCI artifact): (version, manifests)."""
     creds = runtime.repo_credentials(app.source.repo_url)
-    ref = charts.resolve(app.source, creds, revision)
+    ref = charts.resolve(app.source, creds, revision, store=runtime.store)
     namespace = app.destination.namespace
     pass_credentials = bool(app.source.helm and app.source.helm.pass_credentials)
     override = image_override(runtime.store, app.name)  # the image updater's `argocd` write-back
