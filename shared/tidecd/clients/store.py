@@ -11,11 +11,18 @@ that keep two calls from reconciling the same app at once. `open_store()` picks 
 Errors: PreconditionFailed (lost a race), InvalidKey (a key that could escape the store's root),
 StoreUnavailable (backend unreachable or failing: retry later), Contended (a document kept changing
 under `update_json`: retry later).
+
+Deadlines: every GCS request waits at most `TIDECD_STORE_TIMEOUT` seconds, and a failing call is retried
+with backoff (google-cloud-storage's own Retry) for at most `TIDECD_STORE_RETRY_DEADLINE` seconds; writes
+and deletes only when they carry a generation precondition (the library's conditional policy: a replayed
+unconditional write could undo a newer one). A caller that must answer quickly (the webhook, the api)
+also sets a `budget`: the seconds all store calls in its context may take together.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import json
 import os
@@ -24,7 +31,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -294,6 +301,105 @@ def _check_generation(key: str, actual: int, if_generation_match: int | None) ->
         raise PreconditionFailed(f"{key}: generation is {actual}, expected {if_generation_match}")
 
 
+# --- deadlines -------------------------------------------------------------------------------------------
+
+STORE_TIMEOUT = 5.0  # seconds one GCS request may wait (connect, and each read of the answer)
+STORE_RETRY_DEADLINE = 10.0  # seconds a failing call is retried, with backoff, before StoreUnavailable
+_BACKOFF = (0.1, 2.0, 2.0)  # first delay, largest delay, multiplier (jittered by google.api_core)
+
+
+def env_seconds(name: str, default: float, env: Mapping[str, str] | None = None) -> float:
+    """A positive number of seconds from the environment (`default` when unset); anything else is one
+    clear ConfigError naming the variable."""
+    raw = (os.environ if env is None else env).get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected a number of seconds") from None
+    if not 0 < value < 3600:
+        raise ConfigError(f"{name}={raw!r}: expected more than 0 and less than 3600 seconds")
+    return value
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """How long one store call may take: per request, and retrying in all."""
+
+    timeout: float = STORE_TIMEOUT
+    retry_deadline: float = STORE_RETRY_DEADLINE
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Deadlines:
+        return cls(timeout=env_seconds("TIDECD_STORE_TIMEOUT", STORE_TIMEOUT, env),
+                   retry_deadline=env_seconds("TIDECD_STORE_RETRY_DEADLINE", STORE_RETRY_DEADLINE, env))
+
+
+class Budget:
+    """The seconds store calls may still take in one context (one webhook delivery, one api answer).
+
+    Each call is given at most what is left (as its request timeout and its retry deadline) and is charged
+    what it took; with nothing left a call fails at once with StoreUnavailable. `failed_only` charges only
+    calls that failed: a healthy but busy answer is never cut short, a store that hangs costs it once."""
+
+    def __init__(self, seconds: float, what: str, *, failed_only: bool = False) -> None:
+        self.seconds, self.what, self.failed_only = seconds, what, failed_only
+        self._spent = 0.0
+        self._lock = threading.Lock()
+
+    def left(self) -> float:
+        with self._lock:
+            return self.seconds - self._spent
+
+    def charge(self, seconds: float, *, failed: bool) -> None:
+        if failed or not self.failed_only:
+            with self._lock:
+                self._spent += seconds
+
+    def exhausted(self) -> StoreUnavailable:
+        return StoreUnavailable(f"the object store did not answer within {self.what} "
+                                f"({self.seconds:g} s)", delay=self.seconds)
+
+
+_BUDGET: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("tidecd_store_budget", default=None)
+
+
+@contextlib.contextmanager
+def budget(seconds: float, what: str, *, failed_only: bool = False) -> Iterator[Budget]:
+    """Bound the time store calls made in this block (this thread or task) take together; see `Budget`."""
+    token = _BUDGET.set(Budget(seconds, what, failed_only=failed_only))
+    try:
+        current = _BUDGET.get()
+        assert current is not None
+        yield current
+    finally:
+        _BUDGET.reset(token)
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """What one google-cloud-storage call is given: `timeout=` and `retry=` (None: a single attempt)."""
+
+    timeout: float
+    retry: Any
+    conditional_retry: Any  # for writes and deletes: retried only with a generation precondition
+
+
+def call_options(deadlines: Deadlines, left: float | None = None) -> CallOptions:
+    """google-cloud-storage's DEFAULT_RETRY (its transient errors: 408, 429, 5xx, resets, timeouts) with our
+    deadline and backoff; conditional writes use the library's ConditionalRetryPolicy, which retries only
+    calls that carry `if_generation_match`. `left`: what the context's budget still allows."""
+    # lazy: cold start (google.cloud only when GCS or Pub/Sub is used)
+    from google.cloud.storage.retry import DEFAULT_RETRY, ConditionalRetryPolicy, is_generation_specified
+
+    timeout, deadline = deadlines.timeout, deadlines.retry_deadline
+    if left is not None:
+        timeout, deadline = min(timeout, left), min(deadline, left)
+    retry = DEFAULT_RETRY.with_deadline(deadline).with_delay(*_BACKOFF)
+    return CallOptions(timeout, retry, ConditionalRetryPolicy(retry, is_generation_specified, ["query_params"]))
+
+
 # --- Google Cloud Storage --------------------------------------------------------------------------------
 
 
@@ -302,12 +408,13 @@ class GcsStore:
 
     The client is created on first use (import cost stays off the cold start of calls that never touch
     GCS) and again after a fork. With `STORAGE_EMULATOR_HOST` set it talks to fake-gcs-server,
-    anonymously, as project "test".
+    anonymously, as project "test". Every call has a deadline (`Deadlines`, and the context's `budget`).
     """
 
-    def __init__(self, bucket: str, prefix: str = "") -> None:
+    def __init__(self, bucket: str, prefix: str = "", deadlines: Deadlines | None = None) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
+        self.deadlines = deadlines or Deadlines.from_env()
         self._client: Any = None
         self._client_pid = 0
         self._lock = threading.Lock()
@@ -320,20 +427,21 @@ class GcsStore:
         from google.api_core.exceptions import NotFound
 
         blob = self._blob(key)
-        with self._errors(key):
+        with self._call(key) as opts:
             try:
-                data = blob.download_as_bytes()
+                data = blob.download_as_bytes(timeout=opts.timeout, retry=opts.retry)
             except NotFound:
                 return None
             if blob.generation is None:  # the media response had no x-goog-generation header
-                blob.reload()
+                blob.reload(timeout=opts.timeout, retry=opts.retry)
         return Blob(data, int(blob.generation))
 
     def write(self, key: str, data: bytes, *, if_generation_match: int | None = None) -> int:
         blob = self._blob(key)
         content_type = "application/json" if key.endswith(".json") else "application/octet-stream"
-        with self._errors(key):
-            blob.upload_from_string(data, content_type=content_type, if_generation_match=if_generation_match)
+        with self._call(key) as opts:
+            blob.upload_from_string(data, content_type=content_type, if_generation_match=if_generation_match,
+                                    timeout=opts.timeout, retry=opts.conditional_retry)
         return int(blob.generation)
 
     def read_file(self, key: str, dest: Path) -> int | None:
@@ -342,21 +450,22 @@ class GcsStore:
         from google.api_core.exceptions import NotFound
 
         blob = self._blob(key)
-        with self._errors(key):
+        with self._call(key) as opts:
             try:
-                blob.download_to_filename(str(dest))
+                blob.download_to_filename(str(dest), timeout=opts.timeout, retry=opts.retry)
             except NotFound:
                 dest.unlink(missing_ok=True)
                 return None
             if blob.generation is None:
-                blob.reload()
+                blob.reload(timeout=opts.timeout, retry=opts.retry)
         return int(blob.generation)
 
     def write_file(self, key: str, source: Path, *, if_generation_match: int | None = None) -> int:
         blob = self._blob(key)
-        with self._errors(key):
+        with self._call(key) as opts:
             blob.upload_from_filename(str(source), content_type="application/octet-stream",
-                                      if_generation_match=if_generation_match)
+                                      if_generation_match=if_generation_match, timeout=opts.timeout,
+                                      retry=opts.conditional_retry)
         return int(blob.generation)
 
     def delete(self, key: str, *, if_generation_match: int | None = None) -> None:
@@ -364,22 +473,24 @@ class GcsStore:
         from google.api_core.exceptions import NotFound
 
         blob = self._blob(key)
-        with self._errors(key):
+        with self._call(key) as opts:
             if if_generation_match is not None:
                 # fake-gcs-server (v1.55, fsouza/fake-gcs-server#1282) ignores ifGenerationMatch on delete;
                 # this early check makes a stale delete fail there too. GCS itself enforces it atomically.
-                current = blob.bucket.get_blob(blob.name)
+                current = blob.bucket.get_blob(blob.name, timeout=opts.timeout, retry=opts.retry)
                 _check_generation(key, int(current.generation) if current else 0, if_generation_match)
             try:
-                blob.bucket.delete_blob(blob.name, if_generation_match=if_generation_match)
+                blob.bucket.delete_blob(blob.name, if_generation_match=if_generation_match, timeout=opts.timeout,
+                                        retry=opts.conditional_retry)
             except NotFound:
                 _check_generation(key, 0, if_generation_match)
 
     def list(self, prefix: str) -> list[str]:
         full = f"{self.prefix}/{prefix}" if self.prefix else prefix
         strip = len(self.prefix) + 1 if self.prefix else 0
-        with self._errors(prefix + "*"):
-            names = [b.name for b in self._client_now().list_blobs(self.bucket, prefix=full)]
+        with self._call(prefix + "*") as opts:
+            names = [b.name for b in self._client_now().list_blobs(self.bucket, prefix=full, timeout=opts.timeout,
+                                                                    retry=opts.retry)]
         return sorted(name[strip:] for name in names)
 
     def _blob(self, key: str) -> storage.Blob:
@@ -395,22 +506,36 @@ class GcsStore:
             return self._client
 
     @contextlib.contextmanager
-    def _errors(self, key: str) -> Iterator[None]:
-        """Translate the client's exceptions; messages name the object, never echo a response body."""
+    def _call(self, key: str) -> Iterator[CallOptions]:
+        """One store call: its deadlines (within the context's budget, which it is charged), and the
+        client's exceptions translated; messages name the object, never echo a response body."""
         # lazy: cold start (google.cloud only when GCS or Pub/Sub is used)
         from google.api_core import exceptions as api
         from google.auth.exceptions import GoogleAuthError
         from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
 
         where = f"gs://{self.bucket}/{self.prefix + '/' if self.prefix else ''}{key}"
+        spending = _BUDGET.get()
+        left = spending.left() if spending is not None else None
+        if spending is not None and left is not None and left <= 0:
+            raise spending.exhausted()
+        started, failed = time.monotonic(), True
         try:
-            yield
+            yield call_options(self.deadlines, left)
+            failed = False
         except api.PreconditionFailed as exc:
+            failed = False
             raise PreconditionFailed(f"{where}: generation precondition failed") from exc
+        except api.RetryError as exc:
+            cause = type(exc.cause).__name__ if exc.cause is not None else "no answer"
+            raise StoreUnavailable(f"{where}: GCS kept failing ({cause}) until the call's deadline") from exc
         except api.GoogleAPICallError as exc:
             raise StoreUnavailable(f"{where}: GCS answered {exc.code} {type(exc).__name__}") from exc
         except (api.GoogleAPIError, GoogleAuthError, DataCorruption, InvalidResponse, OSError) as exc:
             raise StoreUnavailable(f"{where}: GCS unreachable ({type(exc).__name__})") from exc
+        finally:
+            if spending is not None:
+                spending.charge(time.monotonic() - started, failed=failed)
 
 
 def _gcs_client() -> storage.Client:
