@@ -66,7 +66,10 @@ def webhook(request: Request) -> Response:
     runtime = _runtime()
     answer = hooks.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime))
     metrics.count_webhook(dict(request.headers), answer.status)
-    return _json(answer.status, answer.body)
+    response = _json(answer.status, answer.body)
+    if answer.status == 503:  # the store (or Pub/Sub) is away: GitHub redelivers
+        response.headers["Retry-After"] = str(answer.body.get("retry_after", hooks.RETRY_AFTER))
+    return response
 
 
 @functions_framework.http
@@ -121,8 +124,20 @@ def reconcile(cloud_event: Any) -> None:
         raise LeaseHeld(f"{refresh.app}: {outcome.skipped}")
 
 
+API_STORE_BUDGET = 3.0  # seconds of failing store calls one api answer may wait (TIDECD_API_STORE_BUDGET)
+
+
 @functions_framework.http
 def api(request: Request) -> Response:
+    """A store that fails or hangs costs an answer at most the api's store budget, then it is a 503."""
+    from tidecd.clients.store import budget, env_seconds
+
+    with budget(env_seconds("TIDECD_API_STORE_BUDGET", API_STORE_BUDGET),
+                "the api's store budget (TIDECD_API_STORE_BUDGET)", failed_only=True):
+        return _api(request)
+
+
+def _api(request: Request) -> Response:
     from tidecd.base import limits
     from tidecd.usecases import api as use_case
 

@@ -5,7 +5,9 @@ creates it "only if absent" and hands the refresh over; every later caller only 
 the revision it was told about), so a burst of webhook deliveries for one app costs one reconcile, plus
 at most one re-run at the end when one of them named a revision the run did not see:
 
-    {"since": <unix seconds the current run was claimed>, "again": ["<sha>", ...]}   ("" = any revision)
+    {"since": <unix seconds the current run was claimed>, "again": ["<sha>", ...], "by": "<nonce>"}
+    ("" = any revision; `by` names the claiming call, so a claim whose write landed but whose answer was
+    lost, and that the store client retried into a precondition failure, is still recognised as its own)
 
 The run that consumed the refresh calls `finish`: no mark (or only marks for the revision it reconciled)
 deletes the record; a mark for another revision clears the marks and asks the caller for one more run,
@@ -22,6 +24,7 @@ poll resumes it (`overdue`).
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -59,14 +62,16 @@ def _record(store: ObjectStore, key: str) -> tuple[dict[str, Any] | None, int]:
 def claim(store: ObjectStore, app: str, revision: str = "", *, now: Clock = time.time) -> bool:
     """True: the caller must hand the refresh over (it now owns `pending/<app>`). False: a refresh of the
     app is already on its way and was marked "again" with `revision`."""
-    key = PENDING + app
+    key, nonce = PENDING + app, uuid.uuid4().hex
     for _ in range(ATTEMPTS):
         doc, generation = _record(store, key)
+        if doc is not None and doc.get("by") == nonce:
+            return True  # our own claim: the client retried a write that had landed, and lost to itself
         try:
             if doc is None or now() - float(doc.get("since", 0)) > STALE_AFTER:
                 if doc is not None:
                     log.info("pending refresh taken over", app=app, since=doc.get("since"))
-                write_json(store, key, {"since": now(), "again": []}, if_generation_match=generation)
+                write_json(store, key, {"since": now(), "again": [], "by": nonce}, if_generation_match=generation)
                 return True
             marks = [str(m) for m in doc.get("again", []) if isinstance(m, str)]
             if revision in marks or "" in marks:

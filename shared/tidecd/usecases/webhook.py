@@ -6,8 +6,14 @@ of an unauthenticated body is parsed), then the event. A push refreshes the apps
 pushed repository and whose targetRevision names the pushed ref, narrowed by Argo CD's
 `manifest-generate-paths` annotation. A redelivery (same delivery id) is recognised by a
 `deliveries/<id>` object written "only if absent" before anything is dispatched, so of any number of
-concurrent deliveries of one id exactly one dispatches. The secret and the signature are never logged or
-echoed.
+concurrent deliveries of one id exactly one dispatches. The record says "claimed" until the refreshes are
+handed over, then "done": only a done record makes a redelivery a duplicate; a claim whose delivery failed
+(the store went away before it could be given back) is taken over after `CLAIM_TTL`. The secret and the
+signature are never logged or echoed.
+
+Outages: the store calls of one delivery share a budget (`TIDECD_WEBHOOK_STORE_BUDGET`, 0.6 s), so a store
+that answers 503, resets or hangs turns into a quick 503 with `retry_after` (the function sends it as
+`Retry-After`), and the forge redelivers; nothing is recorded as done that was not dispatched.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import json
 import posixpath
 import re
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -30,7 +37,7 @@ from tidecd.base.constants import ANNOTATION_MANIFEST_GENERATE_PATHS
 from tidecd.base.errors import PermanentError, TemporaryError, TidecdError
 from tidecd.base.globs import compile_glob
 from tidecd.base.model import Response, SyncStatus
-from tidecd.clients.store import PreconditionFailed, write_json
+from tidecd.clients.store import PreconditionFailed, budget, env_seconds, read_json, write_json
 from tidecd.config.load import Application, Config, ConfigSourceRef, normalize_repo_url, parse_config_source
 from tidecd.state import app as app_state
 from tidecd.triggers.dispatch import Dispatcher, Refresh
@@ -45,6 +52,12 @@ _T = TypeVar("_T")
 log = structlog.get_logger("tidecd.usecases.webhook")
 
 DELIVERIES = "deliveries/"
+STORE_BUDGET = 0.6  # seconds the store calls of one delivery may take together (TIDECD_WEBHOOK_STORE_BUDGET)
+CLEANUP_BUDGET = 0.2  # seconds more, to give a claim back or mark it done (so an exhausted budget cannot
+                      # leave a claim behind when the store answers again)
+CLAIM_TTL = 30.0  # a delivery still "claimed" this long after it was claimed failed: a redelivery takes over
+CLAIM_WAIT = 0.2  # a concurrent delivery of the same id waits this long for the claim to turn "done"
+RETRY_AFTER = 30  # seconds, the Retry-After of a 503 caused by the store
 GITHUB_MAX_COMMITS = 2048  # GitHub lists at most this many commits; beyond, the file list is incomplete
 _ZERO_SHA = "0" * 40
 _HEX = re.compile(r"[0-9a-f]+")
@@ -79,10 +92,19 @@ def handle(headers: Mapping[str, str], body: bytes, runtime: Runtime, dispatcher
     """Answer one webhook delivery; see the module docstring for the order of checks."""
     lowered = {k.lower(): v for k, v in headers.items()}
     try:
-        return _handle(lowered, body, runtime, dispatcher)
+        with budget(env_seconds("TIDECD_WEBHOOK_STORE_BUDGET", STORE_BUDGET), "the webhook's store budget "
+                    "(TIDECD_WEBHOOK_STORE_BUDGET)"):
+            return _handle(lowered, body, runtime, dispatcher)
     except _Refused as refused:
         log.info("webhook refused", status=refused.status, reason=refused.message)
-        return Response(refused.status, {"error": refused.message})
+        answer: dict[str, Any] = {"error": refused.message}
+        if refused.status == 503:
+            answer["retry_after"] = RETRY_AFTER
+        return Response(refused.status, answer)
+    except TemporaryError as exc:  # the store (or another backend) is away: the forge redelivers
+        log.warning("webhook unavailable", error=f"{type(exc).__name__}: {exc}"[:300])
+        return Response(503, {"error": f"temporarily unavailable, redeliver later: {exc}",
+                              "retry_after": RETRY_AFTER})
 
 
 def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: Dispatcher) -> Response:
@@ -119,23 +141,38 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
     answer |= config_report(config)
     if config_source_matches(runtime.settings.config, push):
         answer["config_source"] = "changed: the next call loads the new configuration"
-    generation = _claim(runtime, delivery, provider, push) if delivery else 0
-    if generation < 0:
+    claim = _claim(runtime, delivery, provider, push) if delivery else None
+    if claim is not None and claim.duplicate:
         return Response(200, {"duplicate": True, "delivery": delivery})
+    try:
+        response = _refresh(runtime, dispatcher, apps, push, answer)
+    except BaseException:
+        if claim is not None:
+            _release(runtime, claim)  # so the forge's redelivery is not taken as a duplicate
+        raise
+    if claim is not None:
+        if response.status == 503:
+            _release(runtime, claim)
+        else:
+            _done(runtime, claim)
+    return response
+
+
+def _refresh(runtime: Runtime, dispatcher: Dispatcher, apps: list[Application], push: Push,
+             answer: dict[str, Any]) -> Response:
+    """Hand the refreshes of the apps not already at the pushed commit over; 503 when some could not be."""
     current = sorted(app.name for app in apps if _already_at(runtime, app, push.after))
     names = sorted(app.name for app in apps if app.name not in current)
     if current:
         answer["current"] = current  # reconciled at this very commit already: nothing new to find
-    log.info("webhook push", provider=provider, push=push.describe(), delivery=delivery, refreshed=names,
-             current=current)
+    log.info("webhook push", push=push.describe(), delivery=answer["delivery"], refreshed=names, current=current)
     if not names:
         return Response(200, answer)
     failures = dispatcher.dispatch([Refresh(n, f"webhook: {push.describe()}", push.after) for n in names])
     if failures:
-        if delivery:
-            _release(runtime, delivery, generation)  # so the forge's redelivery is not taken as a duplicate
         return Response(503, {"error": "some refreshes could not be dispatched; redeliver to retry",
-                              "failed": dict(sorted(failures.items())), "delivery": delivery})
+                              "failed": dict(sorted(failures.items())), "delivery": answer["delivery"],
+                              "retry_after": RETRY_AFTER})
     return Response(202, answer | {"refreshed": names})
 
 
@@ -428,20 +465,69 @@ def _already_at(runtime: Runtime, app: Application, sha: str) -> bool:
     return state.revision == sha and state.sync_status is SyncStatus.SYNCED and not (op is not None and op.running)
 
 
-def _claim(runtime: Runtime, delivery: str, provider: str, push: Push) -> int:
-    """Record the delivery only if absent: its generation, or -1 when it was recorded before (duplicate)."""
-    record = {"provider": provider, "ref": push.ref, "after": push.after, "received_at": time.time()}
+@dataclass(frozen=True)
+class _Claim:
+    """This call's `deliveries/<id>` record (its generation), or a duplicate (a done record)."""
+
+    delivery: str
+    generation: int
+    record: dict[str, Any]
+    duplicate: bool = False
+
+
+def _claim(runtime: Runtime, delivery: str, provider: str, push: Push) -> _Claim:
+    """Record the delivery as "claimed", only if absent (or a stale claim): the claim, or a duplicate when a
+    done record (or a live claim of a concurrent delivery that turned done) is there. Ambiguous outcomes
+    (a write that landed but whose answer was lost, then retried) are recognised by the record's nonce."""
+    record = {"provider": provider, "ref": push.ref, "after": push.after, "received_at": time.time(),
+              "state": "claimed", "nonce": uuid.uuid4().hex}
+    key = DELIVERIES + delivery
     try:
-        return write_json(runtime.store, DELIVERIES + delivery, record, if_generation_match=0)
+        return _Claim(delivery, write_json(runtime.store, key, record, if_generation_match=0), record)
     except PreconditionFailed:
-        log.info("webhook duplicate delivery", delivery=delivery)
-        return -1
+        pass
     except TemporaryError as exc:
         raise _Refused(503, f"object store unavailable, redeliver later: {exc}") from exc
+    waited_until = time.monotonic() + CLAIM_WAIT
+    while True:
+        try:
+            found = read_json(runtime.store, key)
+            doc, generation = found if found is not None else (None, 0)
+            if isinstance(doc, dict) and doc.get("nonce") == record["nonce"]:
+                return _Claim(delivery, generation, record)  # our own write, retried by the client
+            if doc is None or (doc.get("state") == "claimed"
+                               and time.time() - float(doc.get("received_at", 0)) > CLAIM_TTL):
+                if doc is not None:
+                    log.info("webhook stale claim taken over", delivery=delivery)
+                return _Claim(delivery, write_json(runtime.store, key, record, if_generation_match=generation),
+                              record)
+            if doc.get("state") != "claimed":  # done (or written before claims had a state)
+                log.info("webhook duplicate delivery", delivery=delivery)
+                return _Claim(delivery, generation, record, duplicate=True)
+        except PreconditionFailed:
+            pass  # it changed under us: look again
+        except (TemporaryError, PermanentError, TypeError, ValueError) as exc:
+            raise _Refused(503, f"object store unavailable, redeliver later: {exc}") from exc
+        if time.monotonic() > waited_until:
+            raise _Refused(503, "a concurrent delivery of this id is being handled; redeliver later")
+        time.sleep(0.02)
 
 
-def _release(runtime: Runtime, delivery: str, generation: int) -> None:
+def _done(runtime: Runtime, claim: _Claim) -> None:
+    """Mark the claim done: a redelivery is now a duplicate. When the store fails here the refreshes are
+    handed over already; the claim stays and a redelivery after CLAIM_TTL refreshes once more (harmless:
+    refreshes coalesce), never less."""
     try:
-        runtime.store.delete(DELIVERIES + delivery, if_generation_match=generation)
+        with budget(CLEANUP_BUDGET, "the webhook's cleanup budget"):
+            write_json(runtime.store, DELIVERIES + claim.delivery, claim.record | {"state": "done"},
+                       if_generation_match=claim.generation)
+    except TemporaryError as exc:
+        log.warning("webhook delivery left claimed", delivery=claim.delivery, error=type(exc).__name__)
+
+
+def _release(runtime: Runtime, claim: _Claim) -> None:
+    try:
+        with budget(CLEANUP_BUDGET, "the webhook's cleanup budget"):
+            runtime.store.delete(DELIVERIES + claim.delivery, if_generation_match=claim.generation)
     except (PreconditionFailed, TemporaryError) as exc:
-        log.warning("webhook delivery record kept", delivery=delivery, error=type(exc).__name__)
+        log.warning("webhook delivery record kept", delivery=claim.delivery, error=type(exc).__name__)
