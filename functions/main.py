@@ -130,7 +130,7 @@ API_STORE_BUDGET = 3.0  # seconds of failing store calls one api answer may wait
 @functions_framework.http
 def api(request: Request) -> Response:
     """A store that fails or hangs costs an answer at most the api's store budget, then it is a 503."""
-    from tidecd.clients.store import budget, env_seconds
+    from tidecd.clients.deadlines import budget, env_seconds
 
     with budget(env_seconds("TIDECD_API_STORE_BUDGET", API_STORE_BUDGET),
                 "the api's store budget (TIDECD_API_STORE_BUDGET)", failed_only=True):

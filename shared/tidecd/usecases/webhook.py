@@ -37,7 +37,8 @@ from tidecd.base.constants import ANNOTATION_MANIFEST_GENERATE_PATHS
 from tidecd.base.errors import PermanentError, TemporaryError, TidecdError
 from tidecd.base.globs import compile_glob
 from tidecd.base.model import Response, SyncStatus
-from tidecd.clients.store import PreconditionFailed, budget, env_seconds, read_json, write_json
+from tidecd.clients.deadlines import budget, env_seconds
+from tidecd.clients.store import PreconditionFailed, read_json, write_json
 from tidecd.config.load import Application, Config, ConfigSourceRef, normalize_repo_url, parse_config_source
 from tidecd.state import app as app_state
 from tidecd.triggers.dispatch import Dispatcher, Refresh

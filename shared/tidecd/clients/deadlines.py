@@ -1,0 +1,120 @@
+"""Deadlines of object store calls: how long one GCS request may wait, how long a failing call is retried
+(google-cloud-storage's own Retry and backoff), and the budget a caller that must answer quickly (the
+webhook, the api) gives all the store calls made in its context.
+
+The budget lives in a context variable, so it follows the call (its thread or task) without being passed
+through every layer between the entry point and the store; threads a call starts get none of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tidecd.base.errors import ConfigError
+
+STORE_TIMEOUT = 5.0  # seconds one GCS request may wait (connect, and each read of the answer)
+STORE_RETRY_DEADLINE = 10.0  # seconds a failing call is retried, with backoff, before StoreUnavailable
+_BACKOFF = (0.1, 2.0, 2.0)  # first delay, largest delay, multiplier (jittered by google.api_core)
+
+
+def env_seconds(name: str, default: float, env: Mapping[str, str] | None = None) -> float:
+    """A positive number of seconds from the environment (`default` when unset); anything else is one
+    clear ConfigError naming the variable."""
+    raw = (os.environ if env is None else env).get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected a number of seconds") from None
+    if not 0 < value < 3600:
+        raise ConfigError(f"{name}={raw!r}: expected more than 0 and less than 3600 seconds")
+    return value
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """How long one store call may take: per request, and retrying in all."""
+
+    timeout: float = STORE_TIMEOUT
+    retry_deadline: float = STORE_RETRY_DEADLINE
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Deadlines:
+        return cls(timeout=env_seconds("TIDECD_STORE_TIMEOUT", STORE_TIMEOUT, env),
+                   retry_deadline=env_seconds("TIDECD_STORE_RETRY_DEADLINE", STORE_RETRY_DEADLINE, env))
+
+
+class Budget:
+    """The seconds store calls may still take in one context (one webhook delivery, one api answer).
+
+    Each call is given at most what is left (as its request timeout and its retry deadline) and is charged
+    what it took; with nothing left a call fails at once with StoreUnavailable. `failed_only` charges only
+    calls that failed: a healthy but busy answer is never cut short, a store that hangs costs it once."""
+
+    def __init__(self, seconds: float, what: str, *, failed_only: bool = False) -> None:
+        self.seconds, self.what, self.failed_only = seconds, what, failed_only
+        self._spent = 0.0
+        self._lock = threading.Lock()
+
+    def left(self) -> float:
+        with self._lock:
+            return self.seconds - self._spent
+
+    def charge(self, seconds: float, *, failed: bool) -> None:
+        if failed or not self.failed_only:
+            with self._lock:
+                self._spent += seconds
+
+    def exhausted(self) -> str:
+        """The message of the StoreUnavailable a call meets when nothing is left."""
+        return f"the object store did not answer within {self.what} ({self.seconds:g} s)"
+
+
+_BUDGET: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("tidecd_store_budget", default=None)
+
+
+def current_budget() -> Budget | None:
+    """The budget of the context the caller runs in (None: no bound beyond the calls' own deadlines)."""
+    return _BUDGET.get()
+
+
+@contextlib.contextmanager
+def budget(seconds: float, what: str, *, failed_only: bool = False) -> Iterator[Budget]:
+    """Bound the time store calls made in this block (this thread or task) take together; see `Budget`."""
+    token = _BUDGET.set(Budget(seconds, what, failed_only=failed_only))
+    try:
+        current = _BUDGET.get()
+        assert current is not None
+        yield current
+    finally:
+        _BUDGET.reset(token)
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """What one google-cloud-storage call is given: `timeout=` and `retry=` (None: a single attempt)."""
+
+    timeout: float
+    retry: Any
+    conditional_retry: Any  # for writes and deletes: retried only with a generation precondition
+
+
+def call_options(deadlines: Deadlines, left: float | None = None) -> CallOptions:
+    """google-cloud-storage's DEFAULT_RETRY (its transient errors: 408, 429, 5xx, resets, timeouts) with our
+    deadline and backoff; conditional writes use the library's ConditionalRetryPolicy, which retries only
+    calls that carry `if_generation_match`. `left`: what the context's budget still allows."""
+    # lazy: cold start (google.cloud only when GCS or Pub/Sub is used)
+    from google.cloud.storage.retry import DEFAULT_RETRY, ConditionalRetryPolicy, is_generation_specified
+
+    timeout, deadline = deadlines.timeout, deadlines.retry_deadline
+    if left is not None:
+        timeout, deadline = min(timeout, left), min(deadline, left)
+    retry = DEFAULT_RETRY.with_deadline(deadline).with_delay(*_BACKOFF)
+    return CallOptions(timeout, retry, ConditionalRetryPolicy(retry, is_generation_specified, ["query_params"]))
