@@ -177,6 +177,7 @@ class Application:
     annotations: tuple[tuple[str, str], ...] = ()
     origin: str = ""  # the file it was loaded from, for error messages
     sources: tuple[ApplicationSource, ...] = ()  # `spec.sources` (multi-source); `source` is then the first
+    labels: tuple[tuple[str, str], ...] = ()  # metadata.labels: what `tidecd app list -l key=value` selects on
 
     @property
     def all_sources(self) -> tuple[ApplicationSource, ...]:

@@ -231,23 +231,27 @@ _ORPHAN_IGNORE = Keys(("group", "kind", "name"))
 # Application
 
 
-def _metadata(top: Node) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """Name and annotations; namespace (Argo CD's `argocd`), labels and finalizers are checked, unused."""
+Pairs = tuple[tuple[str, str], ...]
+
+
+def _metadata(top: Node) -> tuple[str, Pairs, Pairs]:
+    """Name, labels (the CLI's `app list -l`) and annotations; namespace (Argo CD's `argocd`) and finalizers
+    are checked, unused."""
     meta = top.child("metadata", _METADATA, required=True)
     if meta is None:
-        return "", ()
+        return "", (), ()
     name = meta.text("name", required=True)
     if name and not DNS_NAME.fullmatch(name):
         meta.error("name", f"{name!r} is not a valid name (lowercase letters, digits, '-' and '.', "
                            "at most 63 characters)")
     meta.text("namespace")
-    meta.pairs("labels")
+    labels = meta.pairs("labels")
     meta.texts("finalizers")
-    return name, meta.pairs("annotations")
+    return name, labels, meta.pairs("annotations")
 
 
 def _parse_application(top: Node) -> Application | None:
-    name, annotations = _metadata(top.check_keys(_TOP))
+    name, labels, annotations = _metadata(top.check_keys(_TOP))
     spec = top.child("spec", _APP_SPEC, required=True)
     if spec is None:
         return None
@@ -264,7 +268,7 @@ def _parse_application(top: Node) -> Application | None:
         return None
     return Application(name=name, project=project, source=source, destination=destination,
                        sync_policy=sync_policy, ignore_differences=ignores, annotations=annotations,
-                       origin=top.errs.origin, sources=sources)
+                       origin=top.errs.origin, sources=sources, labels=labels)
 
 
 def _check_sources(spec: Node, sources: tuple[ApplicationSource, ...]) -> None:
@@ -483,7 +487,7 @@ def _jq_expressions(node: Node) -> tuple[str, ...]:
 
 
 def _parse_project(top: Node) -> AppProject | None:
-    name, _ = _metadata(top.check_keys(_TOP))
+    name, _, _ = _metadata(top.check_keys(_TOP))
     spec = top.child("spec", _PROJECT_SPEC) or Node({}, "spec", top.errs)
     return AppProject(
         name=name, description=spec.text("description"), source_repos=spec.texts("sourceRepos"),
