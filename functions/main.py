@@ -153,6 +153,8 @@ def _api(request: Request) -> Response:
 
         request.max_content_length = limit  # it reads its own (form) body: werkzeug refuses more
         return web.respond(request, _runtime())
+    if request.path == "/" and request.method == "GET" and "text/html" in request.headers.get("Accept", ""):
+        return Response(status=303, headers={"Location": "/ui/"})  # a browser: the dashboard; others get JSON
     body = _body(request, limit)
     if body is None:
         return _too_large(limit, "TIDECD_MAX_API_BYTES")

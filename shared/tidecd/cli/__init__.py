@@ -9,17 +9,45 @@ imported only when that command runs, so every other command starts without it, 
 from __future__ import annotations
 
 import importlib
+import logging
 
 import typer
 
 from tidecd.base import logs
 from tidecd.cli import app as apps
 from tidecd.cli import image as images
-from tidecd.cli import migrate, secrets
+from tidecd.cli import listing, migrate, secrets
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="GitOps continuous delivery, serverless.")
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help=f"GitOps continuous delivery, serverless.\n\n{apps.EXIT_CODES}.")
 app.add_typer(apps.app, name="app")
 app.add_typer(images.app, name="image")
+__all__ = ["app", "listing", "main"]  # listing registers `app list` on import
+
+PROCESS = "tidecd process"  # main()'s context object: only the process entry sets the global log level
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        # lazy: cold start (only `--version` reads the installed metadata)
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"tidecd {version('tidecd')}")
+        except PackageNotFoundError:
+            typer.echo("tidecd (not installed: no package metadata)")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(ctx: typer.Context,
+         verbose: int = typer.Option(0, "-v", "--verbose", count=True,
+                                     help="Log lines on stderr: -v at INFO, -vv at DEBUG (default: warnings only)."),
+         _shown: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                     help="Print the version and exit.")) -> None:
+    """GitOps continuous delivery, serverless."""
+    if ctx.obj == PROCESS:  # in-process callers (tests, tools) keep their own logging
+        logs.configure(logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
 
 DEV_CLI = "tidecd_dev.cli"  # named, not imported: the product never depends on the dev tooling
 
@@ -45,6 +73,5 @@ def _register_optional() -> None:
 
 
 def main() -> None:
-    logs.configure()
     _register_optional()
-    app()
+    app(obj=PROCESS)

@@ -9,13 +9,19 @@ it to its end, printing each task as it changes (phase, wave, resource, action, 
 operation waits for. With `--server` the CLI polls the api while the installation's own continuations
 take the steps; locally there is no one else, so the CLI takes the steps itself, sleeping between them
 as each step asks (the CLI may wait; a function never does).
+
+Exit codes, so a script can tell what went wrong (`EXIT_*` below; `tidecd --help` lists them too):
+0 done; 1 out of sync (`diff`), the operation failed or timed out; 2 no such app, or the request was
+refused (a usage error is 2 as well); 3 an operation already runs; 4 cannot connect (the api, or what it
+depends on answered 502/503/504); 5 the app is in error (it fails to compare: sync or health Unknown with
+an `...Error` condition such as ComparisonError).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 import yaml
@@ -32,6 +38,14 @@ SERVER = typer.Option("", "--server", envvar="TIDECD_SERVER", help="api URL; emp
 TOKEN = typer.Option("", "--token", envvar="TIDECD_API_TOKEN", help="api bearer token.")
 OUTPUT = typer.Option("table", "-o", "--output", help="table, json or yaml.")
 
+EXIT_FAILED = 1  # out of sync (diff), the operation failed, or it timed out
+EXIT_NOT_FOUND = 2  # no such app (404), or the request was refused; click's usage errors are 2 as well
+EXIT_CONFLICT = 3  # an operation already runs (409)
+EXIT_UNREACHABLE = 4  # cannot connect to the api, or it could not reach what it depends on (502/503/504)
+EXIT_APP_ERROR = 5  # the app fails to compare: sync or health Unknown with an ...Error condition
+EXIT_CODES = ("exit codes: 0 done; 1 out of sync, operation failed or timed out; 2 not found or refused; "
+              "3 an operation already runs; 4 cannot connect; 5 the app is in error (fails to compare)")
+
 
 def call_api(method: str, path: str, server: str, token: str, body: dict[str, Any] | None = None,
              query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
@@ -45,7 +59,7 @@ def call_api(method: str, path: str, server: str, token: str, body: dict[str, An
                                     headers={"Authorization": f"Bearer {token}",
                                              "Content-Type": "application/json"}, timeout=900)
         except requests.RequestException as exc:
-            _fail(f"cannot reach {server}: {type(exc).__name__}")
+            fail(f"cannot reach {server}: {type(exc).__name__}", code=EXIT_UNREACHABLE)
         return resp.status_code, resp.json()
     # lazy: cold start (a CLI call against --server never loads the local runtime)
     from tidecd.runtime import Runtime
@@ -75,15 +89,25 @@ def _local_step(name: str) -> tuple[float, ChangeSet]:
     return max(0.0, outcome.continue_after), outcome.changes
 
 
-def _fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = EXIT_NOT_FOUND) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
 
 
 def checked(status: int, body: dict[str, Any]) -> dict[str, Any]:
+    """`body`, or the error it carries, exiting with the code that tells its kind (`EXIT_*`)."""
     if status >= 400:
-        _fail(str(body.get("message") or body), code=2 if status != 409 else 3)
+        code = {409: EXIT_CONFLICT, 502: EXIT_UNREACHABLE, 503: EXIT_UNREACHABLE,
+                504: EXIT_UNREACHABLE}.get(status, EXIT_NOT_FOUND)
+        fail(str(body.get("message") or body), code=code)
     return body
+
+
+def in_error(sync: str, health: str, conditions: list[dict[str, Any]]) -> bool:
+    """Whether an app fails to compare (Argo CD's ComparisonError and its kin): its status is Unknown and a
+    condition says why. An app never compared yet is Unknown with no condition: not an error."""
+    unknown = "Unknown" in (sync, health)
+    return unknown and any(str(c.get("type", "")).endswith("Error") for c in conditions)
 
 
 def emit(body: dict[str, Any], output: str, table: Any) -> None:
@@ -94,18 +118,22 @@ def emit(body: dict[str, Any], output: str, table: Any) -> None:
     elif output == "table":
         table(body)
     else:
-        _fail(f"unknown output format {output!r} (table, json or yaml)")
+        fail(f"unknown output format {output!r} (table, json or yaml)")
 
 
 def print_table(headers: list[str], rows: list[list[str]]) -> None:
+    """A table as wide as the terminal (rich wraps cells to fit); into a pipe or file, where there is no
+    width to fit, each row stays on one line so scripts can split it."""
     # lazy: cold start (rich only when a table is printed)
+    import sys
+
     from rich.console import Console
     from rich.table import Table
 
     table = Table(*headers, box=None, pad_edge=False, header_style="bold")
     for row in rows:
         table.add_row(*row)
-    Console(width=200).print(table)
+    Console(width=None if sys.stdout.isatty() else 10_000).print(table)
 
 
 def _refreshed(name: str, server: str, token: str, cached: bool) -> dict[str, Any]:
@@ -114,35 +142,11 @@ def _refreshed(name: str, server: str, token: str, cached: bool) -> dict[str, An
     return checked(*call_api("GET", f"/apps/{name}", server, token, query=query))
 
 
-@app.command("list")
-def list_apps(server: str = SERVER, token: str = TOKEN, output: str = OUTPUT,
-              cached: bool = typer.Option(False, help="Show the stored status without refreshing.")) -> None:
-    """Every application of the config source with its sync and health status."""
-    body = checked(*call_api("GET", "/apps", server, token))
-    if not cached and not server:
-        for item in body["apps"]:
-            if "error" not in item:  # an app the config sets aside has nothing to refresh
-                _refreshed(item["name"], server, token, cached)
-        body = checked(*call_api("GET", "/apps", server, token))
-
-    def table(b: dict[str, Any]) -> None:
-        print_table(["NAME", "SYNC", "HEALTH", "REVISION", "OWNER"],
-                    [[a["name"], a["sync"] if "error" not in a else "Invalid", a["health"], short_revision(a),
-                      a.get("owner", "") + (" (deleting)" if a.get("deleting") else "")]
-                     for a in b["apps"]])
-        for a in b["apps"]:
-            if "error" in a:
-                typer.echo(f"invalid: {a['name']}: {a['error']}", err=True)
-        for problem in b.get("configProblems", []):
-            typer.echo(f"config problem: {problem}", err=True)
-
-    emit(body, output, table)
-
-
 @app.command("get")
 def get(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPUT,
         cached: bool = typer.Option(False, help="Show the stored status without refreshing.")) -> None:
-    """One application: status, conditions, last operation and every resource."""
+    """One application: status, conditions, last operation and every resource (exit 5 when it fails to
+    compare)."""
     body = _refreshed(name, server, token, cached)
 
     def table(b: dict[str, Any]) -> None:
@@ -177,6 +181,8 @@ def get(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPU
              r.get("healthMessage") or ", ".join(r.get("changed") or [])] for r in b["resources"]])
 
     emit(body, output, table)
+    if in_error(str(body.get("syncStatus", "")), str(body.get("health", "")), body.get("conditions") or []):
+        raise typer.Exit(EXIT_APP_ERROR)
 
 
 @app.command("diff")
@@ -244,31 +250,24 @@ def _started(name: str, started: dict[str, Any], run_async: bool, timeout: float
 def _follow(name: str, operation_id: str, server: str, token: str, timeout: float, *,
             quiet: bool = False) -> dict[str, Any]:
     """Until the operation `operation_id` (or the running one, when empty) has ended: the app's last status.
-    Prints every task result when it first appears or changes, and each new thing it waits for."""
+    Prints each change once: locally, the step's own change lines as it takes them; then every task result
+    when it first appears or changes, unless the step already printed that very change (a task's later
+    health is a new line); and each new thing it waits for."""
     deadline = time.monotonic() + timeout if timeout > 0 else None
     seen: dict[tuple[str, str], tuple[str, str, str]] = {}
+    printed: set[tuple[str, str]] = set()  # (resource, action) the local step printed
     last_step = ""
     while True:
         delay, changes = _local_step(name) if not server else (2.0, ChangeSet())
         if not quiet:
-            for line in changes.lines():
-                typer.echo(line)
+            for entry in changes.entries:
+                typer.echo(str(entry))
+                printed.add((str(entry.key), entry.action.value))
         body = checked(*call_api("GET", f"/apps/{name}", server, token))
         op = body.get("operation") or {}
-        health = {(r.get("group", ""), r.get("kind", ""), r.get("namespace", ""), r.get("name", "")):
-                  r.get("health", "") for r in body.get("resources", [])}
         mine = op and (not operation_id or op.get("id") == operation_id)
         if mine and not quiet:
-            for result in op.get("results", []):
-                key = result.get("key") or {}
-                rk = (key.get("group", ""), key.get("kind", ""), key.get("namespace", ""), key.get("name", ""))
-                state = (str(result.get("action", "")), str(result.get("phase", "")), str(health.get(rk, "")))
-                ident = (str(result.get("resource", "")), str(result.get("syncPhase", "")))
-                if seen.get(ident) != state:
-                    seen[ident] = state
-                    note = f": {result['message']}" if result.get("message") else ""
-                    typer.echo(f"  [{ident[1]} wave {result.get('wave', 0)}] {ident[0]} {state[0]}, {state[1]}"
-                               + (f", {state[2]}" if state[2] else "") + note)
+            _print_results(op, body, seen, printed)
             step = str(op.get("step", ""))
             if step and step != last_step and op.get("phase") in ("Running", "Terminating"):
                 typer.echo(f"... {step}")
@@ -279,8 +278,30 @@ def _follow(name: str, operation_id: str, server: str, token: str, timeout: floa
                 typer.echo(f"sync: {body.get('syncStatus')}  health: {body.get('health')}")
             return body
         if deadline is not None and time.monotonic() + delay > deadline:
-            _fail(f"operation {op.get('id')} still {op.get('phase')} after {timeout:g}s: {op.get('step', '')}", code=1)
+            fail(f"operation {op.get('id')} still {op.get('phase')} after {timeout:g}s: {op.get('step', '')}", code=1)
         time.sleep(min(max(delay, 0.2), 5.0))
+
+
+def _print_results(op: dict[str, Any], body: dict[str, Any], seen: dict[tuple[str, str], tuple[str, str, str]],
+                   printed: set[tuple[str, str]]) -> None:
+    """A line per task result that is new or changed since `seen`; a result whose change the local step has
+    just printed (`printed`) is only remembered, so no change shows twice."""
+    health = {(r.get("group", ""), r.get("kind", ""), r.get("namespace", ""), r.get("name", "")):
+              r.get("health", "") for r in body.get("resources", [])}
+    for result in op.get("results", []):
+        key = result.get("key") or {}
+        rk = (key.get("group", ""), key.get("kind", ""), key.get("namespace", ""), key.get("name", ""))
+        state = (str(result.get("action", "")), str(result.get("phase", "")), str(health.get(rk, "")))
+        ident = (str(result.get("resource", "")), str(result.get("syncPhase", "")))
+        if seen.get(ident) == state:
+            continue
+        first = ident not in seen
+        seen[ident] = state
+        if first and (ident[0], state[0]) in printed:
+            continue
+        note = f": {result['message']}" if result.get("message") else ""
+        typer.echo(f"  [{ident[1]} wave {result.get('wave', 0)}] {ident[0]} {state[0]}, {state[1]}"
+                   + (f", {state[2]}" if state[2] else "") + note)
 
 
 @app.command("refresh")
@@ -348,7 +369,7 @@ def wait(name: str, sync_: bool = typer.Option(False, "--sync", help="Wait until
                 raise typer.Exit(1)
             return
         if deadline is not None and time.monotonic() + min(delay, 3.0) > deadline:
-            _fail(f"{name}: timed out after {timeout:g}s waiting for {', '.join(missing)} (sync "
+            fail(f"{name}: timed out after {timeout:g}s waiting for {', '.join(missing)} (sync "
                   f"{body.get('syncStatus')}, health {body.get('health')}"
                   + (f", operation {op.get('phase')}: {op.get('step', '')}" if op else "") + ")", code=1)
         time.sleep(min(max(delay, 0.2), 3.0))
@@ -399,7 +420,7 @@ def adopt(name: str, dry_run: bool = typer.Option(False, "--dry-run", help="Show
     try:
         outcome = adopt_app(_local_runtime(), name, dry_run=dry_run, argocd_namespace=argocd_namespace, source=source)
     except TidecdError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     _moved(outcome, output, "these objects become tidecd's")
 
 
@@ -416,7 +437,7 @@ def release(name: str, dry_run: bool = typer.Option(False, "--dry-run", help="Sh
         outcome = release_app(_local_runtime(), name, dry_run=dry_run, argocd_namespace=argocd_namespace,
                               target=target)
     except TidecdError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     _moved(outcome, output, "these objects become Argo CD's")
 
 
