@@ -240,6 +240,11 @@ def _started(name: str, started: dict[str, Any], run_async: bool, timeout: float
                                                     + (f" ({b['warning']})" if b.get("warning") else "")))
         return
     body = _follow(name, operation_id, server, token, timeout, quiet=output != "table")
+    if not server:
+        # Locally no poll or webhook will compare the app again: record a fresh comparison with git now, so
+        # `app list` (which reads recorded state) shows what an installation would, e.g. OutOfSync after a
+        # rollback to an older revision.
+        checked(*call_api("GET", f"/apps/{name}", server, token, query={"refresh": "true"}))
     if output != "table":
         emit(body, output, lambda b: None)
     op = body.get("operation") or {}
