@@ -13,7 +13,6 @@ import logging
 
 import typer
 
-from tidecd.base import logs
 from tidecd.cli import app as apps
 from tidecd.cli import image as images
 from tidecd.cli import listing, migrate, secrets
@@ -47,6 +46,9 @@ def root(ctx: typer.Context,
                                      help="Print the version and exit.")) -> None:
     """GitOps continuous delivery, serverless."""
     if ctx.obj == PROCESS:  # in-process callers (tests, tools) keep their own logging
+        # lazy: cold start (structlog costs ~0.3 s; `--help` and `--version` never get here)
+        from tidecd.base import logs
+
         logs.configure(logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
 
 DEV_CLI = "tidecd_dev.cli"  # named, not imported: the product never depends on the dev tooling
