@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 import tarfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -38,6 +39,7 @@ def tar_tree(repo: BaseRepo, tree_id: ObjectID) -> bytes:
 def write_tar(repo: BaseRepo, tree_id: ObjectID, out: BinaryIO) -> None:
     """`tar_tree` written to `out`. The tree is checked against the snapshot limits (files, path depth,
     uncompressed size) entry by entry, before each blob is read."""
+    # lazy: cold start (dulwich only when a repository is reached: the runtime loads this module on every trigger)
     from dulwich.objects import Blob
 
     entries = sorted(repo.object_store.iter_tree_contents(tree_id), key=lambda e: e.path or b"")
@@ -77,6 +79,7 @@ def _open_blob(repo: BaseRepo, sha: bytes) -> Iterator[tuple[int, int, BinaryIO]
     """(type number, size, a reader of the content) of one object. An object stored whole in a pack on
     disk is decompressed from the pack file as it is read (a big blob never sits in memory); a delta, or
     a loose object, is resolved in memory (one copy) as dulwich does."""
+    # lazy: cold start (dulwich only when a repository is reached: the runtime loads this module on every trigger)
     from dulwich.object_store import DiskObjectStore
 
     store = repo.object_store
@@ -112,8 +115,6 @@ class _InflatingReader(io.RawIOBase):
     """The zlib stream at the file's position, inflated as it is read, at most `size` bytes."""
 
     def __init__(self, raw: BinaryIO, size: int) -> None:
-        import zlib
-
         self.raw, self.left = raw, size
         self.inflate = zlib.decompressobj()
         self.pending = b""

@@ -22,6 +22,7 @@ from tidecd.base.errors import RenderError, SourceRefused, TidecdError
 from tidecd.clients.store import ObjectStore, PreconditionFailed
 from tidecd.config.load import ApplicationSource, repo_key
 from tidecd.source import helmrepo, oci
+from tidecd.source.dependencies import with_dependencies
 
 if TYPE_CHECKING:
     from tidecd.source.git import RepoCredentials
@@ -68,6 +69,7 @@ def list_refs(kind: str, repo_url: str, credentials: RepoCredentials | None, cha
 
 def resolve_from_refs(source: ApplicationSource, refs: dict[str, str]) -> str | None:
     """The version (helm) or tag (OCI) `targetRevision` selects among remembered refs; None if none."""
+    # lazy: cold start (semver only when a chart version is chosen: a git-only poll never loads it)
     from tidecd.source.versions import BadConstraint, best_version
 
     try:
@@ -144,8 +146,6 @@ class ChartSnapshots:
             if digest != ref.digest:
                 raise SourceRefused(f"{ref.repo_url}: manifest digest changed while fetching")
         if ref.chart:
-            from tidecd.source.dependencies import with_dependencies
-
             data = with_dependencies(data, credentials_for or (lambda _url: None), permitted,
                                      what=f"chart {ref.name} {ref.version}")
         with contextlib.suppress(PreconditionFailed):  # a racing caller stored the same verified bytes

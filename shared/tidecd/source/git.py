@@ -13,6 +13,8 @@ archive format (a deterministic tar of a tree, checked extraction) is `tidecd.so
 from __future__ import annotations
 
 import contextlib
+import datetime
+import hashlib
 import json
 import re
 import tempfile
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from tidecd.base.errors import LimitExceeded, NotFound, UnsafePathError
-from tidecd.clients.store import ObjectStore, PreconditionFailed
+from tidecd.clients.store import ObjectStore, PreconditionFailed, read_file, write_file
 from tidecd.config.load import normalize_repo_url, redact_repo_url, repo_key
 from tidecd.source.archive import extract, write_tar
 from tidecd.source.gitremote import RepoCredentials as RepoCredentials  # where the stages import it from
@@ -123,8 +125,6 @@ def fetch_snapshot_to(repo_url: str, sha: str, archive: Path,
 
 
 def commit_info(commit: Commit) -> dict[str, str]:
-    import datetime
-
     message = commit.message.decode("utf-8", "replace").strip()
     author = commit.author.decode("utf-8", "replace").split("<", 1)[0].strip()
     when = datetime.datetime.fromtimestamp(commit.commit_time, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -135,6 +135,7 @@ def commit_info(commit: Commit) -> dict[str, str]:
 def fetch_commit(repo_url: str, sha: str, credentials: RepoCredentials | None) -> tuple[MemoryRepo, Commit]:
     """Fetch one commit (depth 1 for a full sha; all history to expand a short one) into memory (for a
     small write-back; snapshots use `_fetched_commit`, on disk)."""
+    # lazy: cold start (dulwich only when a repository is reached: the runtime loads this module on every trigger)
     from dulwich.repo import MemoryRepo
 
     repo = MemoryRepo()
@@ -144,6 +145,7 @@ def fetch_commit(repo_url: str, sha: str, credentials: RepoCredentials | None) -
 @contextlib.contextmanager
 def _fetched_commit(repo_url: str, sha: str, credentials: RepoCredentials | None) -> Iterator[tuple[BaseRepo, Commit]]:
     """`fetch_commit` into a bare repository in a temp directory (removed on exit): packs go to disk."""
+    # lazy: cold start (dulwich only when a repository is reached: the runtime loads this module on every trigger)
     from dulwich.repo import Repo
 
     with tempfile.TemporaryDirectory(prefix="tidecd-fetch-") as tmp, Repo.init_bare(tmp) as repo:
@@ -151,6 +153,7 @@ def _fetched_commit(repo_url: str, sha: str, credentials: RepoCredentials | None
 
 
 def _fetch_into(repo: BaseRepo, repo_url: str, sha: str, credentials: RepoCredentials | None) -> Commit:
+    # lazy: cold start (dulwich only when a repository is reached: the runtime loads this module on every trigger)
     from dulwich.objects import Commit, ObjectID
 
     sha = sha.strip().lower()
@@ -193,6 +196,7 @@ def _no_thin_pack(client: GitClient) -> None:
     either way, but dulwich copies a thin pack through a stream reader that holds each object compressed
     and decompressed at once (2x a big blob in memory); a plain pack is written to disk as it arrives and
     indexed from the file, one decompressed object at a time."""
+    # lazy: cold start (dulwich only when a repository is reached: the runtime loads this module on every trigger)
     from dulwich.protocol import CAPABILITY_THIN_PACK
 
     capabilities = getattr(client, "_fetch_capabilities", None)
@@ -202,6 +206,7 @@ def _no_thin_pack(client: GitClient) -> None:
 
 def _peel(repo: BaseRepo, object_id: ObjectID) -> Commit | None:
     """The commit an object id names (through annotated tags), or None for trees and blobs."""
+    # lazy: cold start (dulwich only when a repository is reached: the runtime loads this module on every trigger)
     from dulwich.objects import Commit, Tag
 
     obj = repo.object_store[object_id]
@@ -259,8 +264,6 @@ class Snapshots:
                  extract_into: Path | None) -> tuple[Path, bool]:
         """The snapshot as a file in `tmp`, from the store when intact, else fetched and stored; and
         whether it was extracted into `extract_into` already (a cached copy is, to prove it readable)."""
-        from tidecd.clients.store import read_file
-
         sha = expand_sha(repo_url, sha.strip().lower(), credentials)
         key = self.key(repo_url, sha)
         archive = tmp / "snapshot.tar.gz"
@@ -290,8 +293,6 @@ class Snapshots:
 
     def _fetch_and_store(self, repo_url: str, sha: str, key: str, archive: Path,
                          credentials: RepoCredentials | None, generation: int) -> None:
-        from tidecd.clients.store import write_file
-
         info = fetch_snapshot_to(repo_url, sha, archive, credentials)
         digest = _sha256(archive)
         with contextlib.suppress(PreconditionFailed):  # a racing caller stored the same immutable bytes
@@ -302,8 +303,6 @@ class Snapshots:
 
 
 def _sha256(path: Path) -> str:
-    import hashlib
-
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1024 * 1024), b""):

@@ -157,6 +157,7 @@ def _check_scheme(repo_url: str) -> None:
 @contextlib.contextmanager
 def git_client(repo_url: str, credentials: RepoCredentials | None) -> Iterator[tuple[GitClient, str]]:
     """A dulwich client for the URL; SSH key and known_hosts live in temp files for the call only."""
+    # lazy: cold start (dulwich only when a repository is reached: the runtime loads this module on every trigger)
     from dulwich.client import default_urllib3_manager, get_transport_and_path
 
     _check_scheme(repo_url)
@@ -196,6 +197,7 @@ def ssh_command(creds: RepoCredentials, tmp: Path) -> str:
 
 
 def transport_errors() -> tuple[type[BaseException], ...]:
+    # lazy: cold start (dulwich, urllib3: only when a repository is reached; the runtime loads this module)
     import urllib3.exceptions
     from dulwich.client import HTTPProxyUnauthorized, HTTPUnauthorized
     from dulwich.errors import GitProtocolError, NotGitRepository
@@ -212,6 +214,7 @@ def transport_errors() -> tuple[type[BaseException], ...]:
 
 def unavailable_error(repo_url: str, exc: BaseException, credentials: RepoCredentials | None) -> SourceUnavailable:
     """A SourceUnavailable naming the repo, with no credential in the text."""
+    # lazy: cold start (dulwich only when a repository is reached: the runtime loads this module on every trigger)
     from dulwich.client import HTTPProxyUnauthorized, HTTPUnauthorized
     from dulwich.errors import NotGitRepository
 

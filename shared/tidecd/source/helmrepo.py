@@ -87,7 +87,8 @@ def may_carry(home: str, url: str, also: str = "") -> bool:
     sets `passCredentials` (Argo CD's `spec.source.helm.passCredentials`, helm's `--pass-credentials`, which
     since helm 3.6.1 is the only way credentials leave the repository's origin). A redirect is a new URL,
     asked again: one that leaves both gets nothing."""
-    from tidecd.clients.registry import origin  # the client imports `requests`: only HTTP sources need it
+    # lazy: cold start (the registry client imports requests: only HTTP sources need it)
+    from tidecd.clients.registry import origin
 
     there = origin(url)
     return there == origin(home) or (bool(also) and there == origin(also))
@@ -104,6 +105,7 @@ def http_get(url: str, credentials: RepoCredentials | None, *, limit: int, what:
     """GET `url`, at most `limit` bytes, errors without secrets. Redirects are followed here, hop by hop
     (at most MAX_REDIRECTS), so that `may_carry` decides on every hop whether basic auth goes with it;
     `requests` would keep it across an http→https upgrade and leave the choice to its own rule."""
+    # lazy: cold start (requests only when a chart repository is fetched over HTTP)
     import requests
 
     auth = None
@@ -339,6 +341,7 @@ def refs_of(index: dict[str, list[ChartVersion]]) -> dict[str, str]:
 
 def choose(index: dict[str, list[ChartVersion]], chart: str, target: str, repo_url: str) -> ChartVersion:
     """The version of `chart` that `target` (a version or a constraint) selects: the highest match."""
+    # lazy: cold start (semver only when a chart version is chosen: a git-only poll never loads it)
     from tidecd.source.versions import BadConstraint, best_version
 
     versions = index.get(chart)

@@ -86,7 +86,7 @@ class Registry:
     the source's (SourceUnavailable, NotFound), naming the repository."""
 
     def __init__(self, ref: OciRef, credentials: RepoCredentials | None = None, *, plain_http: bool = False) -> None:
-        # Lazy for the cold start: the client imports `requests` (~150 ms), which only OCI sources need.
+        # lazy: cold start (the registry client imports requests, ~150 ms: only OCI sources need it)
         from tidecd.clients import registry as client
 
         self.ref = ref
@@ -99,7 +99,8 @@ class Registry:
 
     @contextmanager
     def _asking(self, what: str) -> Iterator[None]:
-        from tidecd.clients.registry import RegistryUnavailable  # loaded by __init__ already (cold start)
+        # lazy: cold start (the registry client, loaded by __init__ already: only OCI sources need it)
+        from tidecd.clients.registry import RegistryUnavailable
 
         try:
             yield
@@ -151,6 +152,7 @@ class Registry:
 
 def resolve_tag(tags: list[str], target: str, repo_url: str) -> str:
     """The tag `target` names: itself, or the highest semver tag matching it as a constraint."""
+    # lazy: cold start (semver only when a chart version is chosen: a git-only poll never loads it)
     from tidecd.source.versions import BadConstraint, best_version
 
     target = target.strip()
