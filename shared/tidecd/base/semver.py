@@ -17,6 +17,7 @@ are opt-in.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -237,8 +238,6 @@ def newest_build(created: Mapping[str, str]) -> str | None:
 
 def _sortable_time(text: str) -> str:
     """RFC 3339 text compared as UTC: normalise `Z`, offsets and fractions so strings sort as times."""
-    import datetime as dt
-
     try:
         when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

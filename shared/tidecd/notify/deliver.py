@@ -200,6 +200,7 @@ def _topic(ctx: Context, recipient: str) -> str:
 
 
 def _http(ctx: Context, url: str, body: bytes, headers: dict[str, str]) -> None:
+    # lazy: cold start (requests only when a webhook notification is posted)
     import requests
 
     post = ctx.post or requests.post

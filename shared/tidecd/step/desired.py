@@ -26,10 +26,12 @@ from tidecd import source as git
 from tidecd.base.errors import RenderError, SecretError
 from tidecd.base.model import Manifest, ResourceKey
 from tidecd.clients.cluster import KubeCluster, UnknownKind
+from tidecd.clients.secrets import unseal
 from tidecd.config.argocd_settings import ArgoSettings
 from tidecd.config.load import Application, ApplicationSource
 from tidecd.generated import records as generated
 from tidecd.images.state import render_override as image_override
+from tidecd.project import rules
 from tidecd.runtime import Runtime
 from tidecd.source import charts, checkouts
 from tidecd.state import app as app_state
@@ -212,8 +214,6 @@ def _render_single(runtime: Runtime, app: Application, revision: str = "") -> tu
 
 def _permitted_by_project(runtime: Runtime, app: Application) -> Callable[[str], bool]:
     """Whether the app's project allows fetching from a repository (a chart dependency's)."""
-    from tidecd.project import rules
-
     project = runtime.config().projects[app.project]
     return lambda url: rules.source_permitted(project, url)
 
@@ -249,8 +249,6 @@ def _unseal(runtime: Runtime, app: Application, manifests: list[Manifest]) -> li
     sealed = [m for m in manifests if m.get("kind") == "SealedSecret"]
     if not sealed:
         return manifests
-    from tidecd.clients.secrets import unseal  # the crypto library: only apps with SealedSecrets load it
-
     keys = runtime.private_keys()
     if not keys:
         raise SecretError(f"{ResourceKey.of(sealed[0])}: cannot unseal: no sealing key is configured "
