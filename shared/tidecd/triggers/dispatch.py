@@ -36,13 +36,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from tidecd import source as git
 from tidecd.base.errors import ConfigError, PermanentError, TemporaryError, TidecdError
+from tidecd.base.model import HealthStatus
 from tidecd.clients.pubsub import PUBLISH_TIMEOUT, Message, Publisher, PubSubPublisher
+from tidecd.runtime import Runtime
 from tidecd.triggers import pending
 
 if TYPE_CHECKING:
     from tidecd.clients.store import ObjectStore
-    from tidecd.runtime import Runtime
     from tidecd.step.reconcile import Outcome
     from tidecd.triggers.scheduler import LocalScheduler
 
@@ -160,6 +162,7 @@ class DirectDispatcher:
     @property
     def scheduler(self) -> LocalScheduler:
         if self._scheduler is None:
+            # lazy: cold start (the local scheduler and its threads: a cloud instance dispatches through Pub/Sub)
             from tidecd.triggers import scheduler
 
             self._scheduler = scheduler.shared()
@@ -337,8 +340,9 @@ def reconcile_step(runtime: Runtime, name: str, *, reason: str = "", budget: flo
     comes here. The image updater records which override an ended operation deployed (a rollback later
     restores it); `notify.deliver` delivers what the new state makes due, and a failed delivery due for a
     retry shortens `continue_after`."""
-    from tidecd.images import state as images_state  # lazy, as below
-    from tidecd.notify import deliver  # lazy: a webhook or poll call that runs no step never loads them
+    # lazy: cold start (the step, notify and the image updater: a webhook or poll call runs no step)
+    from tidecd.images import state as images_state
+    from tidecd.notify import deliver
     from tidecd.step.reconcile import reconcile
 
     outcome = reconcile(runtime, name, reason=reason, budget=budget, automate=automate, head=head)
@@ -357,7 +361,7 @@ def confirmed_head(runtime: Runtime, refresh: Refresh, now: float) -> str:
     if refresh.token or not refresh.resolved_at or len(refresh.revision) != 40 or not 0 <= age <= \
             HEAD_CONFIRMED_SECONDS:
         return ""
-    from tidecd import source as git
+    # lazy: cold start (chart sources: a webhook or poll call that only publishes refreshes never loads them)
     from tidecd.source import charts
 
     try:
@@ -378,7 +382,7 @@ def followed_head(runtime: Runtime, refresh: Refresh) -> str:
     which resolves it. Any other continuation resolves as usual ("")."""
     if not refresh.continuation:
         return ""
-    from tidecd.base.model import HealthStatus
+    # lazy: cold start (chart sources, app state: a webhook or poll call that only publishes refreshes needs neither)
     from tidecd.source import charts
     from tidecd.state import app as app_state
     from tidecd.state.app import OperationPhase
@@ -429,8 +433,6 @@ def dispatcher_for(runtime: Runtime) -> Dispatcher:
     and store."""
     if runtime.settings.refresh_topic:
         return PubSubDispatcher(runtime.settings.refresh_topic, store=runtime.store)
-    from tidecd.runtime import Runtime
-
     settings, store = runtime.settings, runtime.store
     return DirectDispatcher(lambda: Runtime(settings=settings, store=store), store=store)
 
