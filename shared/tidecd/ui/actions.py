@@ -15,6 +15,7 @@ import structlog
 from tidecd.base.errors import NotFound, OperationInProgress, PermanentError, TidecdError
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
+from tidecd.triggers import dispatch
 from tidecd.triggers.dispatch import reconcile_step
 from tidecd.usecases.commands import SyncRequest, rollback_request, start_operation, terminate_operation
 
@@ -90,8 +91,6 @@ def terminate(runtime: Runtime, name: str) -> Done:
 def _sync(runtime: Runtime, name: str, request: SyncRequest, notice: str) -> Done:
     """Record the operation and hand its first step to the dispatcher (a background step locally, a
     Pub/Sub message in the cloud), as every continuation is; the page follows it live (see `watch`)."""
-    from tidecd.triggers import dispatch
-
     try:
         runtime.app(name)
         start_operation(runtime, name, dataclasses.replace(request, initiated_by="dashboard"))

@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
@@ -31,11 +31,9 @@ from tidecd.images import state as images_state
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
 from tidecd.step.reconcile import Outcome
-from tidecd.triggers.dispatch import reconcile_step
+from tidecd.triggers import dispatch
+from tidecd.triggers.dispatch import Dispatcher, Refresh, dispatcher_for, reconcile_step, run_step
 from tidecd.usecases.commands import SyncRequest, rollback_request, start_operation, terminate_operation
-
-if TYPE_CHECKING:
-    from tidecd.triggers.dispatch import Dispatcher
 
 PREFIX = "/api/v1"
 # Where started operations' steps go: `dispatch.dispatcher_for(runtime)`, unless the caller of `handle`
@@ -135,6 +133,7 @@ def openapi() -> dict[str, Any]:
 
 @functools.cache
 def _body_validator(schema: str) -> Any:
+    # lazy: cold start (jsonschema, ~100 ms: only a request with a body is validated)
     from jsonschema import Draft202012Validator
 
     return Draft202012Validator({"$ref": f"#/components/schemas/{schema}", "components": openapi()["components"]})
@@ -208,7 +207,7 @@ def get_app(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, 
 @route("POST", "/images/check", body="ImagesCheckRequest")
 def check_images(runtime: Runtime, _: str, payload: dict[str, Any], __: Mapping[str, str]) -> Response:
     """One image updater tick (every managed app, or `{"app": NAME}`), the same code the function runs."""
-    from tidecd.triggers import dispatch
+    # lazy: cold start (the image updater imports requests: only /images/check needs it)
     from tidecd.usecases.images import check
 
     app = payload.get("app")
@@ -247,8 +246,6 @@ def get_history(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str,
 @route("POST", "/apps/(?P<name>[^/]+)/refresh")
 def refresh(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
     """One bounded reconcile step now; an operation it starts goes on in scheduled steps."""
-    from tidecd.triggers.dispatch import Refresh, run_step
-
     runtime.app(name)
     outcome = run_step(runtime, Refresh(name, "api refresh"), _dispatcher(runtime))
     if outcome.skipped:
@@ -304,8 +301,6 @@ def _started(runtime: Runtime, name: str, request: SyncRequest, reason: str) -> 
 
 
 def _dispatcher(runtime: Runtime) -> Dispatcher:
-    from tidecd.triggers.dispatch import dispatcher_for
-
     chosen = _DISPATCHER.get()
     return chosen if chosen is not None else dispatcher_for(runtime)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 import uuid
@@ -51,10 +52,10 @@ from tidecd.images.annotations import ImageSpec, Method, SecretRef, Strategy, Ta
 from tidecd.images.state import ImageValue
 from tidecd.render.overrides import IMAGE_DIGEST, IMAGE_TAG
 from tidecd.state import app as app_state
+from tidecd.triggers.dispatch import Dispatcher, Refresh, dispatcher_for
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
-    from tidecd.triggers.dispatch import Dispatcher
 
 log = structlog.get_logger("tidecd.images")
 
@@ -177,8 +178,6 @@ class _Tick:
             return None
         where = f"annotation {notes.PREFIX}{image.alias.replace('/', '_')}.pull-secret"
         if ref.kind == "env":
-            import os
-
             value = os.environ.get(ref.name, "")
             if ":" not in value:
                 raise ValueError(f"{where}: environment variable {ref.name} is not set to <username>:<password>")
@@ -325,6 +324,7 @@ class _Tick:
 
     def _git_write_back(self, app: Application, config: UpdaterConfig, values: list[ImageValue],
                         changes: list[Change]) -> str:
+        # lazy: cold start (the git write-back (tidecd.source, dulwich): only an app that writes back to git)
         from tidecd import source as git
         from tidecd.images import writeback
 
@@ -367,6 +367,7 @@ class _Tick:
     def _github_write_back(self, app: Application, base: str, target: str,
                            edit: Callable[[Callable[[str], str | None]], dict[str, str]], message: str,
                            author: Any) -> str:
+        # lazy: cold start (PyGithub and the GitHub write-back: only an app that writes back through the GitHub API)
         from tidecd.clients import github
         from tidecd.images import github_write
 
@@ -385,6 +386,7 @@ class _Tick:
         return sha
 
     def _git_credentials(self, app: Application, ref: SecretRef | None) -> Any:
+        # lazy: cold start (tidecd.source: only an app that writes back to git)
         from tidecd.source import RepoCredentials
 
         if ref is None:
@@ -420,8 +422,6 @@ class _Tick:
     def refresh(self, dispatcher: Dispatcher | None) -> list[str]:
         if not self.to_refresh:
             return []
-        from tidecd.triggers.dispatch import Refresh, dispatcher_for
-
         chosen = dispatcher or dispatcher_for(self.runtime)
         failed = chosen.dispatch([Refresh(name, REASON) for name in self.to_refresh])
         for name, problem in failed.items():

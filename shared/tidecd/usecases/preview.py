@@ -20,6 +20,7 @@ The webhook hands a `pull_request` event (opened, synchronize, reopened, closed)
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -27,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -38,9 +39,8 @@ from tidecd.clients.pubsub import PUBLISH_TIMEOUT, Message, Publisher, PubSubPub
 from tidecd.clients.store import PreconditionFailed, acquire_lease, read_json, release_lease, write_json
 from tidecd.config.load import Application, normalize_repo_url
 from tidecd.diff import ResourceDiff
-
-if TYPE_CHECKING:
-    from tidecd.runtime import Runtime
+from tidecd.runtime import Runtime
+from tidecd.triggers.dispatch import topic_path
 
 log = structlog.get_logger("tidecd.usecases.preview")
 
@@ -123,11 +123,9 @@ class ThreadRunner:
         self._lock = threading.Lock()
 
     def submit(self, runtime: Runtime, jobs: Sequence[dict[str, Any]]) -> dict[str, str]:
-        from tidecd.runtime import Runtime as RuntimeClass
-
         for job in jobs:
             fresh = (self.runtime_factory(runtime) if self.runtime_factory
-                     else RuntimeClass(runtime.settings, runtime.store))
+                     else Runtime(runtime.settings, runtime.store))
             future = self._pool.submit(_run_fresh, fresh, job)
             with self._lock:
                 self._pending.add(future)
@@ -157,8 +155,6 @@ class PubSubRunner:
     """In the cloud: one message per job on the refresh topic; the reconcile function runs it."""
 
     def __init__(self, topic: str, publisher: Publisher | None = None) -> None:
-        from tidecd.triggers.dispatch import topic_path
-
         self.topic = topic_path(topic)
         self.publisher = publisher or PubSubPublisher()
 
@@ -277,6 +273,7 @@ class AppPreview:
 
 def preview_app(runtime: Runtime, app: Application, head_sha: str) -> AppPreview:
     """Render `app` at `head_sha` and compare with the live cluster (server-side dry-run); writes nothing."""
+    # lazy: cold start (the rendering pipeline: a webhook's pull_request delivery only submits jobs)
     from tidecd.project import rules
     from tidecd.step.desired import desired_of
     from tidecd.step.observe import comparison_of
@@ -440,8 +437,6 @@ def render_comment(repo: gh.Repo, number: int, head_sha: str, results: Mapping[s
 
 def job_of(cloud_event_data: Mapping[str, Any]) -> dict[str, Any] | None:
     """The preview job inside a Pub/Sub CloudEvent (attribute kind=preview), or None for a refresh."""
-    import base64
-
     message = cloud_event_data.get("message") if isinstance(cloud_event_data, Mapping) else None
     if not isinstance(message, Mapping) or (message.get("attributes") or {}).get("kind") != "preview":
         return None
