@@ -504,14 +504,15 @@ def _read(repo: Repository, response: requests.Response, limit: int = MAX_BODY) 
     return b"".join(chunks)
 
 
-def _parse(repo: Repository, body: bytes, what: str) -> Any:
+def _parse(repo: Repository, body: bytes, what: str) -> object:
+    """The JSON answer, as an object its caller narrows (a registry may send any JSON value)."""
     try:
         return json.loads(body)
     except ValueError:
         raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: the {what} is not JSON") from None
 
 
-def _json(repo: Repository, response: requests.Response, what: str) -> Any:
+def _json(repo: Repository, response: requests.Response, what: str) -> object:
     return _parse(repo, _read(repo, response), what)
 
 

@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -40,6 +40,9 @@ PREFIX = "/api/v1"
 # hands one in (the local CLI hands in one that schedules nothing, and drives the steps itself).
 _DISPATCHER: contextvars.ContextVar[Dispatcher | None] = contextvars.ContextVar("tidecd_api_dispatcher",
                                                                                  default=None)
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
+
 log = structlog.get_logger("tidecd.usecases.api")
 
 
@@ -132,7 +135,7 @@ def openapi() -> dict[str, Any]:
 
 
 @functools.cache
-def _body_validator(schema: str) -> Any:
+def _body_validator(schema: str) -> Validator:
     # lazy: cold start (jsonschema, ~100 ms: only a request with a body is validated)
     from jsonschema import Draft202012Validator
 

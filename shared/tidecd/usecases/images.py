@@ -56,6 +56,7 @@ from tidecd.triggers.dispatch import Dispatcher, Refresh, dispatcher_for
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
+    from tidecd.source import RepoCredentials
 
 log = structlog.get_logger("tidecd.images")
 
@@ -385,7 +386,7 @@ class _Tick:
             log.info("image update pull request", app=app.name, pull=number)
         return sha
 
-    def _git_credentials(self, app: Application, ref: SecretRef | None) -> Any:
+    def _git_credentials(self, app: Application, ref: SecretRef | None) -> RepoCredentials | None:
         # lazy: cold start (tidecd.source: only an app that writes back to git)
         from tidecd.source import RepoCredentials
 
