@@ -301,7 +301,8 @@ def rendered(runtime: Runtime, name: str, *images: str) -> None:
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
                   "spec": {"template": {"spec": {"containers": [{"name": f"c{i}", "image": image}
                                                                 for i, image in enumerate(images)]}}}}
-    key = render.manifest_key(name, sha, app.source, app.destination.namespace, override)
+    key = render.manifest_key(name, sha, app.source, app.destination.namespace, override,
+                              render.BuildEnv(app.project, sha))  # the key the step renders under
     runtime.store.write(key, json.dumps({"format": render.CACHE_FORMAT, "manifests": [deployment]}).encode())
 
 

@@ -132,6 +132,16 @@ def manifest_key(app_name: str, sha: str, source: ApplicationSource, namespace: 
     return f"manifests/{app_name}/{sha}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
 
 
+def cached_manifests(store: ObjectStore, app_name: str, sha: str, source: ApplicationSource, *, namespace: str,
+                     override: SourceOverride | None = None,
+                     build_env: BuildEnv | None = None) -> list[Manifest] | None:
+    """The manifests `render_cached` stored for exactly these inputs, or None when there are none (never
+    rendered, an older format, corrupt). Readers other than the step (the image updater) use this, so they
+    find the entry by the same key the step wrote it under."""
+    blob = store.read(manifest_key(app_name, sha, source, namespace, override, build_env))
+    return _decode(blob.data) if blob is not None else None
+
+
 def render_cached(
     store: ObjectStore,
     app_name: str,

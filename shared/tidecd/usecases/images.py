@@ -496,9 +496,9 @@ def _running_images(runtime: Runtime, app: Application, held: images_state.Image
     if not current.revision:
         return None
     override = held.source_override() or None
-    key = render.manifest_key(app.name, current.revision, app.source, app.destination.namespace, override)
-    blob = runtime.store.read(key)
-    manifests = render._decode(blob.data) if blob is not None else None
+    manifests = render.cached_manifests(runtime.store, app.name, current.revision, app.source,
+                                        namespace=app.destination.namespace, override=override,
+                                        build_env=render.BuildEnv(app.project, current.revision))
     if manifests is None:
         return None
     found: list[str] = []
