@@ -22,7 +22,6 @@ from tidecd.base.errors import RenderError, SourceRefused, TidecdError
 from tidecd.clients.store import ObjectStore, PreconditionFailed
 from tidecd.config.load import ApplicationSource, repo_key
 from tidecd.source import helmrepo, oci
-from tidecd.source.dependencies import with_dependencies
 
 if TYPE_CHECKING:
     from tidecd.source.git import RepoCredentials
@@ -146,6 +145,9 @@ class ChartSnapshots:
             if digest != ref.digest:
                 raise SourceRefused(f"{ref.repo_url}: manifest digest changed while fetching")
         if ref.chart:
+            # lazy: cold start (chart dependencies, ~3 ms: a poll loads this module but never snapshots a chart)
+            from tidecd.source.dependencies import with_dependencies
+
             data = with_dependencies(data, credentials_for or (lambda _url: None), permitted,
                                      what=f"chart {ref.name} {ref.version}")
         with contextlib.suppress(PreconditionFailed):  # a racing caller stored the same verified bytes
