@@ -35,14 +35,14 @@ from tidecd.triggers import dispatch
 from tidecd.triggers.dispatch import Dispatcher, Refresh, dispatcher_for, reconcile_step, run_step
 from tidecd.usecases.commands import SyncRequest, rollback_request, start_operation, terminate_operation
 
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
+
 PREFIX = "/api/v1"
 # Where started operations' steps go: `dispatch.dispatcher_for(runtime)`, unless the caller of `handle`
 # hands one in (the local CLI hands in one that schedules nothing, and drives the steps itself).
 _DISPATCHER: contextvars.ContextVar[Dispatcher | None] = contextvars.ContextVar("tidecd_api_dispatcher",
                                                                                  default=None)
-if TYPE_CHECKING:
-    from jsonschema.protocols import Validator
-
 log = structlog.get_logger("tidecd.usecases.api")
 
 
