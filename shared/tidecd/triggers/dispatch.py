@@ -30,6 +30,7 @@ import json
 import os
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -142,10 +143,33 @@ def _coalesced(store: ObjectStore | None, refreshes: Sequence[Refresh],
     return failures | sent
 
 
+class Handover(ABC):
+    """What both dispatchers share, written once: refreshes are coalesced through `pending/`, a
+    continuation is recorded as the app's newest chain, and either is handed over by `send` (the local
+    scheduler or Pub/Sub), so the two differ only in how a refresh leaves the process."""
+
+    store: ObjectStore | None
+
+    def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
+        return _coalesced(self.store, refreshes, self.send)
+
+    def schedule(self, app: str, delay: float, reason: str) -> None:
+        refresh = continuation(app, delay, reason)
+        if self.store is not None:
+            pending.record_continuation(self.store, app, delay, reason, refresh.token)
+        failures = self.send([refresh])
+        if failures:
+            raise TemporaryError(failures[app])
+
+    @abstractmethod
+    def send(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
+        """Hand every refresh over as it is (no coalescing); the failures by app."""
+
+
 # --- locally: the in-process scheduler -------------------------------------------------------------------
 
 
-class DirectDispatcher:
+class DirectDispatcher(Handover):
     """Hands refreshes and continuations to the process's `LocalScheduler` and returns at once.
 
     Each job gets its own Runtime from `runtime_factory` (a Runtime caches config and cluster clients and
@@ -168,16 +192,8 @@ class DirectDispatcher:
             self._scheduler = scheduler.shared()
         return self._scheduler
 
-    def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
-        return _coalesced(self.store, refreshes, self._submit_all)
-
-    def schedule(self, app: str, delay: float, reason: str) -> None:
-        refresh = continuation(app, delay, reason)
-        if self.store is not None:
-            pending.record_continuation(self.store, app, delay, reason, refresh.token)
-        self._submit(refresh)
-
-    def _submit_all(self, refreshes: list[Refresh]) -> dict[str, str]:
+    def send(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
+        """Submit every refresh to the scheduler, which cannot refuse one: no failures."""
         for refresh in refreshes:
             self._submit(refresh)
         return {}
@@ -199,7 +215,7 @@ class DirectDispatcher:
 # --- in the cloud: one Pub/Sub message per refresh or continuation ---------------------------------------
 
 
-class PubSubDispatcher:
+class PubSubDispatcher(Handover):
     """Publishes one message per refresh to `topic` (`projects/P/topics/T`, or `T` with the project from
     `GOOGLE_CLOUD_PROJECT`) through `publisher` (`tidecd.clients.pubsub`; google-cloud-pubsub by default).
     With a `store`, refreshes are coalesced and continuations recorded (`tidecd.triggers.pending`)."""
@@ -214,18 +230,7 @@ class PubSubDispatcher:
     def __repr__(self) -> str:
         return f"PubSubDispatcher({self.topic!r})"
 
-    def dispatch(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
-        return _coalesced(self.store, refreshes, self.publish)
-
-    def schedule(self, app: str, delay: float, reason: str) -> None:
-        refresh = continuation(app, delay, reason)
-        if self.store is not None:
-            pending.record_continuation(self.store, app, delay, reason, refresh.token)
-        failures = self.publish([refresh])
-        if failures:
-            raise TemporaryError(failures[app])
-
-    def publish(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
+    def send(self, refreshes: Sequence[Refresh]) -> dict[str, str]:
         """One message per refresh, as it is (no coalescing); the failures by app."""
         if not refreshes:
             return {}
@@ -403,10 +408,8 @@ def followed_head(runtime: Runtime, refresh: Refresh) -> str:
 
 def dispatcher_publish(dispatcher: Dispatcher, refresh: Refresh) -> dict[str, str]:
     """Hand `refresh` over without claiming (its caller holds the app's `pending/` record)."""
-    if isinstance(dispatcher, PubSubDispatcher):
-        return dispatcher.publish([refresh])
-    if isinstance(dispatcher, DirectDispatcher):
-        return dispatcher._submit_all([refresh])
+    if isinstance(dispatcher, Handover):
+        return dispatcher.send([refresh])
     return dispatcher.dispatch([refresh])
 
 
