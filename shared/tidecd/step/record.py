@@ -1,11 +1,13 @@
 """Record: how what a step observed and did becomes the app's state, then one `save`.
 
-The transitions take the state the step owns (loaded at its start, never shared) and what observe and
-execute returned, and read nothing else: no cluster, no store, no clock but the `now` they are given.
-They change that state in place rather than returning a copy: an AppState holds the comparison cache and
-every task result, and a copy per transition would cost a deep copy several times per step. `save` is the
-one write: a generation precondition (a lost race raises PreconditionFailed and the step re-reads), and
-`fence` checks the app's lease before the cluster is touched.
+The transitions are pure: each takes an AppState and what observe and execute returned, reads nothing
+else (no cluster, no store, no clock but the `now` it is given), and returns a new AppState, leaving its
+input as it was. The copies are shallow (`dataclasses.replace` of the parts that change, and new lists
+where a list changes): an AppState holds the comparison cache and every task result, which a deep copy
+per transition would copy several times per step; what is not changed is shared, and never changed in
+place. The step holds the current value and replaces it with each result, until `save`, the one write:
+a generation precondition (a lost race raises PreconditionFailed and the step re-reads), and `fence`
+checks the app's lease before the cluster is touched.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tidecd import health
 from tidecd.base.model import Action, ChangeEntry, HealthResult, HealthStatus, Manifest, ResourceKey, SyncStatus
@@ -50,7 +52,7 @@ class Notes:
 
 
 def observed(state: AppState, target: Target, comparison: Comparison, live: Mapping[ResourceKey, Manifest],
-             notes: Notes, now: str) -> None:
+             notes: Notes, now: str) -> AppState:
     """The comparison, each resource's health and the app's, and the conditions the observation found."""
     scripts = target.health_scripts
     statuses, assessed = [], []
@@ -65,97 +67,179 @@ def observed(state: AppState, target: Target, comparison: Comparison, live: Mapp
             list(res.changed_paths), res.requires_pruning, res.text or res.error,
         ))
     roll = health.app_health(assessed, scripts)
-    state.sync_status, state.revision = comparison.status, target.desired.revision
-    state.revisions = revisions_of(target.app, target.desired.revision)
-    state.health = roll
-    state.health_message = next((f"{k}: {r.message}" for k, r in assessed if r and r.status is roll
-                                 and r.message), "")
-    state.resources = statuses
-    state.conditions = kept_conditions(state) + syncoptions.conditions(target.app.sync_policy.sync_options, now)
-    state.conditions += [{"type": "RepeatedResourceWarning", "message": text, "at": now} for text in notes.warnings]
+    conditions = kept_conditions(state) + syncoptions.conditions(target.app.sync_policy.sync_options, now)
+    conditions += [{"type": "RepeatedResourceWarning", "message": text, "at": now} for text in notes.warnings]
     if notes.orphans:
-        state.conditions.append(notes.orphans)
+        conditions.append(notes.orphans)
     if notes.excluded:
-        state.conditions.append({"type": "ExcludedResourceWarning", "at": now, "message": (
+        conditions.append({"type": "ExcludedResourceWarning", "at": now, "message": (
             "excluded by argocd-cm resource.exclusions/inclusions, neither synced nor pruned: "
             + ", ".join(str(k) for k in notes.excluded[:20]) + (" ..." if len(notes.excluded) > 20 else ""))})
     if notes.claimed:  # as Argo CD names two apps wanting one object; the owner is named, never overwritten
-        state.conditions.append({"type": "SharedResourceWarning", "at": now, "message": "; ".join(notes.claimed)})
+        conditions.append({"type": "SharedResourceWarning", "at": now, "message": "; ".join(notes.claimed)})
     if notes.adoption_refused:
-        state.conditions.append({"type": "ArgoCDAdoptionRefused", "at": now, "message": notes.adoption_refused})
+        conditions.append({"type": "ArgoCDAdoptionRefused", "at": now, "message": notes.adoption_refused})
+    return replace(state, sync_status=comparison.status, revision=target.desired.revision,
+                   revisions=revisions_of(target.app, target.desired.revision), health=roll,
+                   health_message=next((f"{k}: {r.message}" for k, r in assessed if r and r.status is roll
+                                        and r.message), ""),
+                   resources=statuses, conditions=conditions)
 
 
 def kept_conditions(state: AppState) -> list[dict[str, str]]:
     return [c for c in state.conditions if c["type"] == app_state.STATE_UNREADABLE and state.origin.rebuilt]
 
 
-def condition(state: AppState, kind: str, message: str, now: str, *, unknown: bool = True) -> None:
+def condition(state: AppState, kind: str, message: str, now: str, *, unknown: bool = True) -> AppState:
     """A problem of this step, replacing the observation's conditions (a failed observation has none)."""
-    state.conditions = [*kept_conditions(state), {"type": kind, "message": message, "at": now}]
-    if unknown:
-        state.sync_status = SyncStatus.UNKNOWN
+    conditions = [*kept_conditions(state), {"type": kind, "message": message, "at": now}]
+    return replace(state, conditions=conditions, sync_status=SyncStatus.UNKNOWN if unknown else state.sync_status)
 
 
-def decided(op: Operation | None, found: decision.Decision) -> None:
+def noted(state: AppState, found: dict[str, str]) -> AppState:
+    """One more condition beside the observation's (a sync window that holds an automated sync back)."""
+    return replace(state, conditions=[*state.conditions, found])
+
+
+def compared(state: AppState, cache: Mapping[str, CachedComparison]) -> AppState:
+    """The comparison cache the comparison left (what it may reuse next time)."""
+    return replace(state, memo=replace(state.memo, comparisons=dict(cache)))
+
+
+def inventory(state: AppState, items: Iterable[tuple[ResourceKey, int]]) -> AppState:
+    """The objects the app owns (adopted ones, or, for a rebuilt state, the ones live with its mark)."""
+    new = replace(state)
+    new.set_inventory(list(items))  # a new list on the copy: the input's is not touched
+    return new
+
+
+def reconciled(state: AppState, at: str, quiet: Mapping[str, str]) -> AppState:
+    """When the step compared, and the no-op fast path's record ({}: the next step compares in full)."""
+    return replace(state, memo=replace(state.memo, reconciled_at=at, quiet=dict(quiet)))
+
+
+def _with_operation(state: AppState, op: Operation) -> AppState:
+    return replace(state, operation=op)
+
+
+def _operation(state: AppState) -> Operation:
+    """The operation a transition of it changes (the step calls those only while there is one)."""
+    op = state.operation
+    assert op is not None, "a transition of the operation without one"
+    return op
+
+
+def started(state: AppState, op: Operation) -> AppState:
+    """An automated operation starts (`step.operation.new_operation`)."""
+    return _with_operation(state, op)
+
+
+def resolved(state: AppState, app: Application, sha: str) -> AppState:
+    """A running operation that had no revision yet is pinned to the commit this step rendered (and a
+    multi-source one to each source's)."""
+    op = state.operation
+    if op is None or not op.running or (op.revision and op.revisions):
+        return state
+    revision = op.revision or sha
+    return _with_operation(state, replace(op, revision=revision, revisions=op.revisions or revisions_of(app, revision)))
+
+
+def step_failed(state: AppState) -> AppState:
+    """A temporary error mid-way: one more in a row (the operation fails past `MAX_STEP_ERRORS`)."""
+    op = _operation(state)
+    return _with_operation(state, replace(op, retry=replace(op.retry, step_errors=op.retry.step_errors + 1)))
+
+
+def forgiven(state: AppState) -> AppState:
+    """Observed fine: the temporary errors of earlier steps are forgiven."""
+    op = _operation(state)
+    return _with_operation(state, replace(op, retry=replace(op.retry, step_errors=0)))
+
+
+def not_retryable(state: AppState) -> AppState:
+    """It failed for a reason a retry cannot change: automated sync does not retry it."""
+    op = _operation(state)
+    return _with_operation(state, replace(op, retry=replace(op.retry, retryable=False)))
+
+
+def sync_failing(state: AppState, message: str) -> AppState:
+    """Why the operation fails, kept while its SyncFail hooks run."""
+    return _with_operation(state, replace(_operation(state), failure=message))
+
+
+def decided(state: AppState, found: decision.Decision) -> AppState:
     """The decision's view of the running operation: its results and the step it is at."""
-    if op is not None and op.running:
-        op.results, op.step = list(found.results), found.text
-        op.progress.wave = found.step.wave if isinstance(found.step, decision.RunTasks) else op.progress.wave
+    op = state.operation
+    if op is None or not op.running:
+        return state
+    wave = found.step.wave if isinstance(found.step, decision.RunTasks) else op.progress.wave
+    return _with_operation(state, replace(op, results=list(found.results), step=found.text,
+                                         progress=replace(op.progress, wave=wave)))
 
 
 # -- what was executed ---------------------------------------------------------------------------------
 
 
-def dry_run(op: Operation, done: Executed, known: Iterable[ChangeEntry]) -> tuple[list[ChangeEntry], str]:
+def dry_run(state: AppState, done: Executed,
+            known: Iterable[ChangeEntry]) -> tuple[AppState, list[ChangeEntry], str]:
     """The dry-run's entries for the change set, and the failure message ("" when every object passed;
     the operation is then `checked`). Known failures come from the comparison's own dry-runs."""
+    op = _operation(state)
     entries = list(done.entries)
     failures = [e for e in entries if e.action is Action.FAILED] + list(known)
     shown = list(entries) if op.request.dry_run else []
     if not failures:
-        op.progress.checked = True
-        return shown, ""
+        return _with_operation(state, replace(op, progress=replace(op.progress, checked=True))), shown, ""
+    results = list(op.results)
     for entry in failures:
         if not op.request.dry_run or entry not in entries:
             shown.append(entry)
-        op.results.append(TaskResult(entry.key, "Sync", 0, False, Action.FAILED, TaskPhase.FAILED, entry.message))
-    op.retry.retryable = all(e.temporary for e in failures)  # one permanent refusal: a retry meets it again
-    return shown, ("one or more objects failed to apply (dry run), nothing was written: "
-                   + "; ".join(f"{e.key}: {e.message}" for e in failures))
+        results.append(TaskResult(entry.key, "Sync", 0, False, Action.FAILED, TaskPhase.FAILED, entry.message))
+    retryable = all(e.temporary for e in failures)  # one permanent refusal: a retry meets it again
+    new = _with_operation(state, replace(op, results=results, retry=replace(op.retry, retryable=retryable)))
+    return new, shown, ("one or more objects failed to apply (dry run), nothing was written: "
+                        + "; ".join(f"{e.key}: {e.message}" for e in failures))
 
 
-def hooks_intended(op: Operation, step: decision.RunTasks) -> bool:
+def hooks_intended(state: AppState, step: decision.RunTasks) -> tuple[AppState, bool]:
     """The intent first: a step killed after creating a hook finds it by name and mark. True: recorded."""
+    op = _operation(state)
     hooks = [t for t in step.tasks if t.hook]
+    results = list(op.results)
     for task in hooks:
         if op.result(task.key, task.phase.value) is None:
-            op.results.append(TaskResult(task.key, task.phase.value, task.wave, True, Action.CREATED,
-                                         TaskPhase.PENDING))
-    return bool(hooks)
+            results.append(TaskResult(task.key, task.phase.value, task.wave, True, Action.CREATED,
+                                      TaskPhase.PENDING))
+    return _with_operation(state, replace(op, results=results)), bool(hooks)
 
 
-def ran(op: Operation, done: Executed) -> None:
+def ran(state: AppState, done: Executed) -> AppState:
     """Each applied task's result, replacing an earlier one of the same task (a hook's intent)."""
+    op = _operation(state)
+    results = list(op.results)
     for item in done.applied:
         task, entry = item.task, item.entry
         phase = TaskPhase.FAILED if entry.action is Action.FAILED else TaskPhase.RUNNING
         result = TaskResult(task.key, task.phase.value, task.wave, task.hook, entry.action, phase,
                             entry.message, item.uid)
-        op.results = [r for r in op.results if r.id != result.id] + [result]
+        results = [r for r in results if r.id != result.id] + [result]
+    return _with_operation(state, replace(op, results=results))
 
 
-def pruned(op: Operation, step: decision.Prune, done: Executed) -> None:
+def pruned(state: AppState, step: decision.Prune, done: Executed) -> AppState:
+    op = _operation(state)
     waves = dict(step.candidates)
+    results = list(op.results)
     for entry in done.entries:
-        op.results.append(TaskResult(entry.key, "Sync", waves.get(entry.key, 0), False, entry.action,
-                                     TaskPhase.FAILED if entry.action is Action.FAILED
-                                     else TaskPhase.SUCCEEDED, entry.message))
+        results.append(TaskResult(entry.key, "Sync", waves.get(entry.key, 0), False, entry.action,
+                                  TaskPhase.FAILED if entry.action is Action.FAILED
+                                  else TaskPhase.SUCCEEDED, entry.message))
     reported = {e.key for e in done.entries}
     for gone, wave in step.candidates:  # deleted already (by a step killed mid-prune, or by hand)
         if gone not in reported and not step.dry_run:
-            op.results.append(TaskResult(gone, "Sync", wave, False, Action.PRUNED, TaskPhase.SUCCEEDED,
-                                         "already gone"))
-    op.progress.pruned = True
+            results.append(TaskResult(gone, "Sync", wave, False, Action.PRUNED, TaskPhase.SUCCEEDED,
+                                      "already gone"))
+    return _with_operation(state, replace(op, results=results, progress=replace(op.progress, pruned=True)))
 
 
 @dataclass(frozen=True)
@@ -172,16 +256,16 @@ class Finished:
     at: str
 
 
-def finish(state: AppState, op: Operation, phase: OperationPhase, message: str, end: Finished) -> float | None:
+def finish(state: AppState, phase: OperationPhase, message: str, end: Finished) -> tuple[AppState, float | None]:
     """The operation ends: its phase, the inventory it leaves, a history entry, the automated-sync marks;
-    returns the seconds until a failed automated operation is retried (`decide.retry_delay`), or None."""
-    op.phase, op.message, op.finished_at = phase, message, end.at
-    op.step = message
-    for result in op.results:
-        if result.phase is TaskPhase.RUNNING and not result.hook and phase is OperationPhase.SUCCEEDED:
-            result.phase = TaskPhase.SUCCEEDED  # the last group: applied, not waited for (see sync.decide)
+    also returns the seconds until a failed automated operation is retried (`decide.retry_delay`), or None."""
+    before = _operation(state)
+    succeeded = phase is OperationPhase.SUCCEEDED
+    results = [replace(r, phase=TaskPhase.SUCCEEDED)  # the last group: applied, not waited for (see sync.decide)
+               if r.phase is TaskPhase.RUNNING and not r.hook and succeeded else r for r in before.results]
+    op = replace(before, phase=phase, message=message, finished_at=end.at, step=message, results=results)
     if op.request.dry_run:
-        return None
+        return _with_operation(state, op), None
     tasks, app = (end.target.tasks if end.target is not None else ()), end.app
     inventory = dict(state.inventory_keys())
     gone = {r.key for r in op.results if r.action is Action.PRUNED}
@@ -192,32 +276,37 @@ def finish(state: AppState, op: Operation, phase: OperationPhase, message: str, 
         waves = {t.key: t.wave for t in tasks if not t.hook}
         inventory.update({r.key: waves[r.key] for r in op.results if not r.hook and r.key in waves
                           and r.action in (Action.CREATED, Action.CONFIGURED) and r.phase is not TaskPhase.FAILED})
-    state.set_inventory([(k, w) for k, w in inventory.items() if k not in gone])
-    state.add_history(op.revision, phase.value, str(op.request.source.get("path", "")),
-                      str(op.request.source.get("targetRevision", "")), op.id,
-                      op.revisions or (revisions_of(app, op.revision) if app is not None else None))
-    if op.request.automated and phase is OperationPhase.SUCCEEDED:
-        state.automation.synced = end.marker
+    automation = state.automation
+    if op.request.automated and succeeded:
+        automation = replace(automation, synced=end.marker)
     delay = decision.retry_delay(op, end.policy)
     if delay is not None:
-        op.retry.next_attempt_at = end.now + delay
+        op = replace(op, retry=replace(op.retry, next_attempt_at=end.now + delay))
     if op.request.rollback:
-        state.automation.disabled = True
+        automation = replace(automation, disabled=True)
     elif not op.request.automated and not op.request.source.get("revision"):
-        state.automation.disabled = False
+        automation = replace(automation, disabled=False)
+    new = replace(state, operation=op, automation=automation)
+    # both assign a new list on the copy (the input's lists are not touched)
+    new.set_inventory([(k, w) for k, w in inventory.items() if k not in gone])
+    new.add_history(op.revision, phase.value, str(op.request.source.get("path", "")),
+                    str(op.request.source.get("targetRevision", "")), op.id,
+                    op.revisions or (revisions_of(app, op.revision) if app is not None else None))
     if end.target is not None:
-        remember_writes(state, end.target, end.written)
-    return delay
+        new = remember_writes(new, end.target, end.written)
+    return new, delay
 
 
-def remember_writes(state: AppState, target: Target, written: Mapping[ResourceKey, str]) -> None:
+def remember_writes(state: AppState, target: Target, written: Mapping[ResourceKey, str]) -> AppState:
     """An object just applied is, until something else changes it, exactly what a dry-run of the same
     apply would predict: record it as Synced so the comparison after the sync needs no dry-run for it."""
+    cache = dict(state.memo.comparisons)
     for obj in plan.resources(target.manifests):
         key = ResourceKey.of(obj)
         if key in written:
             owned = with_ownership(obj, target.name, argocd=target.argocd_marks)
-            state.memo.comparisons[str(key)] = CachedComparison(fingerprint(owned), written[key], SyncStatus.SYNCED)
+            cache[str(key)] = CachedComparison(fingerprint(owned), written[key], SyncStatus.SYNCED)
+    return compared(state, cache)
 
 
 def follow_health(state: AppState, continue_after: float | None, now: float) -> float | None:

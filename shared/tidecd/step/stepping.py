@@ -1,10 +1,11 @@
 """The step's loop: observe once, then decide → execute → record until a wait outlasts the budget.
 
 `Step` holds what one reconcile call works on: its context (`StepContext`: the runtime with its cluster
-and source, the clock, the lease), the app's state it owns, the observed `Target`, the live `View` its
-writes keep current, and how it ends (`End`). Each stage is a function of another module that takes and
-returns values: `step.observe` (reads), `sync.decide` (pure), `step.execute` (cluster calls),
-`step.record` (state transitions, then one `save`).
+and source, the clock, the lease), the app's state as it stands (a value, replaced by the result of each
+`step.record` transition and never changed in place, until the one `save`), the observed `Target`, the
+live `View` its writes keep current, and how it ends (`End`). Each stage is a function of another
+module that takes and returns values: `step.observe` (reads), `sync.decide` (pure), `step.execute`
+(cluster calls), `step.record` (pure state transitions, then one `save`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from tidecd.source import charts
 from tidecd.state import app as app_state
 from tidecd.state.app import OperationPhase
 from tidecd.step import execute, observe, quiet, record
-from tidecd.step.desired import place, revisions_of, runtime_render, spec_hash
+from tidecd.step.desired import place, runtime_render, spec_hash
 from tidecd.step.observe import Target
 from tidecd.step.operation import new_operation, policy_of, sync_window
 from tidecd.sync import decide as decision
@@ -102,7 +103,8 @@ class Facts:
 class Observer:
     """What the step knows of the app and the cluster: the `Target`, the live `View` its writes keep
     current, the comparison and what it noted, and the facts the decision needs. Its methods call
-    `step.observe` and record what it returns on the state the step owns."""
+    `step.observe` and record what it returns through `step.record`'s transitions. It holds the step's
+    current state (`Step.state` reads and replaces this one value)."""
 
     def __init__(self, ctx: StepContext, state: app_state.AppState, changes: ChangeSet) -> None:
         self.ctx, self.state, self.changes = ctx, state, changes
@@ -167,7 +169,7 @@ class Observer:
     def compare(self) -> None:
         """Compare (reusing a listing this step made), adopt from Argo CD when asked, record what was seen."""
         target, view = self.current, self.view
-        record.remember_writes(self.state, target, view.written)
+        self.state = record.remember_writes(self.state, target, view.written)
         found = view.prefetched if view.prefetched is not None else self.list_live()
         view.prefetched = None
         compared = self.compare_with(found)
@@ -180,7 +182,8 @@ class Observer:
                     self.changes.add(entry)
                 waves = {t.key: t.wave for t in target.tasks if not t.hook}
                 keys = [ResourceKey.of(m) for m in plan.resources(target.manifests)]
-                self.state.set_inventory([*self.state.inventory_keys(), *((k, waves.get(k, 0)) for k in keys)])
+                self.state = record.inventory(self.state, [*self.state.inventory_keys(),
+                                                            *((k, waves.get(k, 0)) for k in keys)])
                 compared = self.compare_with(self.list_live())
         view.current = True
         for key in target.hook_keys:
@@ -189,13 +192,13 @@ class Observer:
         self.comparison = compared.comparison
         now = self.ctx.iso()
         self.notes = dataclasses.replace(self.notes, claimed=compared.claimed, orphans=observe.orphans(target, now))
-        record.observed(self.state, target, self.comparison, view.live, self.notes, now)
+        self.state = record.observed(self.state, target, self.comparison, view.live, self.notes, now)
 
     def compare_with(self, found: observe.Listing) -> observe.Compared:
         target = self.current
         compared = observe.compare_all(target.cluster, target.app, target.config, target.manifests, found.live,
                                        hooks=frozenset(target.hook_keys), cache=self.state.memo.comparisons)
-        self.state.memo.comparisons = dict(compared.cache)
+        self.state = record.compared(self.state, compared.cache)
         self.view.live = dict(found.live)
         return compared
 
@@ -230,8 +233,8 @@ class Observer:
         if not blocked:
             return policy
         if self.comparison.status is not SyncStatus.SYNCED:
-            self.state.conditions.append({"type": syncwindows.CONDITION, "message": blocked,
-                                          "at": self.ctx.iso()})
+            self.state = record.noted(self.state, {"type": syncwindows.CONDITION, "message": blocked,
+                                                   "at": self.ctx.iso()})
         return dataclasses.replace(policy, automated=False)
 
     def saw(self, done: execute.Executed) -> None:
@@ -247,13 +250,22 @@ class Step:
 
     def __init__(self, ctx: StepContext) -> None:
         self.ctx = ctx
-        self.state, generation = app_state.load(ctx.runtime.store, ctx.name)
-        self.saved = record.Saved.loaded(self.state, generation)
-        self.seen_status = (self.state.sync_status, self.state.health)
+        state, generation = app_state.load(ctx.runtime.store, ctx.name)
+        self.saved = record.Saved.loaded(state, generation)
+        self.seen_status = (state.sync_status, state.health)
         self.app: Application | None = None
         self.changes = ChangeSet()
-        self.eye = Observer(ctx, self.state, self.changes)
+        self.eye = Observer(ctx, state, self.changes)
         self.end = End()
+
+    @property
+    def state(self) -> app_state.AppState:
+        """The app's state as it stands: one value, shared with the observer, replaced by each transition."""
+        return self.eye.state
+
+    @state.setter
+    def state(self, new: app_state.AppState) -> None:
+        self.eye.state = new
 
     # -- the step -------------------------------------------------------------------------------------
 
@@ -272,19 +284,19 @@ class Step:
                     suffix = " (nothing pruned; will retry)" if isinstance(exc, ClusterUnavailable) else ""
                     self.finish(OperationPhase.FAILED, f"{exc}{suffix}")
                 else:
-                    op.retry.step_errors += 1
+                    self.state = record.step_failed(self.state)
                     self.end.continue_after = exc.delay
         except PermanentError as exc:
             self.problem("InvalidSpecError" if isinstance(exc, ProjectViolation) else "ComparisonError", str(exc))
             op = self.state.operation
             if op is not None and op.running:
-                op.retry.retryable = False
+                self.state = record.not_retryable(self.state)
                 self.finish(OperationPhase.FAILED, str(exc))
         if self.end.quiet_hit:
             return
-        self.state.memo.reconciled_at = self.ctx.iso()
+        at = self.ctx.iso()
         self.end.continue_after = record.follow_health(self.state, self.end.continue_after, self.ctx.clock.now())
-        self.state.memo.quiet = quiet_record(self)
+        self.state = record.reconciled(self.state, at, quiet_record(self))
         self.save()
 
     def observe_and_advance(self) -> None:
@@ -305,10 +317,7 @@ class Step:
             pinned = ctx.head  # resolved by this tick's ls-remote of the repository
         warnings: list[str] = []
         sha, manifests = runtime_render(runtime)(runtime, app, pinned, warnings)
-        if op is not None and op.running and not op.revision:
-            op.revision = sha
-        if op is not None and op.running and not op.revisions:
-            op.revisions = revisions_of(app, op.revision)
+        self.state = record.resolved(self.state, app, sha)
         cluster = runtime.cluster(app.destination)
         children = None
         if app.annotation(appofapps.ANNOTATION_MODE) != "apply":  # Application objects become child apps
@@ -343,14 +352,14 @@ class Step:
             violations = str(exc)
         self.eye.compare()
         if self.state.origin.rebuilt:
-            self.state.set_inventory([(k, 0) for k, obj in self.eye.view.live.items()
-                                      if owned_by(obj, app.name) and k not in target.hook_keys])
+            self.state = record.inventory(self.state, [(k, 0) for k, obj in self.eye.view.live.items()
+                                                       if owned_by(obj, app.name) and k not in target.hook_keys])
         self.eye.facts = Facts(observe.unserved(target.cluster, target.tasks),
                            observe.missing_namespaces(target.cluster, target.tasks, self.eye.view.live,
                                                       policy_of(app).create_namespace), violations)
         op = self.state.operation
         if op is not None and op.running:
-            op.retry.step_errors = 0  # observed fine: earlier blips are forgiven
+            self.state = record.forgiven(self.state)  # observed fine: earlier blips are forgiven
         # a generated app being deleted is pruned whatever the windows say (Argo CD never blocks deletion)
         deleting = generated.is_deleting(app)
         policy = policy_of(app) if deleting else self.eye.windowed(policy_of(app))
@@ -361,7 +370,7 @@ class Step:
         ctx, first = self.ctx, True
         while True:
             found = decision.decide(self.eye.observation(), self.state.operation, policy)
-            record.decided(self.state.operation, found)
+            self.state = record.decided(self.state, found)
             step = found.step
             if isinstance(step, decision.Nothing):
                 if step.retry_at is not None:
@@ -412,9 +421,9 @@ class Step:
         op, target = self.state.operation, self.eye.current
         if isinstance(step, decision.StartOperation):
             sha = target.desired.revision
-            self.state.operation = new_operation(target.app, prune=step.prune, initiated_by="automated",
-                                                 automated=True, retry_count=step.retry_count, resolved=sha,
-                                                 started_at=self.ctx.iso())
+            self.state = record.started(self.state, new_operation(
+                target.app, prune=step.prune, initiated_by="automated", automated=True,
+                retry_count=step.retry_count, resolved=sha, started_at=self.ctx.iso()))
             log.info("automated sync", app=target.name, revision=sha[:12], retry=step.retry_count)
             self.eye.target = target.planned(self.eye.naming())  # generateName hooks are named for this operation
             self.save()
@@ -435,9 +444,9 @@ class Step:
                 self.eye.view.current = False  # deletions are not in the view: the comparison after lists again
             done = execute.prune_step(target, step)
             self.add(done.entries)
-            record.pruned(op, step, done)
+            self.state = record.pruned(self.state, step, done)
         elif isinstance(step, decision.StartSyncFail):
-            op.failure = step.message
+            self.state = record.sync_failing(self.state, step.message)
         elif isinstance(step, decision.Terminate):
             self.eye.view.current = False
             execute.terminate(target, step.hooks)
@@ -457,7 +466,7 @@ class Step:
         temporary = {r.key for r in self.eye.comparison.resources if r.temporary}
         known = [ChangeEntry(key, Action.FAILED, message, temporary=key in temporary)
                  for key, message in step.known_failures]
-        shown, failure = record.dry_run(op, done, known)
+        self.state, shown, failure = record.dry_run(self.state, done, known)
         self.add(shown)
         if failure:
             self.finish(OperationPhase.FAILED, failure)
@@ -465,7 +474,8 @@ class Step:
     def run_tasks(self, step: decision.RunTasks) -> None:
         op, target, view = self.state.operation, self.eye.current, self.eye.view
         assert op is not None
-        if record.hooks_intended(op, step):
+        self.state, intended = record.hooks_intended(self.state, step)
+        if intended:
             self.save()
         out_of_sync = {r.key for r in self.eye.comparison.resources if r.status is not SyncStatus.SYNCED}
 
@@ -474,7 +484,7 @@ class Step:
 
         done = execute.run_tasks(target, step, view.live, out_of_sync, op.id, written)
         self.add(done.entries)
-        record.ran(op, done)
+        self.state = record.ran(self.state, done)
         # An object is live as written (or, unchanged, as this step listed it): only those whose health
         # is not yet Healthy are read again, since a controller may have moved their status since. No GET
         # for a ConfigMap, a Service, a ServiceAccount...
@@ -494,7 +504,9 @@ class Step:
         policy = policy_of(app) if app is not None else decision.Policy(retry_limit=0)
         end = record.Finished(self.eye.target, app, marker, policy, dict(self.eye.view.written), self.ctx.clock.now(),
                               self.ctx.iso())
-        delay = record.finish(self.state, op, phase, message, end)
+        self.state, delay = record.finish(self.state, phase, message, end)
+        op = self.state.operation
+        assert op is not None
         if op.request.dry_run:
             return
         self.end.deployed = op.id  # the caller tells the image updater (which override it deployed)
@@ -504,7 +516,7 @@ class Step:
                  automated=op.request.automated)
 
     def problem(self, kind: str, message: str, *, unknown: bool = True) -> None:
-        record.condition(self.state, kind, message, self.ctx.iso(), unknown=unknown)
+        self.state = record.condition(self.state, kind, message, self.ctx.iso(), unknown=unknown)
         log.warning("reconcile problem", app=self.ctx.name, condition=kind, message=message)
 
     def forget_when_gone(self) -> None:

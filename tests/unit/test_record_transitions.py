@@ -1,0 +1,122 @@
+"""`step.record`'s transitions are pure: each returns a new AppState and leaves its input as it was.
+
+The step keeps the state it started from beside the one it builds (the notifier compares old and new), so
+a transition that changed its input in place (an appended result, a task's phase, the comparison cache)
+would change both. Each public transition runs here on a state with every part filled in, and the input's
+stored bytes are compared before and after.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import pytest
+
+from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
+from tidecd.base.model import Action, ChangeEntry, HealthStatus, ResourceKey, SyncStatus
+from tidecd.clients.store import MemoryStore
+from tidecd.diff import Comparison, ResourceDiff
+from tidecd.state import app as app_state
+from tidecd.state.app import AppState, CachedComparison, OperationPhase, TaskPhase, TaskResult
+from tidecd.step import record
+from tidecd.step.desired import Desired
+from tidecd.step.execute import Applied, Executed
+from tidecd.step.observe import Target
+from tidecd.step.operation import new_operation
+from tidecd.sync import decide as decision
+from tidecd.sync.plan import Phase, Task
+
+WEB = ResourceKey("", "ConfigMap", "ns", "web")
+HOOK = ResourceKey("batch", "Job", "ns", "migrate")
+OLD = ResourceKey("", "ConfigMap", "ns", "old")
+NOW = "2026-01-02T03:04:05Z"
+WEB_OBJ = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web", "namespace": "ns"}, "data": {}}
+HOOK_OBJ = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate", "namespace": "ns"}}
+WEB_TASK = Task(WEB, WEB_OBJ)
+HOOK_TASK = Task(HOOK, HOOK_OBJ, Phase.PRE_SYNC, hook=True)
+
+
+def target() -> Target:
+    app = application()
+    config = fake_runtime(FakeCluster(), MemoryStore(), app, FakeGit()).config()
+    desired = Desired("a" * 40, [WEB_OBJ], lambda group, kind: True)
+    return Target(app, config.projects[app.project], config, FakeCluster(), None,  # type: ignore[arg-type]
+                  desired, (HOOK_TASK, WEB_TASK))
+
+
+def state(*, revision: str = "a" * 40) -> AppState:
+    """A state with every part filled in: resources, conditions, inventory, history, the automation
+    marks, the comparison cache, and a running operation with a result, retry errors and progress."""
+    op = new_operation(application(), prune=True, revision=revision, started_at=NOW)
+    op.results = [TaskResult(WEB, "Sync", 0, False, Action.CONFIGURED, TaskPhase.RUNNING, "applied")]
+    op.retry.step_errors = 2
+    op.progress.wave = 0
+    current = AppState("app", SyncStatus.OUT_OF_SYNC, "b" * 40, health=HealthStatus.PROGRESSING,
+                       resources=[app_state.ResourceStatus("", "ConfigMap", "ns", "web", SyncStatus.OUT_OF_SYNC)],
+                       conditions=[{"type": "ComparisonError", "message": "earlier", "at": NOW}],
+                       operation=op)
+    current.set_inventory([(OLD, 0)])
+    current.add_history("b" * 40, "Succeeded", "app", "main")
+    current.memo.comparisons["x"] = CachedComparison("f", "l", SyncStatus.SYNCED)
+    current.memo.quiet = {"inputs": "i", "live": "d"}
+    return current
+
+
+def finished() -> record.Finished:
+    return record.Finished(target(), application(), "marker", decision.Policy(retry_limit=0),
+                           {WEB: "identity"}, 1000.0, NOW)
+
+
+WRITTEN = Executed(entries=(ChangeEntry(WEB, Action.CONFIGURED, "ok"),),
+                   applied=(Applied(WEB_TASK, ChangeEntry(WEB, Action.CONFIGURED, "ok")),))
+FAILED = Executed(entries=(ChangeEntry(WEB, Action.FAILED, "refused"),))
+COMPARISON = Comparison([ResourceDiff(WEB, SyncStatus.SYNCED), ResourceDiff(OLD, SyncStatus.OUT_OF_SYNC,
+                                                                         requires_pruning=True)])
+
+TRANSITIONS: dict[str, Callable[[AppState], object]] = {
+    "observed": lambda s: record.observed(s, target(), COMPARISON, {WEB: WEB_OBJ},
+                                          record.Notes(warnings=("twice",), orphans={"type": "Orphan"}), NOW),
+    "condition": lambda s: record.condition(s, "SyncError", "refused", NOW),
+    "noted": lambda s: record.noted(s, {"type": "SyncWindow", "message": "closed", "at": NOW}),
+    "compared": lambda s: record.compared(s, {"y": CachedComparison("g", "m", SyncStatus.OUT_OF_SYNC)}),
+    "inventory": lambda s: record.inventory(s, [(WEB, 1), (OLD, 0)]),
+    "reconciled": lambda s: record.reconciled(s, NOW, {}),
+    "started": lambda s: record.started(s, new_operation(application(), automated=True)),
+    "resolved": lambda s: record.resolved(s, application(), "c" * 40),  # on an operation not yet pinned
+    "step_failed": record.step_failed,
+    "forgiven": record.forgiven,
+    "not_retryable": record.not_retryable,
+    "sync_failing": lambda s: record.sync_failing(s, "a hook failed"),
+    "decided": lambda s: record.decided(s, decision.Decision(
+        decision.RunTasks(Phase.SYNC, 3, (WEB_TASK,), final=True),
+        (TaskResult(WEB, "Sync", 3, False, Action.UNCHANGED, TaskPhase.SUCCEEDED),), "wave 3")),
+    "dry_run": lambda s: record.dry_run(s, FAILED, [ChangeEntry(OLD, Action.FAILED, "known")]),
+    "hooks_intended": lambda s: record.hooks_intended(s, decision.RunTasks(Phase.PRE_SYNC, 0, (HOOK_TASK,), False)),
+    "ran": lambda s: record.ran(s, WRITTEN),
+    "pruned": lambda s: record.pruned(s, decision.Prune(((OLD, 0), (WEB, 1)), True), Executed(
+        entries=(ChangeEntry(OLD, Action.PRUNED, "pruned"),))),
+    "finish": lambda s: record.finish(s, OperationPhase.SUCCEEDED, "done", finished()),
+    "remember_writes": lambda s: record.remember_writes(s, target(), {WEB: "identity"}),
+}
+
+
+def test_every_public_transition_is_covered() -> None:
+    """A transition is a public function of record that takes the state first and returns a new one."""
+    found = {name for name, fn in inspect.getmembers(record, inspect.isfunction)
+             if fn.__module__ == record.__name__ and not name.startswith("_")
+             and next(iter(inspect.signature(fn).parameters), "") == "state"
+             and str(inspect.signature(fn).return_annotation).startswith(("AppState", "tuple[AppState"))}
+    assert found == set(TRANSITIONS)
+
+
+@pytest.mark.parametrize("name", sorted(TRANSITIONS))
+def test_a_transition_leaves_its_input_unchanged(name: str) -> None:
+    given = state(revision="") if name == "resolved" else state()
+    before = app_state.encode(given)
+    result = TRANSITIONS[name](given)
+    new = result[0] if isinstance(result, tuple) else result
+    assert isinstance(new, AppState)
+    assert app_state.encode(given) == before  # the input, as it was
+    assert app_state.encode(new) != before  # and the transition did change something
+    assert new is not given
