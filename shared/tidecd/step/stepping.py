@@ -30,6 +30,7 @@ from tidecd.generated import appofapps
 from tidecd.generated import records as generated
 from tidecd.generated.appofapps import ChildCluster
 from tidecd.images import state as images_state
+from tidecd.project import rules
 from tidecd.project import windows as syncwindows
 from tidecd.runtime import Runtime
 from tidecd.source import charts
@@ -305,8 +306,6 @@ class Step:
         self.app = app
         config = runtime.config()
         project = config.projects[app.project]
-        from tidecd.project import rules  # the AppProject rules
-
         problems = rules.check_source(project, app) + rules.check_destination(project, app.destination)
         if problems:
             raise ProjectViolation(project.name, problems)
@@ -341,8 +340,6 @@ class Step:
         app = target.app
         violations = ""
         try:
-            from tidecd.project import rules
-
             # an app of apps' children are not objects in a cluster: `generated.merge` scopes them instead
             # (a child may use only what the parent's project allows)
             checked = target.manifests if target.children is None else [
