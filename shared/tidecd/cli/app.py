@@ -20,6 +20,7 @@ an `...Error` condition such as ComparisonError).
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -124,11 +125,8 @@ def emit(body: dict[str, Any], output: str, table: Any) -> None:
 def print_table(headers: list[str], rows: list[list[str]]) -> None:
     """A table as wide as the terminal (rich wraps cells to fit); into a pipe or file, where there is no
     width to fit, each row stays on one line so scripts can split it."""
-    # lazy: cold start (rich only when a table is printed)
-    import sys
-
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # lazy: cold start (rich only when a table is printed)
+    from rich.table import Table  # lazy: cold start (rich only when a table is printed)
 
     table = Table(*headers, box=None, pad_edge=False, header_style="bold")
     for row in rows:
