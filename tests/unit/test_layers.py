@@ -116,3 +116,12 @@ def test_no_submodule_re_enters_its_half_initialised_package() -> None:
                 if node.module == package:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}: from {package} import ...")
     assert not found, found
+
+
+def test_the_house_measures_hold() -> None:
+    """scripts/house.py (class, module and function sizes; no private name imported across modules) and
+    scripts/lazy_imports.py (every import inside a function says why it is lazy) both pass on the tree."""
+    for script in ("house.py", "lazy_imports.py"):
+        result = subprocess.run([sys.executable, str(ROOT / "scripts" / script)], capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 0, f"scripts/{script}:\n{result.stdout}{result.stderr}"
