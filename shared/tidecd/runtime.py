@@ -13,9 +13,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tidecd import source as git
 from tidecd.base import constants
 from tidecd.base.errors import ConfigError, NotFound
 from tidecd.base.paths import inside
@@ -31,7 +30,9 @@ from tidecd.config.load import (
     parse_config_source,
 )
 from tidecd.generated import records as generated
-from tidecd.source import checkouts
+
+if TYPE_CHECKING:
+    from tidecd.source.gitremote import RepoCredentials
 
 IN_CLUSTER_SERVER = "https://kubernetes.default.svc"
 
@@ -205,6 +206,9 @@ class Runtime:
         return self._load_config_from_git(source)
 
     def _load_config_from_git(self, ref: ConfigSourceRef) -> Config:
+        from tidecd import source as git  # lazy: cold start (git sources only for a config source in git)
+        from tidecd.source import checkouts  # lazy: cold start (as above)
+
         creds = git.credentials_for(ref.repo_url, self.plain_secrets_unsealed_later())
         refs = git.ls_remote(ref.repo_url, creds)
         sha = git.resolve_revision(refs, ref.ref, ref.repo_url)
@@ -249,7 +253,9 @@ class Runtime:
             self._secrets = opened
         return self._secrets
 
-    def repo_credentials(self, repo_url: str) -> git.RepoCredentials | None:
+    def repo_credentials(self, repo_url: str) -> RepoCredentials | None:
+        from tidecd import source as git  # lazy: cold start (git sources only when a repository is reached)
+
         return git.credentials_for(repo_url, self.secrets())
 
     # -- clusters -------------------------------------------------------------------------------------

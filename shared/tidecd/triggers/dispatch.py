@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
-from tidecd import source as git
 from tidecd.base.errors import ConfigError, PermanentError, TemporaryError, TidecdError
 from tidecd.base.model import HealthStatus
 from tidecd.clients.pubsub import PUBLISH_TIMEOUT, Message, Publisher, PubSubPublisher
@@ -366,7 +365,8 @@ def confirmed_head(runtime: Runtime, refresh: Refresh, now: float) -> str:
     if refresh.token or not refresh.resolved_at or len(refresh.revision) != 40 or not 0 <= age <= \
             HEAD_CONFIRMED_SECONDS:
         return ""
-    # lazy: cold start (chart sources: a webhook or poll call that only publishes refreshes never loads them)
+    # lazy: cold start (git and chart sources: a webhook or poll call that only publishes refreshes never loads them)
+    from tidecd import source as git
     from tidecd.source import charts
 
     try:

@@ -40,9 +40,7 @@ from tidecd.base.model import Response, SyncStatus
 from tidecd.clients.deadlines import budget, env_seconds
 from tidecd.clients.store import PreconditionFailed, read_json, write_json
 from tidecd.config.load import Application, Config, ConfigSourceRef, normalize_repo_url, parse_config_source
-from tidecd.state import app as app_state
 from tidecd.triggers.dispatch import Dispatcher, Refresh
-from tidecd.usecases import appsets
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
@@ -397,6 +395,7 @@ def config_source_matches(spec: str, push: Push) -> bool:
 def _pushed_appsets(config: Config, push: Push, runtime: Runtime, answer: dict[str, Any]) -> list[str] | None:
     """ApplicationSets whose git generators read the pushed repository are evaluated now; the apps they
     created (None when no ApplicationSet reads it)."""
+    from tidecd.usecases import appsets  # lazy: cold start (GitHub and ApplicationSets only when one is read)
 
     names = {n for n, s in config.appsets.items() if appsets.git_repos(s) & push.repo_urls}
     if not names:
@@ -412,6 +411,7 @@ def _pushed_appsets(config: Config, push: Push, runtime: Runtime, answer: dict[s
 def _pull_request_generators(doc: Mapping[str, Any], runtime: Runtime, dispatcher: Dispatcher) -> dict[str, Any]:
     """A `pull_request` event re-evaluates the ApplicationSets with a pull-request generator for that
     repository at once (instead of after requeueAfterSeconds); the apps they create are refreshed."""
+    from tidecd.usecases import appsets  # lazy: cold start (GitHub and ApplicationSets only for such events)
 
     repo = doc.get("repository") if isinstance(doc, Mapping) else None
     full_name = str(repo.get("full_name", "")).lower() if isinstance(repo, Mapping) else ""
@@ -458,6 +458,8 @@ def _already_at(runtime: Runtime, app: Application, sha: str) -> bool:
 
     if len(sha) != 40 or app.sources:
         return False
+    from tidecd.state import app as app_state  # lazy: cold start (the app's record only for a pushed sha)
+
     try:
         state = app_state.load(runtime.store, app.name)[0]
     except TidecdError:
