@@ -17,7 +17,6 @@ import io
 import json
 import struct
 import tarfile
-import threading
 import time
 import tracemalloc
 import zlib
@@ -29,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import localhttp
 from tests.support.fakecluster import FakeCluster, application, fake_runtime
 from tidecd.base.errors import LimitExceeded, SourceUnavailable
 from tidecd.clients.store import MemoryStore
@@ -88,23 +88,11 @@ class Site:
             pass
 
     def start(self) -> Site:
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                outer.answer(self)
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.httpd = localhttp.serve_get(self.answer)
         return self
 
     def stop(self) -> None:
-        assert self.httpd is not None
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        localhttp.stop(self.httpd)
 
 
 @pytest.fixture

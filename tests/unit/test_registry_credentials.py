@@ -10,7 +10,6 @@ import hashlib
 import io
 import json
 import tarfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import localhttp
 from tests.unit.test_images import Sent, app_doc, make_runtime, rendered, results
 from tidecd.clients.registry import Credentials, HttpRegistry, Repository, docker_config_auths
 from tidecd.images import annotations as notes
@@ -92,23 +92,11 @@ class Server:
             _send(req, 404, b"")
 
     def start(self) -> Server:
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                outer.answer(self)
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.httpd = localhttp.serve_get(self.answer)
         return self
 
     def stop(self) -> None:
-        assert self.httpd is not None
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        localhttp.stop(self.httpd)
 
 
 def _send(req: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
