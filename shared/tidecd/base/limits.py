@@ -34,7 +34,7 @@ import yaml
 
 from tidecd.base.errors import ConfigError, LimitExceeded, RenderError
 
-__all__ = ["Limits", "LimitExceeded", "check_depth", "check_yaml", "current"]
+__all__ = ["Limits", "LimitExceeded", "check_depth", "check_yaml", "current", "load_yaml"]
 
 _MiB = 1024 * 1024
 
@@ -111,6 +111,14 @@ SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _INDENT = re.compile(r"^[ \t?:-]*", re.MULTILINE)
 _START = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
 _END = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+
+
+def load_yaml(text: str, source: str, limits: Limits | None = None) -> Any:
+    """One YAML document that tidecd did not write, read within the limits: `check_yaml` on the event
+    stream first, then the safe loader. The one way such YAML is read; `yaml.YAMLError` (and the limits'
+    LimitExceeded) go to the caller, which names what it was reading."""
+    check_yaml(text, source, limits)
+    return yaml.load(text, Loader=SafeLoader)  # noqa: S506 - a safe loader
 
 
 def check_yaml(text: str, source: str, limits: Limits | None = None) -> None:

@@ -195,8 +195,7 @@ class _Reader:
 
     def yaml(self, key: str, text: str) -> object:
         try:
-            limits.check_yaml(text, f"{self.origin}: data.{key}")
-            return yaml.load(text, Loader=limits.SafeLoader)  # noqa: S506 - a SafeLoader subclass
+            return limits.load_yaml(text, f"{self.origin}: data.{key}")
         except yaml.YAMLError as exc:
             line = getattr(getattr(exc, "problem_mark", None), "line", -1) + 1
             self.error(key, f"YAML syntax error{f' on line {line}' if line > 0 else ''}")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tidecd import source as git
+from tidecd.base import limits
 from tidecd.base.errors import ConfigError, SourceUnavailable, TemporaryError, UnsafePathError
 from tidecd.config.load import redact_repo_url
 from tidecd.images.state import ImageValue
@@ -57,7 +58,7 @@ def _load(text: str | None, where: str) -> dict[str, Any]:
     if not text:
         return {}
     try:
-        data = yaml.safe_load(text)
+        data = limits.load_yaml(text, where)  # a file in the repository: read within the limits
     except yaml.YAMLError:
         raise ConfigError(f"{where}: not valid YAML; cannot write the new images into it") from None
     if data is None:

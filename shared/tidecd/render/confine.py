@@ -140,9 +140,8 @@ def _load(file: Path, label: str) -> dict[str, Any]:
         text = file.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise RenderError(f"kustomization {label}: not UTF-8 text") from exc
-    limits.check_yaml(text, f"kustomization {label}")
     try:
-        doc = yaml.load(text, Loader=limits.SafeLoader)  # noqa: S506 - a safe loader
+        doc = limits.load_yaml(text, f"kustomization {label}")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

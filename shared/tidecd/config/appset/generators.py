@@ -280,8 +280,7 @@ class Evaluator:
         elements = list(body.get("elements") or [])
         if body.get("elementsYaml"):
             try:
-                limits.check_yaml(body["elementsYaml"], where)
-                loaded = yaml.load(body["elementsYaml"], Loader=limits.SafeLoader)  # noqa: S506 - SafeLoader subclass
+                loaded = limits.load_yaml(body["elementsYaml"], where)
             except (yaml.YAMLError, ValueError) as exc:
                 raise GeneratorError(f"{where}.elementsYaml: not YAML ({type(exc).__name__})") from None
             if not isinstance(loaded, list) or not all(isinstance(e, dict) for e in loaded):
@@ -484,8 +483,7 @@ def _file_contents(root: Path, path: str, where: str) -> list[dict[str, Any]]:
         raise GeneratorError(f"{where}.files: {path}: larger than {limits.current().file_bytes} bytes")
     try:
         text = full.read_text(encoding="utf-8")
-        limits.check_yaml(text, path)
-        loaded = yaml.load(text, Loader=limits.SafeLoader)  # noqa: S506 - JSON is YAML; a SafeLoader subclass
+        loaded = limits.load_yaml(text, path)
     except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise GeneratorError(f"{where}.files: {path}: not JSON or YAML ({type(exc).__name__})") from None
     except ValueError as exc:

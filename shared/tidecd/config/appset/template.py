@@ -107,8 +107,7 @@ def apply_patch(doc: dict[str, Any], patch: str, params: Mapping[str, Any], opti
     """`templatePatch`: rendered as one Go template, parsed as YAML, merged over the rendered template."""
     text = gotemplate.render(patch, params, options=options)
     try:
-        limits.check_yaml(text, "templatePatch")
-        loaded = yaml.load(text, Loader=limits.SafeLoader)  # noqa: S506 - a SafeLoader subclass
+        loaded = limits.load_yaml(text, "templatePatch")
     except yaml.YAMLError as exc:
         raise TemplateError(f"templatePatch: the rendered patch is not YAML ({type(exc).__name__})") from exc
     except ValueError as exc:

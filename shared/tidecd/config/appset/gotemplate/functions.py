@@ -163,8 +163,7 @@ def _dict(*pairs: Any) -> dict[str, Any]:
 
 def _from_yaml(text: Any) -> Any:
     try:
-        limits.check_yaml(_string(text), "fromYaml")
-        return yaml.load(_string(text), Loader=limits.SafeLoader)  # noqa: S506 - a SafeLoader subclass
+        return limits.load_yaml(_string(text), "fromYaml")
     except (yaml.YAMLError, ValueError) as exc:
         raise TemplateError(f"fromYaml: {type(exc).__name__}") from exc
 
