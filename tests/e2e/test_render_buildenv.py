@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.test_render_fidelity import _binaries, write  # noqa: F401 - the autouse fixture checks helm and kustomize
 from tidecd.base.errors import RenderError
 from tidecd.base.model import Manifest
-from tidecd.clients import tools
 from tidecd.config.load import (
     ApplicationSource,
     DirectorySpec,
@@ -31,20 +30,6 @@ REPO = "https://git.example.com/apps.git"
 SHA = "f913b6cbf58aa5ae5ca1f8a2b149477aebcbd9d8"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "apps"
 
-
-@pytest.fixture(autouse=True)
-def _binaries() -> None:
-    for name in ("helm", "kustomize"):
-        try:
-            tools.binary(name)
-        except tools.MissingTool as exc:
-            pytest.fail(f"{exc}\n(build it with: bash scripts/tools.sh {name})")
-
-
-def write(root: Path, rel: str, text: str) -> None:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text).lstrip("\n"))
 
 
 def by_kind_name(manifests: list[Manifest]) -> dict[tuple[str, str], Manifest]:

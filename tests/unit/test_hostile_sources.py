@@ -30,6 +30,7 @@ import pytest
 
 from tests.support import localhttp
 from tests.support.fakecluster import FakeCluster, application, fake_runtime
+from tests.unit.test_chart_sources import tar_gz
 from tidecd.base.errors import LimitExceeded, SourceUnavailable
 from tidecd.clients.store import MemoryStore
 from tidecd.config.load import ApplicationSource
@@ -115,16 +116,6 @@ def redirect(to: str) -> Answer:
 
 
 # --- charts and indexes ----------------------------------------------------------------------------------
-
-
-def tar_gz(files: dict[str, bytes]) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
 
 
 CHART_YAML = b"apiVersion: v2\nname: web\nversion: 1.0.0\n"
