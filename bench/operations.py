@@ -34,10 +34,11 @@ HOOK = float(os.environ.get("BENCH_HOOK_SECONDS", "30"))
 WAVE = float(os.environ.get("BENCH_WAVE_SECONDS", "15"))
 LIMIT = 1.2
 NAMESPACES = ("bench-ops-blocking", "bench-ops-resumable", "bench-ops-short")
+# Runs inside the blocking engine's tree from git history, so it names that tree's modules (the flat layout
+# before the folder per layer), not today's.
 BLOCKING_SCRIPT = """
 import json, sys, time
-from tidecd.step.reconcile import reconcile
-from tidecd.usecases.commands import SyncRequest
+from tidecd.reconcile import SyncRequest, reconcile
 from tidecd.runtime import Runtime
 start = time.perf_counter()
 outcome = reconcile(Runtime.from_env(), sys.argv[1], request=SyncRequest(), wave_timeout=900)
