@@ -219,10 +219,17 @@ def test_jsonnet_errors_and_runaway_programs_are_bounded(jsonnet_repo: Path) -> 
     (jsonnet_repo / "app" / "main.jsonnet").write_text("error 'boom'\n")
     with pytest.raises(RenderError, match="app/main.jsonnet: RUNTIME ERROR: boom"):
         render(jsonnet_repo, jsonnet_source(), app_name="a", namespace="ns")
+    # A loop in constant memory (tailstrict) runs into the time limit; a program that allocates without
+    # end runs into the memory limit first. Both end as a RenderError naming the file, and neither is slow.
     slow = jsonnet_repo / "slow.jsonnet"
-    slow.write_text("std.foldl(function(a, b) a + b, std.range(0, 1000000000), 0)\n")
+    slow.write_text("local loop(n, acc) = if n == 0 then acc else loop(n - 1, acc + 1) tailstrict;\n"
+                    "loop(1000000000, 0)\n")
     with pytest.raises(RenderError, match="slow: jsonnet evaluation timed out after 2s"):
         render_jsonnet(jsonnet_repo, jsonnet_repo, "slow.jsonnet", JsonnetSpec(), source="slow", timeout=2)
+    greedy = jsonnet_repo / "greedy.jsonnet"
+    greedy.write_text("std.foldl(function(a, b) a + b, std.range(0, 1000000000), 0)\n")
+    with pytest.raises(RenderError, match=r"greedy: jsonnet evaluation (stopped \(memory limit|timed out)"):
+        render_jsonnet(jsonnet_repo, jsonnet_repo, "greedy.jsonnet", JsonnetSpec(), source="greedy", timeout=30)
     (jsonnet_repo / "app" / "main.jsonnet").write_text("[1]\n")
     with pytest.raises(RenderError, match="jsonnet output item 1 is not an object"):
         render(jsonnet_repo, jsonnet_source(), app_name="a", namespace="ns")
