@@ -1,6 +1,6 @@
 """Cloud Function entry points: parse the trigger, call the library, shape the answer. Nothing else.
 
-    webhook    HTTP        GitHub/GitLab push events → refresh the affected apps
+    webhook    HTTP        GitHub/GitLab push events → refresh the affected apps; registry pushes → images
     poll       HTTP        Cloud Scheduler every three minutes → changed repos + drift sweep
     images     HTTP        Cloud Scheduler every two minutes → new image tags become commits / overrides
     reconcile  CloudEvent  one Pub/Sub message per app → one reconcile step; schedules the next one
@@ -64,7 +64,8 @@ def webhook(request: Request) -> Response:
     if body is None:
         return _too_large(limit, "TIDECD_MAX_WEBHOOK_BYTES")
     runtime = _runtime()
-    answer = hooks.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime))
+    answer = hooks.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime),
+                          path=request.full_path)
     metrics.count_webhook(dict(request.headers), answer.status)
     response = _json(answer.status, answer.body)
     if answer.status == 503:  # the store (or Pub/Sub) is away: GitHub redelivers

@@ -327,6 +327,28 @@ def test_one_tags_list_per_repository_however_many_apps(tmp_path: Path) -> None:
     assert [v.reference for v in state.override] == ["reg.io/team/svc3:1.0.1"]  # ~1.0 excludes 1.1.0
 
 
+def test_a_registry_notification_checks_only_the_images_of_the_pushed_repository(tmp_path: Path) -> None:
+    """`repositories` (a push notification): the apps naming it, and in them only its images; one tags call."""
+    apps = [app_doc("both", {notes.IMAGE_LIST: "web=reg.io/web:~1.0, api=reg.io/api:~1.0"}),
+            app_doc("web-only", {notes.IMAGE_LIST: "web=reg.io/web:~1.0"}),
+            app_doc("api-only", {notes.IMAGE_LIST: "api=reg.io/api:~1.0"})]
+    runtime = make_runtime(tmp_path, apps)
+    rendered(runtime, "both", "reg.io/web:1.0.0", "reg.io/api:1.0.0")
+    rendered(runtime, "web-only", "reg.io/web:1.0.0")
+    rendered(runtime, "api-only", "reg.io/api:1.0.0")
+    registry = FakeRegistry({"reg.io/web": ["1.0.0", "1.0.1"], "reg.io/api": ["1.0.0", "1.0.2"]})
+    sent = Sent()
+
+    summary = update.check(runtime, registry=registry, dispatcher=sent,
+                           repositories=frozenset({parse_image("reg.io/web")}))
+
+    assert registry.calls == [("tags", "reg.io/web")] and summary.tags_list_calls == 1
+    assert {r.app: [c.new for c in r.changes] for r in summary.apps} == {"both": ["1.0.1"], "web-only": ["1.0.1"]}
+    assert sorted(r.app for r in sent.refreshes) == ["both", "web-only"]
+    assert images_state.summary(runtime.store, "both")["override"] == ["reg.io/web:1.0.1"]  # api left as it is
+    assert images_state.load(runtime.store, "api-only").override == []
+
+
 def test_argocd_write_back_then_nothing_more_to_do(tmp_path: Path) -> None:
     runtime = make_runtime(tmp_path, [app_doc("web", {notes.IMAGE_LIST: "web=reg.io/web:1.x",
                                                       P + "web.ignore-tags": "1.9.*",

@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -101,8 +101,10 @@ class TickSummary:
 
 
 def check(runtime: Runtime, app: str | None = None, *, registry: Registry | None = None,
-          dispatcher: Dispatcher | None = None) -> TickSummary:
-    """One tick (or one app, for `tidecd image check APP`)."""
+          dispatcher: Dispatcher | None = None, repositories: frozenset[Repository] | None = None) -> TickSummary:
+    """One tick (or one app, for `tidecd image check APP`). With `repositories` (a registry's push
+    notification, `usecases.registry_events`), only the images of those repositories: the apps that name
+    one, and in them only those images; the others wait for the scheduled tick."""
     started = time.monotonic()
     config = runtime.config()
     if app is not None and app not in config.applications:
@@ -112,9 +114,13 @@ def check(runtime: Runtime, app: str | None = None, *, registry: Registry | None
     if app is not None and not apps:
         raise NotFound(f"application {app!r} has no {notes.IMAGE_LIST} annotation: the image updater leaves it alone")
     http = registry or HttpRegistry(plain_http=_hosts(runtime.settings.plain_http_registries))
+    if repositories is not None:
+        apps = [a for a in apps if follows(a, repositories)]
     tick = _Tick(runtime, http)
     summary = TickSummary()
     plans = [tick.plan(a) for a in apps]
+    if repositories is not None:
+        plans = [p for p in (_only(plan, repositories) for plan in plans) if p is not None]
     summary.repositories = tick.fetch_tags(p for p in plans if p.config)
     for plan in plans:
         result = tick.apply(plan)
@@ -126,6 +132,25 @@ def check(runtime: Runtime, app: str | None = None, *, registry: Registry | None
     log.info("image tick", apps=len(apps), repositories=summary.repositories, tags_calls=summary.tags_list_calls,
              updated=[r.app for r in summary.apps if r.status == "updated"])
     return summary
+
+
+def follows(app: Application, repositories: frozenset[Repository]) -> bool:
+    """Does the app's image-list name an image of one of `repositories`? (Invalid annotations: no; the
+    scheduled tick reports them.)"""
+    config, _ = notes.parse(dict(app.annotations)) if notes.is_managed(dict(app.annotations)) else (None, [])
+    return config is not None and any(parse_image(i.image) in repositories for i in config.images)
+
+
+def _only(plan: _Plan, repositories: frozenset[Repository]) -> _Plan | None:
+    """The plan narrowed to the images of `repositories`; None when the app names none of them (an app
+    whose annotations are invalid is left to the scheduled tick, which reports it)."""
+    if plan.config is None:
+        return None
+    images = tuple(i for i in plan.config.images if parse_image(i.image) in repositories)
+    if not images:
+        return None
+    plan.config = replace(plan.config, images=images)
+    return plan
 
 
 def _hosts(text: str) -> tuple[str, ...]:

@@ -41,6 +41,7 @@ from tidecd.clients.deadlines import budget, env_seconds
 from tidecd.clients.store import PreconditionFailed, read_json, write_json
 from tidecd.config.load import Application, Config, ConfigSourceRef, normalize_repo_url, parse_config_source
 from tidecd.triggers.dispatch import Dispatcher, Refresh
+from tidecd.usecases import registry_events
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
@@ -87,13 +88,15 @@ class _Refused(Exception):
         self.status, self.message = status, message
 
 
-def handle(headers: Mapping[str, str], body: bytes, runtime: Runtime, dispatcher: Dispatcher) -> Response:
-    """Answer one webhook delivery; see the module docstring for the order of checks."""
+def handle(headers: Mapping[str, str], body: bytes, runtime: Runtime, dispatcher: Dispatcher,
+           path: str = "/") -> Response:
+    """Answer one webhook delivery; see the module docstring for the order of checks. `path` (with its
+    query) routes registry notifications (`/registry/...`, `tidecd.usecases.registry_events`)."""
     lowered = {k.lower(): v for k, v in headers.items()}
     try:
         with budget(env_seconds("TIDECD_WEBHOOK_STORE_BUDGET", STORE_BUDGET), "the webhook's store budget "
                     "(TIDECD_WEBHOOK_STORE_BUDGET)"):
-            return _handle(lowered, body, runtime, dispatcher)
+            return _handle(lowered, body, runtime, dispatcher, path)
     except _Refused as refused:
         log.info("webhook refused", status=refused.status, reason=refused.message)
         answer: dict[str, Any] = {"error": refused.message}
@@ -106,12 +109,17 @@ def handle(headers: Mapping[str, str], body: bytes, runtime: Runtime, dispatcher
                               "retry_after": RETRY_AFTER})
 
 
-def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: Dispatcher) -> Response:
+def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: Dispatcher,
+            path: str = "/") -> Response:
     _check_size(headers, body)
+    if registry_events.is_route(path):  # Docker Hub, Quay, Harbor, Artifact Registry: their own proofs
+        return registry_events.handle(path, headers, body, runtime, dispatcher)
     provider, event = _provider(headers)
     verify(provider, headers, body, runtime.settings.webhook_secret)
     if provider == "github" and event == "ping":
         return Response(200, {"msg": "pong"})
+    if provider == "github" and event in registry_events.GITHUB_EVENTS:  # a container pushed to GHCR
+        return registry_events.on_github(event, _payload(headers, body), runtime, dispatcher)
     if provider == "github" and event == "pull_request":  # previews (tidecd.usecases.preview), PR generators
         # lazy: cold start (only a pull_request delivery loads the preview pipeline)
         from tidecd.usecases import preview
