@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidecd.base.errors import ClusterUnavailable
 from tidecd.base.model import Manifest, ResourceKey
 from tidecd.clients.cluster import ApiError, ApiResource, UnknownKind
 from tidecd.clients.store import MemoryStore
@@ -38,12 +39,14 @@ class FakeCluster:
         self.writes = 0
         self.slow_delete = False
         self.before_call: Callable[[str, ResourceKey], None] | None = None  # e.g. raise to simulate a kill
+        self.away = False  # the API server does not answer: every call raises ClusterUnavailable
         self._rv = 0
         self._lock = threading.RLock()
 
     # -- the Cluster protocol --------------------------------------------------------------------------
 
     def resource(self, group: str, kind: str) -> ApiResource:
+        self._answer()
         found = self.kinds.get((group, kind))
         if found is None:
             raise UnknownKind(f"the API server serves no {group + '/' if group else ''}{kind}")
@@ -162,7 +165,12 @@ class FakeCluster:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
 
+    def _answer(self) -> None:
+        if self.away:
+            raise ClusterUnavailable("API server https://fake:6443 unreachable: ConnectionRefusedError")
+
     def _call(self, verb: str, key: ResourceKey) -> None:
+        self._answer()
         if self.before_call is not None:
             self.before_call(verb, key)
         with self._lock:

@@ -86,6 +86,7 @@ TRANSITIONS: dict[str, Callable[[AppState], object]] = {
     "resolved": lambda s: record.resolved(s, application(), "c" * 40),  # on an operation not yet pinned
     "step_failed": record.step_failed,
     "forgiven": record.forgiven,
+    "unreachable": lambda s: record.unreachable(s, "API server x unreachable", 1000.0, 5.0, decision.Policy()),
     "not_retryable": record.not_retryable,
     "sync_failing": lambda s: record.sync_failing(s, "a hook failed"),
     "decided": lambda s: record.decided(s, decision.Decision(

@@ -139,6 +139,14 @@ def api_error_class(status: int) -> type[ApiError]:
     return _API_ERRORS.get(status) or (ApiServerError if status >= 500 else ApiBadRequest)
 
 
+def unreachable(exc: BaseException) -> bool:
+    """Is the API server away (or overloaded) rather than refusing this request? It could not be reached
+    (refused, reset, timed out: ClusterUnavailable), or it answered 429 or 5xx to a call the step could not
+    do without. A running operation waits that out through continuations (`step.stepping`), up to its retry
+    policy; a refusal of one object's write is that object's failure instead (`sync.apply`)."""
+    return isinstance(exc, ClusterUnavailable | ApiTooManyRequests | ApiServerError)
+
+
 class UnknownKind(PermanentError):
     """The API server serves no resource of this group and kind."""
 

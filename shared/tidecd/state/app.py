@@ -208,8 +208,11 @@ class RetryState:
     temporary errors (a source or API blip) a running operation survives."""
 
     count: int = 0  # stored as `retry_count`, Argo CD's `retryCount`
-    next_attempt_at: float = 0.0  # unix seconds: a failed automated operation is retried from then on
+    next_attempt_at: float = 0.0  # unix seconds: a failed automated operation is retried from then on (a
+    #                               running one waiting out an outage tries the API server again then)
     step_errors: int = 0  # temporary errors in a row: retried, up to a bound
+    outage_since: float = 0.0  # unix seconds: the API server has not answered since (0: it answers); the
+    #                            operation waits it out, one continuation per retry of `count`
     retryable: bool = True  # False: it failed for a reason a retry cannot change (a permanent API error,
     #                         a refused object): automated sync does not retry it (the next revision or a
     #                         manual sync tries again)
@@ -228,7 +231,8 @@ _GROUPS: dict[str, tuple[type[Any], dict[str, str]]] = {  # group field -> its t
     "request": (OperationRequest, {f: f for f in ("source", "automated", "dry_run", "prune", "only", "rollback",
                                                   "initiated_by")}),
     "retry": (RetryState, {"retry_count": "count", "next_attempt_at": "next_attempt_at",
-                           "step_errors": "step_errors", "retryable": "retryable"}),
+                           "step_errors": "step_errors", "retryable": "retryable",
+                           "outage_since": "outage_since"}),
     "progress": (Progress, {"wave": "wave", "checked": "checked", "pruned": "pruned"}),
 }
 

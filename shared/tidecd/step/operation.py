@@ -70,5 +70,6 @@ def policy_of(app: Application) -> decision.Policy:
         backoff_seconds=retry.backoff.duration_seconds if retry else 5.0,
         backoff_factor=retry.backoff.factor if retry else 2.0,
         backoff_max_seconds=retry.backoff.max_duration_seconds if retry else 180.0,
+        outage_retries=retry.limit if retry else decision.DEFAULT_OUTAGE_RETRIES, retry_configured=retry is not None,
         create_namespace=app.destination.namespace if policy.has_option("CreateNamespace=true") else "",
     )

@@ -151,9 +151,51 @@ def step_failed(state: AppState) -> AppState:
 
 
 def forgiven(state: AppState) -> AppState:
-    """Observed fine: the temporary errors of earlier steps are forgiven."""
+    """Observed fine: the temporary errors of earlier steps are forgiven, and an outage it waited out is
+    over (its message goes; the retries it spent stay spent)."""
     op = _operation(state)
-    return _with_operation(state, replace(op, retry=replace(op.retry, step_errors=0)))
+    if not op.retry.step_errors and not op.retry.outage_since:
+        return state
+    message = "" if op.retry.outage_since else op.message
+    return _with_operation(state, replace(op, message=message, retry=replace(
+        op.retry, step_errors=0, outage_since=0.0, next_attempt_at=0.0 if op.retry.outage_since else
+        op.retry.next_attempt_at)))
+
+
+def unreachable(state: AppState, error: str, now: float, delay: float, policy: decision.Policy) -> AppState:
+    """The API server did not answer: the operation keeps its results and waits `delay` seconds (one retry
+    of its policy spent, as Argo CD's "Retrying attempt #N", due at `next_attempt_at`); its message and step
+    line say so."""
+    op = _operation(state)
+    since = op.retry.outage_since or now
+    count = op.retry.count + 1
+    limit = "unlimited" if policy.outage_retries < 0 else str(policy.outage_retries)
+    message = (f"{error}; waiting for the API server: retrying attempt #{count} of {limit} at "
+               f"{_clock(now + delay)} (unreachable for {now - since:.0f} s)")
+    step = f"waiting for the API server to answer (unreachable since {_clock(since)}), attempt #{count} at " \
+           f"{_clock(now + delay)}"
+    return _with_operation(state, replace(op, message=message, step=step,
+                                         retry=replace(op.retry, count=count, outage_since=since,
+                                                       next_attempt_at=now + delay)))
+
+
+def gave_up(op: Operation, error: str, now: float, policy: decision.Policy) -> str:
+    """Why an operation that waited out an unreachable API server fails now: how long, how many retries,
+    whose limit, and what of it is applied (kept) and what not (nothing pruned)."""
+    since = op.retry.outage_since or now
+    whose = "syncPolicy.retry.limit" if policy.retry_configured else \
+        "tidecd's default: the app sets no syncPolicy.retry"
+    applied = sorted({(r.sync_phase, r.wave) for r in op.results
+                      if not r.hook and r.action in (Action.CREATED, Action.CONFIGURED)
+                      and r.phase is not TaskPhase.FAILED})
+    kept = ", ".join(f"{phase} wave {wave}" for phase, wave in applied) or "nothing"
+    return (f"{error}: the API server did not answer for {now - since:.0f} s; gave up after {op.retry.count} "
+            f"retries ({whose} is {policy.outage_retries}). Applied before the outage and kept: {kept}; "
+            "nothing was pruned. Sync again once the API server answers")
+
+
+def _clock(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%H:%M:%SZ")
 
 
 def not_retryable(state: AppState) -> AppState:

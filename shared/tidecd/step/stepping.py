@@ -20,9 +20,9 @@ import structlog
 
 from tidecd.base import constants
 from tidecd.base.clock import Clock
-from tidecd.base.errors import ClusterUnavailable, PermanentError, ProjectViolation, TemporaryError
+from tidecd.base.errors import PermanentError, ProjectViolation, TemporaryError
 from tidecd.base.model import Action, ChangeEntry, ChangeSet, HealthStatus, Manifest, ResourceKey, SyncStatus
-from tidecd.clients.cluster import KubeCluster
+from tidecd.clients.cluster import ApiTooManyRequests, KubeCluster, unreachable
 from tidecd.clients.store import LeaseKeeper
 from tidecd.config.load import Application
 from tidecd.diff import Comparison
@@ -278,12 +278,13 @@ class Step:
             self.problem("ComparisonError", str(exc))
             op = self.state.operation
             if op is not None and op.running:
-                # Before its first write, or after repeated failures, the operation fails (an automated one
+                # An API server that does not answer is waited out, up to the retry policy. Otherwise,
+                # before its first write or after repeated failures, the operation fails (an automated one
                 # is retried with its backoff); mid-way, a passing blip only postpones the next step.
-                if (isinstance(exc, ClusterUnavailable) or not op.progress.checked
-                        or op.retry.step_errors >= MAX_STEP_ERRORS):
-                    suffix = " (nothing pruned; will retry)" if isinstance(exc, ClusterUnavailable) else ""
-                    self.finish(OperationPhase.FAILED, f"{exc}{suffix}")
+                if unreachable(exc):
+                    self.wait_out(exc)
+                elif not op.progress.checked or op.retry.step_errors >= MAX_STEP_ERRORS:
+                    self.finish(OperationPhase.FAILED, str(exc))
                 else:
                     self.state = record.step_failed(self.state)
                     self.end.continue_after = exc.delay
@@ -511,6 +512,29 @@ class Step:
             self.end.continue_after = delay
         log.info("sync finished", app=self.ctx.name, operation=op.id, phase=op.phase, message=op.message,
                  automated=op.request.automated)
+
+    def wait_out(self, exc: TemporaryError) -> None:
+        """The API server did not answer: the operation keeps what it did and its next step comes as a
+        continuation after the retry policy's backoff (no step sleeps through an outage); with its retries
+        spent it fails, saying what happened."""
+        op = self.state.operation
+        assert op is not None
+        policy = policy_of(self.app) if self.app is not None else decision.Policy()
+        now = self.ctx.clock.now()
+        if op.retry.outage_since and now < op.retry.next_attempt_at:
+            # triggered before the attempt is due (a refresh, a webhook, the poll): it spends no retry
+            self.end.continue_after = op.retry.next_attempt_at - now
+            return
+        delay = decision.outage_delay(op, policy)
+        if delay is None:
+            self.finish(OperationPhase.FAILED, record.gave_up(op, str(exc), now, policy))
+            return
+        if isinstance(exc, ApiTooManyRequests):
+            delay = max(delay, exc.delay)  # the server's Retry-After
+        self.state = record.unreachable(self.state, str(exc), now, delay, policy)
+        self.end.continue_after = delay
+        log.warning("API server unreachable: the operation waits", app=self.ctx.name, operation=op.id,
+                    retry=op.retry.count + 1, limit=policy.outage_retries, next_in=delay)
 
     def problem(self, kind: str, message: str, *, unknown: bool = True) -> None:
         self.state = record.condition(self.state, kind, message, self.ctx.iso(), unknown=unknown)

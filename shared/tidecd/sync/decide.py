@@ -42,6 +42,11 @@ REPLACE = "Replace=true"
 BEFORE_HOOK_CREATION = "BeforeHookCreation"
 
 
+# Without syncPolicy.retry, an outage of the API server is still waited out, with Argo CD's default backoff
+# (5 s, doubling, at most 3 min): 5 retries span 155 s, a control-plane restart or upgrade.
+DEFAULT_OUTAGE_RETRIES = 5
+
+
 @dataclass(frozen=True)
 class Policy:
     """The app's sync policy, as the decision needs it."""
@@ -55,12 +60,25 @@ class Policy:
     backoff_factor: float = 2.0
     backoff_max_seconds: float = 180.0
     create_namespace: str = ""  # the destination namespace, when CreateNamespace=true
+    # How often a running operation waits out an API server that does not answer: syncPolicy.retry.limit,
+    # or DEFAULT_OUTAGE_RETRIES when the app sets no retry (negative: for ever).
+    outage_retries: int = DEFAULT_OUTAGE_RETRIES
+    retry_configured: bool = False  # the app sets syncPolicy.retry (the messages say whose limit it was)
 
     def retry_delay(self, retry_count: int) -> float:
         return min(self.backoff_seconds * self.backoff_factor ** retry_count, self.backoff_max_seconds)
 
     def may_retry(self, retry_count: int) -> bool:
         return self.retry_limit < 0 or retry_count < self.retry_limit
+
+
+def outage_delay(op: Operation, policy: Policy) -> float | None:
+    """Seconds until the next step of a running operation whose API server did not answer (the policy's
+    backoff at the operation's retry count), or None: its retries are spent, and it fails. Each wait is one
+    retry of the operation, as Argo CD counts a failed attempt, so one `limit` bounds both."""
+    if 0 <= policy.outage_retries <= op.retry.count:
+        return None
+    return policy.retry_delay(op.retry.count)
 
 
 def retry_delay(op: Operation, policy: Policy) -> float | None:
