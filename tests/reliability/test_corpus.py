@@ -422,7 +422,7 @@ def test_kustomize_itself_cannot_reach_a_loopback_server(tmp_path: Path,
     (app / "kustomization.yaml").write_text(f"resources: ['{server}/cm.yaml']\n")
     assert tool.sandbox_prefix(), "this machine allows network namespaces (root, or user namespaces)"
     with pytest.raises(RenderError, match="kustomize build app failed"):
-        tool.run(build_argv(app), what="kustomize build app", cwd=app, home=tmp_path, timeout=60)
+        tool.run(build_argv(app), what="kustomize build app", cwd=app, home=tmp_path)
     assert seen == []
 
 
@@ -476,7 +476,7 @@ def test_without_user_namespaces_the_confinement_check_alone_keeps_renders_off_t
         # Beneath the check there is no namespace now: real kustomize, given the URL directly, fetches it.
         app = root / "app"
         with contextlib.suppress(RenderError):  # it may fail on what it fetched: it reached the server
-            tool.run(build_argv(app), what="kustomize build app", cwd=app, home=tmp_path, timeout=60)
+            tool.run(build_argv(app), what="kustomize build app", cwd=app, home=tmp_path)
         assert seen, "without a namespace loopback is reachable: the confinement check is the only guard"
     finally:
         tool.forget_sandbox_status()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tidecd.base.errors import RenderError, UnsafePathError
+from tidecd.base.errors import LimitExceeded, RenderError, UnsafePathError
 from tidecd.base.model import Manifest, ResourceKey, SyncStatus
 from tidecd.config.load import ApplicationSource, DirectorySpec, IgnoreDifference, JsonnetSpec, JsonnetVar
 from tidecd.diff import compare, respect_ignored
@@ -213,23 +213,29 @@ def test_jsonnet_symlink_out_of_the_checkout_is_refused(jsonnet_repo: Path) -> N
         render(jsonnet_repo, jsonnet_source(), app_name="a", namespace="ns")
 
 
-def test_jsonnet_errors_and_runaway_programs_are_bounded(jsonnet_repo: Path) -> None:
+def test_jsonnet_errors_and_runaway_programs_are_bounded(jsonnet_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tidecd.render.jsonnet import render_jsonnet
 
     (jsonnet_repo / "app" / "main.jsonnet").write_text("error 'boom'\n")
     with pytest.raises(RenderError, match="app/main.jsonnet: RUNTIME ERROR: boom"):
         render(jsonnet_repo, jsonnet_source(), app_name="a", namespace="ns")
-    # A loop in constant memory (tailstrict) runs into the time limit; a program that allocates without
-    # end runs into the memory limit first. Both end as a RenderError naming the file, and neither is slow.
+    # A loop in constant memory (tailstrict) runs into the render's time limit; a program that allocates
+    # without end runs into the memory limit first. Both end as a LimitExceeded naming the file and the
+    # variable, and neither is slow.
     slow = jsonnet_repo / "slow.jsonnet"
     slow.write_text("local loop(n, acc) = if n == 0 then acc else loop(n - 1, acc + 1) tailstrict;\n"
                     "loop(1000000000, 0)\n")
-    with pytest.raises(RenderError, match="slow: jsonnet evaluation timed out after 2s"):
-        render_jsonnet(jsonnet_repo, jsonnet_repo, "slow.jsonnet", JsonnetSpec(), source="slow", timeout=2)
+    monkeypatch.setenv("TIDECD_MAX_RENDER_SECONDS", "2")
+    with pytest.raises(LimitExceeded, match=r"^slow \(jsonnet\): render time: over the limit of 2 s "
+                                            r"\(TIDECD_MAX_RENDER_SECONDS\)$"):
+        render_jsonnet(jsonnet_repo, jsonnet_repo, "slow.jsonnet", JsonnetSpec(), source="slow")
     greedy = jsonnet_repo / "greedy.jsonnet"
     greedy.write_text("std.foldl(function(a, b) a + b, std.range(0, 1000000000), 0)\n")
-    with pytest.raises(RenderError, match=r"greedy: jsonnet evaluation (stopped \(memory limit|timed out)"):
-        render_jsonnet(jsonnet_repo, jsonnet_repo, "greedy.jsonnet", JsonnetSpec(), source="greedy", timeout=30)
+    monkeypatch.setenv("TIDECD_MAX_RENDER_SECONDS", "60")
+    monkeypatch.setenv("TIDECD_MAX_RENDER_MEMORY_BYTES", str(256 * 2**20))
+    with pytest.raises(LimitExceeded, match=r"^greedy \(jsonnet\): memory: over the limit of 268,435,456 bytes "
+                                            r"\(TIDECD_MAX_RENDER_MEMORY_BYTES\)$"):
+        render_jsonnet(jsonnet_repo, jsonnet_repo, "greedy.jsonnet", JsonnetSpec(), source="greedy")
     (jsonnet_repo / "app" / "main.jsonnet").write_text("[1]\n")
     with pytest.raises(RenderError, match="jsonnet output item 1 is not an object"):
         render(jsonnet_repo, jsonnet_source(), app_name="a", namespace="ns")

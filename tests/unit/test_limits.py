@@ -207,11 +207,11 @@ def test_a_tool_cannot_reach_a_loopback_server(tmp_path: Path) -> None:
         url = f"http://127.0.0.1:{server.server_address[1]}/cm.yaml"
         fetch = f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=5).read())"
         with pytest.raises(RenderError, match="fetch failed"):
-            tool.run([sys.executable, "-c", fetch], what="fetch", cwd=tmp_path, home=tmp_path, timeout=30)
+            tool.run([sys.executable, "-c", fetch], what="fetch", cwd=tmp_path, home=tmp_path)
         connect = f"import socket; socket.create_connection(('127.0.0.1', {server.server_address[1]}), timeout=5)"
         if tool.sandbox_prefix():  # a namespace of its own: not even a raw socket reaches loopback
             with pytest.raises(RenderError, match="connect failed"):
-                tool.run([sys.executable, "-c", connect], what="connect", cwd=tmp_path, home=tmp_path, timeout=30)
+                tool.run([sys.executable, "-c", connect], what="connect", cwd=tmp_path, home=tmp_path)
     finally:
         server.shutdown()
         server.server_close()

@@ -17,9 +17,18 @@ function's settings can change it) and a default that no honest repository comes
     TIDECD_MAX_OCI_LAYERS        16       layers of one OCI artifact, counted in its manifest before any is fetched
     TIDECD_MAX_OCI_BYTES         256 MiB  total (compressed) size of one OCI artifact's layers, likewise
     TIDECD_MAX_HELM_INDEX_BYTES  64 MiB   one helm repository `index.yaml`, refused as it streams past it
+    TIDECD_MAX_RENDER_SECONDS    120      wall time of one render: every tool run and jsonnet file of it, all
+                                          sources of a multi-source app together (fetching not counted)
+    TIDECD_MAX_RENDER_MEMORY_BYTES 1 GiB  memory one render child process (helm, kustomize, jsonnet, a tool
+                                          they start) may allocate: its data segment (RLIMIT_DATA)
+    TIDECD_MAX_RENDER_OUTPUT_BYTES 64 MiB what one render child may write (its output, any file: RLIMIT_FSIZE)
 
 Exceeding a limit raises `LimitExceeded` (a PermanentError): the app gets a condition naming the file or
 object and the variable that would raise the limit, its state is recorded, and retrying does not help.
+A refusal met while rendering is stored under the render's input (`render.render_cached`: revision,
+source spec, destination, override, build environment) with the limits in force, and the next trigger
+raises it again without rendering, until the input or a limit changes. The render limits are enforced by
+`render.tool.run_child`, the one way a render starts a process.
 """
 
 from __future__ import annotations
@@ -54,6 +63,9 @@ class Limits:
     oci_layers: int = 16
     oci_bytes: int = 256 * _MiB
     helm_index_bytes: int = 64 * _MiB
+    render_seconds: int = 120
+    render_memory_bytes: int = 1024 * _MiB
+    render_output_bytes: int = 64 * _MiB
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Limits:
@@ -85,6 +97,9 @@ _ENV_NAMES = {
     "oci_layers": "TIDECD_MAX_OCI_LAYERS",
     "oci_bytes": "TIDECD_MAX_OCI_BYTES",
     "helm_index_bytes": "TIDECD_MAX_HELM_INDEX_BYTES",
+    "render_seconds": "TIDECD_MAX_RENDER_SECONDS",
+    "render_memory_bytes": "TIDECD_MAX_RENDER_MEMORY_BYTES",
+    "render_output_bytes": "TIDECD_MAX_RENDER_OUTPUT_BYTES",
 }
 
 

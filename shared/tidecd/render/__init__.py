@@ -36,7 +36,7 @@ from tidecd.render.documents import Document, check
 from tidecd.render.helm import is_chart, render_helm
 from tidecd.render.kustomize import is_kustomization, render_kustomize
 from tidecd.render.overrides import SourceOverride, apply, read_source_files
-from tidecd.render.tool import report_sandbox
+from tidecd.render.tool import one_render, rendering, report_sandbox
 
 __all__ = ["BuildEnv", "Tool", "choose_tool", "manifest_key", "render", "render_cached"]
 
@@ -62,7 +62,19 @@ def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespac
     the project and this source's resolved revision; completed with the app's name, the destination
     namespace and the source's repoURL, path and targetRevision, it is Argo CD's build environment, which
     the tools substitute where Argo CD does (`render.buildenv`).
+
+    The time it takes counts against `TIDECD_MAX_RENDER_SECONDS`, with every other `render` call of the
+    same `render_cached` render (a multi-source app's sources): a LimitExceeded names the file or tool
+    run that was going on when it ran out (`render.tool`).
     """
+    with rendering():
+        return _render(checkout, source, app_name=app_name, namespace=namespace, override=override,
+                       value_refs=value_refs, build_env=build_env)
+
+
+def _render(checkout: Path, source: ApplicationSource, *, app_name: str, namespace: str,
+            override: SourceOverride | None, value_refs: Mapping[str, Path] | None,
+            build_env: BuildEnv | None) -> list[Manifest]:
     env = (build_env or BuildEnv()).complete(app_name=app_name, namespace=namespace, repo_url=source.repo_url,
                                             path=source.path, target_revision=source.target_revision)
     if source.chart:
@@ -158,7 +170,11 @@ def render_cached(
     An entry carries the SHA-256 of its manifests: a corrupt one is detected and rendered again. A
     refusal that the content alone decides (over a limit, a path leaving the checkout) is stored too, with
     the limits in force, and raised again without rendering: the same input fails the same way, so a
-    hostile revision costs one render, not one per trigger. Changing a limit renders it again.
+    hostile revision costs one render, not one per trigger. Changing a limit renders it again. That holds
+    for the render's time and memory limits too (`TIDECD_MAX_RENDER_SECONDS`, `..._MEMORY_BYTES`): all
+    the `render.render` calls of `render_fn` share one time budget, and a render refused for taking too
+    long is not tried again for the same input and limits, even though a less loaded machine might have
+    made it: the limit is there so that a revision does not cost it on every trigger.
     `build_env` is the one `render_fn` renders with: it is part of the key.
     """
     key = manifest_key(app_name, sha, source, namespace, override, build_env)
@@ -166,7 +182,7 @@ def render_cached(
     if blob is not None and (cached := _decode(blob.data)) is not None:
         return cached
     try:
-        with metrics.timed("render"):
+        with metrics.timed("render"), one_render():
             manifests = render_fn()
     except (LimitExceeded, UnsafePathError) as exc:
         refusal = {"format": CACHE_FORMAT, "refused": {"type": type(exc).__name__, "message": str(exc)},

@@ -19,6 +19,7 @@ from tidecd.config.load import DirectorySpec
 from tidecd.render.buildenv import BuildEnv
 from tidecd.render.documents import Document, expand_lists, load_json, load_yaml
 from tidecd.render.jsonnet import JSONNET_SUFFIX, render_jsonnet
+from tidecd.render.tool import seconds_left
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json", JSONNET_SUFFIX)
 SKIPPED_DIRS = frozenset({".git"})
@@ -32,6 +33,7 @@ def render_directory(app_dir: Path, spec: DirectorySpec, *, label: str = "",
     docs: list[Document] = []
     for rel in manifest_files(app_dir, spec):
         source = f"{label}/{rel}" if label and label != "." else rel
+        seconds_left(source)  # the render's time limit, checked between files (a jsonnet file is a child)
         if rel.endswith(JSONNET_SUFFIX):
             items = render_jsonnet(checkout or app_dir, app_dir, rel, spec.jsonnet, source=source,
                                    build_env=build_env)

@@ -34,7 +34,6 @@ from tidecd.clients import tools
 from tidecd.config.load import HelmParameter, HelmSpec
 from tidecd.render.buildenv import BuildEnv
 from tidecd.render.documents import Document, load_yaml
-from tidecd.render.tool import DEFAULT_TIMEOUT
 from tidecd.render.tool import run as run_tool
 
 KUBE_VERSION = "1.34"  # the Capabilities.KubeVersion charts see, pinned so a render is reproducible
@@ -56,7 +55,6 @@ def render_helm(
     *,
     app_name: str,
     namespace: str,
-    timeout: float = DEFAULT_TIMEOUT,
     value_refs: Mapping[str, Path] | None = None,
     build_env: BuildEnv | None = None,
 ) -> list[Document]:
@@ -89,7 +87,7 @@ def render_helm(
         try:
             out = run_tool(
                 argv, what=f"helm template {app_path}", cwd=chart_dir, home=work, env=helm_env(work),
-                timeout=timeout, strip=[checkout.resolve(), checkout, work],
+                strip=[checkout.resolve(), checkout, work],
             )
         except RenderError as exc:
             raise _with_dependency_hint(exc) from exc

@@ -10,17 +10,17 @@ go-jsonnet's FileImporter does. Every import is resolved inside the checkout: an
 leaving it, or a symlink pointing out is an error naming the file. The result must be an object (a
 `kind: List` is expanded) or an array of objects.
 
-Evaluation runs in a child process with a time limit and an address-space limit, so a hostile or
-runaway program (jsonnet is Turing-complete) costs bounded time and memory and cannot take the function
-down with it.
+Evaluation runs in a child process (`render.tool.run_child`) within the render's limits: what is left of
+`TIDECD_MAX_RENDER_SECONDS` for the whole render, `TIDECD_MAX_RENDER_MEMORY_BYTES` of memory and
+`TIDECD_MAX_RENDER_OUTPUT_BYTES` of output, so a hostile or runaway program (jsonnet is Turing-complete)
+costs bounded time and memory, cannot take the function down with it, and is refused with a
+LimitExceeded naming the variable (stored with the render's input: not evaluated again on every trigger).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -29,16 +29,14 @@ from typing import Any
 from tidecd.base.errors import RenderError
 from tidecd.config.load import JsonnetSpec, JsonnetVar
 from tidecd.render.buildenv import BuildEnv
+from tidecd.render.tool import run_child
 
 JSONNET_SUFFIX = ".jsonnet"
-TIMEOUT = 60.0
-MEMORY_BYTES = 1024 * 1024 * 1024
-OUTPUT_LIMIT = 64 * 1024 * 1024
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding the `tidecd` package
 
 
 def render_jsonnet(checkout: Path, app_dir: Path, rel: str, spec: JsonnetSpec, *, source: str,
-                   timeout: float = TIMEOUT, build_env: BuildEnv | None = None) -> list[Any]:
+                   build_env: BuildEnv | None = None) -> list[Any]:
     """The objects one `.jsonnet` file (at `rel` under `app_dir`) evaluates to, with `build_env`
     substituted in the tlas and extVars values."""
     env = build_env or BuildEnv()
@@ -53,32 +51,22 @@ def render_jsonnet(checkout: Path, app_dir: Path, rel: str, spec: JsonnetSpec, *
         "tlas": values(spec.tlas),
         "ext_vars": values(spec.ext_vars),
     }
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", "import sys; from tidecd.render.jsonnet import _child; sys.exit(_child())"],
-            input=json.dumps(request), capture_output=True, text=True, timeout=timeout, check=False,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": _PACKAGE_ROOT},
-            preexec_fn=_limit_memory,  # noqa: PLW1509 - no threads are started between fork and exec here
-        )
-    except subprocess.TimeoutExpired:
-        raise RenderError(f"{source}: jsonnet evaluation timed out after {timeout:g}s") from None
+    done = run_child(
+        [sys.executable, "-c", "import sys; from tidecd.render.jsonnet import _child; sys.exit(_child())"],
+        what=f"{source} (jsonnet)", stdin=json.dumps(request),
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": _PACKAGE_ROOT},
+    )
     if done.returncode != 0:
         message = done.stderr.strip() or f"exit status {done.returncode}"
-        if done.returncode < 0 or "MemoryError" in message:
-            message = f"jsonnet evaluation stopped (memory limit {MEMORY_BYTES // 2**20} MiB or signal)"
+        if done.returncode < 0:
+            message = f"jsonnet evaluation stopped by signal {-done.returncode}"
         raise RenderError(f"{source}: {_strip(message, checkout)}")
-    if len(done.stdout) > OUTPUT_LIMIT:
-        raise RenderError(f"{source}: jsonnet output larger than {OUTPUT_LIMIT // 2**20} MiB")
     value = json.loads(done.stdout)
     items = value if isinstance(value, list) else [value]
     for index, item in enumerate(items, 1):
         if not isinstance(item, dict):
             raise RenderError(f"{source}: jsonnet output item {index} is not an object")
     return items
-
-
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
 
 
 def _strip(message: str, checkout: Path) -> str:

@@ -31,7 +31,6 @@ from tidecd.config.load import KustomizeSpec
 from tidecd.render.buildenv import BuildEnv
 from tidecd.render.confine import KUSTOMIZATION_FILES, confine
 from tidecd.render.documents import Document, load_yaml
-from tidecd.render.tool import DEFAULT_TIMEOUT
 from tidecd.render.tool import run as run_tool
 
 REMOTE_HINTS = ("://", "git@", "github.com", "git clone", "no such host", "ssh:")
@@ -117,7 +116,6 @@ def render_kustomize(
     spec: KustomizeSpec | None,
     *,
     label: str,
-    timeout: float = DEFAULT_TIMEOUT,
     build_env: BuildEnv | None = None,
 ) -> list[Document]:
     """Objects of `kustomize build` on `app_dir` (inside `checkout`), with the overrides of `spec` and
@@ -139,12 +137,10 @@ def render_kustomize(
             add_patches(build_dir, spec)
             for argv in edit_commands(spec):
                 what = f"kustomize {' '.join(argv[:3])} in {label}"
-                run_tool([kustomize, *argv], what=what, cwd=build_dir, home=home, timeout=timeout,
-                         strip=strip)
+                run_tool([kustomize, *argv], what=what, cwd=build_dir, home=home, strip=strip)
         what = f"kustomize build {label}"
         try:
-            out = run_tool(build_argv(build_dir), what=what, cwd=build_dir, home=home, timeout=timeout,
-                           strip=strip)
+            out = run_tool(build_argv(build_dir), what=what, cwd=build_dir, home=home, strip=strip)
         except RenderError as exc:
             raise _with_remote_hint(exc) from exc
     return load_yaml(out, f"kustomize build {label} output")

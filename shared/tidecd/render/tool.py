@@ -15,26 +15,51 @@ namespaces), a Go tool still reaches loopback directly (Go skips proxies for loo
 tool is handed without a proxy: then the confinement check (`render.confine`, refusing remote resources,
 bases, git URLs and helm repositories before the tool runs) is the only guard. `sandbox_status` says
 which case holds, and the first render of a process logs it once (`render sandbox unavailable ...`).
+
+Bounded: every child a render starts goes through `run_child`, which enforces three limits of
+`tidecd.base.limits` on it, so a hostile chart, kustomization or jsonnet program costs at most what they
+allow and is refused with a LimitExceeded naming the variable:
+
+- time: one render (everything inside `rendering()`, over all the sources of a multi-source app) has
+  `TIDECD_MAX_RENDER_SECONDS` in all. Each child gets what is left as its deadline and is killed with its
+  whole process group when it passes it (a helm that kustomize started goes too); between files and
+  runs the budget is checked again. Fetching sources is not counted (it has its own timeouts).
+- memory: each child (and any process it starts: the limit is inherited) may allocate
+  `TIDECD_MAX_RENDER_MEMORY_BYTES` of data segment (RLIMIT_DATA: heap and private writable maps). Unlike
+  RLIMIT_AS it does not count the address space Go reserves but never touches, so helm and kustomize run
+  normally under it, while an allocation past it fails ("out of memory", MemoryError, bad_alloc).
+- output: each file a child writes, its stdout included, stops at `TIDECD_MAX_RENDER_OUTPUT_BYTES`
+  (RLIMIT_FSIZE). Output and errors go to temporary files, never through pipes into this process.
+
+The limits are set by a tiny Python trampoline (`setrlimit`, then `exec` of the tool), not in a
+`preexec_fn`, which is unsafe in a process with threads (the functions serve requests on threads).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import structlog
 
-from tidecd.base.errors import RenderError
+from tidecd.base import limits
+from tidecd.base.errors import LimitExceeded, RenderError
 
 log = structlog.get_logger("tidecd.render")
 
-DEFAULT_TIMEOUT = 120.0
 STDERR_LIMIT = 2000
 CLOSED_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens there
 NO_NETWORK_ENV = {
@@ -126,29 +151,192 @@ def run(
     cwd: Path,
     home: Path,
     env: Mapping[str, str] | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
     strip: Sequence[Path] = (),
 ) -> str:
-    """stdout of `argv`; RenderError naming `what` (e.g. `kustomize build base`) on failure or timeout."""
+    """stdout of `argv`, run in the sandbox within the render's limits (`run_child`); RenderError naming
+    `what` (e.g. `kustomize build base`) when it fails, LimitExceeded when it passes a limit."""
     child_env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
         **(env or {}),
         **NO_NETWORK_ENV,
     }
-    try:
-        done = subprocess.run(
-            [*sandbox_prefix(), *argv], cwd=cwd, env=child_env, capture_output=True, text=True,
-            timeout=timeout, check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise RenderError(f"{what}: timed out after {timeout:g}s") from exc
-    except OSError as exc:
-        raise RenderError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from exc
+    done = run_child([*sandbox_prefix(), *argv], what=what, cwd=cwd, env=child_env)
     if done.returncode != 0:
         message = trim(done.stderr or done.stdout, strip) or f"exit status {done.returncode}"
         raise RenderError(f"{what} failed: {message}")
     return done.stdout
+
+
+# --- the limits of every render child ---------------------------------------------------------------------
+
+
+@dataclass
+class _Budget:
+    """The seconds one render has spent, over all its `rendering()` sections."""
+
+    limit: int
+    spent: float = 0.0
+    since: float | None = None  # monotonic start of the section running now
+
+    def left(self) -> float:
+        running = time.monotonic() - self.since if self.since is not None else 0.0
+        return self.limit - self.spent - running
+
+
+_BUDGET: ContextVar[_Budget | None] = ContextVar("tidecd_render_budget", default=None)
+
+
+@contextlib.contextmanager
+def one_render() -> Iterator[None]:
+    """Everything inside is one render for `TIDECD_MAX_RENDER_SECONDS` (`render_cached` wraps its
+    `render_fn` in it, so the sources of a multi-source app share one budget). Nested: the outer one holds."""
+    if _BUDGET.get() is not None:
+        yield
+        return
+    token = _BUDGET.set(_Budget(limits.current().render_seconds))
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+@contextlib.contextmanager
+def rendering() -> Iterator[None]:
+    """The render's clock runs inside (`render.render`: tool runs, files read, checks), and not while a
+    source is fetched or checked out between two of them, which has its own timeouts."""
+    with one_render():
+        budget = _BUDGET.get()
+        if budget is None or budget.since is not None:
+            yield
+            return
+        budget.since = time.monotonic()
+        try:
+            yield
+        finally:
+            budget.spent += time.monotonic() - budget.since
+            budget.since = None
+
+
+def seconds_left(what: str) -> float:
+    """Seconds the render may still take; LimitExceeded naming `what` once none are left. Outside a
+    render (a tool run on its own) the whole limit."""
+    budget = _BUDGET.get()
+    if budget is None:
+        return float(limits.current().render_seconds)
+    left = budget.left()
+    if left <= 0:
+        raise _over_time(what, budget.limit)
+    return left
+
+
+def _over_time(what: str, limit: int) -> LimitExceeded:
+    return limits.exceeded(f"{what}: render time", "render_seconds", limit, " s")
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A child that ended within the limits: its exit status and output (errors: the last part only)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+CANNOT_RUN = 127  # the trampoline's exit status when the tool cannot be started, after this on stderr:
+_EXEC_FAILED = "tidecd-exec: "
+# Run by a fresh interpreter (-S -E: no site, no PYTHON* variables; ~15 ms): the limits, then the tool in
+# its place. Python ignores SIGXFSZ and SIGPIPE and an ignored signal stays ignored across exec: a child
+# past the output limit is to stop there, as any process would, so both are reset first.
+_LIMITED = """\
+import os, resource, signal, sys
+def cap(which, value):
+    hard = resource.getrlimit(which)[1]
+    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    resource.setrlimit(which, (value, hard))
+cap(resource.RLIMIT_DATA, int(sys.argv[1]))
+cap(resource.RLIMIT_FSIZE, int(sys.argv[2]))
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+try:
+    os.execvp(sys.argv[3], sys.argv[3:])
+except OSError as exc:
+    print(f"tidecd-exec: cannot run {sys.argv[3]}: {exc.strerror}", file=sys.stderr)
+    sys.exit(127)
+"""
+# What a process says when an allocation failed: Go's runtime, Python, C++, jsonnet's VM, C (strerror).
+_OUT_OF_MEMORY = ("out of memory", "MemoryError", "std::bad_alloc", "memory allocation error",
+                  "Cannot allocate memory")
+# A child (or a process it started) stopped by the output limit: killed by SIGXFSZ, as a shell reports it,
+# or told EFBIG by a write.
+_TOO_LARGE = (-signal.SIGXFSZ, 128 + signal.SIGXFSZ)
+_FILE_TOO_LARGE = ("File size limit exceeded", "File too large", "file too large")
+_ERROR_TAIL = 16 * 1024
+
+
+def run_child(argv: Sequence[str], *, what: str, env: Mapping[str, str], cwd: Path | None = None,
+              stdin: str = "") -> Finished:
+    """Run `argv` within the render's limits (see the module docstring): the one way a render starts a
+    process. LimitExceeded naming `what` and the variable when the child passes the render's deadline,
+    dies of the memory limit or writes past the output limit (its process group is killed in every case);
+    RenderError when it cannot be started. Any other exit status is the caller's to explain."""
+    bound = limits.current()
+    deadline = seconds_left(what)
+    full = [sys.executable, "-S", "-E", "-c", _LIMITED, str(bound.render_memory_bytes),
+            str(bound.render_output_bytes + 1), *argv]
+    with tempfile.TemporaryFile() as given, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        given.write(stdin.encode())
+        given.seek(0)
+        try:
+            child = subprocess.Popen(full, cwd=cwd, env=dict(env), stdin=given, stdout=out, stderr=err,
+                                     process_group=0)
+        except OSError as exc:
+            raise RenderError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from exc
+        try:
+            ended = _exited(child.pid, deadline)
+        finally:  # ended, out of time or interrupted: nothing of its group stays (killed before the child
+            _kill_group(child.pid)  # is reaped, so its id cannot be another process's yet)
+            returncode = child.wait()
+        if not ended:
+            budget = _BUDGET.get()
+            raise _over_time(what, budget.limit if budget else bound.render_seconds)
+        stderr = _tail(err)
+        written = os.fstat(out.fileno()).st_size
+        if written > bound.render_output_bytes or returncode in _TOO_LARGE or any(
+                marker in stderr for marker in _FILE_TOO_LARGE):
+            raise limits.exceeded(f"{what}: output", "render_output_bytes", bound.render_output_bytes, " bytes")
+        if returncode != 0 and any(marker in stderr for marker in _OUT_OF_MEMORY):
+            raise limits.exceeded(f"{what}: memory", "render_memory_bytes", bound.render_memory_bytes,
+                                  " bytes")
+        if returncode == CANNOT_RUN and stderr.startswith(_EXEC_FAILED):
+            raise RenderError(f"{what}: {stderr.removeprefix(_EXEC_FAILED).strip()}")
+        out.seek(0)
+        return Finished(returncode, out.read().decode("utf-8", errors="replace"), stderr)
+
+
+def _exited(pid: int, seconds: float) -> bool:
+    """Whether the child `pid` ended within `seconds`; it is left unreaped (a zombie), so that its process
+    group can still be killed without any risk of the id naming another process."""
+    end = time.monotonic() + seconds
+    pause = 0.002
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.05)
+    return True
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _tail(file: IO[bytes]) -> str:
+    size = os.fstat(file.fileno()).st_size
+    file.seek(max(0, size - _ERROR_TAIL))
+    return file.read().decode("utf-8", errors="replace")
 
 
 def trim(text: str, strip: Sequence[Path] = ()) -> str:
