@@ -229,8 +229,10 @@ def changed_paths(before: Any, after: Any, prefix: str = "") -> list[str]:
 MAX_DIFF_OBJECT_BYTES = 2 * 1024 * 1024
 
 
-def text_diff(key: ResourceKey, live: Manifest | None, predicted: Manifest | None) -> str:
-    """Unified YAML diff, Secret values masked (a changed value shows as a changed mask)."""
+def text_diff(key: ResourceKey, live: Manifest | None, predicted: Manifest | None,
+              sides: tuple[str, str] = ("live", "desired")) -> str:
+    """Unified YAML diff, Secret values masked (a changed value shows as a changed mask); `sides` name the
+    two files (a fork's preview compares two renders: `base` and `head`)."""
     size = max(len(json.dumps(obj, separators=(",", ":"))) if obj else 0 for obj in (live, predicted))
     if size > MAX_DIFF_OBJECT_BYTES:
         return f"# diff omitted: {key} is {size:,} bytes as JSON (over {MAX_DIFF_OBJECT_BYTES:,})\n"
@@ -240,18 +242,18 @@ def text_diff(key: ResourceKey, live: Manifest | None, predicted: Manifest | Non
         return yaml.safe_dump(mask_secret(obj, marks), sort_keys=True).splitlines(keepends=True) if obj else []
 
     return "".join(difflib.unified_diff(dump(live, frozenset()), dump(predicted, changed),
-                                        f"live/{key}", f"desired/{key}"))
+                                        f"{sides[0]}/{key}", f"{sides[1]}/{key}"))
 
 
 def compare(key: ResourceKey, live: Manifest | None, predicted: Manifest | None,
-            ignore: Iterable[IgnoreDifference] = ()) -> ResourceDiff:
+            ignore: Iterable[IgnoreDifference] = (), sides: tuple[str, str] = ("live", "desired")) -> ResourceDiff:
     """Compare one object. `predicted` is the dry-run result (or the desired object when dry-run is skipped)."""
     ignore = list(ignore)
     if live is None:
-        return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), text_diff(key, None, normalize(predicted or {})),
-                            missing=True)
+        return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",),
+                            text_diff(key, None, normalize(predicted or {}), sides), missing=True)
     if predicted is None:
-        return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), text_diff(key, normalize(live), None),
+        return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), text_diff(key, normalize(live), None, sides),
                             requires_pruning=True)
     # managedFields rules are evaluated against the live object's owners, on both sides.
     with_owners = {**predicted, "metadata": {**predicted.get("metadata", {}),
@@ -260,7 +262,7 @@ def compare(key: ResourceKey, live: Manifest | None, predicted: Manifest | None,
     paths = changed_paths(left, right)
     if not paths:
         return ResourceDiff(key, SyncStatus.SYNCED)
-    return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, tuple(paths), text_diff(key, left, right))
+    return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, tuple(paths), text_diff(key, left, right, sides))
 
 
 def fingerprint(obj: Manifest) -> str:

@@ -9,7 +9,8 @@ once into `~/.cache/tidecd/npm/`) and for every request:
   operation's schemas (OpenAPI 3.0 semantics via `openapi-schema-validator`); a mismatch is a violation;
 - answers with the spec's own example response for the operation's success status, with
   `https://api.github.com` replaced by the stand-in's address, adjusted by small stateful handlers where
-  a test needs state (commit statuses, issue comments, deployments and their statuses);
+  a test needs state (commit statuses, issue comments, deployments and their statuses, a pull request's
+  head and files as a test sets them);
 - records every call (`standin.calls`: method, path, operationId, query, body, Authorization header).
 
 A violation answers 400 and is kept in `standin.violations`; the `github_standin` fixture fails the test
@@ -172,6 +173,9 @@ class GitHubStandIn:
     deployments: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     deployment_statuses: dict[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)
     pull_files: dict[tuple[str, int], list[str]] = field(default_factory=dict)  # set by tests: a PR's files
+    # set by tests: a PR as `pulls/get` answers it; keys `head_sha`, `head_repo` (a full_name, None for a
+    # deleted fork; default: the base repo), `base_ref`, `state`, `labels` (names); the rest is the spec's example
+    pull_heads: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     base_url: str = ""
     _faults: list[_Fault] = field(default_factory=list)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1001))
@@ -456,6 +460,21 @@ class GitHubStandIn:
                                            query: Any, body: Any) -> Any:
         return _page(list(reversed(self.deployment_statuses.get((repo, int(params["deployment_id"])), []))), query)
 
+    def _on_pulls_get(self, example: Any, repo: str, params: dict[str, str], query: Any, body: Any) -> Any:
+        number = int(params["pull_number"])
+        wanted = self.pull_heads.get((repo, number))
+        if wanted is None:
+            return example
+        answer = copy.deepcopy(example) | {"number": number, "state": wanted.get("state", "open")}
+        answer["base"]["repo"] = answer["base"]["repo"] | {"full_name": repo, "name": repo.split("/")[-1]}
+        answer["base"]["ref"] = wanted.get("base_ref", answer["base"]["ref"])
+        answer["head"]["sha"] = wanted.get("head_sha", answer["head"]["sha"])
+        head_repo = wanted.get("head_repo", repo)
+        answer["head"]["repo"] = None if head_repo is None else answer["head"]["repo"] | {
+            "full_name": head_repo, "name": head_repo.split("/")[-1]}
+        template = example["labels"][0] if example.get("labels") else {}
+        answer["labels"] = [template | {"name": name} for name in wanted.get("labels", [])]
+        return answer
 
     def _on_pulls_list_files(self, example: Any, repo: str, params: dict[str, str], query: Any,
                              body: Any) -> Any:

@@ -1,4 +1,5 @@
-"""GitHub write-back through PyGithub: commit statuses, deployments and pull-request comments.
+"""GitHub write-back through PyGithub: commit statuses, deployments and pull-request comments, and the two
+reads previews need (a pull request's changed files, and its head and labels for a comment command).
 
 Nothing here may fail a sync. `GitHub` wraps every call: GitHub's errors become a recorded `Delivery`
 (sent / backoff / rejected / error), never an exception to the caller.
@@ -176,6 +177,25 @@ class GitHubApi(Protocol):
 
     def pull_files(self, repo: Repo, number: int) -> list[str]: ...
 
+    def pull(self, repo: Repo, number: int) -> PullInfo: ...
+
+
+@dataclass(frozen=True)
+class PullInfo:
+    """What a comment command needs of its pull request (an `issue_comment` payload does not say it)."""
+
+    number: int
+    state: str  # open | closed
+    head_sha: str
+    head_repo: str  # owner/name; "" when the fork was deleted
+    base_repo: str
+    base_ref: str
+    labels: tuple[str, ...] = ()
+
+    @property
+    def fork(self) -> bool:
+        return not self.head_repo or self.head_repo.lower() != self.base_repo.lower()
+
 
 class PyGithubApi:
     """`GitHubApi` through PyGithub; no retries inside (PyGithub's own would sleep on a rate limit)."""
@@ -246,6 +266,14 @@ class PyGithubApi:
     def pull_files(self, repo: Repo, number: int) -> list[str]:
         with translated_errors():
             return [f.filename for f in self._repo(repo).get_pull(number).get_files()]
+
+    def pull(self, repo: Repo, number: int) -> PullInfo:
+        with translated_errors():
+            pull = self._repo(repo).get_pull(number)
+            head_repo = pull.head.repo.full_name if pull.head.repo is not None else ""
+            return PullInfo(number, str(pull.state), str(pull.head.sha).lower(), str(head_repo or ""),
+                            str(pull.base.repo.full_name), str(pull.base.ref),
+                            tuple(str(label.name) for label in pull.labels))
 
 
 @contextmanager
@@ -350,6 +378,12 @@ class GitHub:
         found: list[list[str]] = []
         delivery = self._call(f"files of {repo.full_name}#{number}",
                               lambda: found.append(self.api.pull_files(repo, number)))
+        return found[0] if delivery.ok and found else None
+
+    def pull(self, repo: Repo, number: int) -> PullInfo | None:
+        """The pull request's head, base and labels (None when GitHub cannot say: rate limited, down, refused)."""
+        found: list[PullInfo] = []
+        delivery = self._call(f"pull {repo.full_name}#{number}", lambda: found.append(self.api.pull(repo, number)))
         return found[0] if delivery.ok and found else None
 
     # -- the one path every call takes ------------------------------------------------------------------

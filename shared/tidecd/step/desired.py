@@ -46,6 +46,13 @@ class Render(Protocol):
                  warnings: list[str] | None = None) -> tuple[str, list[Manifest]]: ...
 
 
+class Scopes(Protocol):
+    """Whether a kind is namespaced: the cluster's discovery (`KubeCluster`), or a table where no cluster may
+    be asked (a fork's preview, `tidecd.usecases.preview`)."""
+
+    def is_namespaced(self, group: str, kind: str) -> bool: ...
+
+
 @dataclass(frozen=True)
 class Desired:
     """The desired objects as a sync applies them."""
@@ -57,7 +64,7 @@ class Desired:
     warnings: tuple[str, ...] = ()
 
 
-def place(cluster: KubeCluster, settings: ArgoSettings, app: Application, revision: str,
+def place(cluster: Scopes, settings: ArgoSettings, app: Application, revision: str,
           manifests: list[Manifest], warnings: tuple[str, ...] = ()) -> Desired:
     """Rendered manifests as the sync applies them: namespaces filled in (or dropped for cluster-scoped
     kinds), argocd-cm's excluded kinds left out (and named)."""
@@ -283,7 +290,7 @@ def without_excluded(settings: ArgoSettings, app: Application,
     return kept, sorted(dropped)
 
 
-def scope_lookup(cluster: KubeCluster, manifests: list[Manifest]) -> Callable[[str, str], bool]:
+def scope_lookup(cluster: Scopes, manifests: list[Manifest]) -> Callable[[str, str], bool]:
     """Whether a (group, kind) is namespaced: from CRDs among the manifests first (their kinds are not
     served until this sync creates them), then from the cluster's discovery."""
     declared: dict[tuple[str, str], bool] = {}

@@ -218,11 +218,20 @@ def compare_one(cluster: KubeCluster, key: ResourceKey, owned: Manifest, current
     return compare(key, current, predicted, rules)
 
 
-def comparison_of(cluster: KubeCluster, app: Application, config: Config, manifests: list[Manifest]) -> Comparison:
-    """What a sync of `manifests` would change now (no cache, no inventory): the preview's question."""
+def comparison_of(cluster: KubeCluster, app: Application, config: Config,
+                  manifests: list[Manifest]) -> tuple[Comparison, frozenset[ResourceKey]]:
+    """What a sync of `manifests` would change now (no cache, no inventory): the preview's question. A live
+    object no app owns (unmarked, or a copy's stale mark) that `manifests` declares would be taken over by a
+    sync; the preview may not show it, so it is neither dry-run nor compared: its key comes back apart
+    (`free`), and the comparison holds only objects this app owns, objects it would create, and another
+    owner's objects as an error naming that owner."""
     keys = [ResourceKey.of(m) for m in plan.resources(manifests)]
     found = list_live(cluster, app.name, keys, (), lambda key: excluded_kind(config, app, key))
-    return compare_all(cluster, app, config, manifests, found.live).comparison
+    free = frozenset(key for key, obj in found.live.items()
+                     if not owned_by(obj, app.name) and ownership.claim(obj, app.name) is None)
+    live = {key: obj for key, obj in found.live.items() if key not in free}
+    compared = compare_all(cluster, app, config, [m for m in manifests if ResourceKey.of(m) not in free], live)
+    return compared.comparison, free
 
 
 def read(cluster: KubeCluster, keys: Iterable[ResourceKey]) -> list[tuple[ResourceKey, Manifest | None]]:

@@ -130,6 +130,12 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
         if generated_apps:
             previewed = {**previewed, "applicationsets": generated_apps}
         return Response(status, previewed)
+    if provider == "github" and event == "issue_comment":  # `/tidecd preview` by a maintainer (forks' PRs)
+        from tidecd.usecases import preview  # lazy: cold start (as above)
+
+        status, previewed = preview.on_issue_comment(_payload(headers, body), runtime, pr_apps,
+                                                     _delivery_id(provider, headers))
+        return Response(status, previewed)
     if event not in _PUSH_EVENTS[provider]:
         return Response(200, {"ignored": f"{provider} event {event!r} is not a push"})
     payload = _payload(headers, body)
