@@ -20,7 +20,10 @@ locals {
     TIDECD_PUBLIC_URL     = var.public_url
     TIDECD_GITHUB_API_URL = var.github_api_url
     TIDECD_BIN_DIR        = "/workspace/bin" # helm and kustomize, packaged beside main.py
-    LOG_EXECUTION_ID      = "true"
+    # who a Pub/Sub push to the webhook must be (events.tf): the audience and signer of its OIDC token
+    TIDECD_PUSH_AUDIENCE        = local.push_audience
+    TIDECD_PUSH_SERVICE_ACCOUNT = google_service_account.events.email
+    LOG_EXECUTION_ID            = "true"
     # the same numbers as the bucket's lifecycle rules (tidecd.retention)
     TIDECD_RETAIN_DELIVERIES_DAYS = tostring(var.retention.deliveries_days)
     TIDECD_RETAIN_SNAPSHOTS_DAYS  = tostring(var.retention.snapshots_days)
@@ -40,6 +43,7 @@ locals {
     "cloudfunctions.googleapis.com",
     "cloudscheduler.googleapis.com",
     "iam.googleapis.com",
+    "logging.googleapis.com",
     "pubsub.googleapis.com",
     "run.googleapis.com",
     "secretmanager.googleapis.com",

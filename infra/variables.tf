@@ -175,7 +175,7 @@ variable "step_budget_seconds" {
 }
 
 variable "enable_apis" {
-  description = "Enable the Google APIs tidecd uses (Cloud Functions, Run, Build, Artifact Registry, Pub/Sub, Scheduler, Secret Manager, IAM); turn off when a platform team manages them."
+  description = "Enable the Google APIs tidecd uses (Cloud Functions, Run, Build, Artifact Registry, Pub/Sub, Scheduler, Secret Manager, IAM, Logging); turn off when a platform team manages them."
   type        = bool
   default     = true
 }
@@ -201,4 +201,26 @@ variable "github_api_url" {
   description = "GitHub's REST API for commit statuses, deployments and PR previews (GitHub Enterprise: https://HOST/api/v3)."
   type        = string
   default     = "https://api.github.com"
+}
+
+variable "audit_log_projects" {
+  description = "Projects of the GKE clusters tidecd deploys to: each gets a Log Router sink sending its Admin Activity audit logs of k8s.io (always on, free) to the audit topic, pushed to the webhook function, so drift is noticed in seconds. Empty: none (the poll notices drift)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for p in var.audit_log_projects : can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", p))])
+    error_message = "audit_log_projects must be project IDs (6-30 characters: lowercase letters, digits, hyphens)."
+  }
+}
+
+variable "artifact_registry_projects" {
+  description = "Projects whose Artifact Registry notifications (their `gcr` Pub/Sub topic) reach the webhook function: a pushed tag is checked by the image updater at once. The topic must exist (Artifact Registry creates it with its API). Empty: none (the images tick finds new tags)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for p in var.artifact_registry_projects : can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", p))])
+    error_message = "artifact_registry_projects must be project IDs (6-30 characters: lowercase letters, digits, hyphens)."
+  }
 }

@@ -9,11 +9,11 @@ locals {
   functions = {
     webhook = {
       entry_point  = "webhook"
-      description  = "GitHub/GitLab push webhook: checks the HMAC signature and fans out refreshes."
-      public       = true # GitHub cannot send Google ID tokens; the HMAC signature is the authentication
+      description  = "Push webhooks (GitHub/GitLab, registries) and Pub/Sub pushes of audit logs and registry notifications: checks each sender's proof and fans out refreshes."
+      public       = true # GitHub and registries cannot send Google ID tokens; each request proves itself
       publishes    = true
       secret_env   = { TIDECD_WEBHOOK_SECRET = "webhook-secret" }
-      sealing_keys = false
+      sealing_keys = true # a registry notification runs the image updater: registry pull secrets, git write-back
     }
     poll = {
       entry_point  = "poll"
@@ -73,6 +73,22 @@ locals {
     sealing-keys       = "PEM private key(s) that unseal the cluster and repository SealedSecrets"
   }
   sealing_keys_dir = "/etc/tidecd/sealing"
+
+  # Events pushed to the webhook function by Pub/Sub (events.tf): the path of each, and the audience of the
+  # OIDC token every such push carries; the function checks both (TIDECD_PUSH_AUDIENCE, clients/pushauth.py).
+  event_routes = {
+    audit = "/audit/gke"    # GKE Admin Activity audit log entries, from the Log Router sinks
+    gcr   = "/registry/gcr" # Artifact Registry notifications (usecases/registry_events.py)
+  }
+  push_audience = "${var.name_prefix}-webhook-events"
+
+  # One Log Router sink per destination project: its Admin Activity audit log, Kubernetes API calls only.
+  audit_log_filters = {
+    for p in var.audit_log_projects : p => join(" AND ", [
+      "logName=\"projects/${p}/logs/cloudaudit.googleapis.com%2Factivity\"",
+      "protoPayload.serviceName=\"k8s.io\"",
+    ])
+  }
 
   # The functions anyone may call: they authenticate each request themselves.
   public_functions = toset([for name, f in local.functions : name if f.public])

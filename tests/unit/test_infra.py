@@ -23,6 +23,7 @@ import pytest
 from hcl2.utils import SerializationOptions
 
 from tidecd.clients.tools import binary
+from tidecd.usecases import registry_events
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -34,7 +35,8 @@ FUNCTIONS = ("webhook", "poll", "images", "reconcile", "api")
 # What each function reads (DESIGN.md section 8): env var -> Secret Manager secret. A secret may reach the
 # function as a secret env var, or as a mounted volume whose path is the env var's value.
 REQUIRED_SECRETS: dict[str, dict[str, str]] = {
-    "webhook": {"TIDECD_WEBHOOK_SECRET": "webhook-secret"},
+    "webhook": {"TIDECD_WEBHOOK_SECRET": "webhook-secret",
+                "TIDECD_SEALING_KEYS": "sealing-keys"},  # a registry notification runs the image updater
     "poll": {"TIDECD_SEALING_KEYS": "sealing-keys"},
     "images": {"TIDECD_SEALING_KEYS": "sealing-keys"},
     "reconcile": {"TIDECD_SEALING_KEYS": "sealing-keys"},
@@ -448,6 +450,69 @@ def check_continuations(tf: Module) -> list[str]:
     return problems
 
 
+# What the webhook function answers each event route with (shared/tidecd/usecases/registry_events.py;
+# /audit/gke is the route agreed for the audit handler's Pub/Sub entries).
+EVENT_ROUTES = {"audit": "/audit/gke", "gcr": registry_events.ROUTE + "gcr"}
+WEBHOOK_URL = '${google_cloudfunctions2_function.this["webhook"].service_config[0].uri}'
+
+
+def check_events(tf: Module) -> list[str]:
+    """Events in (infra/events.tf): audit-log sinks per destination project → the audit topic, and each
+    registry project's `gcr` topic, pushed to the webhook's routes with an OIDC token whose audience and
+    signer the function is told (common_env), the sinks' writer identities allowed to publish, nothing else."""
+    problems = []
+    res, env, loc = tf["resource"], tf["locals"].get("common_env", {}), tf["locals"]
+    if loc.get("webhook_url") != WEBHOOK_URL:
+        problems.append(f"local.webhook_url {loc.get('webhook_url')!r} is not the webhook function's URL")
+    if loc.get("event_routes") != EVENT_ROUTES:
+        problems.append(f"local.event_routes {loc.get('event_routes')!r} are not the routes the webhook answers")
+    if env.get("TIDECD_PUSH_AUDIENCE") != "${local.push_audience}":
+        problems.append("local.common_env: TIDECD_PUSH_AUDIENCE is not local.push_audience")
+    if env.get("TIDECD_PUSH_SERVICE_ACCOUNT") != "${google_service_account.events.email}":
+        problems.append("local.common_env: TIDECD_PUSH_SERVICE_ACCOUNT is not the events service account")
+    subs = res.get("google_pubsub_subscription", {})
+    expected = {"audit": ("${google_pubsub_topic.audit.id}", None),
+                "registry": ("projects/${each.key}/topics/gcr", "${toset(var.artifact_registry_projects)}")}
+    for name, (topic, for_each) in expected.items():
+        sub = subs.get(name)
+        if sub is None:
+            problems.append(f"no google_pubsub_subscription.{name}")
+            continue
+        if sub.get("topic") != topic or sub.get("for_each") != for_each:
+            problems.append(f"subscription {name}: topic {sub.get('topic')!r} (for_each {sub.get('for_each')!r}) "
+                            f"is not {topic!r}")
+    for name, sub in subs.items():
+        for push in sub.get("push_config", []):
+            endpoint = push.get("push_endpoint", "")
+            if not endpoint.startswith("${local.webhook_url}"):
+                continue
+            route = "audit" if name == "audit" else "gcr"
+            if endpoint != f"${{local.webhook_url}}${{local.event_routes.{route}}}":
+                problems.append(f"subscription {name}: pushes to {endpoint!r}, not the webhook's {route} route")
+            oidc = one(push["oidc_token"], "oidc_token") if push.get("oidc_token") else {}
+            if oidc.get("service_account_email") != "${google_service_account.events.email}" or \
+                    oidc.get("audience") != "${local.push_audience}":
+                problems.append(f"subscription {name}: its pushes carry no OIDC token of the events account "
+                                "with local.push_audience, so the webhook refuses them")
+            if not sub.get("retry_policy"):
+                problems.append(f"subscription {name}: no retry_policy")
+    sink = res.get("google_logging_project_sink", {}).get("audit", {})
+    if sink.get("for_each") != "${local.audit_log_filters}" or sink.get("project") != "${each.key}" or \
+            sink.get("filter") != "${each.value}":
+        problems.append("google_logging_project_sink.audit is not one sink per local.audit_log_filters project")
+    if sink.get("destination") != "pubsub.googleapis.com/${google_pubsub_topic.audit.id}":
+        problems.append(f"google_logging_project_sink.audit: destination {sink.get('destination')!r}")
+    if sink.get("unique_writer_identity") is not True:
+        problems.append("google_logging_project_sink.audit: no unique_writer_identity to grant publishing to")
+    grant = res.get("google_pubsub_topic_iam_member", {}).get("audit_sink", {})
+    if (grant.get("for_each") != "${google_logging_project_sink.audit}"
+            or grant.get("member") != "${each.value.writer_identity}"
+            or grant.get("role") != "roles/pubsub.publisher"
+            or grant.get("topic") != "${google_pubsub_topic.audit.name}"):
+        problems.append("the sinks' writer identities may not publish to the audit topic (audit_sink grant)")
+    return problems
+
+
 def memory_mib(text: str) -> float:
     m = re.fullmatch(r"(\d+)(M|Mi|G|Gi)", text)
     assert m, text
@@ -541,6 +606,8 @@ def test_terraform_evaluates_public_functions_and_size_overrides(terraform: Terr
         ("continuation_backoff_seconds", "{min=0,max=600}"),
         ("step_budget_seconds", "30"),
         ("retention", "{deliveries_days=1,snapshots_days=90,manifests_days=7,history_limit=50}"),
+        ("audit_log_projects", '["gke-prod-eu","gke-prod-us"]'),
+        ("artifact_registry_projects", '["acme-images"]'),
     ],
 )
 def test_variable_validations_accept(terraform: Terraform, name: str, value: str) -> None:
@@ -564,6 +631,8 @@ def test_variable_validations_accept(terraform: Terraform, name: str, value: str
         ("step_budget_seconds", "0", "step_budget_seconds must be between 1 and 60"),
         ("retention", "{deliveries_days=0,snapshots_days=30,manifests_days=30,history_limit=10}",
          "retention values must be whole numbers of at least 1"),
+        ("audit_log_projects", '["Prod Cluster"]', "audit_log_projects must be project IDs"),
+        ("artifact_registry_projects", '["123456789012"]', "artifact_registry_projects must be project IDs"),
     ],
 )
 def test_variable_validations_reject(terraform: Terraform, name: str, value: str, message: str) -> None:
@@ -626,6 +695,46 @@ def test_check_continuations_fails_on_a_broken_copy(tf: Module, path: tuple[str,
         target = target[part]
     target[path[-1]] = value
     assert any(message in p for p in check_continuations(broken)), check_continuations(broken)
+
+
+def test_audit_sinks_and_registry_notifications_reach_the_webhook_with_an_oidc_token(tf: Module) -> None:
+    assert check_events(tf) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("resource", "google_pubsub_subscription", "registry", "push_config", 0, "oidc_token"), [],
+         "subscription registry: its pushes carry no OIDC token"),
+        (("resource", "google_pubsub_subscription", "audit", "push_config", 0, "push_endpoint"),
+         "${local.webhook_url}${local.event_routes.gcr}", "not the webhook's audit route"),
+        (("locals", "event_routes", "gcr"), "/gcr", "are not the routes the webhook answers"),
+        (("locals", "common_env", "TIDECD_PUSH_SERVICE_ACCOUNT"), "${google_service_account.push.email}",
+         "TIDECD_PUSH_SERVICE_ACCOUNT is not the events service account"),
+        (("resource", "google_logging_project_sink", "audit", "unique_writer_identity"), False,
+         "no unique_writer_identity"),
+        (("resource", "google_pubsub_topic_iam_member", "audit_sink", "role"), "roles/pubsub.viewer",
+         "may not publish to the audit topic"),
+        (("resource", "google_pubsub_subscription", "registry", "topic"), "projects/${each.key}/topics/gcr-x",
+         "subscription registry: topic"),
+    ],
+)
+def test_check_events_fails_on_a_broken_copy(tf: Module, path: tuple[Any, ...], value: Any, message: str) -> None:
+    broken = copy.deepcopy(tf)
+    target: Any = broken
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
+    assert any(message in p for p in check_events(broken)), check_events(broken)
+
+
+def test_terraform_evaluates_one_audit_filter_per_destination_project(terraform: Terraform) -> None:
+    filters = terraform.evaluate("local.audit_log_filters", audit_log_projects='["gke-prod-eu","gke-prod-us"]')
+    assert filters == {p: f'logName="projects/{p}/logs/cloudaudit.googleapis.com%2Factivity" AND '
+                          'protoPayload.serviceName="k8s.io"' for p in ("gke-prod-eu", "gke-prod-us")}
+    assert terraform.evaluate("local.audit_log_filters") == {}
+    assert terraform.evaluate("local.event_routes") == EVENT_ROUTES
+    assert terraform.evaluate("local.push_audience", name_prefix="td") == "td-webhook-events"
 
 
 def test_only_webhook_and_api_are_public(tf: Module) -> None:
@@ -722,7 +831,7 @@ def test_check_secrets_fails_when_the_volume_block_is_gone(tf: Module) -> None:
     service = broken["resource"]["google_cloudfunctions2_function"]["this"]["service_config"][0]
     service["dynamic"] = [d for d in service["dynamic"] if "secret_volumes" not in d]
     problems = check_secrets(broken, REQUIRED_SECRETS)
-    assert {p.split(":")[0] for p in problems} == {"poll", "images", "reconcile", "api"}
+    assert {p.split(":")[0] for p in problems} == {"webhook", "poll", "images", "reconcile", "api"}
 
 
 def test_check_secrets_fails_on_a_missing_secret_env(tf: Module) -> None:
