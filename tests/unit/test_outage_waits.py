@@ -171,3 +171,19 @@ def test_a_trigger_before_the_attempt_is_due_spends_no_retry(h: Harness) -> None
     assert h.step().continue_after == pytest.approx(3.0) and h.op().retry.count == 1
     h.clock.advance(3)
     assert h.step().continue_after == 10.0 and h.op().retry.count == 2
+
+
+def test_an_unreachable_api_server_says_why_in_a_few_words() -> None:
+    import urllib3
+
+    from tidecd.clients import cluster
+
+    socket_error = urllib3.exceptions.NewConnectionError(
+        None, "Failed to establish a new connection: [Errno 111] Connection refused")  # type: ignore[arg-type]
+    refused = urllib3.exceptions.MaxRetryError(None, "/api", socket_error)  # type: ignore[arg-type]
+    timeout = urllib3.exceptions.ReadTimeoutError(None, "/api", "Read timed out. (read timeout=60)")  # type: ignore[arg-type]
+    for exc, reason in ((refused, "connection refused"), (timeout, "timed out"),
+                        (ConnectionResetError(104, "Connection reset by peer"), "connection reset")):
+        found = cluster._transport_error("https://k:6443", None, exc, None)
+        assert isinstance(found, ClusterUnavailable)
+        assert str(found) == f"API server https://k:6443 unreachable: {reason}"

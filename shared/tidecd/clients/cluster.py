@@ -435,7 +435,28 @@ def _transport_error(server: str, key: ResourceKey | None, exc: Exception, body:
         return ApiError(key, 413, "RequestEntityTooLarge",
                         f"request entity too large: the object is {size / 1e6:.1f} MB, the API server accepts "
                         f"about {MAX_REQUEST_BYTES / 2**20:.0f} MiB (the connection closed while sending)")
-    return ClusterUnavailable(f"API server {server} unreachable: {type(exc).__name__}")
+    return ClusterUnavailable(f"API server {server} unreachable: {_transport_reason(exc)}")
+
+
+def _transport_reason(exc: BaseException) -> str:
+    """What went wrong below HTTP, in a few words ("connection refused", "timed out", ...): urllib3 wraps
+    the socket's error (MaxRetryError → NewConnectionError → ConnectionRefusedError), and its class name
+    alone says nothing. Only the kind is kept, never the request."""
+    found, chain = exc, [exc]
+    for _ in range(6):
+        inner = getattr(found, "reason", None) or found.__cause__ or found.__context__
+        if not isinstance(inner, BaseException) or inner in chain:
+            break
+        found = inner
+        chain.append(found)
+    text = " ".join(f"{type(e).__name__} {e}" for e in chain).lower()
+    for marker, reason in (("refused", "connection refused"), ("timed out", "timed out"),
+                           ("timeout", "timed out"), ("reset", "connection reset"),
+                           ("remotedisconnected", "connection closed by the server"),
+                           ("aborted", "connection aborted"), ("name or service", "host not found")):
+        if marker in text:
+            return reason
+    return type(found).__name__
 
 
 def _body_size(body: Any) -> int:
