@@ -301,11 +301,12 @@ def run_child(argv: Sequence[str], *, what: str, env: Mapping[str, str], cwd: Pa
             budget = _BUDGET.get()
             raise _over_time(what, budget.limit if budget else bound.render_seconds)
         stderr = _tail(err)
+        said = _head(err) + stderr  # Go says "out of memory" first, then a stack dump of every goroutine
         written = os.fstat(out.fileno()).st_size
         if written > bound.render_output_bytes or returncode in _TOO_LARGE or any(
-                marker in stderr for marker in _FILE_TOO_LARGE):
+                marker in said for marker in _FILE_TOO_LARGE):
             raise limits.exceeded(f"{what}: output", "render_output_bytes", bound.render_output_bytes, " bytes")
-        if returncode != 0 and any(marker in stderr for marker in _OUT_OF_MEMORY):
+        if returncode != 0 and any(marker in said for marker in _OUT_OF_MEMORY):
             raise limits.exceeded(f"{what}: memory", "render_memory_bytes", bound.render_memory_bytes,
                                   " bytes")
         if returncode == CANNOT_RUN and stderr.startswith(_EXEC_FAILED):
@@ -331,6 +332,11 @@ def _exited(pid: int, seconds: float) -> bool:
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def _head(file: IO[bytes]) -> str:
+    file.seek(0)
+    return file.read(_ERROR_TAIL // 4).decode("utf-8", errors="replace")
 
 
 def _tail(file: IO[bytes]) -> str:
