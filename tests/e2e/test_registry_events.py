@@ -3,7 +3,8 @@
 functions-framework process. A pushed tag, then the registry's notification (Harbor-shaped, and a GitHub
 `package` event): the image updater commits it and the app is deployed at it within seconds, with no images
 tick (the `images` function is never started). A notification with a bad proof is refused and triggers
-nothing; one for a repository no app follows triggers nothing.
+nothing; one for a repository no app follows triggers nothing. A pushed helm chart's notification refreshes
+the apps whose source is that OCI repository.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from typing import Any
 import pytest
 import requests
 
+from tests.e2e.test_chart_sources import chart_app, cm
 from tests.e2e.test_images import LIST, kustomize_app, private, remote_head, remote_log, running_image
 from tests.support.apps import GitOps
+from tests.support.charts import Registry as ChartRegistry
+from tests.support.charts import package, write_chart
 from tests.support.functions import Function, Functions
 from tidecd.base.model import SyncStatus
 from tidecd.clients.secrets import KeyPair
@@ -143,3 +147,37 @@ def test_a_pushed_tag_is_committed_and_deployed_within_seconds_of_the_notificati
         print(f"notification → Synced at the new image: harbor {took:.1f} s, github package {took_github:.1f} s")
     finally:
         functions.stop()
+
+
+def test_a_notification_of_a_pushed_chart_refreshes_the_helm_oci_apps_that_follow_it(
+        gitops: GitOps, functions: Functions, oci_registry: ChartRegistry, tmp_path: Path) -> None:
+    """A helm chart over OCI: the notification refreshes the app, which resolves its semver range anew and
+    (automated) deploys the new version; an app of another chart in the same registry is left alone."""
+    namespace, home = f"charts-{uuid.uuid4().hex[:6]}", tmp_path / "home"
+    for chart, version in (("web", "1.0.0"), ("other", "1.0.0")):
+        oci_registry.helm_push(package(write_chart(tmp_path / f"{chart}-{version}", chart, version), tmp_path / "out",
+                                       home), namespace, home)
+    app = chart_app(gitops, f"oci://{oci_registry.host}/{namespace}/web", "1.x", name="web", chart="", automated={})
+    other = chart_app(gitops, f"{oci_registry.host}/{namespace}", "1.x", name="other", chart="other", automated={})
+    for name in ("web", "other"):
+        gitops.reconcile(name)
+        assert gitops.state(name).revision == "1.0.0"
+    oci_registry.helm_push(package(write_chart(tmp_path / "web-1.1.0", "web", "1.1.0"), tmp_path / "out", home),
+                           namespace, home)
+    webhook, token = functions.start("webhook"), source_token(functions.secret, "harbor")
+    other_before = app_state.load(gitops.store, other)[1]
+
+    started = time.monotonic()
+    answer = notify_harbor(webhook, harbor_payload(f"{oci_registry.host}/{namespace}/web", "1.1.0"), token)
+
+    assert answer.status_code == 202 and answer.json()["refreshed"] == [app], answer.text
+    while time.monotonic() - started < WITHIN:
+        state = gitops.state("web")
+        if state.revision == "1.1.0" and state.sync_status is SyncStatus.SYNCED and cm(gitops, "web")["data"][
+                "version"] == "1.1.0":
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"web is {gitops.state('web').sync_status} at {gitops.state('web').revision}, "
+                             f"not Synced at 1.1.0 within {WITHIN:g} s")
+    assert app_state.load(gitops.store, other)[1] == other_before, "the other chart's app was reconciled"
