@@ -15,6 +15,7 @@
     │   ├── ProjectViolation            desired objects break their AppProject's rules (lists each object)
     │   ├── SecretError                 a sealed secret cannot be sealed or opened (never includes the value)
     │   ├── NotFound                    an app, revision or history entry does not exist
+    │   │   └── clients.registry.NotInRegistry  no such image repository, tag or platform (also a LookupError)
     │   ├── OperationInProgress         an operation of the app is running already (`.operation_id`)
     │   ├── SyncWindowClosed            the project's sync windows do not let this sync start now
     │   ├── clients.tools.MissingTool  a binary tidecd runs (helm, kustomize) is not installed

@@ -43,7 +43,7 @@ from urllib.parse import urljoin, urlsplit
 
 import requests
 
-from tidecd.base.errors import SecretError, TemporaryError
+from tidecd.base.errors import NotFound, SecretError, TemporaryError
 from tidecd.clients.secrets import decode_value
 
 DOCKER_HUB = "docker.io"
@@ -66,6 +66,12 @@ ACCEPT = ", ".join(INDEX_TYPES + MANIFEST_TYPES)
 
 class RegistryUnavailable(TemporaryError):
     """A registry could not be reached, refused us, or rate-limited us: leave the images as they are."""
+
+
+class NotInRegistry(NotFound, LookupError):
+    """The registry has no such repository, tag or platform image (404), or a manifest lacks what was asked
+    of it. A LookupError too, as the client's callers catch it; a NotFound, so nothing the client raises is
+    outside tidecd's exception tree."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -246,16 +252,16 @@ class HttpRegistry:
             body = _json(repo, response, "tags list")
             page = body.get("tags") or [] if isinstance(body, dict) else None
             if not isinstance(page, list):
-                raise RegistryUnavailable(f"registry {repo.registry}: {repo}: malformed tags list")
-            tags.extend(str(t) for t in page)
-            url = _next_link(response, url)
-        raise RegistryUnavailable(f"registry {repo.registry}: {repo}: more than {MAX_PAGES} pages of tags")
+                raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: malformed tags list")
+            tags.extend(t for t in page if isinstance(t, str))  # a tag is a string; anything else is not one
+            url = _next_link(repo, response, url)
+        raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: more than {MAX_PAGES} pages of tags")
 
     def digest(self, repo: Repository, reference: str, creds: Credentials | None,
                platforms: tuple[str, ...] = ()) -> str:
         digest, media_type, body = self.manifest(repo, reference, creds)
         if platforms and media_type in INDEX_TYPES and not _platform_manifests(body, platforms):
-            raise LookupError(f"{repo}:{reference} has no image for platform {', '.join(platforms)}")
+            raise NotInRegistry(f"{repo}:{reference} has no image for platform {', '.join(platforms)}")
         return digest
 
     def created(self, repo: Repository, reference: str, creds: Credentials | None,
@@ -264,18 +270,18 @@ class HttpRegistry:
         if media_type in INDEX_TYPES:
             chosen = _platform_manifests(body, platforms or (DEFAULT_PLATFORM,))
             if not chosen:
-                raise LookupError(f"{repo}:{reference} has no image for platform "
+                raise NotInRegistry(f"{repo}:{reference} has no image for platform "
                                   f"{', '.join(platforms or (DEFAULT_PLATFORM,))}")
             _digest, media_type, body = self.manifest(repo, chosen[0], creds)
         manifest = _parse(repo, body, "manifest")
         config = manifest.get("config") if isinstance(manifest, dict) else None
         config_digest = config.get("digest") if isinstance(config, dict) else None
         if not isinstance(config_digest, str) or not config_digest.startswith("sha256:"):
-            raise LookupError(f"{repo}:{reference}: the manifest names no config blob")
+            raise NotInRegistry(f"{repo}:{reference}: the manifest names no config blob")
         blob = _parse(repo, self.blob(repo, config_digest, creds), "config blob")
         created = blob.get("created") if isinstance(blob, dict) else None
         if not isinstance(created, str):
-            raise LookupError(f"{repo}:{reference}: the image config has no created time")
+            raise NotInRegistry(f"{repo}:{reference}: the image config has no created time")
         return created
 
     def manifest(self, repo: Repository, reference: str, creds: Credentials | None, *, accept: str = ACCEPT,
@@ -290,10 +296,14 @@ class HttpRegistry:
         response = self._get(repo, f"{self.base(repo)}/v2/{repo.name}/manifests/{reference}", creds,
                              headers={"Accept": accept})
         body = _read(repo, response, limit)
+        parsed = _parse(repo, body, "manifest")  # an HTML page or a cut-off answer is no manifest: never pinned
+        if not isinstance(parsed, dict) or isinstance(parsed.get("schemaVersion"), bool) \
+                or not isinstance(parsed.get("schemaVersion"), int):  # every manifest and index format has one
+            raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: the answer for {reference[:80]!r} "
+                                      "is not a manifest (no schemaVersion)")
         media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
-        if not media_type:
-            parsed = _parse(repo, body, "manifest")
-            media_type = str(parsed.get("mediaType", "")) if isinstance(parsed, dict) else ""
+        if media_type not in INDEX_TYPES + MANIFEST_TYPES and isinstance(parsed.get("mediaType"), str):
+            media_type = parsed["mediaType"]  # a registry that labels manifests application/json, or not at all
         digest = response.headers.get("Docker-Content-Digest", "") or "sha256:" + hashlib.sha256(body).hexdigest()
         self._manifests[key] = (digest, media_type, body)
         return digest, media_type, body
@@ -336,13 +346,17 @@ class HttpRegistry:
             sent = dict(headers)
             if authorization and self.may_carry(repo, url, creds):
                 sent["Authorization"] = authorization
-            response = self.session.get(url, headers=sent, params=params, timeout=self.timeout, stream=True,
-                                        allow_redirects=False)
+            try:
+                response = self.session.get(url, headers=sent, params=params, timeout=self.timeout, stream=True,
+                                            allow_redirects=False)
+            except ValueError:  # requests parses a redirect's Location even when not following it
+                raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: an answer's Location is not "
+                                          "a URL", delay=60.0) from None
             location = response.headers.get("Location", "")
             if response.status_code not in _REDIRECTS or not location:
                 return response
             response.close()
-            url, params = urljoin(url, location), None
+            url, params = _join(repo, url, location, "redirect"), None
             if urlsplit(url).scheme not in ("http", "https"):
                 raise RegistryUnavailable(f"registry {repo.registry}: redirected to a non-http(s) URL", delay=60.0)
         raise RegistryUnavailable(f"registry {repo.registry}: more than {MAX_REDIRECTS} redirects", delay=60.0)
@@ -378,7 +392,7 @@ class HttpRegistry:
                 raise RegistryUnavailable(f"registry {repo.registry} {what} for {repo.name}", delay=60.0)
             if response.status_code == 404:
                 response.close()
-                raise LookupError(f"{repo}: not found in the registry")
+                raise NotInRegistry(f"{repo}: not found in the registry")
             if response.status_code >= 400:
                 response.close()
                 raise RegistryUnavailable(f"registry {repo.registry} answered HTTP {response.status_code} "
@@ -400,7 +414,11 @@ class HttpRegistry:
             raise RegistryUnavailable(f"registry {repo.registry}: unsupported authentication challenge "
                                       f"{scheme or '(none)'!r}", delay=60.0)
         realm = params["realm"]
-        realm_url = urlsplit(realm)
+        try:
+            realm_url = urlsplit(realm)
+            realm_url.port  # noqa: B018 - raises ValueError for a port that is no number
+        except ValueError:
+            realm_url = urlsplit("")
         if realm_url.scheme not in ("http", "https"):
             raise RegistryUnavailable(f"registry {repo.registry}: token realm is not an http(s) URL")
         registry_host = urlsplit(self.base(repo)).hostname or ""
@@ -471,36 +489,60 @@ def _basic(creds: Credentials) -> str:
     return "Basic " + base64.b64encode(f"{creds.username}:{creds.password}".encode()).decode()
 
 
+MAX_RETRY_AFTER = 3600.0  # a registry's Retry-After is believed up to an hour: the next tick asks again anyway
+
+
 def _retry_after(value: str) -> float:
+    """Seconds a 429's `Retry-After` asks for (delta seconds or an HTTP date), within [0, MAX_RETRY_AFTER];
+    60 when it is neither. Only ASCII digits count (`"²".isdigit()` is true, and float() refuses it)."""
     text = value.strip()
-    if text.isdigit():
-        return float(text)
+    if text.isascii() and text.isdigit():
+        return min(float(text), MAX_RETRY_AFTER)
     try:
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError):
+        return min(max(0.0, when.timestamp() - time.time()), MAX_RETRY_AFTER)
+    except (TypeError, ValueError, OverflowError, IndexError):
         return 60.0
-    return max(0.0, when.timestamp() - time.time())
 
 
-def _next_link(response: requests.Response, current: str) -> str | None:
+def _join(repo: Repository, base: str, reference: str, what: str) -> str:
+    """`reference` (a Location or Link target the registry sent) resolved against `base`; one that is not
+    a URL (`http://[::1/x`) is the registry's error, not a crash."""
+    try:
+        target = urljoin(base, reference)
+        urlsplit(target).port  # noqa: B018 - raises ValueError for a port that is no number
+    except ValueError:
+        raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: the {what} target is not a URL",
+                                  delay=60.0) from None
+    return target
+
+
+def _next_link(repo: Repository, response: requests.Response, current: str) -> str | None:
     link = response.headers.get("Link", "")
     match = re.search(r'<([^>]+)>\s*;\s*rel="?next"?', link)
     if match is None:
         return None
-    target = urljoin(current, str(match[1]))
+    target = _join(repo, current, str(match[1]), "tags list's Link")
     if origin(target) != origin(current):
         return None  # never follow a page link to another origin: it would get the credentials
     return target
 
 
 def _read(repo: Repository, response: requests.Response, limit: int = MAX_BODY) -> bytes:
+    """The answer's body, at most `limit` bytes; a connection cut mid-body (a truncated answer) is the
+    registry being unavailable, like one that cannot be reached."""
     chunks, size = [], 0
-    for chunk in response.iter_content(65536):
-        size += len(chunk)
-        if size > limit:
-            response.close()
-            raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: answer larger than {limit} bytes")
-        chunks.append(chunk)
+    try:
+        for chunk in response.iter_content(65536):
+            size += len(chunk)
+            if size > limit:
+                response.close()
+                raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: answer larger than {limit} bytes")
+            chunks.append(chunk)
+    except requests.RequestException as exc:
+        response.close()
+        raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: the answer was cut off "
+                                  f"({type(exc).__name__})", delay=30.0) from None
     return b"".join(chunks)
 
 
@@ -508,7 +550,7 @@ def _parse(repo: Repository, body: bytes, what: str) -> object:
     """The JSON answer, as an object its caller narrows (a registry may send any JSON value)."""
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than the parser goes
         raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: the {what} is not JSON") from None
 
 
@@ -520,11 +562,14 @@ def _platform_manifests(index_body: bytes, platforms: tuple[str, ...]) -> list[s
     """Digests of an index's manifests built for one of `platforms` (os/arch[/variant])."""
     try:
         index = json.loads(index_body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     found = []
-    for entry in index.get("manifests") or [] if isinstance(index, dict) else []:
-        plat = entry.get("platform") or {} if isinstance(entry, dict) else {}
+    entries = index.get("manifests") if isinstance(index, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        plat = entry.get("platform") if isinstance(entry, dict) else None
+        if not isinstance(plat, dict):
+            continue
         name = f"{plat.get('os', '')}/{plat.get('architecture', '')}"
         variant = plat.get("variant")
         if any(p in (name, f"{name}/{variant}" if variant else name) for p in platforms):

@@ -11,10 +11,11 @@ Only https, http, ssh, `user@host:path` and git:// URLs are accepted: never loca
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import shlex
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -157,7 +158,8 @@ def _check_scheme(repo_url: str) -> None:
 @contextlib.contextmanager
 def git_client(repo_url: str, credentials: RepoCredentials | None) -> Iterator[tuple[GitClient, str]]:
     """A dulwich client for the URL; SSH key and known_hosts live in temp files for the call only."""
-    # lazy: cold start (dulwich only when a repository is reached: the runtime loads this module on every trigger)
+    # lazy: cold start (dulwich, urllib3 only when a repository is reached: the runtime loads this module)
+    import urllib3
     from dulwich.client import default_urllib3_manager, get_transport_and_path
 
     _check_scheme(repo_url)
@@ -165,7 +167,8 @@ def git_client(repo_url: str, credentials: RepoCredentials | None) -> Iterator[t
     kwargs: dict[str, Any] = {}
     if urlsplit(repo_url).scheme in ("http", "https"):
         kwargs["pool_manager"] = default_urllib3_manager(
-            None, timeout=HTTP_TIMEOUT, cert_reqs="CERT_NONE" if creds.insecure_ignore_host_key else None
+            None, timeout=HTTP_TIMEOUT, cert_reqs="CERT_NONE" if creds.insecure_ignore_host_key else None,
+            pool_manager_cls=_pool(urllib3.PoolManager), proxy_manager_cls=_pool(urllib3.ProxyManager),
         )
         if creds.username or creds.password:
             kwargs["username"] = creds.username or "git"
@@ -180,6 +183,16 @@ def git_client(repo_url: str, credentials: RepoCredentials | None) -> Iterator[t
             key_file.write_text(creds.ssh_private_key.rstrip("\n") + "\n")
             kwargs["key_filename"] = str(key_file)
         yield get_transport_and_path(repo_url, **kwargs)
+
+
+def _pool(cls: Callable[..., Any]) -> Any:
+    """`cls` (a urllib3 pool manager) whose retries ignore `Retry-After`: urllib3 otherwise sleeps as long
+    as a 429/503 asks, in the step, and a hostile server can ask for years. The step's own retry (the
+    SourceUnavailable's delay) waits instead."""
+    # lazy: cold start (urllib3 only when a repository is reached: the runtime loads this module on every trigger)
+    import urllib3
+
+    return functools.partial(cls, retries=urllib3.Retry(total=3, respect_retry_after_header=False))
 
 
 def ssh_command(creds: RepoCredentials, tmp: Path) -> str:
@@ -209,6 +222,7 @@ def transport_errors() -> tuple[type[BaseException], ...]:
         HTTPProxyUnauthorized,
         urllib3.exceptions.HTTPError,
         OSError,
+        ValueError,  # dulwich's parse of an answer that is not git's (an HTML page with a 200, a cut pkt-line)
     )
 
 
@@ -222,6 +236,9 @@ def unavailable_error(repo_url: str, exc: BaseException, credentials: RepoCreden
         reason = "authentication failed (check the repository credentials)"
     elif isinstance(exc, NotGitRepository):
         reason = "not found or not a git repository"
+    elif type(exc) is ValueError:
+        said = str(exc).split(", got", 1)[0]  # dulwich quotes the line it got: the server's page, not repeated
+        reason = "its answer is not git's protocol (a web page? check the URL): " + _scrub(said, credentials)[:120]
     else:
         reason = _scrub(f"{type(exc).__name__}: {exc}", credentials)
     return SourceUnavailable(f"repository {redact_repo_url(repo_url)} is unavailable: {reason}", delay=30.0)

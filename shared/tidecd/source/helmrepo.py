@@ -120,7 +120,7 @@ def http_get(url: str, credentials: RepoCredentials | None, *, limit: int, what:
                               allow_redirects=False) as response:
                 location = response.headers.get("Location", "")
                 if response.status_code in _REDIRECTS and location:
-                    url = urljoin(url, location)
+                    url = _join(url, location, f"{what} {shown}: redirected to")
                     if urlsplit(url).scheme not in ("http", "https"):
                         raise SourceUnavailable(f"{what} {shown}: redirected to a non-http(s) URL")
                     continue
@@ -131,7 +131,20 @@ def http_get(url: str, credentials: RepoCredentials | None, *, limit: int, what:
                 return Answer(body, response.headers.get("ETag", ""))
     except requests.RequestException as exc:
         raise SourceUnavailable(f"{what} {shown}: {type(exc).__name__}") from None
+    except ValueError:  # requests parses a redirect's Location even when not following it
+        raise SourceUnavailable(f"{what} {shown}: the answer's Location is not a URL") from None
     raise SourceUnavailable(f"{what} {shown}: more than {MAX_REDIRECTS} redirects")
+
+
+def _join(base: str, reference: str, what: str) -> str:
+    """`reference` (a Location, or a chart URL of the index) resolved against `base`; one that is not a URL
+    (`http://[::1/x`, a port that is no number) is the repository's error, naming `what`."""
+    try:
+        target = urljoin(base, reference)
+        urlsplit(target).port  # noqa: B018 - raises ValueError for a port that is no number
+    except ValueError:
+        raise SourceUnavailable(f"{what} {reference[:100]!r}: not a URL") from None
+    return target
 
 
 Index = dict[str, list[ChartVersion]]
@@ -364,7 +377,7 @@ def download(repo_url: str, entry: ChartVersion, credentials: RepoCredentials | 
     index names only on the repository's own origin, or with `pass_credentials` (see `may_carry`)."""
     if not entry.urls:
         raise SourceUnavailable(f"chart {entry.name} {entry.version}: the index lists no download URL")
-    url = urljoin(repo_url.rstrip("/") + "/", entry.urls[0])
+    url = _join(repo_url.rstrip("/") + "/", entry.urls[0], f"chart {entry.name} {entry.version}: download URL")
     if urlsplit(url).scheme not in ("http", "https"):
         raise SourceUnavailable(f"chart {entry.name} {entry.version}: download URL is not http(s)")
     data = http_get(url, credentials, limit=MAX_CHART_BYTES, what=f"chart {entry.name} {entry.version}",

@@ -125,7 +125,7 @@ class Registry:
                                     "its digest; refusing it")
         try:
             doc = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise SourceUnavailable(f"manifest {reference} in {self.ref.url}: not JSON") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list):
             raise SourceUnavailable(f"manifest {reference} in {self.ref.url}: not an image manifest "

@@ -155,6 +155,10 @@ def list_pull_requests(api_url: str, owner: str, repo: str, token: str, labels: 
                     break
     except (Rejected, RateLimited, Unavailable) as exc:
         raise GeneratorError(f"pullRequest: GitHub {owner}/{repo}: {exc}") from None
+    except (ValueError, TypeError, KeyError, AttributeError, github.BadAttributeException):
+        # PyGithub reads what it got as it goes: an HTML page with a 200, a cut-off or odd JSON fails deep in it
+        raise GeneratorError(f"pullRequest: GitHub {owner}/{repo}: the answer is not a list of pull requests "
+                             f"(is {redact_repo_url(api_url)} GitHub's API?)") from None
     return out
 
 
