@@ -62,7 +62,7 @@ resource "google_pubsub_subscription" "audit" {
   project                    = var.project_id
   name                       = "${var.name_prefix}-audit-webhook"
   topic                      = google_pubsub_topic.audit.id
-  ack_deadline_seconds       = 60 # the webhook's timeout
+  ack_deadline_seconds       = 120 # above the webhook's timeout (110 s)
   message_retention_duration = "3600s"
   labels                     = var.labels
 
@@ -94,7 +94,7 @@ resource "google_pubsub_subscription" "registry" {
   project                    = var.project_id
   name                       = "${var.name_prefix}-gcr-${each.key}"
   topic                      = "projects/${each.key}/topics/gcr"
-  ack_deadline_seconds       = 60 # the webhook's timeout
+  ack_deadline_seconds       = 120 # above the webhook's timeout (110 s)
   message_retention_duration = "3600s"
   labels                     = var.labels
 

@@ -79,7 +79,8 @@ variable "function_sizes" {
     Per-function overrides, keyed by webhook, poll, images, reconcile or api: memory ("512M", "1Gi", ...), cpu
     ("0.583", "1", "2"), timeout_seconds (1-540) and max_instances. Fields left out keep the defaults, which
     are sized for rendering: reconcile 2Gi / 1 CPU / 540 s, api 1Gi / 300 s, poll 512M / 170 s (under the
-    three-minute schedule), images 512M / 110 s (under two minutes), webhook 256M / 60 s. Min instances are
+    three-minute schedule), images 512M / 110 s (under two minutes), webhook 512M / 110 s (a registry
+    notification runs the image updater as images does). Min instances are
     always 0.
   EOT
   type = map(object({

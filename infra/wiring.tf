@@ -51,7 +51,7 @@ locals {
 
   # Defaults sized for rendering (helm and kustomize run inside reconcile and api).
   size_defaults = {
-    webhook   = { memory = "256M", cpu = "0.167", timeout_seconds = 60, max_instances = 10 }
+    webhook   = { memory = "512M", cpu = "0.333", timeout_seconds = 110, max_instances = 10 } # a registry notification runs the image updater
     poll      = { memory = "512M", cpu = "0.333", timeout_seconds = 170, max_instances = 1 }
     images    = { memory = "512M", cpu = "0.333", timeout_seconds = 110, max_instances = 1 }
     reconcile = { memory = "2Gi", cpu = "1", timeout_seconds = 300, max_instances = 20 } # a cold render of a big chart; steps never wait

@@ -590,7 +590,7 @@ def test_terraform_evaluates_public_functions_and_size_overrides(terraform: Terr
     assert set(terraform.evaluate("local.public_functions")) == {"webhook", "api"}
     sizes = terraform.evaluate("local.sizes", function_sizes='{reconcile={memory="4Gi",cpu="2"}}')
     assert sizes["reconcile"] == {"memory": "4Gi", "cpu": "2", "timeout_seconds": 300, "max_instances": 20}
-    assert sizes["webhook"] == {"memory": "256M", "cpu": "0.167", "timeout_seconds": 60, "max_instances": 10}
+    assert sizes["webhook"] == {"memory": "512M", "cpu": "0.333", "timeout_seconds": 110, "max_instances": 10}
 
 
 @pytest.mark.parametrize(
