@@ -20,6 +20,7 @@ import requests
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.e2e.test_sealed_credentials import repo_secret
 from tests.support.apps import GitOps, configmap
 from tests.support.functions import Functions, push_payload
 from tests.support.github_standin import GitHubStandIn
@@ -364,3 +365,154 @@ def test_preview_fans_out_through_pubsub_to_the_reconcile_function(
     finally:
         subscriber.delete_subscription(subscription=subscription)
         publisher.delete_topic(topic=topic)
+
+
+# --- pull requests from forks ----------------------------------------------------------------------------
+
+PREVIEW_LABEL = "tidecd:preview"
+
+
+def _fork_payload(examples: dict[str, list[dict[str, Any]]], gitops: GitOps, action: str, number: int,
+                  head: str, *, label: str = "") -> dict[str, Any]:
+    """A pull_request event whose head repository is a fork (`mallory/<name>`), as GitHub sends it."""
+    doc = _pr_payload(examples, gitops, "labeled" if label else "opened", number, head, "patch-1")
+    doc["action"] = action
+    full = _repo_name(gitops)
+    doc["pull_request"]["base"]["repo"] = doc["pull_request"]["base"]["repo"] | {"full_name": full}
+    doc["pull_request"]["head"]["repo"] = doc["pull_request"]["head"]["repo"] | {
+        "full_name": f"mallory/{full.split('/')[1]}"}
+    template = (doc.get("label") or {}) | {"name": label}
+    doc["pull_request"]["labels"] = [template] if label else []
+    if label:
+        doc["label"] = template
+    return doc
+
+
+def _comment_payload(examples: dict[str, list[dict[str, Any]]], gitops: GitOps, number: int, body: str,
+                     association: str) -> dict[str, Any]:
+    """An issue_comment event on pull request `number` (octokit's example plus `issue.pull_request`, the
+    field GitHub adds for a pull request's comments)."""
+    doc = copy.deepcopy(next(e for e in examples["issue_comment"] if e["action"] == "created"))
+    full = _repo_name(gitops)
+    doc["issue"].update(number=number, state="open", pull_request={
+        "url": f"https://api.github.com/repos/{full}/pulls/{number}", "html_url": f"https://github.com/{full}/pull/"
+        f"{number}", "diff_url": f"https://github.com/{full}/pull/{number}.diff",
+        "patch_url": f"https://github.com/{full}/pull/{number}.patch", "merged_at": None})
+    doc["comment"].update(body=body, author_association=association)
+    doc["repository"].update(clone_url=gitops.repo.url, html_url=gitops.repo.url.removesuffix(".git"),
+                             full_name=full, name=full.split("/")[1], default_branch="main")
+    return doc
+
+
+def _fork_head(gitops: GitOps, number: int, files: dict[str, Any]) -> str:
+    """A fork's commit, where GitHub keeps every pull request's head: `refs/pull/N/head` of the base."""
+    gitops.repo.git("checkout", "--quiet", "-B", f"fork-{number}", "main")
+    for path, doc in files.items():
+        gitops.repo.write(path, yaml.safe_dump(doc))
+    sha = str(gitops.repo.commit("from a fork"))
+    gitops.repo.git("push", "--quiet", "--force", "origin", f"HEAD:refs/pull/{number}/head")
+    gitops.repo.git("checkout", "--quiet", "main")
+    return sha
+
+
+def test_a_forks_pull_request_gets_no_live_data_and_no_status_until_a_maintainer_asks(
+        hub: GitOps, hub_functions: Functions, github_standin: GitHubStandIn, sealing: tuple[KeyPair, Path],
+        webhook_examples: dict[str, list[dict[str, Any]]], git_server: Any) -> None:
+    from tidecd.usecases.commands import SyncRequest
+
+    functions = hub_functions
+    _env(functions, github_standin, sealing[1])
+    repo = _repo_name(hub)
+    hub.push({"app/cm.yaml": configmap("web", {"color": "blue"})})
+    app = hub.application()
+    hub.reconcile(request=SyncRequest(), runtime=hub.runtime(sealing_keys=str(sealing[1])))
+    assert hub.live("ConfigMap", "web")["data"] == {"color": "blue"}  # type: ignore[index]
+    hub.kube.apply({"apiVersion": "v1", "kind": "ConfigMap",  # by hand: no app owns it
+                    "metadata": {"name": "shared", "namespace": hub.namespace}, "data": {"token": "live-only-value"}})
+    head = _fork_head(hub, 77, {"app/cm.yaml": configmap("web", {"color": "green"}),
+                                "app/shared.yaml": configmap("shared", {"token": "from-the-fork"})})
+    fetched = git_server.requests(hub.repo.name, "upload-pack")
+
+    answer = functions.deliver("pull_request", _fork_payload(webhook_examples, hub, "opened", 77, head))
+    assert answer.status_code == 200 and answer.json()["mode"] == "waiting", answer.text
+    note = eventually(lambda: github_standin.comment_bodies(repo, 77), what="the note to the fork")
+    assert "waiting for a maintainer" in note[0] and f"`{PREVIEW_LABEL}`" in note[0]
+    answer = functions.deliver("issue_comment", _comment_payload(webhook_examples, hub, 77, "/tidecd preview",
+                                                                 "CONTRIBUTOR"))
+    assert answer.status_code == 200 and "refused" in answer.json()["ignored"], answer.text
+    answer = functions.deliver("pull_request", _fork_payload(webhook_examples, hub, "synchronize", 77, head))
+    assert answer.status_code == 200 and answer.json()["mode"] == "waiting", answer.text
+    time.sleep(2)  # what these deliveries could have started has run by now
+    assert github_standin.statuses == {}  # no status without a maintainer
+    assert github_standin.calls_to("pulls/get") == []  # a refused command reads nothing
+    assert git_server.requests(hub.repo.name, "upload-pack") == fetched  # nothing of the fork was fetched
+    assert "live-only-value" not in "".join(github_standin.comment_bodies(repo, 77))
+
+    answer = functions.deliver("pull_request", _fork_payload(webhook_examples, hub, "labeled", 77, head,
+                                                             label=PREVIEW_LABEL))
+    assert answer.status_code == 202 and answer.json()["mode"] == "fork", answer.text
+    assert eventually(lambda: github_standin.status_states(repo, head, f"tidecd/preview/{app}"),
+                      what="the approved preview's status") == ["success"]
+    [comment] = eventually(lambda: (b := github_standin.comment_bodies(repo, 77)) and "rendered only" in b[0] and b,
+                           what="the fork's preview")
+    assert "+  color: green" in comment and "-  color: blue" in comment and "--- base/" in comment
+    assert f"created: <code>ConfigMap {hub.namespace}/shared</code>" in comment and "from-the-fork" in comment
+    assert "live-only-value" not in comment and "The cluster was not read" in comment
+    assert hub.live("ConfigMap", "shared")["data"] == {"token": "live-only-value"}  # type: ignore[index]
+    assert hub.live("ConfigMap", "web")["data"] == {"color": "blue"}  # type: ignore[index]
+
+    # a branch of the base repository declaring the same object: previewed in full, the object named as one a
+    # sync would take over, its live data not shown
+    hub.repo.git("checkout", "--quiet", "-b", "feature")
+    hub.repo.write("app/shared.yaml", yaml.safe_dump(configmap("shared", {"token": "from-the-branch"})))
+    trusted = hub.repo.commit("shared")
+    hub.repo.push("feature")
+    answer = functions.deliver("pull_request", _pr_payload(webhook_examples, hub, "opened", 78, trusted, "feature"))
+    assert answer.status_code == 202 and answer.json()["mode"] == "full", answer.text
+    [full] = eventually(lambda: (b := github_standin.comment_bodies(repo, 78)) and "pending" not in b[0] and b,
+                        what="the full preview")
+    assert f"take over (live, and no app owns it: its live state is not shown): `ConfigMap {hub.namespace}/shared`" \
+        in full
+    assert "live-only-value" not in full and "from-the-branch" not in full
+
+
+def test_a_forks_preview_of_a_private_repository_never_sends_its_credentials(
+        git_server_auth: Any, namespace: str, cluster: Any, tmp_path: Path, sealing: tuple[KeyPair, Path],
+        github_standin: GitHubStandIn, webhook_examples: dict[str, list[dict[str, Any]]]) -> None:
+    from tidecd.usecases.commands import SyncRequest
+
+    pair, keys = sealing
+    name = f"octo/private-{uuid.uuid4().hex[:10]}"
+    (tmp_path / "private").mkdir()
+    gitops = GitOps(GitRepo(git_server_auth, name, tmp_path / "work", clone_url=git_server_auth.auth_url(name)),
+                    namespace, cluster, tmp_path / "private")
+    github = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "github", "namespace": "tidecd", "labels": {
+        "argocd.argoproj.io/secret-type": "github"}}, "stringData": {"token": "e2e-github-token"}}
+    (gitops.config_dir / "github-secret.yaml").write_text(yaml.safe_dump(seal_secret(github, pair.cert_pem)))
+    credentials = repo_secret(gitops.repo.url, git_server_auth.username, git_server_auth.password)
+    (gitops.config_dir / "repo-secret.yaml").write_text(yaml.safe_dump(seal_secret(credentials, pair.cert_pem)))
+    gitops.push({"app/cm.yaml": configmap("web", {"color": "blue"})})
+    app = gitops.application()
+    gitops.reconcile(request=SyncRequest(), runtime=gitops.runtime(sealing_keys=str(keys)))
+    assert gitops.live("ConfigMap", "web") is not None, gitops.state().conditions  # the credentials work
+    head = _fork_head(gitops, 5, {"app/cm.yaml": configmap("web", {"color": "green"})})
+    repo = _repo_name(gitops)
+    github_standin.pull_heads[(repo, 5)] = {"head_sha": head, "head_repo": f"mallory/{repo.split('/')[1]}",
+                                            "base_ref": "main"}
+    functions = Functions(gitops, tmp_path)
+    try:
+        _env(functions, github_standin, keys)
+        before = git_server_auth.counts(name)  # every authenticated request is counted, no other
+        answer = functions.deliver("issue_comment", _comment_payload(webhook_examples, gitops, 5,
+                                                                     "/tidecd preview", "MEMBER"))
+        assert answer.status_code == 202 and answer.json()["mode"] == "fork", answer.text
+        assert eventually(lambda: github_standin.status_states(repo, head, f"tidecd/preview/{app}"),
+                          what="the preview's status") == ["failure"]
+        [comment] = eventually(lambda: github_standin.comment_bodies(repo, 5), what="the preview comment")
+        assert "render at the head, without credentials" in comment, comment
+        assert git_server_auth.password not in comment
+        assert git_server_auth.counts(name) == before  # the credentials were never sent
+        [read] = github_standin.calls_to("pulls/get")
+        assert read.authorization == "token e2e-github-token"
+    finally:
+        functions.stop()

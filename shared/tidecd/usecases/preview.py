@@ -476,7 +476,8 @@ def preview_fork(runtime: Runtime, app: Application, head_sha: str) -> AppPrevie
     try:
         head = render(sandbox, sealed, head_sha)[1]
     except TidecdError as exc:
-        return failed(f"render at the head, without credentials: {exc}")
+        return failed(f"render at the head, without credentials (a fork's preview uses none: a private "
+                      f"repository cannot be previewed from a fork): {exc}")
     try:
         before = render(sandbox, sealed, base)[1] if base else []
     except TidecdError as exc:

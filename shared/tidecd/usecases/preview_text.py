@@ -130,7 +130,7 @@ def render_comment(repo: gh.Repo, number: int, head_sha: str, results: Mapping[s
         if res is None:
             continue
         lines = [f"\n#### `{name}`\n"]
-        if res.mode == Mode.FORK.value:
+        if res.mode == Mode.FORK.value and not res.failed:
             lines.append(f"- compared with the base's rendered revision `{res.base[:12]}`\n" if res.base else
                          "- the app has no rendered revision yet: every object is shown as new\n")
         lines += [f"- ❌ project rule: {plain(v)}\n" for v in res.violations]
