@@ -94,6 +94,44 @@ def test_webhook_refuses_unsigned_or_odd_requests_cleanly(headers: dict[str, str
         assert SECRET not in json.dumps(answer.body)
 
 
+registry_like = st.fixed_dictionaries({}, optional={
+    "repository": st.one_of(json_values, st.fixed_dictionaries({}, optional={"repo_name": json_values})),
+    "push_data": json_values, "docker_url": st.one_of(st.just("quay.io/acme/web"), st.text(max_size=30), json_values),
+    "updated_tags": json_values, "type": st.one_of(st.sampled_from(["PUSH_ARTIFACT", "harbor.artifact.pushed"]),
+                                                   json_values),
+    "specversion": json_values, "data": json_values,
+    "event_data": st.one_of(json_values, st.fixed_dictionaries({"resources": st.lists(st.one_of(
+        json_values, st.fixed_dictionaries({}, optional={"resource_url": st.one_of(st.text(max_size=40), json_values),
+                                                         "tag": json_values})), max_size=3)})),
+    "action": st.one_of(st.sampled_from(["INSERT", "DELETE", "published"]), json_values),
+    "tag": st.one_of(st.text(max_size=40), json_values), "digest": json_values,
+    "package": st.one_of(json_values, st.fixed_dictionaries({}, optional={
+        "package_type": st.one_of(st.just("CONTAINER"), json_values), "name": json_values,
+        "namespace": json_values, "package_version": json_values, "registry": json_values})),
+})
+
+
+@given(payload=registry_like, source=st.sampled_from(["dockerhub", "quay", "harbor", "github"]),
+       junk=st.binary(max_size=40))
+def test_registry_notifications_with_a_good_proof_are_answered_cleanly(payload: dict[str, Any], source: str,
+                                                                       junk: bytes) -> None:
+    """Every authenticated registry notification, however malformed, is a JSON answer (never a crash, and
+    nothing triggered from a payload no app follows)."""
+    from tidecd.usecases import registry_events as events
+
+    body = json.dumps(payload).encode() if not junk or len(junk) % 3 else junk
+    token = events.source_token(SECRET, source)
+    if source == "github":
+        headers, path = {"X-GitHub-Event": "package", "X-Hub-Signature-256": _sign(body)}, "/"
+    elif source == "harbor":
+        headers, path = {"Authorization": token}, "/registry/harbor"
+    else:
+        headers, path = {}, f"/registry/{source}/{token}"
+    answer = hooks.handle(headers, body, _runtime(), _Recorder(), path=path)  # type: ignore[arg-type]
+    assert answer.status in (200, 400), answer
+    assert token not in json.dumps(answer.body) and SECRET not in json.dumps(answer.body)
+
+
 app_docs = st.fixed_dictionaries({
     "apiVersion": st.sampled_from(["argoproj.io/v1alpha1", "v1", "bitnami.com/v1alpha1", "x"]),
     "kind": st.sampled_from(["Application", "AppProject", "Secret", "SealedSecret", "ConfigMap"]),
