@@ -318,3 +318,31 @@ def test_image_apps_are_those_whose_image_list_names_the_repository(tmp_path: Pa
     apps = rt.config().applications.values()
     assert events.image_apps(apps, frozenset({WEB})) == ["a", "b"]
     assert events.oci_apps(apps, frozenset({WEB})) == []
+
+
+def test_google_keys_unreachable_is_a_503_so_pubsub_redelivers(runtime: Runtime, google: Google) -> None:
+    token = google.token()
+    stop(google.server)
+    sent = Recorder()
+    answer = handle({"Authorization": f"Bearer {token}"}, envelope(doc("gcr-insert.json")), runtime, sent,
+                    path=route("gcr"))
+    assert answer.status == 503 and "Google's token keys could not be fetched" in answer.body["error"]
+    assert sent.refreshes == []
+    google.server = serve_get(lambda h: None)  # the fixture stops a server at the end
+
+
+def test_a_rotated_key_fetches_google_keys_again(runtime: Runtime, google: Google) -> None:
+    assert handle({"Authorization": f"Bearer {google.token()}"}, envelope(doc("gcr-insert.json")), runtime,
+                  Recorder(), path=route("gcr")).status == 202
+    rotated = Google()
+    try:
+        google.certs["k2"] = rotated.certs["k1"]  # Google publishes its new key...
+        rotated.signer = crypt.RSASigner.from_string(  # type: ignore[no-untyped-call]
+            rotated.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption()), key_id="k2")
+        answer = handle({"Authorization": f"Bearer {rotated.token()}"}, envelope(doc("gcr-insert.json")), runtime,
+                        Recorder(), path=route("gcr"))
+    finally:
+        stop(rotated.server)
+    assert answer.status == 202, answer.body  # ...and a token signed with it verifies after one more fetch
+    assert google.fetched == 2
