@@ -437,6 +437,44 @@ def test_a_refused_chart_is_a_condition_on_the_app_and_is_not_fetched_again(
         p == "/web-1.0.0.tgz" for p, _ in repo.seen) == 1, "the refusal is recorded: not fetched again"
 
 
+def test_a_refused_helm_index_is_a_condition_and_is_not_transferred_again_until_it_changes(
+        sites: Callable[[], Site], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index is resolved before any render (outside the render's stored refusals): a refused one is
+    remembered with its ETag, and while the repository answers 304 to it nothing is transferred again."""
+    repo = sites()
+    big = (200, {"ETag": '"big-1"'}, b"apiVersion: v1\nentries: {}\n" + b"#" * (8 * MiB))
+    asked: list[str] = []
+
+    def index(req: BaseHTTPRequestHandler) -> Answer:
+        asked.append(req.headers.get("If-None-Match", ""))
+        return big
+
+    repo.routes["/index.yaml"] = index
+    monkeypatch.setenv("TIDECD_MAX_HELM_INDEX_BYTES", str(MiB))
+    app = dataclasses.replace(application("web"), source=ApplicationSource(repo_url=repo.url, chart="web",
+                                                                            target_revision="1.x"))
+    cluster = FakeCluster()
+    cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
+    runtime = fake_runtime(cluster, MemoryStore(), app)
+    runtime.settings.api_token = "t0ken"
+    expected = (f"helm repository index {repo.url}/index.yaml: size: over the limit of 1,048,576 bytes "
+                "(TIDECD_MAX_HELM_INDEX_BYTES)")
+    for _ in range(3):
+        answer = api.handle("GET", "/api/v1/apps/web", {"Authorization": "Bearer t0ken"}, b"", runtime,
+                            query={"refresh": "true"})
+        assert answer.status == 200, answer.body
+        conditions = [c for c in dict(answer.body).get("conditions", []) if c.get("type") == "ComparisonError"]
+        assert conditions and conditions[0]["message"].endswith(expected), answer.body
+    assert asked == ["", '"big-1"', '"big-1"'], "asked again with its ETag: a 304, no transfer"
+
+    big = (200, {"ETag": '"big-2"'}, big[2] + b"#")  # new content: fetched (and refused) again
+    with pytest.raises(LimitExceeded, match="TIDECD_MAX_HELM_INDEX_BYTES"):
+        helmrepo.fetch_index(repo.url)
+    monkeypatch.setenv("TIDECD_MAX_HELM_INDEX_BYTES", str(16 * MiB))  # a higher limit: asked for in full
+    repo.routes["/index.yaml"] = (200, {"ETag": '"small"'}, index_of({"web": [("1.0.0", CHART, "web-1.0.0.tgz")]}))
+    assert helmrepo.fetch_index(repo.url)["web"][0].version == "1.0.0"
+
+
 def test_an_index_with_an_alias_bomb_or_deep_nesting_costs_no_more_than_its_text() -> None:
     from tests.unit.test_limits import alias_bomb
 

@@ -172,3 +172,17 @@ def test_no_render_child_is_started_any_other_way() -> None:
             assert count == allowed, (path.name, call, count)
     assert "os.execvp" in tool._LIMITED and textwrap.dedent(tool._LIMITED) == tool._LIMITED
     assert os.path.isabs(sys.executable)
+
+
+def test_a_refusal_of_a_subclass_is_raised_again_as_what_it_is(tmp_path: Path) -> None:
+    from tidecd.source.helmrepo import RefusedAnswer
+
+    store = MemoryStore()
+    source = ApplicationSource(repo_url="https://charts.example.com", chart="web", target_revision="1.0.0")
+
+    def refused() -> list[Manifest]:
+        raise RefusedAnswer("chart web 1.0.0: size: over the limit of 1 bytes (TIDECD_MAX_ARCHIVE_BYTES)", "")
+
+    for _ in range(2):
+        with pytest.raises(LimitExceeded, match="TIDECD_MAX_ARCHIVE_BYTES"):
+            render_cached(store, "demo", SHA, source, refused, namespace="team")

@@ -185,7 +185,8 @@ def render_cached(
         with metrics.timed("render"), one_render():
             manifests = render_fn()
     except (LimitExceeded, UnsafePathError) as exc:
-        refusal = {"format": CACHE_FORMAT, "refused": {"type": type(exc).__name__, "message": str(exc)},
+        kind = "LimitExceeded" if isinstance(exc, LimitExceeded) else "UnsafePathError"  # subclasses too
+        refusal = {"format": CACHE_FORMAT, "refused": {"type": kind, "message": str(exc)},
                    "limits": _limits_key()}
         with contextlib.suppress(PreconditionFailed):
             store.write(key, json.dumps(refusal).encode(), if_generation_match=blob.generation if blob else 0)

@@ -25,7 +25,7 @@ from urllib.parse import urljoin, urlsplit
 import yaml
 
 from tidecd.base import limits
-from tidecd.base.errors import ConfigError, NotFound, SourceRefused, SourceUnavailable
+from tidecd.base.errors import ConfigError, LimitExceeded, NotFound, SourceRefused, SourceUnavailable
 from tidecd.clients.store import ObjectStore, PreconditionFailed
 from tidecd.config.load import redact_repo_url, repo_key
 
@@ -68,6 +68,10 @@ def answer_body(response: Any, limit: int, where: str, *, credentialed: bool, li
         raise NotFound(f"{where}: not found (HTTP 404)")
     if response.status_code != 200:
         raise SourceUnavailable(f"{where}: HTTP {response.status_code}")
+    declared = response.headers.get("Content-Length", "")
+    if limit_field and declared.isdigit() and int(declared) > limit:  # refused before any of it is read
+        response.close()
+        raise limits.exceeded(f"{where}: size", limit_field, limit, " bytes")
     chunks, size = [], 0
     for chunk in response.iter_content(1024 * 1024):
         size += len(chunk)
@@ -100,6 +104,15 @@ class Answer:
     etag: str
 
 
+class RefusedAnswer(LimitExceeded):
+    """An answer over its limit; `etag` is the one it came with ("" when none), so that the same content
+    can be recognised (a 304) and refused again without its transfer."""
+
+    def __init__(self, message: str, etag: str) -> None:
+        super().__init__(message)
+        self.etag = etag
+
+
 def http_get(url: str, credentials: RepoCredentials | None, *, limit: int, what: str, home: str, also: str = "",
              limit_field: str = "", etag: str = "") -> Answer:
     """GET `url`, at most `limit` bytes, errors without secrets. Redirects are followed here, hop by hop
@@ -126,8 +139,11 @@ def http_get(url: str, credentials: RepoCredentials | None, *, limit: int, what:
                     continue
                 if response.status_code == 304 and etag:
                     return Answer(None, etag)
-                body = answer_body(response, limit, f"{what} {shown}", credentialed=carry is not None,
-                                   limit_field=limit_field)
+                try:
+                    body = answer_body(response, limit, f"{what} {shown}", credentialed=carry is not None,
+                                       limit_field=limit_field)
+                except LimitExceeded as exc:
+                    raise RefusedAnswer(str(exc), response.headers.get("ETag", "")) from None
                 return Answer(body, response.headers.get("ETag", ""))
     except requests.RequestException as exc:
         raise SourceUnavailable(f"{what} {shown}: {type(exc).__name__}") from None
@@ -155,6 +171,8 @@ class _Held:
     etag: str
     digest: str
     index: Index
+    refused: str = ""  # the LimitExceeded this content got, under `limit`
+    limit: int = 0
 
 
 _HELD: OrderedDict[str, _Held] = OrderedDict()  # index URL → its last answer, parsed (this process)
@@ -170,15 +188,29 @@ def fetch_index(repo_url: str, credentials: RepoCredentials | None = None, *,
     index (tens of MB) takes minutes to parse as YAML, and every resolve, poll and download asks for it.
     The last one parsed per repository is kept in this process, with its ETag (a 304 answer costs no
     transfer) and sha256 (an unchanged body is not parsed again); with a `store`, the parsed entries are
-    kept at `snapshots/<repo-key>/helm-index/<sha256>.json` too, so another process reads them as JSON."""
+    kept at `snapshots/<repo-key>/helm-index/<sha256>.json` too, so another process reads them as JSON.
+
+    An index over the limit is refused before its body is read when its Content-Length says so, else as
+    it streams past the limit. A refused index with an ETag is remembered (this process): the next call
+    asks with If-None-Match, and a 304 (the same content) is refused again without any transfer, until
+    the repository's index or the limit changes. The app's condition names the variable either way."""
     _check_url(repo_url)
     url = index_url(repo_url)
     bound = limits.current().helm_index_bytes
     with _HELD_LOCK:
         held = _HELD.get(url)
-    answer = http_get(url, credentials, limit=bound, what="helm repository index", home=repo_url,
-                      limit_field="helm_index_bytes", etag=held.etag if held else "")
+    if held is not None and held.refused and held.limit != bound:
+        held = None  # refused under another limit: asked for in full again
+    try:
+        answer = http_get(url, credentials, limit=bound, what="helm repository index", home=repo_url,
+                          limit_field="helm_index_bytes", etag=held.etag if held else "")
+    except RefusedAnswer as refusal:
+        if refusal.etag:
+            _hold(url, _Held(refusal.etag, "", {}, str(refusal), bound))
+        raise
     if answer.body is None and held is not None:
+        if held.refused:
+            raise LimitExceeded(held.refused)
         return held.index
     body = answer.body or b""
     digest = hashlib.sha256(body).hexdigest()
@@ -190,12 +222,16 @@ def fetch_index(repo_url: str, credentials: RepoCredentials | None = None, *,
         if store is not None:
             with contextlib.suppress(PreconditionFailed):  # a racing caller stored the same parse
                 store.write(key, _dump_index(index), if_generation_match=0)
+    _hold(url, _Held(answer.etag, digest, index))
+    return index
+
+
+def _hold(url: str, held: _Held) -> None:
     with _HELD_LOCK:
-        _HELD[url] = _Held(answer.etag, digest, index)
+        _HELD[url] = held
         _HELD.move_to_end(url)
         while len(_HELD) > HELD_INDEXES:
             _HELD.popitem(last=False)
-    return index
 
 
 def forget() -> None:
