@@ -214,6 +214,9 @@ def test_ssh_command_checks_host_keys_unless_insecure(tmp_path: Path) -> None:
     assert (tmp_path / "known_hosts").read_text() == "github.com ssh-ed25519 AAAA\n"
     insecure = source.ssh_command(RepoCredentials(insecure_ignore_host_key=True), tmp_path)
     assert "StrictHostKeyChecking=no" in insecure and "BatchMode=yes" in insecure
+    for bounded in (strict, insecure):  # a silent server ends the fetch, as the HTTP timeout does
+        assert all(option in bounded for option in ("ConnectTimeout=60", "ServerAliveInterval=15",
+                                                    "ServerAliveCountMax=4"))
 
 
 def test_unavailable_message_scrubs_credentials() -> None:

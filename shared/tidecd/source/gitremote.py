@@ -196,8 +196,13 @@ def _pool(cls: Callable[..., Any]) -> Any:
 
 
 def ssh_command(creds: RepoCredentials, tmp: Path) -> str:
-    """The `ssh` command line: batch mode, and host keys checked unless the repo is marked insecure."""
-    args = ["ssh", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]
+    """The `ssh` command line: batch mode, and host keys checked unless the repo is marked insecure. The
+    connection is bounded in time as the HTTP one is (`HTTP_TIMEOUT`): a server that does not answer, or
+    stops answering mid-fetch, ends the `ssh` child (and the fetch, as SourceUnavailable) instead of
+    holding the step until the function's own timeout."""
+    alive = max(1, int(HTTP_TIMEOUT // 4))
+    args = ["ssh", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", f"ConnectTimeout={int(HTTP_TIMEOUT)}",
+            "-o", f"ServerAliveInterval={alive}", "-o", "ServerAliveCountMax=4"]
     if creds.insecure_ignore_host_key:
         args += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
     elif creds.known_hosts:
