@@ -21,7 +21,7 @@ from tidecd.base.errors import LimitExceeded, RenderError
 from tidecd.base.model import Manifest
 from tidecd.clients.store import MemoryStore
 from tidecd.config.load import ApplicationSource, DirectorySpec
-from tidecd.render import render, render_cached, tool
+from tidecd.render import cached_manifests, render, render_cached, tool
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 SLOW_JSONNET = "local loop(n, acc) = if n == 0 then acc else loop(n - 1, acc + 1) tailstrict;\n" \
@@ -186,3 +186,4 @@ def test_a_refusal_of_a_subclass_is_raised_again_as_what_it_is(tmp_path: Path) -
     for _ in range(2):
         with pytest.raises(LimitExceeded, match="TIDECD_MAX_ARCHIVE_BYTES"):
             render_cached(store, "demo", SHA, source, refused, namespace="team")
+    assert cached_manifests(store, "demo", SHA, source, namespace="team") is None, "no manifests: the step reports"

@@ -148,10 +148,14 @@ def cached_manifests(store: ObjectStore, app_name: str, sha: str, source: Applic
                      override: SourceOverride | None = None,
                      build_env: BuildEnv | None = None) -> list[Manifest] | None:
     """The manifests `render_cached` stored for exactly these inputs, or None when there are none (never
-    rendered, an older format, corrupt). Readers other than the step (the image updater) use this, so they
-    find the entry by the same key the step wrote it under."""
+    rendered, an older format, corrupt, or refused: a stored refusal is the step's to report). Readers
+    other than the step (the image updater) use this, so they find the entry by the same key the step
+    wrote it under."""
     blob = store.read(manifest_key(app_name, sha, source, namespace, override, build_env))
-    return _decode(blob.data) if blob is not None else None
+    try:
+        return _decode(blob.data) if blob is not None else None
+    except (LimitExceeded, UnsafePathError):
+        return None
 
 
 def render_cached(
