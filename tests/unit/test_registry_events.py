@@ -100,6 +100,12 @@ def test_an_official_docker_hub_image_and_an_old_quay_tag_map_are_read_too() -> 
     assert events.quay(old).tags == ("latest",)
 
 
+def test_a_github_package_of_an_owner_with_capitals_names_the_lowercase_repository() -> None:
+    payload = doc("github-package-published.json")
+    payload["package"]["package_version"]["package_url"] = "ghcr.io/Acme/Web:1.4.2"
+    assert events.github_package("package", payload).repositories == {Repository("ghcr.io", "acme/web")}
+
+
 def test_a_github_package_without_package_url_uses_the_registry_host_and_namespace() -> None:
     payload = doc("github-package-published.json")
     del payload["package"]["package_version"]["package_url"]

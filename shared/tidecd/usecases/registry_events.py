@@ -312,7 +312,8 @@ def _push(source: str, references: list[str], tags: Iterable[str]) -> RegistryPu
     for ref in references:
         if len(ref) > MAX_NAME or any(c.isspace() for c in ref) or "://" in ref:
             raise Refused(400, f"{source} payload: {ref[:80]!r} is not an image reference")
-        repos.add(parse_image(ref))
+        repo = parse_image(ref)
+        repos.add(Repository(repo.registry, repo.name.lower()))  # OCI names are lowercase (GitHub may not say so)
     return RegistryPush(source, frozenset(repos), tuple(dict.fromkeys(t[:128] for t in tags)))
 
 
