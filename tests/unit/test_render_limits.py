@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tidecd.base import limits
-from tidecd.base.errors import LimitExceeded, RenderError
+from tidecd.base.errors import ConfigError, LimitExceeded, RenderError
 from tidecd.base.model import Manifest
 from tidecd.clients.store import MemoryStore
 from tidecd.config.load import ApplicationSource, DirectorySpec
@@ -29,12 +29,17 @@ SLOW_JSONNET = "local loop(n, acc) = if n == 0 then acc else loop(n - 1, acc + 1
 
 
 def test_the_render_limits_are_read_from_the_environment() -> None:
-    bound = limits.Limits.from_env({"TIDECD_MAX_RENDER_SECONDS": "7", "TIDECD_MAX_RENDER_MEMORY_BYTES": "1048576",
+    bound = limits.RenderLimits.from_env({"TIDECD_MAX_RENDER_SECONDS": "7", "TIDECD_MAX_RENDER_MEMORY_BYTES": "1048576",
                                     "TIDECD_MAX_RENDER_OUTPUT_BYTES": "4096"})
     assert (bound.render_seconds, bound.render_memory_bytes, bound.render_output_bytes) == (7, 1048576, 4096)
-    defaults = limits.Limits()
+    defaults = limits.RenderLimits()
     assert (defaults.render_seconds, defaults.render_memory_bytes, defaults.render_output_bytes) == (
         120, 1024 * 2**20, 64 * 2**20)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for field in limits.RenderLimits.__dataclass_fields__:
+        assert limits.env_name(field) in readme, limits.env_name(field)
+    with pytest.raises(ConfigError, match="TIDECD_MAX_RENDER_SECONDS='soon': expected a positive whole number"):
+        limits.RenderLimits.from_env({"TIDECD_MAX_RENDER_SECONDS": "soon"})
 
 
 def test_a_child_past_the_render_time_is_killed_with_its_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,8 +27,9 @@ Exceeding a limit raises `LimitExceeded` (a PermanentError): the app gets a cond
 object and the variable that would raise the limit, its state is recorded, and retrying does not help.
 A refusal met while rendering is stored under the render's input (`render.render_cached`: revision,
 source spec, destination, override, build environment) with the limits in force, and the next trigger
-raises it again without rendering, until the input or a limit changes. The render limits are enforced by
-`render.tool.run_child`, the one way a render starts a process.
+raises it again without rendering, until the input or a limit changes. The three render limits are
+`RenderLimits` (`render_limits()`), enforced by `render.tool.run_child`, the one way a render starts a
+process; the others are `Limits` (`current()`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ import yaml
 
 from tidecd.base.errors import ConfigError, LimitExceeded, RenderError
 
-__all__ = ["Limits", "LimitExceeded", "check_depth", "check_yaml", "current", "load_yaml"]
+__all__ = ["LimitExceeded", "Limits", "RenderLimits", "check_depth", "check_yaml", "current", "load_yaml",
+           "render_limits"]
 
 _MiB = 1024 * 1024
 
@@ -63,24 +65,38 @@ class Limits:
     oci_layers: int = 16
     oci_bytes: int = 256 * _MiB
     helm_index_bytes: int = 64 * _MiB
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Limits:
+        return cls(**_settings(cls, env))
+
+
+@dataclass(frozen=True)
+class RenderLimits:
+    """The limits of one render and its child processes (`render.tool.run_child` enforces them)."""
+
     render_seconds: int = 120
     render_memory_bytes: int = 1024 * _MiB
     render_output_bytes: int = 64 * _MiB
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Limits:
-        source = os.environ if env is None else env
-        values: dict[str, int] = {}
-        for item in fields(cls):
-            name = env_name(item.name)
-            text = source.get(name, "").strip()
-            if not text:
-                continue
-            if not text.isdigit() or int(text) <= 0:
+    def from_env(cls, env: dict[str, str] | None = None) -> RenderLimits:
+        return cls(**_settings(cls, env))
 
-                raise ConfigError(f"{name}={text!r}: expected a positive whole number")
-            values[item.name] = int(text)
-        return cls(**values)
+
+def _settings(cls: type[Any], env: dict[str, str] | None) -> dict[str, int]:
+    """The fields of `cls` the environment sets (each a positive whole number, else a ConfigError)."""
+    source = os.environ if env is None else env
+    values: dict[str, int] = {}
+    for item in fields(cls):
+        name = env_name(item.name)
+        text = source.get(name, "").strip()
+        if not text:
+            continue
+        if not text.isdigit() or int(text) <= 0:
+            raise ConfigError(f"{name}={text!r}: expected a positive whole number")
+        values[item.name] = int(text)
+    return values
 
 
 _ENV_NAMES = {
@@ -110,6 +126,11 @@ def env_name(field_name: str) -> str:
 def current() -> Limits:
     """The limits in force now (the environment is read at each call: it is a handful of lookups)."""
     return Limits.from_env()
+
+
+def render_limits() -> RenderLimits:
+    """The render limits in force now (read at each call, as `current`)."""
+    return RenderLimits.from_env()
 
 
 def exceeded(what: str, limit_field: str, limit: int, unit: str = "") -> LimitExceeded:

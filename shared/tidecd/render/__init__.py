@@ -207,7 +207,7 @@ _CHECKED = re.compile(rb'^\{"format":(\d+),"sha256":"([0-9a-f]{64})","manifests"
 
 
 def _limits_key() -> dict[str, int]:
-    return asdict(limits.current())
+    return asdict(limits.current()) | asdict(limits.render_limits())
 
 
 def _decode(data: bytes) -> list[Manifest] | None:

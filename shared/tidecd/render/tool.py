@@ -194,7 +194,7 @@ def one_render() -> Iterator[None]:
     if _BUDGET.get() is not None:
         yield
         return
-    token = _BUDGET.set(_Budget(limits.current().render_seconds))
+    token = _BUDGET.set(_Budget(limits.render_limits().render_seconds))
     try:
         yield
     finally:
@@ -223,7 +223,7 @@ def seconds_left(what: str) -> float:
     render (a tool run on its own) the whole limit."""
     budget = _BUDGET.get()
     if budget is None:
-        return float(limits.current().render_seconds)
+        return float(limits.render_limits().render_seconds)
     left = budget.left()
     if left <= 0:
         raise _over_time(what, budget.limit)
@@ -280,7 +280,7 @@ def run_child(argv: Sequence[str], *, what: str, env: Mapping[str, str], cwd: Pa
     process. LimitExceeded naming `what` and the variable when the child passes the render's deadline,
     dies of the memory limit or writes past the output limit (its process group is killed in every case);
     RenderError when it cannot be started. Any other exit status is the caller's to explain."""
-    bound = limits.current()
+    bound = limits.render_limits()
     deadline = seconds_left(what)
     full = [sys.executable, "-S", "-E", "-c", _LIMITED, str(bound.render_memory_bytes),
             str(bound.render_output_bytes + 1), *argv]
