@@ -1,6 +1,7 @@
 """Cloud Function entry points: parse the trigger, call the library, shape the answer. Nothing else.
 
-    webhook    HTTP        GitHub/GitLab push events → refresh the affected apps; registry pushes → images
+    webhook    HTTP        GitHub/GitLab push events → refresh the affected apps; registry pushes → images;
+                           /audit: the kube-apiserver's audit batches → refresh the apps drifted, naming who
     poll       HTTP        Cloud Scheduler every three minutes → changed repos + drift sweep
     images     HTTP        Cloud Scheduler every two minutes → new image tags become commits / overrides
     reconcile  CloudEvent  one Pub/Sub message per app → one reconcile step; schedules the next one
@@ -57,6 +58,7 @@ def webhook(request: Request) -> Response:
     from tidecd.base import limits
     from tidecd.clients import metrics
     from tidecd.triggers import dispatch
+    from tidecd.usecases import audit
     from tidecd.usecases import webhook as hooks
 
     limit = limits.current().webhook_bytes
@@ -64,11 +66,14 @@ def webhook(request: Request) -> Response:
     if body is None:
         return _too_large(limit, "TIDECD_MAX_WEBHOOK_BYTES")
     runtime = _runtime()
-    answer = hooks.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime),
-                          path=request.full_path)
-    metrics.count_webhook(dict(request.headers), answer.status)
+    if request.path.rstrip("/") == audit.PATH:  # the kube-apiserver's audit webhook backend (EventList batches)
+        answer = audit.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime))
+    else:
+        answer = hooks.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime),
+                              path=request.full_path)
+        metrics.count_webhook(dict(request.headers), answer.status)
     response = _json(answer.status, answer.body)
-    if answer.status == 503:  # the store (or Pub/Sub) is away: GitHub redelivers
+    if answer.status == 503:  # the store (or Pub/Sub) is away: GitHub (or the audit backend) redelivers
         response.headers["Retry-After"] = str(answer.body.get("retry_after", hooks.RETRY_AFTER))
     return response
 

@@ -15,16 +15,22 @@ app.add_typer(cluster_app, name="cluster")
 def up(
     name: str = typer.Option("dev", help="Cluster name (one directory per name)."),
     kwok: bool = typer.Option(False, "--kwok", help="Also run controller-manager, scheduler and kwok."),
+    audit_webhook: str = typer.Option("", "--audit-webhook", metavar="URL", help=(
+        "Send the API server's audit events (writes, Metadata level, batches of at most 1 s) to this URL, "
+        "e.g. http://127.0.0.1:8080/audit (tidecd's webhook function); prints the TIDECD_AUDIT_TOKEN it sends.")),
 ) -> None:
     """Start the control plane in the background and print the KUBECONFIG to use."""
     existing = _recorded(name)
     if existing is not None:
-        if existing.is_running():
-            typer.echo(f"export KUBECONFIG={existing.kubeconfig}")
+        if existing.is_running() and existing.audit_webhook == audit_webhook:
+            _exports(existing)
             return
         existing.stop()
+    if audit_webhook and not audit_webhook.startswith(("http://", "https://")):
+        typer.echo(f"error: --audit-webhook {audit_webhook!r}: expected an http(s) URL", err=True)
+        raise typer.Exit(2)
     _ensure_tools(kwok)
-    cluster = DevCluster(workdir=default_workdir(name), kwok=kwok)
+    cluster = DevCluster(workdir=default_workdir(name), kwok=kwok, audit_webhook=audit_webhook)
     try:
         cluster.start()
     except Exception as exc:
@@ -32,7 +38,16 @@ def up(
         raise typer.Exit(1) from exc
     typer.echo(f"# control plane {name!r} is up at {cluster.server}; stop it with `tidecd dev cluster down`",
                err=True)
+    if audit_webhook:
+        typer.echo(f"# audit events go to {audit_webhook}; act as someone else with "
+                   f"KUBECONFIG={cluster.user_kubeconfig}", err=True)
+    _exports(cluster)
+
+
+def _exports(cluster: DevCluster) -> None:
     typer.echo(f"export KUBECONFIG={cluster.kubeconfig}")
+    if cluster.audit_webhook:
+        typer.echo(f"export TIDECD_AUDIT_TOKEN={cluster.audit_token}")
 
 
 @cluster_app.command("down")

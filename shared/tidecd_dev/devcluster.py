@@ -4,6 +4,13 @@ etcd and kube-apiserver on free loopback ports with freshly generated certificat
 with `kwok=True` also kube-controller-manager, kube-scheduler and kwok with a fake Node, so Deployments
 become Available and Jobs complete without any container runtime. Everything lives in one directory and
 every process is tracked by pid, so `stop()` leaves nothing behind.
+
+Beside the admin (a client certificate) a second person can act: `alice@example.com`, a static token user
+with the admin's rights (`user_kubeconfig`), so a test or the demo can make a change someone else made.
+With `audit_webhook` (a URL, tidecd's webhook function's `/audit`) the API server sends its audit events
+there, the way a production cluster's audit webhook backend does: the writes of `AUDIT_POLICY` (Metadata
+level, no leases or events), in batches at most `AUDIT_MAX_WAIT` old, with the bearer token in
+`audit_token` (give it to tidecd as TIDECD_AUDIT_TOKEN).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import datetime
 import ipaddress
 import json
 import os
+import secrets
 import socket
 import ssl
 import subprocess
@@ -33,6 +41,20 @@ READY_AFTER = "tidecd.test/ready-after"
 COMPLETE_AFTER = "tidecd.test/complete-after"
 FAIL_AFTER = "tidecd.test/fail-after"
 
+USER = "alice@example.com"  # the second person (a static token user in group system:masters)
+AUDIT_MAX_WAIT = "1s"  # a batch of audit events leaves the API server at most this long after its first
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [
+        {"level": "None", "userGroups": ["system:nodes"]},
+        {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]},
+                                        {"group": "", "resources": ["events"]},
+                                        {"group": "events.k8s.io", "resources": ["events"]}]},
+        {"level": "Metadata", "verbs": ["create", "update", "patch", "delete"]},
+        {"level": "None"},
+    ],
+}
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -48,10 +70,22 @@ class DevCluster:
     kwok: bool = False
     pids: dict[str, int] = field(default_factory=dict)
     api_port: int = 0
+    audit_webhook: str = ""  # the URL the API server posts its audit batches to ("": no audit backend)
 
     @property
     def kubeconfig(self) -> Path:
         return self.workdir / "kubeconfig"
+
+    @property
+    def user_kubeconfig(self) -> Path:
+        """A kubeconfig acting as `USER` (a token), not as the admin."""
+        return self.workdir / "kubeconfig-user"
+
+    @property
+    def audit_token(self) -> str:
+        """The bearer token the audit backend sends ("" without `audit_webhook`)."""
+        path = self.workdir / "pki" / "audit-token"
+        return path.read_text().strip() if path.exists() else ""
 
     @property
     def server(self) -> str:
@@ -90,13 +124,14 @@ class DevCluster:
         _remove_tree(self.workdir)
 
     def save_state(self) -> None:
-        state = {"pids": self.pids, "api_port": self.api_port, "kwok": self.kwok}
+        state = {"pids": self.pids, "api_port": self.api_port, "kwok": self.kwok, "audit_webhook": self.audit_webhook}
         (self.workdir / "state.json").write_text(json.dumps(state))
 
     @classmethod
     def load(cls, workdir: Path) -> DevCluster:
         state = json.loads((workdir / "state.json").read_text())
-        return cls(workdir=workdir, kwok=state["kwok"], pids=state["pids"], api_port=state["api_port"])
+        return cls(workdir=workdir, kwok=state["kwok"], pids=state["pids"], api_port=state["api_port"],
+                   audit_webhook=state.get("audit_webhook", ""))
 
     def is_running(self) -> bool:
         return bool(self.pids) and all(alive(pid) for pid in self.pids.values())
@@ -147,7 +182,27 @@ class DevCluster:
             "--service-account-key-file", str(pki / "sa.pub"),
             "--service-account-signing-key-file", str(pki / "sa.key"),
             "--enable-priority-and-fairness=false", "--profiling=false", "-v", "0",
+            "--token-auth-file", str(pki / "tokens.csv"), *self._audit_args(),
         ])
+
+    def _audit_args(self) -> list[str]:
+        """The audit webhook backend's flags, its policy and kubeconfig written beside the certificates."""
+        if not self.audit_webhook:
+            return []
+        pki = self.workdir / "pki"
+        token = self.audit_token or secrets.token_hex(16)
+        _private(pki / "audit-token", token)
+        (pki / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
+        _private(pki / "audit-webhook.kubeconfig", yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "tidecd",
+            "clusters": [{"name": "tidecd", "cluster": {"server": self.audit_webhook}}],
+            "users": [{"name": "tidecd", "user": {"token": token}}],
+            "contexts": [{"name": "tidecd", "context": {"cluster": "tidecd", "user": "tidecd"}}],
+        }))
+        return ["--audit-policy-file", str(pki / "audit-policy.yaml"),
+                "--audit-webhook-config-file", str(pki / "audit-webhook.kubeconfig"),
+                "--audit-webhook-mode", "batch", "--audit-webhook-batch-max-wait", AUDIT_MAX_WAIT,
+                "--audit-webhook-initial-backoff", "1s"]
 
     def _start_kwok_stack(self) -> None:
         pki, kc = self.workdir / "pki", str(self.kubeconfig)
@@ -231,6 +286,10 @@ class DevCluster:
             self.server, (pki / "ca.crt").read_bytes(), (pki / "admin.crt").read_bytes(),
             (pki / "admin.key").read_bytes(), name="tidecd-dev",
         ))
+        config = yaml.safe_load(render_kubeconfig(self.server, (pki / "ca.crt").read_bytes(), b"", b"",
+                                                  name="tidecd-dev-user"))
+        config["users"][0]["user"] = {"token": (pki / "user-token").read_text().strip()}
+        _private(self.user_kubeconfig, yaml.safe_dump(config))
 
 
 def render_kubeconfig(server: str, ca: bytes, cert: bytes, key: bytes, *, name: str) -> str:
@@ -314,6 +373,10 @@ def _write_pki(pki: Path) -> None:
                                           ca_key, client=True))
     (pki / "admin.key").write_bytes(key_pem(admin_key))
 
+    user_token = secrets.token_hex(16)  # USER's: a static token with the admin's rights
+    _private(pki / "user-token", user_token)
+    _private(pki / "tokens.csv", f'{user_token},{USER},{USER.split("@")[0]},"system:masters"\n')
+
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     (pki / "sa.key").write_bytes(key_pem(sa_key))
     (pki / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
@@ -321,6 +384,13 @@ def _write_pki(pki: Path) -> None:
 
 
 # -- process helpers -------------------------------------------------------------------------------------
+
+
+def _private(path: Path, text: str) -> None:
+    """A file only its owner reads (tokens, kubeconfigs with a token)."""
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_text(text)
 
 
 def _remove_tree(path: Path) -> None:

@@ -8,6 +8,7 @@ stored bytes are compared before and after.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 
@@ -18,7 +19,8 @@ from tidecd.base.model import Action, ChangeEntry, HealthStatus, ResourceKey, Sy
 from tidecd.clients.store import MemoryStore
 from tidecd.diff import Comparison, ResourceDiff
 from tidecd.state import app as app_state
-from tidecd.state.app import AppState, CachedComparison, OperationPhase, TaskPhase, TaskResult
+from tidecd.state.app import AppState, CachedComparison, DriftCause, OperationPhase, TaskPhase, TaskResult
+from tidecd.state.index import Write
 from tidecd.step import record
 from tidecd.step.desired import Desired
 from tidecd.step.execute import Applied, Executed
@@ -99,6 +101,12 @@ TRANSITIONS: dict[str, Callable[[AppState], object]] = {
         entries=(ChangeEntry(OLD, Action.PRUNED, "pruned"),))),
     "finish": lambda s: record.finish(s, OperationPhase.SUCCEEDED, "done", finished()),
     "remember_writes": lambda s: record.remember_writes(s, target(), {WEB: "identity"}),
+    "attributed": lambda s: record.attributed(s, [Write("", "configmaps", "ns", "web", "patch", "alice", "kubectl/1",
+                                                        NOW)], 1767323045.0, NOW),
+    "healing": lambda s: record.healing(record.started(
+        dataclasses.replace(s, automation=dataclasses.replace(s.automation, drift=DriftCause(WEB, "alice"))),
+        new_operation(application(), automated=True))),
+    "indexed": lambda s: record.indexed(s, "digest"),
 }
 
 

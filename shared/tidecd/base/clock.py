@@ -7,6 +7,7 @@ budget) pauses through a `Clock`, and anything longer becomes a recorded continu
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 from typing import Protocol
@@ -57,3 +58,12 @@ class FakeClock:
 
 
 SYSTEM = SystemClock()
+
+
+def unix(iso: str) -> float:
+    """Unix seconds of a time as the state writes it (`2026-01-02T03:04:05Z`, fractions too); 0.0 for ""
+    or anything unreadable (a time never recorded reads as long ago)."""
+    try:
+        return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

@@ -190,6 +190,7 @@ class Cluster(Protocol):
 _discovery_cache: dict[str, dict[tuple[str, str], ApiResource]] = {}
 _discovery_lock = threading.Lock()
 _VERSIONS: dict[int, tuple[Any, str, float]] = {}  # id(api client) → (the client, gitVersion, when asked)
+USER_AGENT = constants.FIELD_MANAGER  # its writes are told apart in the audit log too (usecases.audit)
 VERSION_TTL = 300.0  # seconds: an upgraded server is noticed (and discovered again) within this
 
 
@@ -214,7 +215,7 @@ class KubeCluster:
             try:
                 client: ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
                     config_file=path, context=context)
-                return client
+                return _as_tidecd(client)
             except Exception as exc:  # noqa: BLE001 - every failure of reading it is the same user problem
                 raise ConfigError(_kubeconfig_problem(path, exc)) from None
 
@@ -587,13 +588,20 @@ def client_for_secret(secret: Manifest) -> ApiClient:
     def connect() -> ApiClient:
         try:
             client: ApiClient = kube_config.new_client_from_config_dict(kubeconfig)  # type: ignore[no-untyped-call]
-            return client
+            return _as_tidecd(client)
         except (ValueError, TypeError, kube_config.ConfigException) as exc:  # never echo the (secret) values
             raise PermanentError(f"cluster secret {meta_name}: field config is not usable "
                                  f"({type(exc).__name__})") from None
 
     identity = hashlib.sha256(json.dumps(kubeconfig, sort_keys=True).encode()).hexdigest()
     return _shared_client(f"secret\0{identity}", connect)
+
+
+def _as_tidecd(client: ApiClient) -> ApiClient:
+    """tidecd's requests name it (`User-Agent: tidecd/...`), so its own writes are known in the cluster's
+    audit log (`tidecd.usecases.audit` ignores them) as they are in `managedFields` (FIELD_MANAGER)."""
+    client.user_agent = USER_AGENT
+    return client
 
 
 # A warm instance keeps its clients: each one holds a pool of open TLS connections to its API server. A new

@@ -221,7 +221,8 @@ def slack_message(event: Event, app_url: str) -> dict[str, Any]:
               {"title": "Health", "value": event.health, "short": True}]
     return {"text": f"{title}{f' ({app_url})' if app_url else ''}",
             "attachments": [{"color": color, "title": title, "title_link": app_url or None,
-                             "text": gh.cut(event.message, 3000), "fields": fields}]}
+                             "text": gh.cut("\n".join(t for t in (event.cause, event.message) if t), 3000),
+                             "fields": fields}]}
 
 
 _STATUS_OF = {"on-sync-running": "pending", "on-sync-succeeded": "success", "on-deployed": "success",

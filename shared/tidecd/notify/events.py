@@ -38,6 +38,7 @@ class Event:
     sync_status: str = ""
     health: str = ""
     at: str = ""
+    cause: str = ""  # a self-heal's: who drifted what (from the audit log), and whether it was restored
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -74,12 +75,16 @@ def events(seen: Seen, state: AppState, now: str = "") -> tuple[list[Event], See
     out: list[Event] = []
     op = state.operation
 
+    cause = ""
+    if op is not None and op.request.cause:
+        cause = next((h.cause for h in reversed(state.history) if h.operation_id == op.id), op.request.cause)
+
     def fire(trigger: str, key: str) -> None:
         if key and fired.get(trigger) != key:
             fired[trigger] = key
             out.append(Event(trigger, state.app, key, op.revision if op else state.revision, op.id if op else "",
                              op.phase.value if op else "", (op.message if op else "") or state.health_message,
-                             state.sync_status.value, state.health.value, now))
+                             state.sync_status.value, state.health.value, now, cause if op else ""))
 
     if op is not None and op.id and not op.request.dry_run:
         fire("on-sync-running", op.id)  # also when it finished within one step: it did run

@@ -200,6 +200,8 @@ class OperationRequest:
     only: list[dict[str, str]] | None = None  # selective sync: these resources, no hooks
     rollback: bool = False
     initiated_by: str = ""
+    cause: str = ""  # the drift this (self-heal) operation repairs, as `DriftCause.describe` says it
+    self_heal_attempts: int = 0  # Argo CD's `autoHealAttemptsCount`: repairs of this revision, this one included
 
 
 @dataclass
@@ -229,7 +231,7 @@ class Progress:
 
 _GROUPS: dict[str, tuple[type[Any], dict[str, str]]] = {  # group field -> its type, {stored name: field name}
     "request": (OperationRequest, {f: f for f in ("source", "automated", "dry_run", "prune", "only", "rollback",
-                                                  "initiated_by")}),
+                                                  "initiated_by", "cause", "self_heal_attempts")}),
     "retry": (RetryState, {"retry_count": "count", "next_attempt_at": "next_attempt_at",
                            "step_errors": "step_errors", "retryable": "retryable",
                            "outage_since": "outage_since"}),
@@ -310,17 +312,58 @@ class HistoryEntry:
     target_revision: str = ""
     operation_id: str = ""
     revisions: list[str] = field(default_factory=list)  # multi-source: each source's, as deployed
+    cause: str = ""  # a self-heal's: who drifted what, and whether it was restored
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "revision": self.revision, "deployed_at": self.deployed_at, "result": self.result,
                 "source_path": self.source_path, "target_revision": self.target_revision,
-                "operation_id": self.operation_id, "revisions": list(self.revisions)}
+                "operation_id": self.operation_id, "revisions": list(self.revisions), "cause": self.cause}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HistoryEntry:
         known = _known(cls, data)[0]
         known["revisions"] = _revisions(data)
         return cls(**known)
+
+
+@dataclass(frozen=True)
+class DriftCause:
+    """Who changed an object of the app outside git, from the cluster's audit log (`tidecd.usecases.audit`):
+    the comparison says *what* drifted, only the audit event says *who*. Kept in the state, so the drift
+    condition, the dashboard, the history entry of the repair and the notification all name the same
+    person; `restored` is when a self-heal put it back ("" while it is not)."""
+
+    key: ResourceKey
+    user: str
+    user_agent: str = ""
+    at: str = ""  # the audit event's stageTimestamp, ISO 8601 UTC
+    verb: str = ""  # create, update, patch, delete
+    paths: tuple[str, ...] = ()  # the fields the comparison found changed
+    restored: str = ""
+
+    def describe(self) -> str:
+        """E.g. "Deployment guestbook/frontend: spec.replicas changed by alice@example.com via kubectl at
+        10:42:03"; the agent's first word only (kubectl, not its version and platform)."""
+        where = f"{self.key.namespace}/{self.key.name}" if self.key.namespace else self.key.name
+        what = ("deleted" if self.verb == "delete" else "created" if self.verb == "create" else
+                (", ".join(self.paths[:3]) + (f" and {len(self.paths) - 3} more" if len(self.paths) > 3 else "")
+                 + " changed") if self.paths else "changed")
+        agent = self.user_agent.split("/", 1)[0].split(" ", 1)[0].strip()
+        clock = self.at[11:19] if len(self.at) >= 19 else self.at
+        text = f"{self.key.kind} {where}: {what} by {self.user or 'an unknown user'}"
+        return text + (f" via {agent}" if agent else "") + (f" at {clock}" if clock else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key.to_dict(), "user": self.user, "user_agent": self.user_agent, "at": self.at,
+                "verb": self.verb, "paths": list(self.paths), "restored": self.restored}
+
+    @classmethod
+    def from_json(cls, data: Any) -> DriftCause:
+        if not isinstance(data, dict):
+            raise TypeError("not an object")
+        return cls(ResourceKey.from_dict(data["key"]), str(data.get("user", "")), str(data.get("user_agent", "")),
+                   str(data.get("at", "")), str(data.get("verb", "")),
+                   tuple(str(p) for p in data.get("paths") or ()), str(data.get("restored", "")))
 
 
 @dataclass(frozen=True)
@@ -353,6 +396,9 @@ class Automation:
 
     synced: str = ""  # stored as `auto_synced`: "<sha>:<source hash>" automated sync already applied
     disabled: bool = False  # stored as `automated_disabled`: set by a rollback
+    # the last drift the audit log attributed (`tidecd.usecases.audit`): what a self-heal repairs, and what
+    # the drift condition names without one
+    drift: DriftCause | None = None
 
 
 @dataclass
@@ -363,6 +409,7 @@ class StepMemo:
     reconciled_at: str = ""
     comparisons: dict[str, CachedComparison] = field(default_factory=dict)  # stored as `comparison_cache`
     quiet: dict[str, str] = field(default_factory=dict)
+    indexed: str = ""  # digest of the inventory the resource index holds (`tidecd.state.index`)
 
 
 @dataclass(frozen=True)
@@ -402,10 +449,10 @@ class AppState:
         self.inventory = [{**key.to_dict(), "wave": wave} for key, wave in sorted(items)]
 
     def add_history(self, revision: str, result: str, source_path: str, target_revision: str,
-                    operation_id: str = "", revisions: list[str] | None = None) -> HistoryEntry:
+                    operation_id: str = "", revisions: list[str] | None = None, cause: str = "") -> HistoryEntry:
         next_id = (self.history[-1].id + 1) if self.history else 1
         entry = HistoryEntry(next_id, revision, now_iso(), result, source_path, target_revision, operation_id,
-                             list(revisions) if revisions is not None else split_revisions(revision))
+                             list(revisions) if revisions is not None else split_revisions(revision), cause)
 
         self.history = [*self.history, entry][-history_limit():]  # TIDECD_HISTORY_LIMIT (default 10)
         return entry
@@ -419,7 +466,8 @@ class AppState:
             "history": [h.to_json() for h in self.history], "auto_synced": self.automation.synced,
             "automated_disabled": self.automation.disabled, "reconciled_at": self.memo.reconciled_at,
             "comparison_cache": {k: v.to_json() for k, v in self.memo.comparisons.items()},
-            "quiet": self.memo.quiet,
+            "quiet": self.memo.quiet, "indexed": self.memo.indexed,
+            "drift": self.automation.drift.to_json() if self.automation.drift else None,
         }
         return {**self.extra, **data}
 
@@ -434,7 +482,8 @@ class AppState:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AppState:
-        grouped = ("auto_synced", "automated_disabled", "reconciled_at", "comparison_cache", "quiet")
+        grouped = ("auto_synced", "automated_disabled", "reconciled_at", "comparison_cache", "quiet", "indexed",
+                   "drift")
         known, extra = _known(cls, {k: v for k, v in data.items() if k not in grouped})
         for name in ("extra", "automation", "memo", "origin"):
             known.pop(name, None)
@@ -453,9 +502,11 @@ class AppState:
             reconciled_at=str(data.get("reconciled_at") or ""),
             comparisons={str(k): entry for k, v in (cache.items() if isinstance(cache, dict) else ())
                          if (entry := _one(CachedComparison.from_json, v)) is not None},
-            quiet={str(k): str(v) for k, v in quiet.items()} if isinstance(quiet, dict) else {})
+            quiet={str(k): str(v) for k, v in quiet.items()} if isinstance(quiet, dict) else {},
+            indexed=str(data.get("indexed") or ""))
         known["automation"] = Automation(synced=str(data.get("auto_synced") or ""),
-                                         disabled=bool(data.get("automated_disabled", False)))
+                                         disabled=bool(data.get("automated_disabled", False)),
+                                         drift=_one(DriftCause.from_json, data["drift"]) if data.get("drift") else None)
         return cls(**known, extra=extra)
 
 

@@ -18,12 +18,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from tidecd import health
+from tidecd.base.clock import unix
 from tidecd.base.model import Action, ChangeEntry, HealthResult, HealthStatus, Manifest, ResourceKey, SyncStatus
 from tidecd.clients.store import LeaseKeeper, ObjectStore, PreconditionFailed
 from tidecd.config.load import Application
 from tidecd.diff import Comparison, fingerprint
 from tidecd.state import app as app_state
-from tidecd.state.app import AppState, CachedComparison, Operation, OperationPhase, TaskPhase, TaskResult
+from tidecd.state.app import AppState, CachedComparison, DriftCause, Operation, OperationPhase, TaskPhase, TaskResult
+from tidecd.state.index import Write
 from tidecd.step.desired import revisions_of
 from tidecd.step.execute import Executed
 from tidecd.step.observe import Target
@@ -34,6 +36,8 @@ from tidecd.sync.apply import with_ownership
 
 HEALTH_FOLLOW_SECONDS = 600.0  # after a sync, refresh a Progressing app this long ...
 HEALTH_RECHECK_AFTER = 5.0  # ... this often
+DRIFT_CONDITION = "DriftDetected"
+DRIFT_WINDOW = 3600.0  # seconds: an audited write older than this (before the comparison) names no drift
 
 
 # -- what was observed ---------------------------------------------------------------------------------
@@ -99,6 +103,39 @@ def condition(state: AppState, kind: str, message: str, now: str, *, unknown: bo
 def noted(state: AppState, found: dict[str, str]) -> AppState:
     """One more condition beside the observation's (a sync window that holds an automated sync back)."""
     return replace(state, conditions=[*state.conditions, found])
+
+
+def attributed(state: AppState, writes: Iterable[Write], now: float, at: str) -> AppState:
+    """Who drifted the app: the newest audited write (`tidecd.state.index`) of an object the comparison
+    found OutOfSync (or missing) becomes the app's `drift` and a condition naming the user, the agent and
+    the time. A write older than `DRIFT_WINDOW`, or than the last repair, names nothing: an unaudited
+    change (lost events, a poll's find) is not pinned on whoever wrote the object before."""
+    drifted = {r.key: r for r in state.resources if r.status is not SyncStatus.SYNCED and not r.requires_pruning}
+    old = state.automation.drift
+    since = max(unix(old.restored) if old is not None else 0.0, now - DRIFT_WINDOW)
+    found = [(w, key) for w in writes for key in drifted if w.names(key) and unix(w.at) >= since]
+    if not found:
+        return state
+    write, key = max(found, key=lambda pair: pair[0].at)
+    cause = DriftCause(key, write.user, write.user_agent, write.at, write.verb, tuple(drifted[key].changed))
+    if old is not None and (old.key, old.at, old.user, old.paths) == (cause.key, cause.at, cause.user, cause.paths):
+        cause = old
+    condition = {"type": DRIFT_CONDITION, "at": at, "message": cause.describe()}
+    return replace(state, automation=replace(state.automation, drift=cause), conditions=[*state.conditions, condition])
+
+
+def healing(state: AppState) -> AppState:
+    """An automated operation that starts while a drift is attributed and not restored repairs it: it
+    carries the drift's description into its history entry and notifications."""
+    op, drift = state.operation, state.automation.drift
+    if op is None or drift is None or drift.restored or not op.request.automated:
+        return state
+    return _with_operation(state, replace(op, request=replace(op.request, cause=drift.describe())))
+
+
+def indexed(state: AppState, value: str) -> AppState:
+    """The resource index now holds this inventory (`tidecd.state.index.digest`)."""
+    return replace(state, memo=replace(state.memo, indexed=value))
 
 
 def compared(state: AppState, cache: Mapping[str, CachedComparison]) -> AppState:
@@ -328,12 +365,18 @@ def finish(state: AppState, phase: OperationPhase, message: str, end: Finished) 
         automation = replace(automation, disabled=True)
     elif not op.request.automated and not op.request.source.get("revision"):
         automation = replace(automation, disabled=False)
+    cause = op.request.cause
+    if cause:
+        cause += "; restored" if succeeded else f"; not restored (the repair {phase.value.lower()})"
+        drift = automation.drift
+        if succeeded and drift is not None and not drift.restored:
+            automation = replace(automation, drift=replace(drift, restored=end.at))
     new = replace(state, operation=op, automation=automation)
     # both assign a new list on the copy (the input's lists are not touched)
     new.set_inventory([(k, w) for k, w in inventory.items() if k not in gone])
     new.add_history(op.revision, phase.value, str(op.request.source.get("path", "")),
                     str(op.request.source.get("targetRevision", "")), op.id,
-                    op.revisions or (revisions_of(app, op.revision) if app is not None else None))
+                    op.revisions or (revisions_of(app, op.revision) if app is not None else None), cause)
     if end.target is not None:
         new = remember_writes(new, end.target, end.written)
     return new, delay

@@ -35,6 +35,7 @@ from tidecd.project import windows as syncwindows
 from tidecd.runtime import Runtime
 from tidecd.source import charts
 from tidecd.state import app as app_state
+from tidecd.state import index
 from tidecd.state.app import OperationPhase
 from tidecd.step import execute, observe, quiet, record
 from tidecd.step.desired import place, runtime_render, spec_hash
@@ -194,6 +195,9 @@ class Observer:
         now = self.ctx.iso()
         self.notes = dataclasses.replace(self.notes, claimed=compared.claimed, orphans=observe.orphans(target, now))
         self.state = record.observed(self.state, target, self.comparison, view.live, self.notes, now)
+        if self.state.sync_status is SyncStatus.OUT_OF_SYNC:  # who drifted it, when the audit log told us
+            self.state = record.attributed(self.state, index.writes(self.ctx.runtime.store, self.ctx.name),
+                                           self.ctx.clock.now(), now)
 
     def compare_with(self, found: observe.Listing) -> observe.Compared:
         target = self.current
@@ -258,6 +262,9 @@ class Step:
         self.changes = ChangeSet()
         self.eye = Observer(ctx, state, self.changes)
         self.end = End()
+        keys = frozenset(k for k, _ in state.inventory_keys())
+        # what the resource index holds for the app (None: unknown, a state of before the index)
+        self.indexed: frozenset[ResourceKey] | None = keys if state.memo.indexed == index.digest(keys) else None
 
     @property
     def state(self) -> app_state.AppState:
@@ -419,9 +426,10 @@ class Step:
         op, target = self.state.operation, self.eye.current
         if isinstance(step, decision.StartOperation):
             sha = target.desired.revision
-            self.state = record.started(self.state, new_operation(
+            self.state = record.healing(record.started(self.state, new_operation(
                 target.app, prune=step.prune, initiated_by="automated", automated=True,
-                retry_count=step.retry_count, resolved=sha, started_at=self.ctx.iso()))
+                retry_count=step.retry_count, resolved=sha, started_at=self.ctx.iso(),
+                self_heal_attempts=step.self_heal_attempts)))
             log.info("automated sync", app=target.name, revision=sha[:12], retry=step.retry_count)
             self.eye.target = target.planned(self.eye.naming())  # generateName hooks are named for this operation
             self.save()
@@ -552,10 +560,25 @@ class Step:
         log.info("generated app deleted", app=name, owner=owner)
 
     def save(self) -> None:
+        keep_index(self)
         op, state = self.state.operation, self.state
         settled = not (op is not None and op.running) and state.health is not HealthStatus.PROGRESSING
         self.saved = record.save(self.ctx.runtime.store, state, self.saved,
                                  settled=settled and self.end.continue_after is None)
+
+
+def keep_index(step: Step) -> None:
+    """Keep the resource index (`tidecd.state.index`) to the inventory, before the state says it is: an
+    audit event about an object the app just took over finds the app. Only what changed is written; a
+    state of before the index marks its whole inventory (markers already there cost nothing)."""
+    keys = frozenset(k for k, _ in step.state.inventory_keys())
+    value = index.digest(keys)
+    if value == step.state.memo.indexed and step.indexed is not None:
+        return
+    before = step.indexed or frozenset()
+    index.update(step.ctx.runtime.store, step.ctx.name, keys - before, before - keys)
+    step.indexed = keys
+    step.state = record.indexed(step.state, value)
 
 
 def quiet_record(step: Step) -> dict[str, str]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from tidecd import health
 from tidecd.base import constants, ownership
+from tidecd.base.clock import unix
 from tidecd.base.model import Action, HealthStatus, Manifest, ResourceKey
 from tidecd.state.app import Operation, OperationPhase, TaskPhase, TaskResult
 from tidecd.sync.plan import PHASE_ORDER, Phase, Task
@@ -40,6 +41,7 @@ SKIP_DRY_RUN = "SkipDryRunOnMissingResource=true"
 ALLOW_TAKEOVER = "AllowTakeover=true"
 REPLACE = "Replace=true"
 BEFORE_HOOK_CREATION = "BeforeHookCreation"
+SELF_HEAL_SECONDS, SELF_HEAL_FACTOR, SELF_HEAL_CAP_SECONDS = 2.0, 3.0, 300.0  # Argo CD's self-heal backoff
 
 
 # Without syncPolicy.retry, an outage of the API server is still waited out, with Argo CD's default backoff
@@ -146,6 +148,7 @@ class StartOperation:
 
     retry_count: int = 0
     prune: bool = False
+    self_heal_attempts: int = 0  # a self-heal's: the repairs of this revision so far, this one included
 
 
 @dataclass(frozen=True)
@@ -252,16 +255,32 @@ def _automated(obs: Observation, op: Operation | None, policy: Policy) -> Step:
         return _start(obs, policy, op.retry.count + 1)
     if obs.auto_synced and not policy.self_heal:
         return Nothing("this revision was synced automatically already")
+    if obs.auto_synced:  # self-heal: a repair of the revision synced already, after Argo CD's backoff
+        attempts = op.request.self_heal_attempts if op is not None and op.revision == obs.revision else 0
+        due = (unix(op.finished_at) if op is not None else 0.0) + self_heal_delay(attempts)
+        if attempts and obs.now < due:
+            return Nothing(f"self-heal backoff: repair {attempts + 1} of {obs.revision[:12]}", retry_at=due)
+        return _start(obs, policy, 0, attempts + 1)
     return _start(obs, policy, 0)
 
 
-def _start(obs: Observation, policy: Policy, retry_count: int) -> Step:
+def self_heal_delay(attempts: int) -> float:
+    """Argo CD's self-heal backoff (`selfHealRemainingBackoff`, before the time since the last operation
+    ended): the first repair of a revision at once, then 2 s, 6 s, 18 s ... at most 300 s after the
+    previous one ended (argocd-cmd-params-cm `controller.self.heal.timeout.seconds`, `.backoff.factor`,
+    `.backoff.cap.seconds`, at their defaults)."""
+    if attempts <= 0:
+        return 0.0
+    return min(SELF_HEAL_SECONDS * SELF_HEAL_FACTOR ** (attempts - 1), SELF_HEAL_CAP_SECONDS)
+
+
+def _start(obs: Observation, policy: Policy, retry_count: int, self_heal_attempts: int = 0) -> Step:
     resources = [t for t in obs.tasks if not t.hook]
     desired = {t.key for t in resources}
     if policy.prune and not policy.allow_empty and not resources and prune_candidates(obs.inventory, desired):
         return Refuse("automated sync refused: it would prune every resource of the app (the source declares "
                       "none); set syncPolicy.automated.allowEmpty: true to allow it, or sync by hand")
-    return StartOperation(retry_count=retry_count, prune=policy.prune)
+    return StartOperation(retry_count=retry_count, prune=policy.prune, self_heal_attempts=self_heal_attempts)
 
 
 def selected(obs: Observation, op: Operation) -> list[Task]:
