@@ -10,11 +10,13 @@ with the admin's rights (`user_kubeconfig`), so a test or the demo can make a ch
 With `audit_webhook` (a URL, tidecd's webhook function's `/audit`) the API server sends its audit events
 there, the way a production cluster's audit webhook backend does: the writes of `AUDIT_POLICY` (Metadata
 level, no leases or events), in batches at most `AUDIT_MAX_WAIT` old, with the bearer token in
-`audit_token` (give it to tidecd as TIDECD_AUDIT_TOKEN).
+`audit_token` (give it to tidecd as TIDECD_AUDIT_TOKEN). client-go sends a token only over TLS, so a
+plain-HTTP URL (a local function) gets a TLS front of the control plane's CA (`tidecd_dev.tlsproxy`).
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
 import ipaddress
 import json
@@ -23,8 +25,10 @@ import secrets
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +75,7 @@ class DevCluster:
     pids: dict[str, int] = field(default_factory=dict)
     api_port: int = 0
     audit_webhook: str = ""  # the URL the API server posts its audit batches to ("": no audit backend)
+    audit_proxy_port: int = 0  # the TLS front of a plain-HTTP `audit_webhook` (`tidecd_dev.tlsproxy`)
 
     @property
     def kubeconfig(self) -> Path:
@@ -124,19 +129,27 @@ class DevCluster:
         _remove_tree(self.workdir)
 
     def save_state(self) -> None:
-        state = {"pids": self.pids, "api_port": self.api_port, "kwok": self.kwok, "audit_webhook": self.audit_webhook}
+        state = {"pids": self.pids, "api_port": self.api_port, "kwok": self.kwok, "audit_webhook": self.audit_webhook,
+                 "audit_proxy_port": self.audit_proxy_port}
         (self.workdir / "state.json").write_text(json.dumps(state))
 
     @classmethod
     def load(cls, workdir: Path) -> DevCluster:
         state = json.loads((workdir / "state.json").read_text())
         return cls(workdir=workdir, kwok=state["kwok"], pids=state["pids"], api_port=state["api_port"],
-                   audit_webhook=state.get("audit_webhook", ""))
+                   audit_webhook=state.get("audit_webhook", ""), audit_proxy_port=state.get("audit_proxy_port", 0))
 
     def is_running(self) -> bool:
         return bool(self.pids) and all(alive(pid) for pid in self.pids.values())
 
     # -- processes -------------------------------------------------------------------------------------
+
+    def _port(self) -> int:
+        """A free port, never the audit webhook's: that one was handed out before its server listens."""
+        taken = urllib.parse.urlsplit(self.audit_webhook).port if self.audit_webhook else None
+        while (port := free_port()) == taken:
+            pass
+        return port
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child process
@@ -149,7 +162,7 @@ class DevCluster:
         self.save_state()
 
     def _start_etcd(self) -> None:
-        client, peer = free_port(), free_port()
+        client, peer = self._port(), self._port()
         self.etcd_url = f"http://127.0.0.1:{client}"
         self._spawn("etcd", [
             binary("etcd"), "--data-dir", str(self.workdir / "etcd"), "--name", "default",
@@ -170,7 +183,7 @@ class DevCluster:
 
     def _start_apiserver(self, port: int = 0) -> None:
         pki = self.workdir / "pki"
-        self.api_port = port or free_port()
+        self.api_port = port or self._port()
         self._spawn("kube-apiserver", [
             binary("kube-apiserver"), "--etcd-servers", self.etcd_url,
             "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
@@ -193,9 +206,20 @@ class DevCluster:
         token = self.audit_token or secrets.token_hex(16)
         _private(pki / "audit-token", token)
         (pki / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
+        target = urllib.parse.urlsplit(self.audit_webhook)
+        server: dict[str, str] = {"server": self.audit_webhook}
+        if target.scheme == "http":  # client-go sends a token only over TLS: a TLS front of the CA's own
+            if "audit-proxy" not in self.pids or not alive(self.pids["audit-proxy"]):
+                self.audit_proxy_port = self.audit_proxy_port or self._port()
+                self._spawn("audit-proxy", [
+                    sys.executable, "-m", "tidecd_dev.tlsproxy", "--port", str(self.audit_proxy_port),
+                    "--upstream", f"http://{target.netloc}", "--cert", str(pki / "apiserver.crt"),
+                    "--key", str(pki / "apiserver.key")], env={"PYTHONPATH": str(Path(__file__).parents[1])})
+            server = {"server": f"https://127.0.0.1:{self.audit_proxy_port}{target.path}",
+                      "certificate-authority-data": base64.b64encode((pki / "ca.crt").read_bytes()).decode()}
         _private(pki / "audit-webhook.kubeconfig", yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "tidecd",
-            "clusters": [{"name": "tidecd", "cluster": {"server": self.audit_webhook}}],
+            "clusters": [{"name": "tidecd", "cluster": server}],
             "users": [{"name": "tidecd", "user": {"token": token}}],
             "contexts": [{"name": "tidecd", "context": {"cluster": "tidecd", "user": "tidecd"}}],
         }))
@@ -208,20 +232,20 @@ class DevCluster:
         pki, kc = self.workdir / "pki", str(self.kubeconfig)
         self._spawn("kube-controller-manager", [
             binary("kube-controller-manager"), "--kubeconfig", kc, "--leader-elect=false",
-            "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+            "--bind-address", "127.0.0.1", "--secure-port", str(self._port()),
             "--root-ca-file", str(pki / "ca.crt"), "--service-account-private-key-file", str(pki / "sa.key"),
             "--use-service-account-credentials=false", "--authentication-kubeconfig", kc,
             "--authorization-kubeconfig", kc, "--controllers", "*,-nodeipam,-service-lb-controller",
         ])
         self._spawn("kube-scheduler", [
             binary("kube-scheduler"), "--kubeconfig", kc, "--leader-elect=false",
-            "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+            "--bind-address", "127.0.0.1", "--secure-port", str(self._port()),
             "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
         ])
         self._spawn("kwok", [
             # On a loaded machine kwok's heartbeat lags; a 40 s node lease keeps the fake node Ready.
             binary("kwok"), "--kubeconfig", kc, "--manage-all-nodes=true", "--node-lease-duration-seconds", "40",
-            "--server-address", f"127.0.0.1:{free_port()}", "--node-ip", "127.0.0.1",
+            "--server-address", f"127.0.0.1:{self._port()}", "--node-ip", "127.0.0.1",
             # pod stages with delays a test asks for by annotation (tidecd.test/ready-after, ...)
             "--config", str(KWOK_STAGES),
         ])

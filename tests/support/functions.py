@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 class Function:
     """One functions-framework process serving one target."""
 
-    def __init__(self, target: str, env: dict[str, str], logdir: Path, signature: str = "http") -> None:
-        self.port = free_port()
+    def __init__(self, target: str, env: dict[str, str], logdir: Path, signature: str = "http", port: int = 0) -> None:
+        self.port = port or free_port()  # a fixed port: a URL given out before it started (an audit backend's)
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = logdir / f"{target}-{self.port}.log"
         with open(self.log, "wb") as out:
@@ -68,9 +68,9 @@ class Functions:
                 "TIDECD_API_TOKEN": self.token, "KUBECONFIG": str(self.gitops.dev.kubeconfig),
                 "PYTHONPATH": str(ROOT / "shared") + os.pathsep + str(ROOT), **self.extra_env}
 
-    def start(self, target: str, signature: str = "http") -> Function:
+    def start(self, target: str, signature: str = "http", port: int = 0) -> Function:
         if target not in self.running:
-            self.running[target] = Function(target, self.env(), self.tmp, signature)
+            self.running[target] = Function(target, self.env(), self.tmp, signature, port)
         return self.running[target]
 
     def deliver(self, event: str, payload: dict[str, Any], *, delivery: str | None = None,

@@ -183,6 +183,8 @@ def test_a_drift_is_refreshed_restored_and_named_with_who_did_it() -> None:
     op = state.operation
     assert op is not None and op.phase is OperationPhase.SUCCEEDED and op.request.cause == said
     assert last.cause == said + "; restored"
+    (kept,) = [c for c in state.conditions if c["type"] == "DriftDetected"]  # named for an hour after
+    assert kept["message"] == f"{said}; restored at 22:13:20" and kept["at"] == state.automation.drift.restored
     from tidecd.notify.events import Seen, events
 
     fired, _ = events(Seen(), state)

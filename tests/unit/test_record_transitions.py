@@ -107,6 +107,8 @@ TRANSITIONS: dict[str, Callable[[AppState], object]] = {
         dataclasses.replace(s, automation=dataclasses.replace(s.automation, drift=DriftCause(WEB, "alice"))),
         new_operation(application(), automated=True))),
     "indexed": lambda s: record.indexed(s, "digest"),
+    "drift_kept": lambda s: record.drift_kept(dataclasses.replace(s, automation=dataclasses.replace(
+        s.automation, drift=DriftCause(WEB, "alice", restored=NOW))), 1767323045.0),
 }
 
 

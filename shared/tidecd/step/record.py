@@ -120,8 +120,19 @@ def attributed(state: AppState, writes: Iterable[Write], now: float, at: str) ->
     cause = DriftCause(key, write.user, write.user_agent, write.at, write.verb, tuple(drifted[key].changed))
     if old is not None and (old.key, old.at, old.user, old.paths) == (cause.key, cause.at, cause.user, cause.paths):
         cause = old
-    condition = {"type": DRIFT_CONDITION, "at": at, "message": cause.describe()}
+    condition = {"type": DRIFT_CONDITION, "at": cause.at or at, "message": cause.describe()}
     return replace(state, automation=replace(state.automation, drift=cause), conditions=[*state.conditions, condition])
+
+
+def drift_kept(state: AppState, now: float) -> AppState:
+    """A drift repaired less than `DRIFT_WINDOW` ago stays named, as the condition `DriftDetected` with
+    "; restored at ..." (its time is the repair's, so a step that changed nothing writes nothing)."""
+    drift = state.automation.drift
+    if drift is None or not drift.restored or now - unix(drift.restored) > DRIFT_WINDOW:
+        return state
+    message = f"{drift.describe()}; restored at {drift.restored[11:19]}"
+    return replace(state, conditions=[*state.conditions, {"type": DRIFT_CONDITION, "at": drift.restored,
+                                                          "message": message}])
 
 
 def healing(state: AppState) -> AppState:

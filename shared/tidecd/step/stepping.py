@@ -198,6 +198,8 @@ class Observer:
         if self.state.sync_status is SyncStatus.OUT_OF_SYNC:  # who drifted it, when the audit log told us
             self.state = record.attributed(self.state, index.writes(self.ctx.runtime.store, self.ctx.name),
                                            self.ctx.clock.now(), now)
+        else:
+            self.state = record.drift_kept(self.state, self.ctx.clock.now())
 
     def compare_with(self, found: observe.Listing) -> observe.Compared:
         target = self.current

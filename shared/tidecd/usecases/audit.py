@@ -208,7 +208,9 @@ def handle(headers: Mapping[str, str], body: bytes, runtime: Runtime, dispatcher
     """Answer one batch of the audit webhook backend; see the module docstring."""
     settings = settings if settings is not None else AuditSettings.from_env()
     if not bearer.authorized(headers, settings.token):
-        log.info("audit batch refused", status=401)
+        given = {k.lower(): v for k, v in headers.items()}.get("authorization", "")
+        log.info("audit batch refused", status=401, configured=bool(settings.token),  # never the token itself
+                 authorization=given.partition(" ")[0].lower() or "absent")
         return Response(401, {"error": "unauthorized: the audit webhook's kubeconfig must carry the token in "
                                        "TIDECD_AUDIT_TOKEN"})
     try:
