@@ -300,3 +300,17 @@ def test_repeated_drift_is_repaired_after_argo_cds_self_heal_backoff() -> None:
         attempts.append(state.operation.request.self_heal_attempts)
     assert attempts == [1, 2, 3]
     assert decide.self_heal_delay(10) == 300.0
+
+
+def test_an_object_the_app_no_longer_manages_leaves_the_index() -> None:
+    cluster, store, git = FakeCluster(), MemoryStore(), FakeGit()
+    cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
+    settings = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"k": "v"}}
+    git.push([deployment(1), settings])
+    runtime = fake_runtime(cluster, store, application(automated=True, prune=True), git)
+    reconcile(runtime, "app", clock=FakeClock())
+    assert index.owners(store, "apps", "ns", "web") == index.owners(store, "", "ns", "settings") == ["app"]
+    git.push([settings])  # the Deployment leaves git: pruned, and out of the index
+    reconcile(runtime, "app", clock=FakeClock())
+    assert DEPLOY not in cluster.objects
+    assert index.owners(store, "apps", "ns", "web") == [] and index.owners(store, "", "ns", "settings") == ["app"]

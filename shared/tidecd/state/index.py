@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,17 @@ def digest(keys: Iterable[ResourceKey]) -> str:
     """What `AppState.indexed` records: the inventory the index holds."""
     text = "\n".join(sorted(f"{k.group}\0{k.namespace}\0{k.name}" for k in keys))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def held(raw: bytes) -> frozenset[ResourceKey]:
+    """The inventory the index holds for an app, by its state file's bytes (`indexed` is the digest of its
+    `inventory`); nothing when the file says otherwise (a state of before the index, or none)."""
+    try:
+        doc = json.loads(raw) if raw else {}
+        keys = frozenset(ResourceKey.from_dict(item) for item in doc.get("inventory") or ())
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return frozenset()
+    return keys if doc.get("indexed") == digest(keys) else frozenset()
 
 
 def folder(group: str, namespace: str, name: str) -> str:

@@ -264,9 +264,6 @@ class Step:
         self.changes = ChangeSet()
         self.eye = Observer(ctx, state, self.changes)
         self.end = End()
-        keys = frozenset(k for k, _ in state.inventory_keys())
-        # what the resource index holds for the app (None: unknown, a state of before the index)
-        self.indexed: frozenset[ResourceKey] | None = keys if state.memo.indexed == index.digest(keys) else None
 
     @property
     def state(self) -> app_state.AppState:
@@ -429,9 +426,8 @@ class Step:
         if isinstance(step, decision.StartOperation):
             sha = target.desired.revision
             self.state = record.healing(record.started(self.state, new_operation(
-                target.app, prune=step.prune, initiated_by="automated", automated=True,
-                retry_count=step.retry_count, resolved=sha, started_at=self.ctx.iso(),
-                self_heal_attempts=step.self_heal_attempts)))
+                target.app, prune=step.prune, initiated_by="automated", automated=True, retry_count=step.retry_count,
+                resolved=sha, started_at=self.ctx.iso(), self_heal_attempts=step.self_heal_attempts)))
             log.info("automated sync", app=target.name, revision=sha[:12], retry=step.retry_count)
             self.eye.target = target.planned(self.eye.naming())  # generateName hooks are named for this operation
             self.save()
@@ -575,11 +571,10 @@ def keep_index(step: Step) -> None:
     state of before the index marks its whole inventory (markers already there cost nothing)."""
     keys = frozenset(k for k, _ in step.state.inventory_keys())
     value = index.digest(keys)
-    if value == step.state.memo.indexed and step.indexed is not None:
+    if value == step.state.memo.indexed:
         return
-    before = step.indexed or frozenset()
+    before = index.held(step.state.origin.raw)  # what the state as last read or written says it holds
     index.update(step.ctx.runtime.store, step.ctx.name, keys - before, before - keys)
-    step.indexed = keys
     step.state = record.indexed(step.state, value)
 
 
