@@ -120,16 +120,18 @@ class Targets:
 
 def targets_from_secrets(secrets: Iterable[Mapping[str, Any]]) -> Targets:
     found: dict[str, str] = {}
-    for secret in secrets:
-        labels = (secret.get("metadata") or {}).get("labels") or {}
-        if labels.get(LABEL_SECRET_TYPE) != SECRET_TYPE_NOTIFICATIONS:
+    for secret in secrets:  # as the config source holds them: any shape, so each level is checked
+        metadata = secret.get("metadata") if isinstance(secret, Mapping) else None
+        labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+        if not isinstance(labels, Mapping) or labels.get(LABEL_SECRET_TYPE) != SECRET_TYPE_NOTIFICATIONS:
             continue
-        for key, value in (secret.get("data") or {}).items():
+        data, strings = secret.get("data"), secret.get("stringData")
+        for key, value in (data.items() if isinstance(data, Mapping) else ()):
             try:
                 found[str(key)] = decode_value(str(value), f"notifications secret: data.{key}").decode()
             except (SecretError, UnicodeDecodeError):
                 log.warning("notifications secret field is not base64 text", field=key)
-        found.update({str(k): str(v) for k, v in (secret.get("stringData") or {}).items()})
+        found.update({str(k): str(v) for k, v in (strings.items() if isinstance(strings, Mapping) else ())})
     return Targets(found)
 
 

@@ -273,7 +273,7 @@ def decode_message(data: bytes, attributes: Mapping[str, str]) -> Refresh:
     if data:
         try:
             doc = json.loads(data)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
             raise BadRefreshMessage("refresh message: data is not JSON") from exc
         if not isinstance(doc, dict):
             raise BadRefreshMessage("refresh message: data is not a JSON object")
@@ -286,9 +286,9 @@ def decode_message(data: bytes, attributes: Mapping[str, str]) -> Refresh:
     not_before = doc.get("notBefore", attributes.get("notBefore", 0))
     try:
         due = float(not_before) if not isinstance(not_before, bool) else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer past a float's range
         due = None
-    if due is None or due != due:  # NaN
+    if due is None or due != due or due in (float("inf"), float("-inf")):  # NaN, or never (ever) due
         raise BadRefreshMessage(f"refresh message for {app!r}: notBefore must be a number of unix seconds")
     resolved_at = doc.get("resolvedAt", 0)
     if isinstance(resolved_at, bool) or not isinstance(resolved_at, int | float) or resolved_at != resolved_at:

@@ -114,6 +114,12 @@ def _sha(value: str, path: str, event: str = "pull_request") -> str:
     return sha
 
 
+def _login(user: Any) -> str:
+    """A payload's `user.login`, "" when it is not there (or the payload has another shape)."""
+    login = user.get("login") if isinstance(user, Mapping) else None
+    return login if isinstance(login, str) else ""
+
+
 def base_repo_of(doc: Mapping[str, Any], api_url: str, event: str = "pull_request"
                  ) -> tuple[gh.Repo, frozenset[str], str]:
     """The payload's `repository` (the base): its GitHub owner/name, its URLs normalized, its default branch."""
@@ -263,7 +269,7 @@ def on_issue_comment(doc: Mapping[str, Any], runtime: Runtime, select: Select, d
         body = (comment or {}).get("body")
         ask = forks.Ask(event, _text(doc, "action", event), True, body=body if isinstance(body, str) else "",
                         association=str((comment or {}).get("author_association") or ""),
-                        who=str(((comment or {}).get("user") or {}).get("login") or ""),
+                        who=_login((comment or {}).get("user")),
                         open=(issue or {}).get("state", "open") != "closed")
     except (BadPullRequest, PermanentError) as exc:
         return 400 if isinstance(exc, BadPullRequest) else 500, {"error": str(exc)}
@@ -585,11 +591,12 @@ def _comment_for(runtime: Runtime, repo: gh.Repo, number: int, folder: str) -> s
 def job_of(cloud_event_data: Mapping[str, Any]) -> dict[str, Any] | None:
     """The preview job inside a Pub/Sub CloudEvent (attribute kind=preview), or None for a refresh."""
     message = cloud_event_data.get("message") if isinstance(cloud_event_data, Mapping) else None
-    if not isinstance(message, Mapping) or (message.get("attributes") or {}).get("kind") != "preview":
+    attributes = message.get("attributes") if isinstance(message, Mapping) else None
+    if not isinstance(message, Mapping) or not isinstance(attributes, Mapping) or attributes.get("kind") != "preview":
         return None
     try:
         job = json.loads(base64.b64decode(str(message.get("data") or "")))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than the parser goes
         return None
     keys = ("app", "owner", "repo", "number", "head_sha")
     return job if isinstance(job, dict) and all(k in job for k in keys) else None

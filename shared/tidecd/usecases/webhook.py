@@ -283,9 +283,8 @@ def _changed_files(commits: list[Any], complete: bool) -> tuple[str, ...] | None
         return None
     files: list[str] = []
     for commit in commits:
-        touched = [f for key in ("added", "modified", "removed")
-                   for f in (commit.get(key) or [] if isinstance(commit, Mapping) else [])
-                   if isinstance(f, str)]
+        lists = [commit.get(key) for key in ("added", "modified", "removed")] if isinstance(commit, Mapping) else []
+        touched = [f for listed in lists if isinstance(listed, list) for f in listed if isinstance(f, str)]
         if not touched:
             return None
         files.extend(touched)
