@@ -1,9 +1,11 @@
 """`make demo`: tidecd end to end on this machine, with real parts only.
 
-Starts a control plane (with kwok), a git server holding `examples/apps`, and the webhook, poll and api
-functions under functions-framework with the local store; the first poll tick deploys the three example
-apps; then a commit is pushed, a signed GitHub push webhook is sent, and the demo shows the app going
-OutOfSync → Synced and Healthy. It keeps running until Ctrl-C (or exits at once with `--exit`).
+Starts a control plane (with kwok) whose audit webhook backend posts to the webhook function, a git server
+holding `examples/apps`, and the webhook, poll and api functions under functions-framework with the local
+store; the first poll tick deploys the three example apps; then a commit is pushed, a signed GitHub push
+webhook is sent, and the demo shows the app going OutOfSync → Synced and Healthy. Last, a second person
+(alice@example.com) runs `kubectl scale` on the self-healed guestbook: the audit event undoes it within
+seconds, and the app names her. It keeps running until Ctrl-C (or exits at once with `--exit`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tidecd_dev.devcluster import DevCluster, free_port
+from tidecd_dev.devcluster import USER, DevCluster, free_port
 from tidecd_dev.gitserver import GitServer
 from tidecd_dev.processes import stop_sessions
 
@@ -57,11 +59,12 @@ class Demo:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.cluster = DevCluster(workdir=workdir / "cluster", kwok=True)
+        self.ports: dict[str, int] = {"webhook": free_port()}  # the audit backend's URL names it first
+        self.cluster = DevCluster(workdir=workdir / "cluster", kwok=True,
+                                  audit_webhook=f"http://127.0.0.1:{self.ports['webhook']}/audit")
         self.git_server = GitServer(workdir / "git")
         self.secret = secrets.token_hex(16)
         self.token = secrets.token_hex(16)
-        self.ports: dict[str, int] = {}
 
     def start(self) -> None:
         say("starting a local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)")
@@ -96,10 +99,11 @@ class Demo:
     def env(self) -> dict[str, str]:
         return {**os.environ, "TIDECD_CONFIG": str(self.config_dir), "TIDECD_STORE": str(self.workdir / "store"),
                 "TIDECD_WEBHOOK_SECRET": self.secret, "TIDECD_API_TOKEN": self.token,
+                "TIDECD_AUDIT_TOKEN": self.cluster.audit_token,
                 "KUBECONFIG": str(self.cluster.kubeconfig), "PYTHONPATH": str(ROOT / "shared")}
 
     def _function(self, target: str) -> None:
-        port = free_port()
+        port = self.ports.get(target) or free_port()
         log = open(self.workdir / f"{target}.log", "wb")  # noqa: SIM115 - handed to the child
         proc = subprocess.Popen(
             [sys.executable, "-m", "functions_framework", "--target", target, "--source",
@@ -166,6 +170,26 @@ class Demo:
         print(f"    webhook answered {status}: {answer}")
         self._wait_synced("guestbook", after, t0)
         self.show_apps(settle=120.0)
+        self.drift()
+
+    def drift(self, timeout: float = 60.0) -> None:
+        """alice scales the self-healed frontend by hand; the API server's audit event brings it back."""
+        say(f"{USER} scales the guestbook frontend to 5 by hand (kubectl scale), outside git")
+        kubectl = ["kubectl", "--kubeconfig", str(self.cluster.user_kubeconfig), "-n", "guestbook"]
+        subprocess.run([*kubectl, "scale", "deployment/frontend", "--replicas=5"], check=True, capture_output=True)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            replicas = subprocess.run([*kubectl, "get", "deployment/frontend", "-o", "jsonpath={.spec.replicas}"],
+                                      capture_output=True, text=True, check=False).stdout.strip()
+            state = self.api("GET", "/apps/guestbook")
+            said = [c["message"] for c in state.get("conditions", []) if c.get("type") == "DriftDetected"]
+            if replicas == "3" and said:
+                say(f"restored to 3 replicas {time.monotonic() - t0:.1f}s after kubectl scale, by the audit event")
+                print(f"    DriftDetected: {said[0]}")
+                print(f"    history: {state['history'][-1].get('cause', '')}")
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"the frontend was not restored within {timeout:.0f}s of the kubectl scale")
 
     def _wait_synced(self, name: str, revision: str, t0: float, timeout: float = 300) -> None:
         last, looked = "", 0.0
@@ -197,6 +221,8 @@ Look further (in another terminal):
   .venv/bin/tidecd app get guestbook
   .venv/bin/tidecd app history guestbook
   kubectl get deploy -A
+  KUBECONFIG={self.cluster.user_kubeconfig} kubectl -n guestbook scale deployment/frontend --replicas=5
+      (as {USER}: undone within seconds, and named in `tidecd app get guestbook`)
   curl -H 'Authorization: Bearer {self.token}' http://127.0.0.1:{self.ports['api']}/api/v1/apps
   or: .venv/bin/tidecd app list --server http://127.0.0.1:{self.ports['api']} --token {self.token}
 Logs of each function are in {self.workdir}.

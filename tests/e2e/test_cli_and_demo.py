@@ -59,6 +59,10 @@ def test_demo_runs_end_to_end_and_leaves_nothing(tmp_path: Path) -> None:
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert "kwok-node-0   Ready" in demo.stdout
     assert "guestbook is Synced and Healthy" in demo.stdout
+    # alice's kubectl scale, undone through the API server's audit webhook backend, and named
+    assert "restored to 3 replicas" in demo.stdout
+    assert "DriftDetected: Deployment guestbook/frontend: spec.replicas changed by alice@example.com via kubectl" \
+        in demo.stdout
     for name in ("guestbook", "helm-guestbook", "kustomize-guestbook"):
         assert any(line.split()[:3] == [name, "Synced", "Healthy"] for line in demo.stdout.splitlines())
     assert list(tmp_path.iterdir()) == []

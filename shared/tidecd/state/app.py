@@ -476,6 +476,7 @@ class AppState:
         data = self.to_json()
         data.pop("comparison_cache", None)
         data.pop("quiet", None)
+        data.pop("indexed", None)
         for res in data["resources"]:
             res.pop("diff", None)
         return data
