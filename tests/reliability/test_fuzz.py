@@ -577,3 +577,41 @@ def test_notification_subscriptions_and_targets_parse_or_name_the_annotation(
     assert all(s.service in deliver.SERVICES for s in subs)
     targets = deliver.targets_from_secrets(secrets_)
     assert "fields" in repr(targets)
+
+
+audit_event_like = st.one_of(json_values, st.fixed_dictionaries({}, optional={
+    "auditID": st.one_of(st.text(max_size=12), json_values),
+    "stage": st.one_of(st.sampled_from(["ResponseComplete", "ResponseStarted", "Panic"]), json_values),
+    "verb": st.one_of(st.sampled_from(["create", "update", "patch", "delete", "get"]), json_values),
+    "user": st.one_of(json_values, st.fixed_dictionaries({}, optional={"username": st.one_of(st.text(max_size=20),
+                                                                                            json_values)})),
+    "impersonatedUser": json_values,
+    "userAgent": st.one_of(st.sampled_from(["kubectl/v1.34.4", "tidecd"]), st.text(max_size=30), json_values),
+    "requestURI": st.one_of(st.text(max_size=40), st.just("/apis/apps/v1/x?fieldManager=tidecd&%%="), json_values),
+    "objectRef": st.one_of(json_values, st.fixed_dictionaries({}, optional={
+        k: st.one_of(st.text(max_size=12), json_values)
+        for k in ("apiGroup", "resource", "subresource", "namespace", "name")})),
+    "responseStatus": st.one_of(json_values, st.fixed_dictionaries({}, optional={"code": json_values})),
+    "stageTimestamp": st.one_of(st.just("2026-12-02T09:00:00.000000Z"), st.text(max_size=30), json_values),
+}))
+audit_batch_like = st.one_of(json_values, st.fixed_dictionaries({
+    "kind": st.one_of(st.just("EventList"), json_values),
+    "apiVersion": st.one_of(st.just("audit.k8s.io/v1"), json_values)}, optional={
+    "items": st.one_of(json_values, st.lists(audit_event_like, max_size=6))}))
+
+
+@given(batch=audit_batch_like, junk=st.binary(max_size=40), token=st.sampled_from(["", "wrong", TOKEN]))
+def test_the_audit_batch_parser_gives_events_or_names_the_field(batch: Any, junk: bytes, token: str) -> None:
+    from tidecd.usecases import audit
+
+    body = junk if junk and len(junk) % 4 == 0 else json.dumps(batch).encode()
+    try:
+        events = audit.parse(body)
+    except audit.BadBatch as exc:
+        assert str(exc).startswith("audit batch: "), exc
+    else:
+        assert all(isinstance(e, audit.AuditEvent) and isinstance(e.code, int) for e in events)
+        assert all(isinstance(audit.ignored(e, frozenset()), str) for e in events)
+    answer = audit.handle({"Authorization": f"Bearer {token}"}, body, _runtime(), _Recorder(),  # type: ignore[arg-type]
+                          settings=audit.AuditSettings(token=TOKEN))
+    assert answer.status in ((200, 400) if token == TOKEN else (401,)), answer
