@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -348,3 +349,18 @@ def test_app_page_shows_the_image_updaters_override_and_pin(runtime: Runtime) ->
     html = get(runtime, "/ui/apps/web").body.decode()
     assert 'data-image-override>registry.local/web:1.2.3<' in html
     assert "pinned since" in html and "by rollback" in html
+
+
+def test_app_page_names_who_drifted_the_app_and_the_repair_in_its_history(runtime: Runtime) -> None:
+    """Issue 27: the audit log's attribution, as the state keeps it, on the app page (escaped)."""
+    state, generation = app_state.load(runtime.store, "web")
+    drift = app_state.DriftCause(ResourceKey("apps", "Deployment", "web", "web"), "alice@example.com <x>",
+                                 "kubectl/v1.34.4 (linux/amd64)", "2026-12-02T10:42:03.1Z", "patch",
+                                 ("spec.replicas",), restored="2026-12-02T10:42:05Z")
+    state = dataclasses.replace(state, automation=dataclasses.replace(state.automation, drift=drift))
+    state.add_history("a" * 40, "Succeeded", "deploy", "main", "o2", cause=drift.describe() + "; restored")
+    app_state.save(runtime.store, state, if_generation_match=generation)
+    html = get(runtime, "/ui/apps/web").body.decode()
+    said = "Deployment web/web: spec.replicas changed by alice@example.com &lt;x&gt; via kubectl at 10:42:03"
+    assert f"data-drift>{said}; restored" in html
+    assert f"data-cause>{said}; restored<" in html
