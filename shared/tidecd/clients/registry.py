@@ -505,15 +505,23 @@ def _retry_after(value: str) -> float:
         return 60.0
 
 
-def _join(repo: Repository, base: str, reference: str, what: str) -> str:
-    """`reference` (a Location or Link target the registry sent) resolved against `base`; one that is not
-    a URL (`http://[::1/x`) is the registry's error, not a crash."""
+def resolve_url(base: str, reference: str) -> str | None:
+    """`reference` (a Location, a Link target, a URL an index names: what a server sent) resolved against
+    `base`; None when it is not a URL (`http://[::1/x`, a port that is no number), for the caller to say
+    whose error that is. The one place every HTTP client of tidecd's sources resolves a URL it was sent."""
     try:
         target = urljoin(base, reference)
         urlsplit(target).port  # noqa: B018 - raises ValueError for a port that is no number
     except ValueError:
+        return None
+    return target
+
+
+def _join(repo: Repository, base: str, reference: str, what: str) -> str:
+    target = resolve_url(base, reference)
+    if target is None:
         raise RegistryUnavailable(f"registry {repo.registry}: {repo.name}: the {what} target is not a URL",
-                                  delay=60.0) from None
+                                  delay=60.0)
     return target
 
 

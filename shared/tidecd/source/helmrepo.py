@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -154,12 +154,13 @@ def http_get(url: str, credentials: RepoCredentials | None, *, limit: int, what:
 
 def _join(base: str, reference: str, what: str) -> str:
     """`reference` (a Location, or a chart URL of the index) resolved against `base`; one that is not a URL
-    (`http://[::1/x`, a port that is no number) is the repository's error, naming `what`."""
-    try:
-        target = urljoin(base, reference)
-        urlsplit(target).port  # noqa: B018 - raises ValueError for a port that is no number
-    except ValueError:
-        raise SourceUnavailable(f"{what} {reference[:100]!r}: not a URL") from None
+    is the repository's error, naming `what`."""
+    # lazy: cold start (the registry client imports requests: only HTTP sources need it)
+    from tidecd.clients.registry import resolve_url
+
+    target = resolve_url(base, reference)
+    if target is None:
+        raise SourceUnavailable(f"{what} {reference[:100]!r}: not a URL")
     return target
 
 
