@@ -13,14 +13,15 @@ import logging
 
 import typer
 
+from tidecd.cli import admin, listing, migrate, secrets
 from tidecd.cli import app as apps
 from tidecd.cli import image as images
-from tidecd.cli import listing, migrate, secrets
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help=f"GitOps continuous delivery, serverless.\n\n{apps.EXIT_CODES}.")
 app.add_typer(apps.app, name="app")
 app.add_typer(images.app, name="image")
+app.add_typer(admin.app, name="admin")
 __all__ = ["app", "listing", "main"]  # listing registers `app list` on import
 
 PROCESS = "tidecd process"  # main()'s context object: only the process entry sets the global log level
