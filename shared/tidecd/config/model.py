@@ -254,6 +254,7 @@ class AppProject:
     description: str = ""
     sync_windows: tuple[SyncWindow, ...] = ()
     orphaned_resources: OrphanedResources | None = None  # None: not monitored
+    annotations: tuple[tuple[str, str], ...] = ()  # metadata.annotations (`tidecd.io/require-plan`)
 
 
 # Argo CD creates `default` allowing everything, cluster-scoped kinds included, unless it is redefined.

@@ -487,7 +487,7 @@ def _jq_expressions(node: Node) -> tuple[str, ...]:
 
 
 def _parse_project(top: Node) -> AppProject | None:
-    name, _, _ = _metadata(top.check_keys(_TOP))
+    name, _, annotations = _metadata(top.check_keys(_TOP))
     spec = top.child("spec", _PROJECT_SPEC) or Node({}, "spec", top.errs)
     return AppProject(
         name=name, description=spec.text("description"), source_repos=spec.texts("sourceRepos"),
@@ -499,7 +499,7 @@ def _parse_project(top: Node) -> AppProject | None:
         namespace_resource_blacklist=_group_kinds(spec, "namespaceResourceBlacklist") or (),
         origin=top.errs.origin,
         sync_windows=tuple(_sync_window(n, i) for i, n in enumerate(spec.children("syncWindows", _SYNC_WINDOW))),
-        orphaned_resources=_orphaned(spec.child("orphanedResources", _ORPHANED)))
+        orphaned_resources=_orphaned(spec.child("orphanedResources", _ORPHANED)), annotations=annotations)
 
 
 def _sync_window(node: Node, index: int) -> SyncWindow:

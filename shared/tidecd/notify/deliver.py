@@ -6,7 +6,9 @@ Two halves, as the design card says (record stage → events → notify):
 2. `after_step(runtime, app, state, continue_after)` delivers at the edge, called by whoever ran the reconcile
    step (`triggers.dispatch`) with the state it recorded; the step itself knows no notifier. First the
    GitHub write-back (commit status `tidecd/<app>` pending → success/failure on the operation's revision,
-   and optional Deployments), then every subscription the Application's annotations declare:
+   and optional Deployments; an operation that applied or refused a pull request's plan also updates that
+   plan's check on the pull request's head, naming the operation: `plan_link`), then every subscription
+   the Application's annotations declare:
        notifications.argoproj.io/subscribe.<trigger>.<service>: <recipient>[;<recipient>...]
    Services: `github` (a commit status on the event's revision; context = the recipient, default
    `tidecd/<app>/<trigger>`), `webhook` (JSON POST signed with HMAC SHA-256 in `X-Tidecd-Signature:
@@ -47,8 +49,9 @@ from tidecd.clients import github as gh
 from tidecd.clients import metrics
 from tidecd.clients.pubsub import Message, Publisher, PublishFailed, PubSubPublisher, publish_one
 from tidecd.clients.secrets import decode_value
-from tidecd.clients.store import read_json, write_json
+from tidecd.clients.store import ObjectStore, read_json, write_json
 from tidecd.notify.events import TRIGGERS, Event, Seen, events
+from tidecd.state import plans
 from tidecd.state.app import AppState
 
 if TYPE_CHECKING:
@@ -277,6 +280,26 @@ def write_back(ctx: Context, app: Application, event: Event, record: dict[str, A
     return done
 
 
+def plan_link(ctx: Context, store: ObjectStore, event: Event) -> list[gh.Delivery]:
+    """The end of an operation that applied (or refused) a plan, on that plan's check: the commit status the
+    pull request's plan was posted under, on its head, now naming the operation and linking to the app."""
+    if ctx.github is None or event.trigger not in ("on-sync-succeeded", "on-sync-failed"):
+        return []
+    found = plans.operation_plan(store, event.app, event.operation_id)
+    if found is None:
+        return []
+    approved, refused = found
+    owner, _, name = approved.repo.partition("/")
+    if refused:
+        state, text = "failure", f"not applied by {event.app} operation {event.operation_id}: {refused}"
+    elif event.trigger == "on-sync-succeeded":
+        state, text = "success", f"applied by {event.app} operation {event.operation_id} ({event.revision[:12]})"
+    else:
+        state, text = "failure", f"{event.app} operation {event.operation_id} failed applying it: {event.message}"
+    return [ctx.github.status(gh.Repo(owner, name), approved.head_sha, state, approved.context or f"tidecd/{event.app}",
+                              gh.cut(text, 140), ctx.app_url(event.app))]
+
+
 # --- the edge: called once per reconcile step ------------------------------------------------------------
 
 
@@ -336,7 +359,7 @@ def notify_state(runtime: Runtime, state: AppState, *, ctx: Context | None = Non
         if event.trigger in ("on-sync-succeeded", "on-sync-failed"):
             metrics.SYNCS.labels(result=event.phase).inc()
             metrics.bump_totals(store, {f"syncs_{event.phase.lower()}": 1})
-        for delivery in write_back(ctx, app, event, record):
+        for delivery in write_back(ctx, app, event, record) + plan_link(ctx, store, event):
             history.append({"id": "", "trigger": event.trigger, "service": "github-status", "recipient": "",
                             "result": delivery.result, "detail": delivery.detail or delivery.what, "attempts": 1,
                             "at": event.at})

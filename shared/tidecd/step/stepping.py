@@ -37,7 +37,7 @@ from tidecd.source import charts
 from tidecd.state import app as app_state
 from tidecd.state import index
 from tidecd.state.app import OperationPhase
-from tidecd.step import execute, observe, quiet, record
+from tidecd.step import execute, observe, plangate, quiet, record
 from tidecd.step.desired import place, runtime_render, spec_hash
 from tidecd.step.observe import Target
 from tidecd.step.operation import new_operation, policy_of, sync_window
@@ -244,6 +244,20 @@ class Observer:
                                                    "at": self.ctx.iso()})
         return dataclasses.replace(policy, automated=False)
 
+    def gate(self, op: app_state.Operation) -> str:
+        """Why this operation may not write (an app that requires a plan: `step.plangate`), or ""."""
+        target = self.current
+        if op.request.dry_run or op.progress.checked:
+            return ""
+        out_of_sync = [r.key for r in self.comparison.resources
+                       if r.status is not SyncStatus.SYNCED and not r.requires_pruning]
+        refused = plangate.check(self.ctx.runtime.store, target.app, target.project, op.id, target.manifests,
+                                 self.view.live, out_of_sync)
+        if refused:
+            self.state = record.noted(self.state, {"type": plangate.CONDITION, "message": refused,
+                                                   "at": self.ctx.iso()})
+        return refused
+
     def saw(self, done: execute.Executed) -> None:
         for key, found in done.read:
             if found is None:
@@ -338,7 +352,7 @@ class Step:
         self.eye.target = self.eye.target.planned(self.eye.naming())
         self.advance(self.observed_facts())
         if generated.is_deleting(app):
-            self.forget_when_gone()
+            forget_when_gone(self)
         self.end.observed = True
 
     def observed_facts(self) -> decision.Policy:
@@ -433,7 +447,9 @@ class Step:
             self.save()
             return
         assert op is not None
-        if isinstance(step, decision.CreateNamespace):
+        if isinstance(step, decision.CreateNamespace | decision.DryRun) and (refused := self.eye.gate(op)):
+            self.finish(OperationPhase.FAILED, refused)
+        elif isinstance(step, decision.CreateNamespace):
             execute.create_namespace(target, step)
             self.eye.facts = dataclasses.replace(self.eye.facts,
                                              missing_namespaces=self.eye.facts.missing_namespaces - {step.namespace})
@@ -463,13 +479,11 @@ class Step:
 
     def dry_run(self, step: decision.DryRun) -> None:
         op = self.state.operation
-        assert op is not None
         out_of_sync = {r.key for r in self.eye.comparison.resources if r.status is not SyncStatus.SYNCED}
         done = execute.dry_run(self.eye.current, step, self.eye.view.live, out_of_sync,
-                               operation_dry_run=op.request.dry_run)
+                               operation_dry_run=bool(op and op.request.dry_run))
         temporary = {r.key for r in self.eye.comparison.resources if r.temporary}
-        known = [ChangeEntry(key, Action.FAILED, message, temporary=key in temporary)
-                 for key, message in step.known_failures]
+        known = [ChangeEntry(k, Action.FAILED, m, temporary=k in temporary) for k, m in step.known_failures]
         self.state, shown, failure = record.dry_run(self.state, done, known)
         self.add(shown)
         if failure:
@@ -546,17 +560,6 @@ class Step:
         self.state = record.condition(self.state, kind, message, self.ctx.iso(), unknown=unknown)
         log.warning("reconcile problem", app=self.ctx.name, condition=kind, message=message)
 
-    def forget_when_gone(self) -> None:
-        """A generated app being deleted leaves its owner's record once it owns nothing any more."""
-        name = self.ctx.name
-        owner = self.ctx.runtime.config().owners.get(name)
-        op = self.state.operation
-        if owner is None or (op is not None and op.running) or self.state.inventory_keys() \
-                or self.eye.comparison.resources:
-            return
-        generated.forget(self.ctx.runtime.store, owner, name)
-        log.info("generated app deleted", app=name, owner=owner)
-
     def save(self) -> None:
         keep_index(self)
         op, state = self.state.operation, self.state
@@ -576,6 +579,17 @@ def keep_index(step: Step) -> None:
     before = index.held(step.state.origin.raw)  # what the state as last read or written says it holds
     index.update(step.ctx.runtime.store, step.ctx.name, keys - before, before - keys)
     step.state = record.indexed(step.state, value)
+
+
+def forget_when_gone(step: Step) -> None:
+    """A generated app being deleted leaves its owner's record once it owns nothing any more."""
+    name, state = step.ctx.name, step.state
+    owner = step.ctx.runtime.config().owners.get(name)
+    op = state.operation
+    if owner is None or (op is not None and op.running) or state.inventory_keys() or step.eye.comparison.resources:
+        return
+    generated.forget(step.ctx.runtime.store, owner, name)
+    log.info("generated app deleted", app=name, owner=owner)
 
 
 def quiet_record(step: Step) -> dict[str, str]:

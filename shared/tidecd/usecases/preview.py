@@ -51,8 +51,10 @@ from tidecd.clients.store import PreconditionFailed, acquire_lease, read_json, r
 from tidecd.config.load import Application, Destination, normalize_repo_url
 from tidecd.diff import ResourceDiff, compare
 from tidecd.runtime import Runtime
+from tidecd.state.plans import AppPlan
 from tidecd.triggers.dispatch import topic_path
 from tidecd.usecases import forks
+from tidecd.usecases import plan as planning
 from tidecd.usecases.forks import Mode
 from tidecd.usecases.preview_text import AppPreview, comment_marker, render_comment, render_waiting
 
@@ -245,8 +247,12 @@ def on_pull_request(doc: Mapping[str, Any], runtime: Runtime, select: Select, de
     if delivery and not _claim(runtime, delivery, pr):
         return 200, {"duplicate": True, "delivery": delivery}
     if decision is None:
+        pull = doc.get("pull_request") if isinstance(doc.get("pull_request"), Mapping) else {}
+        merged = (pull or {}).get("merged") is True
+        approved = planning.approve_merged(runtime, pr.repo, pr.number, pr.head_sha,
+                                       str((pull or {}).get("merge_commit_sha") or "")) if merged else []
         _drop(runtime, pr)
-        return 200, {"closed": f"{pr.name}: preview results dropped"}
+        return 200, {"closed": f"{pr.name}: preview results dropped", "approved": approved}
     client = gh.client_for(runtime.secrets(), runtime.store, api_url)
     return _start(runtime, client, pr, decision, policy, select, runner)
 
@@ -274,6 +280,8 @@ def on_issue_comment(doc: Mapping[str, Any], runtime: Runtime, select: Select, d
     except (BadPullRequest, PermanentError) as exc:
         return 400 if isinstance(exc, BadPullRequest) else 500, {"error": str(exc)}
     where = f"{repo.full_name}#{number}"
+    if ask.action == "created" and forks.command_in(ask.body, planning.APPLY_COMMAND)[0]:
+        return planning.on_apply_command(runtime, repo, number, ask.association, ask.who)
     decision = forks.decide(ask, policy)  # as if from a fork: a refusal does not depend on the head
     if decision.mode is Mode.IGNORED:
         log.info("preview command not taken", pull_request=where, who=ask.who, association=ask.association,
@@ -308,6 +316,8 @@ def _start(runtime: Runtime, client: gh.GitHub | None, pr: PullRequest, decision
     files = _changed_files(client, pr)
     apps = sorted(select(runtime.config().applications.values(), pr, files), key=lambda a: a.name)[:MAX_APPS]
     names = [a.name for a in apps]
+    config = planning.config_source_app(runtime)
+    planned = config is not None and decision.mode is not Mode.WAITING and bool(select([config], pr, files))
     previous = read_json(runtime.store, pr.folder + "request.json")
     log.info("preview decision", pull_request=pr.name, head=pr.head_sha[:12], fork=pr.fork,
              head_repo=pr.head_repo or "(deleted)", mode=decision.mode.value, reason=decision.reason,
@@ -318,10 +328,12 @@ def _start(runtime: Runtime, client: gh.GitHub | None, pr: PullRequest, decision
     write_json(runtime.store, pr.folder + "request.json",
                {"head_sha": pr.head_sha, "apps": names, "number": pr.number, "repo": pr.repo.full_name,
                 "base_ref": pr.base_ref, "mode": decision.mode.value, "reason": decision.reason,
-                "head_repo": pr.head_repo, "label": policy.label, "command": policy.command, "at": time.time()})
+                "head_repo": pr.head_repo, "label": policy.label, "command": policy.command, "at": time.time(),
+                "repo_urls": sorted(pr.repo_urls), "config_source": planned})
     answer: dict[str, Any] = {"pull_request": pr.number, "head_sha": pr.head_sha, "mode": decision.mode.value,
                               "reason": decision.reason}
-    if not names:
+    jobs = [planning.config_job(pr.repo.owner, pr.repo.name, pr.number, pr.head_sha)] if planned else []
+    if not names and not jobs:
         return 200, answer | {"preview": []}
     job = {"kind": "preview", "owner": pr.repo.owner, "repo": pr.repo.name, "number": pr.number,
            "head_sha": pr.head_sha}
@@ -333,12 +345,12 @@ def _start(runtime: Runtime, client: gh.GitHub | None, pr: PullRequest, decision
         if failures:
             return 503, {"error": "the note could not be started; redeliver to retry", "failed": failures}
         return 200, answer | {"waiting": names}
-    failures = (runner or runner_for(runtime)).submit(runtime, [job | {"app": n} for n in names])
+    failures = (runner or runner_for(runtime)).submit(runtime, jobs + [job | {"app": n} for n in names])
     log.info("preview requested", pull_request=pr.name, head=pr.head_sha[:12], apps=len(names),
-             mode=decision.mode.value, failed=sorted(failures))
+             config_source=planned, mode=decision.mode.value, failed=sorted(failures))
     if failures:
         return 503, {"error": "some previews could not be started; redeliver to retry", "failed": failures}
-    return 202, answer | {"preview": names}
+    return 202, answer | {"preview": names, "plan": planned}
 
 
 def _drop(runtime: Runtime, pr: PullRequest) -> None:
@@ -393,11 +405,14 @@ def _enforce(runtime: Runtime, app: Application, manifests: list[Manifest],
 
 
 def preview_app(runtime: Runtime, app: Application, head_sha: str) -> AppPreview:
-    """Render `app` at `head_sha` and compare with the live cluster (server-side dry-run); writes nothing.
-    A live object no app owns is not compared: it is named as one a sync would take over."""
+    """Render `app` at `head_sha` ("" follows its targets; a multi-source app's revisions joined:
+    `planning.pr_revision`) and compare with the live cluster (server-side dry-run); writes nothing. A live
+    object no app owns is not compared: it is named as one a sync would take over. The result carries the
+    app's plan (`tidecd.state.plans`), the hooks a sync would run and the sync window that would hold it."""
     # lazy: cold start (the rendering pipeline: a webhook's pull_request delivery only submits jobs)
     from tidecd.step.desired import desired_of
-    from tidecd.step.observe import comparison_of
+    from tidecd.step.observe import comparison_of, read
+    from tidecd.step.operation import sync_window
 
     refused = _scope_violations(runtime, app, head_sha, Mode.FULL)
     if refused is not None:
@@ -414,7 +429,11 @@ def preview_app(runtime: Runtime, app: Application, head_sha: str) -> AppPreview
     except TidecdError as exc:
         return AppPreview(app.name, head_sha, errors=(f"compare: {exc}",), violations=violations)
     created, changed, deleted, errors = _sorted(list(comparison.resources))
-    return AppPreview(app.name, head_sha, created, changed, deleted, errors, violations, tuple(sorted(free)))
+    touched = [d.key for d in (*created, *changed)] + sorted(free)
+    live = dict(read(cluster, touched))  # the versions the plan is computed against (a created one: None)
+    return AppPreview(app.name, head_sha, created, changed, deleted, errors, violations, tuple(sorted(free)),
+                      hooks=planning.hooks_of(manifests), held=sync_window(runtime.config(), app, manual=False),
+                      plan=AppPlan.of(app.name, manifests, touched, live, desired.revision))
 
 
 def _sorted(diffs: list[ResourceDiff]) -> tuple[tuple[ResourceDiff, ...], tuple[ResourceDiff, ...],
@@ -504,6 +523,9 @@ def run_job(runtime: Runtime, job: Mapping[str, Any]) -> None:
     """One app's preview of one PR head: store it, post its status, update the PR comment; or, for a fork
     nobody approved, the note alone. The mode is the stored request's (the webhook's decision), never the
     message's. Never raises."""
+    if job.get("kind") == "plan":
+        planning.run_config_job(runtime, job, preview_app)
+        return
     repo, number, sha, name = gh.Repo(str(job["owner"]), str(job["repo"])), int(job["number"]), \
         str(job["head_sha"]), str(job["app"])
     folder = f"{PREFIX}{repo.owner}/{repo.name}/{number}/"
@@ -524,7 +546,10 @@ def run_job(runtime: Runtime, job: Mapping[str, Any]) -> None:
             return
         try:
             app = runtime.app(name)
-            result = preview_fork(runtime, app, sha) if mode == Mode.FORK.value else preview_app(runtime, app, sha)
+            revision = planning.pr_revision(app, sha, request[0].get("repo_urls") or ())
+            result = preview_fork(runtime, app, revision) if mode == Mode.FORK.value else \
+                preview_app(runtime, app, revision)
+            result = dataclasses.replace(result, head_sha=sha)
         except TidecdError as exc:
             result = AppPreview(name, sha, errors=(str(exc),), mode=mode)
         write_json(runtime.store, f"{folder}apps/{name}.json", result.to_json())

@@ -17,6 +17,7 @@ from typing import Any
 from tidecd.base.model import ResourceKey, SyncStatus
 from tidecd.clients import github as gh
 from tidecd.diff import ResourceDiff
+from tidecd.state.plans import AppPlan
 from tidecd.usecases import forks
 from tidecd.usecases.forks import Mode
 
@@ -36,6 +37,9 @@ class AppPreview:
     taken: tuple[ResourceKey, ...] = ()  # live objects no app owns that a sync would take over (never shown)
     mode: str = Mode.FULL.value
     base: str = ""  # a fork's preview: the base revision its head was compared with ("" when none)
+    hooks: tuple[str, ...] = ()  # the hooks a sync would run ("PreSync Job/ns/migrate")
+    held: str = ""  # the sync window that would hold an automated sync now ("" when none)
+    plan: AppPlan | None = None  # what the sync checks when the app requires a plan (`tidecd.state.plans`)
 
     @property
     def failed(self) -> bool:
@@ -57,7 +61,8 @@ class AppPreview:
         return {"app": self.app, "head_sha": self.head_sha, "created": diffs(self.created),
                 "changed": diffs(self.changed), "deleted": diffs(self.deleted), "errors": list(self.errors),
                 "violations": list(self.violations), "taken": [k.to_dict() for k in self.taken],
-                "mode": self.mode, "base": self.base}
+                "mode": self.mode, "base": self.base, "hooks": list(self.hooks), "held": self.held,
+                "plan": self.plan.to_json() if self.plan is not None else None}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AppPreview:
@@ -67,10 +72,13 @@ class AppPreview:
                                       name == "deleted", str(d.get("error", "")))
                          for d in data.get(name, []))
 
+        plan = data.get("plan")
         return cls(str(data["app"]), str(data["head_sha"]), diffs("created"), diffs("changed"), diffs("deleted"),
                    tuple(data.get("errors", ())), tuple(data.get("violations", ())),
                    tuple(ResourceKey.from_dict(k) for k in data.get("taken", ())),
-                   str(data.get("mode", Mode.FULL.value)), str(data.get("base", "")))
+                   str(data.get("mode", Mode.FULL.value)), str(data.get("base", "")),
+                   tuple(str(h) for h in data.get("hooks") or ()), str(data.get("held") or ""),
+                   AppPlan.from_json(plan) if isinstance(plan, Mapping) else None)
 
 
 def comment_marker(repo: gh.Repo, number: int) -> str:
@@ -81,7 +89,7 @@ def comment_marker(repo: gh.Repo, number: int) -> str:
 
 
 @dataclass
-class _Budget:
+class Budget:
     left: int
     cut: int = 0
     parts: list[str] = field(default_factory=list)
@@ -115,8 +123,24 @@ FOOTERS = {
 def render_comment(repo: gh.Repo, number: int, head_sha: str, results: Mapping[str, AppPreview | None],
                    limit: int = COMMENT_BUDGET, mode: str = Mode.FULL.value) -> str:
     title = f"### tidecd preview of `{head_sha[:12]}`" + (" (fork: rendered only)" if mode == Mode.FORK.value else "")
-    head = [comment_marker(repo, number), title, "",
-            "| App | Result | Create | Change | Delete |", "|---|---|---|---|---|"]
+    budget = Budget(limit)
+    budget.add(f"{comment_marker(repo, number)}\n{title}\n")
+    app_sections(budget, results)
+    return finish(budget, FOOTERS.get(mode, FOOTERS[Mode.FULL.value]))
+
+
+def finish(budget: Budget, footer: str) -> str:
+    """The comment's end: what was left out to stay under GitHub's limit, then the footer."""
+    if budget.cut:
+        budget.parts.append(f"\n> ⚠️ {budget.cut} section(s) left out: the comment would exceed GitHub's "
+                            f"{gh.COMMENT_LIMIT:,} characters. See the dashboard for every diff.\n")
+    budget.parts.append(f"\n<sub>{footer}</sub>\n")
+    return "".join(budget.parts)
+
+
+def app_sections(budget: Budget, results: Mapping[str, AppPreview | None]) -> None:
+    """The table of apps, then each app's section and its diffs, as long as the budget lasts."""
+    head = ["", "| App | Result | Create | Change | Delete |", "|---|---|---|---|---|"]
     for name, res in results.items():
         if res is None:
             head.append(f"| `{name}` | ⏳ pending | | | |")
@@ -124,7 +148,6 @@ def render_comment(repo: gh.Repo, number: int, head_sha: str, results: Mapping[s
             mark = "❌" if res.failed else "✅"
             head.append(f"| `{name}` | {mark} {res.summary()} | {len(res.created)} | {len(res.changed)} "
                         f"| {len(res.deleted)} |")
-    budget = _Budget(limit)
     budget.add("\n".join(head) + "\n")
     for name, res in results.items():
         if res is None:
@@ -141,18 +164,21 @@ def render_comment(repo: gh.Repo, number: int, head_sha: str, results: Mapping[s
         if res.taken:
             lines.append("- take over (live, and no app owns it: its live state is not shown): "
                          + ", ".join(f"`{k}`" for k in res.taken) + "\n")
+        if res.hooks:
+            lines.append("- hooks a sync would run: " + ", ".join(f"`{plain(h, 200)}`" for h in res.hooks) + "\n")
+        if res.held:
+            lines.append(f"- ⏸ held by a sync window now: {plain(res.held)}\n")
         if not budget.add("".join(lines)):
             continue
         for verb, items in (("created", res.created), ("changed", res.changed), ("deleted", res.deleted)):
             for d in items:
-                text = gh.cut(d.text, MAX_DIFF_CHARS, "\n… (diff cut)\n")
-                budget.add(f"<details><summary>{verb}: <code>{d.key}</code></summary>\n\n```diff\n"
-                           f"{text.replace('```', '` ` `')}\n```\n</details>\n")
-    if budget.cut:
-        budget.parts.append(f"\n> ⚠️ {budget.cut} section(s) left out: the comment would exceed GitHub's "
-                            f"{gh.COMMENT_LIMIT:,} characters. See the dashboard for every diff.\n")
-    budget.parts.append(f"\n<sub>{FOOTERS.get(mode, FOOTERS[Mode.FULL.value])}</sub>\n")
-    return "".join(budget.parts)
+                budget.add(details(f"{verb}: <code>{d.key}</code>", d.text))
+
+
+def details(summary: str, diff: str) -> str:
+    """A folded, fenced diff (cut to MAX_DIFF_CHARS)."""
+    text = gh.cut(diff, MAX_DIFF_CHARS, "\n… (diff cut)\n")
+    return f"<details><summary>{summary}</summary>\n\n```diff\n{text.replace('```', '` ` `')}\n```\n</details>\n"
 
 
 def render_waiting(repo: gh.Repo, number: int, head_repo: str, policy: forks.Policy, apps: Sequence[str]) -> str:
