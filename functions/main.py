@@ -1,7 +1,8 @@
 """Cloud Function entry points: parse the trigger, call the library, shape the answer. Nothing else.
 
     webhook    HTTP        GitHub/GitLab push events → refresh the affected apps; registry pushes → images;
-                           /audit: the kube-apiserver's audit batches → refresh the apps drifted, naming who
+                           /audit: the kube-apiserver's audit batches (/audit/gke: GKE's audit log entries by
+                           Pub/Sub) → refresh the apps drifted, naming who
     poll       HTTP        Cloud Scheduler every three minutes → changed repos + drift sweep
     images     HTTP        Cloud Scheduler every two minutes → new image tags become commits / overrides
     reconcile  CloudEvent  one Pub/Sub message per app → one reconcile step; schedules the next one
@@ -68,6 +69,8 @@ def webhook(request: Request) -> Response:
     runtime = _runtime()
     if request.path.rstrip("/") == audit.PATH:  # the kube-apiserver's audit webhook backend (EventList batches)
         answer = audit.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime))
+    elif request.path.rstrip("/") == audit.GKE_PATH:  # GKE's audit log entries, pushed by Pub/Sub
+        answer = audit.handle_push(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime))
     else:
         answer = hooks.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime),
                               path=request.full_path)

@@ -615,3 +615,23 @@ def test_the_audit_batch_parser_gives_events_or_names_the_field(batch: Any, junk
     answer = audit.handle({"Authorization": f"Bearer {token}"}, body, _runtime(), _Recorder(),  # type: ignore[arg-type]
                           settings=audit.AuditSettings(token=TOKEN))
     assert answer.status in ((200, 400) if token == TOKEN else (401,)), answer
+
+
+@given(entry=st.one_of(json_values, st.fixed_dictionaries({}, optional={
+    "insertId": json_values, "timestamp": st.one_of(st.text(max_size=30), json_values),
+    "protoPayload": st.one_of(json_values, st.fixed_dictionaries({}, optional={
+        "serviceName": st.one_of(st.just("k8s.io"), json_values),
+        "methodName": st.one_of(st.just("io.k8s.apps.v1.deployments.patch"), st.text(max_size=40), json_values),
+        "resourceName": st.one_of(st.just("apps/v1/namespaces/ns/deployments/web/scale"),
+                                  st.text(alphabet="ab/", max_size=30), json_values),
+        "status": st.one_of(json_values, st.fixed_dictionaries({}, optional={"code": json_values})),
+        "authenticationInfo": json_values, "requestMetadata": json_values}))})))
+def test_a_gke_audit_log_entry_reads_as_an_event_none_or_names_the_field(entry: Any) -> None:
+    from tidecd.usecases import audit
+
+    try:
+        event = audit.parse_log_entry(json.dumps(entry).encode())
+    except audit.BadBatch as exc:
+        assert str(exc).startswith("audit log entry: "), exc
+        return
+    assert event is None or (isinstance(event, audit.AuditEvent) and event.name is not None)

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
+from tests.unit.test_registry_events import Google, envelope
+from tests.unit.test_registry_events import google as google_keys  # noqa: F401 - their fixture, here google_keys
 from tests.unit.test_webhook import Recorder
 from tidecd.base.clock import FakeClock
 from tidecd.base.model import ResourceKey, SyncStatus
@@ -314,3 +316,73 @@ def test_an_object_the_app_no_longer_manages_leaves_the_index() -> None:
     reconcile(runtime, "app", clock=FakeClock())
     assert DEPLOY not in cluster.objects
     assert index.owners(store, "apps", "ns", "web") == [] and index.owners(store, "", "ns", "settings") == ["app"]
+
+
+# --- GKE: audit log entries pushed by the Log Router sink's subscription --------------------------------
+
+
+def log_entry(method: str = "io.k8s.apps.v1.deployments.patch",
+              resource: str = "apps/v1/namespaces/ns/deployments/web", *, who: str = "alice@example.com",
+              agent: str = "kubectl/v1.32.0 (linux/amd64) kubernetes/a1b2c3d", code: int = 0,
+              service: str = "k8s.io") -> dict[str, Any]:
+    """A GKE Admin Activity audit entry as the sink publishes it (the fields tidecd reads and neighbours)."""
+    return {"insertId": "abc123", "logName": "projects/acme/logs/cloudaudit.googleapis.com%2Factivity",
+            "timestamp": AT, "severity": "NOTICE",
+            "resource": {"type": "k8s_cluster", "labels": {"project_id": "acme", "location": "us-central1",
+                                                           "cluster_name": "prod-1"}},
+            "protoPayload": {"@type": "type.googleapis.com/google.cloud.audit.AuditLog", "serviceName": service,
+                             "methodName": method, "resourceName": resource,
+                             "authenticationInfo": {"principalEmail": who},
+                             "requestMetadata": {"callerIp": "203.0.113.10", "callerSuppliedUserAgent": agent},
+                             "status": {"code": code} if code else {}}}
+
+
+@pytest.mark.parametrize(("entry", "expected"), [
+    (log_entry(), ("patch", "apps", "deployments", "", "ns", "web", 200)),
+    (log_entry("io.k8s.apps.v1.deployments.scale.patch", "apps/v1/namespaces/ns/deployments/web/scale"),
+     ("patch", "apps", "deployments", "scale", "ns", "web", 200)),
+    (log_entry("io.k8s.core.v1.configmaps.delete", "core/v1/namespaces/ns/configmaps/settings"),
+     ("delete", "", "configmaps", "", "ns", "settings", 200)),
+    (log_entry("io.k8s.core.v1.namespaces.create", "core/v1/namespaces/team"),
+     ("create", "", "namespaces", "", "", "team", 200)),
+    (log_entry("io.k8s.rbac.authorization.v1.clusterroles.update", "rbac.authorization.k8s.io/v1/clusterroles/x",
+               code=7), ("update", "rbac.authorization.k8s.io", "clusterroles", "", "", "x", 500)),
+])
+def test_a_gke_audit_log_entry_reads_as_the_same_event(entry: dict[str, Any], expected: tuple[Any, ...]) -> None:
+    parsed = audit.parse_log_entry(json.dumps(entry).encode())
+    assert parsed is not None and parsed.user == "alice@example.com" and parsed.user_agent.startswith("kubectl/")
+    assert (parsed.verb, parsed.group, parsed.resource, parsed.subresource, parsed.namespace, parsed.name,
+            parsed.code) == expected
+    assert parsed.at == AT and parsed.stage == "ResponseComplete"
+
+
+def test_a_gke_entry_of_another_service_is_none_and_a_malformed_one_names_the_field() -> None:
+    assert audit.parse_log_entry(json.dumps(log_entry(service="compute.googleapis.com")).encode()) is None
+    with pytest.raises(audit.BadBatch, match="resourceName"):
+        audit.parse_log_entry(json.dumps(log_entry(resource="apps/v1")).encode())
+    with pytest.raises(audit.BadBatch, match="protoPayload.status.code must be a number"):
+        entry = log_entry()
+        entry["protoPayload"]["status"] = {"code": "7"}
+        audit.parse_log_entry(json.dumps(entry).encode())
+
+
+def test_a_pushed_gke_entry_with_a_valid_oidc_token_repairs_and_names_the_drift(
+        google_keys: Google) -> None:  # noqa: F811 - the fixture imported above
+    google = google_keys
+    cluster, store, runtime = synced(self_heal=True)
+    scale_by_hand(cluster, 6)
+    recorder = Recorder()
+    body = envelope(log_entry("io.k8s.apps.v1.deployments.scale.patch",
+                              "apps/v1/namespaces/ns/deployments/web/scale"))
+
+    refused = audit.handle_push({"Authorization": f"Bearer {google.token(aud='another')}"}, body, runtime, recorder)
+    assert refused.status == 401 and recorder.refreshes == []
+    answer = audit.handle_push({"Authorization": f"Bearer {google.token()}"}, body, runtime, recorder)
+
+    assert answer.status == 200 and answer.body["refreshed"] == ["app"], answer.body
+    reconcile(runtime, "app", clock=FakeClock())
+    state, _ = app_state.load(store, "app")
+    assert cluster.objects[DEPLOY]["spec"]["replicas"] == 1
+    assert state.automation.drift is not None and state.automation.drift.user == "alice@example.com"
+    ignored = audit.handle_push({"Authorization": f"Bearer {google.token()}"}, b'{"message": {}}', runtime, recorder)
+    assert ignored.status == 200 and "message.data" in ignored.body["ignored"]

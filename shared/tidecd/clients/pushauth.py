@@ -74,6 +74,30 @@ def verify(headers: Mapping[str, str], identity: PushIdentity, *, certs_url: str
     return claims
 
 
+class NotAnEnvelope(ValueError):
+    """A push body that is not a Pub/Sub push envelope; the message names the field."""
+
+
+def message_data(body: bytes) -> bytes:
+    """The `message.data` (base64-decoded) of a Pub/Sub push envelope (`{"message": {"data": ...}}`): the
+    one reading of it, for every route a subscription pushes to."""
+    import base64
+    import binascii
+    import json
+
+    try:
+        envelope = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise NotAnEnvelope(f"body is not valid JSON: {getattr(exc, 'msg', type(exc).__name__)}") from None
+    message = envelope.get("message") if isinstance(envelope, dict) else None
+    if not isinstance(message, dict) or not isinstance(message.get("data"), str):
+        raise NotAnEnvelope("Pub/Sub push: field `message.data` is missing (not a push envelope)")
+    try:
+        return base64.b64decode(message["data"], validate=True)
+    except (binascii.Error, ValueError):
+        raise NotAnEnvelope("Pub/Sub push: field `message.data` is not base64") from None
+
+
 def _decode(token: str, url: str, audience: str) -> dict[str, Any]:
     # lazy: cold start (google-auth's jwt and cryptography only when a push arrives)
     from google.auth import exceptions, jwt

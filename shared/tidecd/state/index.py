@@ -1,20 +1,21 @@
 """Which app manages an object, and who last wrote it: the two store records the audit webhook needs.
 
-**The resource index** answers an audit event's "which app owns `apps/deployments guestbook/frontend`?" with
-one list call, without loading any app's state. It is one empty marker object per (object, app):
+**The resource index** answers an audit event's "which app owns `apps/deployments guestbook/frontend`?"
+without loading any app's state. It is one empty marker object per (object, app):
 
-    index/resources/<sha256(group, namespace, name)[:40]>/<app>
+    index/resources/<sha256(namespace)[:16]>/<sha256(group, namespace, name)[:32]>/<app>
 
 written by the reconcile step when the app's inventory changes (`update`), and listed by the audit use case
-(`owners`). One object per pair, so apps never contend on a shared document, and an object that two apps
-in two clusters both manage names both (a refresh of the other is harmless). The kind is not part of the
-key: an audit event names the resource's plural (`deployments`), not its kind, and group, namespace and
-name narrow it enough. The app's state records the digest of the inventory the index holds (`indexed`),
-so a step that changed nothing writes nothing here.
+one namespace at a time (`namespace_owners`): a batch of any number of events costs one list call per
+namespace it touches, not one per object. One object per pair, so apps never contend on a shared
+document, and an object that two apps in two clusters both manage names both (a refresh of the other is
+harmless). The kind is not part of the key: an audit event names the resource's plural (`deployments`),
+not its kind, and group, namespace and name narrow it enough. The app's state records the digest of the
+inventory the index holds (`indexed`), so a step that changed nothing writes nothing here.
 
 **The audit record** `audit/<app>.json` keeps the latest writes of the app's objects the audit webhook
 saw (at most `MAX_WRITES`, newest last): the step reads it only when it finds the app OutOfSync, to name
-who drifted it (`attribute`).
+who drifted it (`step.record.attributed`).
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ INDEX = "index/resources/"
 AUDIT = "audit/"
 MAX_WRITES = 32  # writes remembered per app: a burst keeps the newest
 MARK = b"{}"
+LAYOUT = "2\n"  # in the digest: an index written in an older layout is written again
 
 
 def digest(keys: Iterable[ResourceKey]) -> str:
     """What `AppState.indexed` records: the inventory the index holds."""
-    text = "\n".join(sorted(f"{k.group}\0{k.namespace}\0{k.name}" for k in keys))
+    text = LAYOUT + "\n".join(sorted(f"{k.group}\0{k.namespace}\0{k.name}" for k in keys))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -53,9 +55,18 @@ def held(raw: bytes) -> frozenset[ResourceKey]:
     return keys if doc.get("indexed") == digest(keys) else frozenset()
 
 
+def namespace_folder(namespace: str) -> str:
+    """The index folder of one namespace ("" for cluster-scoped objects); hashes need no escaping in a key."""
+    return INDEX + hashlib.sha256(namespace.encode()).hexdigest()[:16] + "/"
+
+
+def object_id(group: str, namespace: str, name: str) -> str:
+    return hashlib.sha256(f"{group}\0{namespace}\0{name}".encode()).hexdigest()[:32]
+
+
 def folder(group: str, namespace: str, name: str) -> str:
-    """The index folder of one object (a hash: names and groups need no escaping in a store key)."""
-    return INDEX + hashlib.sha256(f"{group}\0{namespace}\0{name}".encode()).hexdigest()[:40] + "/"
+    """The index folder of one object."""
+    return namespace_folder(namespace) + object_id(group, namespace, name) + "/"
 
 
 def update(store: ObjectStore, app: str, added: Iterable[ResourceKey], removed: Iterable[ResourceKey]) -> None:
@@ -65,6 +76,17 @@ def update(store: ObjectStore, app: str, added: Iterable[ResourceKey], removed: 
             store.write(folder(key.group, key.namespace, key.name) + app, MARK, if_generation_match=0)
     for key in sorted(set(removed)):
         store.delete(folder(key.group, key.namespace, key.name) + app)
+
+
+def namespace_owners(store: ObjectStore, namespace: str) -> dict[str, list[str]]:
+    """{object_id: apps} of every indexed object of the namespace (one list call)."""
+    prefix = namespace_folder(namespace)
+    found: dict[str, list[str]] = {}
+    for key in store.list(prefix):
+        obj, _, app = key[len(prefix):].partition("/")
+        if obj and app and "/" not in app:
+            found.setdefault(obj, []).append(app)
+    return found
 
 
 def owners(store: ObjectStore, group: str, namespace: str, name: str) -> list[str]:

@@ -12,20 +12,28 @@ below 400, a named object, and not the `status` subresource (a controller report
 manager `tidecd`, and the users in `TIDECD_AUDIT_IGNORE_USERS`, its service accounts) and those of the
 cluster's own controllers (`system:kube-controller-manager`, service accounts of `kube-system`), which
 follow every rollout. Each remaining write is looked up in the resource index (`tidecd.state.index`,
-written by the step when an app's inventory changes); an object no app manages causes nothing. The apps
+written by the step when an app's inventory changes; one list call per namespace a batch touches); an
+object no app manages causes nothing. The apps
 found get the write in their audit record (the step names who drifted them from it) and a refresh,
 coalesced as webhook deliveries are (`tidecd.triggers.pending`): a burst of events for one app costs one
 reconcile, plus at most one more. With selfHeal the step then syncs (after Argo CD's self-heal rules and
 the sync windows); without it the app reads OutOfSync. The poll stays the fallback for lost events.
 
-A store that fails answers 503: the backend retries the batch with its backoff.
+On GKE, the Admin Activity audit log (always on) reaches the same handling through a Log Router sink, a
+Pub/Sub topic and a push subscription to `/audit/gke`, one log entry per push, authenticated by the push's
+OIDC token (`tidecd.clients.pushauth`); `parse_log_entry` reads an entry into the same `AuditEvent`.
+
+A store that fails answers 503: the backend retries the batch with its backoff (Pub/Sub redelivers the
+entry).
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -46,12 +54,14 @@ if TYPE_CHECKING:
 log = structlog.get_logger("tidecd.usecases.audit")
 
 PATH = "/audit"  # the webhook function's path the audit backend's kubeconfig points at
+GKE_PATH = "/audit/gke"  # where the Log Router sink's Pub/Sub subscription pushes GKE's audit log entries
 API_VERSION = "audit.k8s.io/v1"
 MAX_EVENTS = 10_000  # events in one batch (the backend sends at most 400 by default)
 MAX_TEXT = 1024  # characters kept of any one text field (a user agent, a name)
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete"})
 COMPLETE = "ResponseComplete"
-STORE_BUDGET = 5.0  # seconds the store calls of one batch may take together (TIDECD_AUDIT_STORE_BUDGET)
+STORE_BUDGET = 10.0  # seconds the store calls of one batch may take together (TIDECD_AUDIT_STORE_BUDGET)
+REMEMBER_THREADS = 8  # apps whose audit record one batch updates at once
 RETRY_AFTER = 10
 CONTROLLER_USERS = ("system:kube-controller-manager", "system:kube-scheduler")
 CONTROLLER_ACCOUNTS = "system:serviceaccount:kube-system:"
@@ -106,19 +116,19 @@ def parse(body: bytes) -> tuple[AuditEvent, ...]:
         raise BadBatch("audit batch: field `items` must be a list")
     if len(items) > MAX_EVENTS:
         raise BadBatch(f"audit batch: {len(items)} events, more than {MAX_EVENTS:,} in one batch")
-    return tuple(_event(item, f"items[{i}]") for i, item in enumerate(items))
+    return tuple(_event(item, f"audit batch: items[{i}]") for i, item in enumerate(items))
 
 
 def _event(item: Any, where: str) -> AuditEvent:
     if not isinstance(item, dict):
-        raise BadBatch(f"audit batch: {where} must be an object")
+        raise BadBatch(f"{where} must be an object")
     user = _object(item, "user", where)
     impersonated = _object(item, "impersonatedUser", where)
     ref = _object(item, "objectRef", where)
     status = _object(item, "responseStatus", where)
     code = status.get("code", 0)
     if isinstance(code, bool) or not isinstance(code, int):
-        raise BadBatch(f"audit batch: {where}.responseStatus.code must be a number")
+        raise BadBatch(f"{where}.responseStatus.code must be a number")
     name = _text(user, "username", f"{where}.user")
     if impersonated:
         name = f"{_text(impersonated, 'username', f'{where}.impersonatedUser')} (impersonated by {name})"
@@ -134,12 +144,54 @@ def _event(item: Any, where: str) -> AuditEvent:
         field_manager=(query.get("fieldManager") or [""])[0][:MAX_TEXT])
 
 
+def parse_log_entry(data: bytes) -> AuditEvent | None:
+    """The event of one GKE Admin Activity audit log entry (Cloud Logging's `LogEntry` of a `k8s.io` call,
+    as a Log Router sink publishes it); None for an entry of another service; BadBatch naming the field.
+
+    `protoPayload.methodName` ends with the verb (`io.k8s.apps.v1.deployments.patch`), `resourceName` is
+    `<group>/<version>/[namespaces/<ns>/]<resource>/<name>[/<subresource>]` (`core` for the core group),
+    `status.code` 0 is success, `authenticationInfo.principalEmail` is who, and
+    `requestMetadata.callerSuppliedUserAgent` with what. The Admin Activity log holds completed writes only."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise BadBatch(f"audit log entry: not valid JSON ({getattr(exc, 'msg', type(exc).__name__)})") from None
+    if not isinstance(doc, dict):
+        raise BadBatch("audit log entry: not a JSON object")
+    payload = _object(doc, "protoPayload", "audit log entry:")
+    if _text(payload, "serviceName", "audit log entry: protoPayload") != "k8s.io":
+        return None
+    method = _text(payload, "methodName", "audit log entry: protoPayload")
+    resource_name = _text(payload, "resourceName", "audit log entry: protoPayload")
+    parts = resource_name.split("/")
+    if len(parts) < 4 or not method:
+        raise BadBatch(f"audit log entry: protoPayload.resourceName {resource_name[:80]!r} is not "
+                       "<group>/<version>/[namespaces/<ns>/]<resource>/<name>")
+    rest = parts[2:]
+    namespaced = len(rest) >= 4 and rest[0] == "namespaces"
+    namespace, (resource, name, *sub) = (rest[1], rest[2:]) if namespaced else ("", rest)
+    status = _object(payload, "status", "audit log entry: protoPayload")
+    code = status.get("code", 0)
+    if isinstance(code, bool) or not isinstance(code, int):
+        raise BadBatch("audit log entry: protoPayload.status.code must be a number")
+    who = _object(payload, "authenticationInfo", "audit log entry: protoPayload")
+    request = _object(payload, "requestMetadata", "audit log entry: protoPayload")
+    return AuditEvent(
+        audit_id=_text(doc, "insertId", "audit log entry:"), stage=COMPLETE, verb=method.rsplit(".", 1)[-1],
+        user=_text(who, "principalEmail", "audit log entry: protoPayload.authenticationInfo"),
+        user_agent=_text(request, "callerSuppliedUserAgent", "audit log entry: protoPayload.requestMetadata"),
+        group="" if parts[0] == "core" else parts[0], resource=resource, subresource="/".join(sub),
+        namespace=namespace, name=name, code=200 if code == 0 else 500,
+        at=_text(doc, "timestamp", "audit log entry:") or _text(doc, "receiveTimestamp", "audit log entry:"),
+        field_manager="")
+
+
 def _object(doc: Mapping[str, Any], field: str, where: str) -> Mapping[str, Any]:
     value = doc.get(field)
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise BadBatch(f"audit batch: {where}.{field} must be an object")
+        raise BadBatch(f"{_named(where, field)} must be an object")
     return value
 
 
@@ -148,8 +200,13 @@ def _text(doc: Mapping[str, Any], field: str, where: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise BadBatch(f"audit batch: {where}.{field} must be a string")
+        raise BadBatch(f"{_named(where, field)} must be a string")
     return value[:MAX_TEXT]
+
+
+def _named(where: str, field: str) -> str:
+    """`audit batch: items[3].objectRef.name`: what a BadBatch names (`where` ends in ":" at the top)."""
+    return f"{where} {field}" if where.endswith(":") else f"{where}.{field}"
 
 
 def _short(value: Any) -> str:
@@ -218,14 +275,46 @@ def handle(headers: Mapping[str, str], body: bytes, runtime: Runtime, dispatcher
     except BadBatch as exc:
         log.info("audit batch refused", status=400, reason=str(exc))
         return Response(400, {"error": str(exc)})
+    return _answer(events, settings, runtime, dispatcher)
+
+
+def _answer(events: Sequence[AuditEvent], settings: AuditSettings, runtime: Runtime,
+            dispatcher: Dispatcher) -> Response:
+    """The events' refreshes within the store budget; a 503 when the store (or Pub/Sub) is away: the
+    backend retries the batch, Pub/Sub redelivers the entry."""
     try:
         with budget(env_seconds("TIDECD_AUDIT_STORE_BUDGET", STORE_BUDGET),
                     "the audit webhook's store budget (TIDECD_AUDIT_STORE_BUDGET)"):
             return _handle(events, settings.own, runtime, dispatcher)
-    except TemporaryError as exc:  # the store (or Pub/Sub) is away: the backend retries the batch
+    except TemporaryError as exc:
         log.warning("audit batch unavailable", error=f"{type(exc).__name__}: {exc}"[:300])
         return Response(503, {"error": f"temporarily unavailable, retry later: {exc}"[:300],
                               "retry_after": RETRY_AFTER})
+
+
+def handle_push(headers: Mapping[str, str], body: bytes, runtime: Runtime, dispatcher: Dispatcher, *,
+                settings: AuditSettings | None = None) -> Response:
+    """One GKE audit log entry, pushed by the Log Router sink's Pub/Sub subscription to `GKE_PATH` with an
+    OIDC token (`tidecd.clients.pushauth`, 401 otherwise). An entry that is no write of k8s.io, or that
+    cannot be read, is acknowledged (200, "ignored"): redelivering it cannot help. A store that fails is a
+    503, and Pub/Sub redelivers."""
+    from tidecd.clients import pushauth  # lazy: cold start (JWT verification only for pushes)
+
+    settings = settings if settings is not None else AuditSettings.from_env()
+    try:
+        pushauth.verify(headers, pushauth.PushIdentity.from_env())
+        event = parse_log_entry(pushauth.message_data(body))
+    except pushauth.PushRefused as exc:
+        log.info("audit push refused", status=401, reason=str(exc))
+        return Response(401, {"error": str(exc)})
+    except TemporaryError as exc:  # Google's keys could not be fetched
+        return Response(503, {"error": str(exc)[:300], "retry_after": RETRY_AFTER})
+    except (pushauth.NotAnEnvelope, BadBatch) as exc:
+        log.info("audit push ignored", reason=str(exc))
+        return Response(200, {"ignored": str(exc)})
+    if event is None:
+        return Response(200, {"ignored": "not a log entry of k8s.io"})
+    return _answer((event,), settings, runtime, dispatcher)
 
 
 def _handle(events: Sequence[AuditEvent], users: frozenset[str], runtime: Runtime,
@@ -238,23 +327,25 @@ def _handle(events: Sequence[AuditEvent], users: frozenset[str], runtime: Runtim
             skipped[why] = skipped.get(why, 0) + 1
         else:
             writes.append(event)
-    owners: dict[tuple[str, str, str], list[str]] = {}
+    indexed = {ns: index.namespace_owners(runtime.store, ns) for ns in sorted({e.namespace for e in writes})}
     by_app: dict[str, list[index.Write]] = {}
+    unmanaged = 0
     for event in writes:
-        where = (event.group, event.namespace, event.name)
-        if where not in owners:
-            owners[where] = index.owners(runtime.store, *where)
-        for app in owners[where]:
+        apps_of = indexed[event.namespace].get(index.object_id(event.group, event.namespace, event.name), [])
+        unmanaged += not apps_of
+        for app in apps_of:
             by_app.setdefault(app, []).append(event.write())
     known = _known_apps(runtime)
     apps = sorted(a for a in by_app if known is None or a in known)
-    for app in apps:
-        index.remember(runtime.store, app, by_app[app])
+    with ThreadPoolExecutor(REMEMBER_THREADS) as pool:  # an object store answers in parallel; each task runs in
+        done = [pool.submit(contextvars.copy_context().run, index.remember, runtime.store, app, by_app[app])
+                for app in apps]  # a copy of this context, so the batch's store budget bounds it too
+        for future in done:
+            future.result()
     refreshes = [Refresh(app, f"audit: {_describe(by_app[app][-1])}"[:200]) for app in apps]
     failures = dispatcher.dispatch(refreshes) if refreshes else {}
     answer: dict[str, Any] = {"events": len(events), "writes": len(writes), "ignored": skipped,
-                              "unmanaged": sum(1 for e in writes if not owners[(e.group, e.namespace, e.name)]),
-                              "refreshed": [a for a in apps if a not in failures]}
+                              "unmanaged": unmanaged, "refreshed": [a for a in apps if a not in failures]}
     log.info("audit batch", events=len(events), writes=len(writes), apps=apps, ignored=skipped)
     if failures:
         answer["failed"] = failures

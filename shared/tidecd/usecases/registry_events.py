@@ -30,8 +30,6 @@ is committed, and refreshes coalesce.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import hmac
 import json
@@ -170,14 +168,10 @@ def _gcr_envelope(headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
         raise Refused(401, str(exc)) from None
     except TemporaryError as exc:
         raise Refused(503, str(exc)) from None
-    envelope = _json(body)
-    message = envelope.get("message")
-    if not isinstance(message, Mapping) or not isinstance(message.get("data"), str):
-        raise Refused(400, "Pub/Sub push: field `message.data` is missing (not a push envelope)")
     try:
-        data = base64.b64decode(message["data"], validate=True)
-    except (binascii.Error, ValueError):
-        raise Refused(400, "Pub/Sub push: field `message.data` is not base64") from None
+        data = pushauth.message_data(body)
+    except pushauth.NotAnEnvelope as exc:
+        raise Refused(400, str(exc)) from None
     return _json(data)
 
 
