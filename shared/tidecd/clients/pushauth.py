@@ -15,6 +15,9 @@ once more (keys rotate). Tests point the URL at a local server with their own ke
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import os
 import threading
 import time
@@ -81,10 +84,6 @@ class NotAnEnvelope(ValueError):
 def message_data(body: bytes) -> bytes:
     """The `message.data` (base64-decoded) of a Pub/Sub push envelope (`{"message": {"data": ...}}`): the
     one reading of it, for every route a subscription pushes to."""
-    import base64
-    import binascii
-    import json
-
     try:
         envelope = json.loads(body)
     except (ValueError, RecursionError) as exc:
@@ -117,9 +116,6 @@ def _decode(token: str, url: str, audience: str) -> dict[str, Any]:
 
 def _key_id(token: str) -> str:
     """The `kid` of the token's header (unverified: it only picks which of Google's keys to verify with)."""
-    import base64
-    import json
-
     header = token.split(".", 1)[0]
     try:
         doc = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))
@@ -147,8 +143,6 @@ def _certs(url: str, *, refresh: bool) -> dict[str, str]:
         raise TemporaryError(f"Google's token keys could not be fetched ({type(exc).__name__})") from None
     if len(body) > MAX_CERTS_BYTES:
         raise TemporaryError(f"Google's token keys are larger than {MAX_CERTS_BYTES} bytes")
-    import json
-
     try:
         doc = json.loads(body)
     except ValueError:
