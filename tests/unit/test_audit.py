@@ -386,3 +386,11 @@ def test_a_pushed_gke_entry_with_a_valid_oidc_token_repairs_and_names_the_drift(
     assert state.automation.drift is not None and state.automation.drift.user == "alice@example.com"
     ignored = audit.handle_push({"Authorization": f"Bearer {google.token()}"}, b'{"message": {}}', runtime, recorder)
     assert ignored.status == 200 and "message.data" in ignored.body["ignored"]
+
+
+def test_an_unreadable_audit_record_is_started_again() -> None:
+    store = MemoryStore()
+    store.write(index.AUDIT + "app.json", b"{not json")
+    assert index.writes(store, "app") == []
+    index.remember(store, "app", [audit.parse(batch(event()))[0].write()])
+    assert [w.user for w in index.writes(store, "app")] == ["alice@example.com"]

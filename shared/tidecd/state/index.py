@@ -29,7 +29,7 @@ from typing import Any
 
 from tidecd.base.errors import PermanentError
 from tidecd.base.model import ResourceKey
-from tidecd.clients.store import ObjectStore, PreconditionFailed, read_json, update_json
+from tidecd.clients.store import ObjectStore, PreconditionFailed, read_json, update_json, write_json
 
 INDEX = "index/resources/"
 AUDIT = "audit/"
@@ -148,7 +148,11 @@ def remember(store: ObjectStore, app: str, writes: Sequence[Write]) -> None:
         kept.sort(key=lambda w: str(w.get("at", "")))
         return {"writes": kept[-MAX_WRITES:]}
 
-    update_json(store, AUDIT + app + ".json", merged)
+    key = AUDIT + app + ".json"
+    try:
+        update_json(store, key, merged)
+    except PermanentError:  # unreadable (not JSON): only a record of hints, start it again
+        write_json(store, key, merged(None))
 
 
 def writes(store: ObjectStore, app: str) -> list[Write]:
