@@ -185,6 +185,11 @@ def test_the_image_updater_marks_only_the_app_whose_registry_answered_badly(
     assert by_app["good"].status == "updated", by_app["good"]
     assert by_app["bad"].status == "unavailable", by_app["bad"]
     assert f"registry {bad_host}" in by_app["bad"].message and "images left as they are" in by_app["bad"].message
+    runtime.settings.api_token = TOKEN  # and the api shows it on that app, as a condition, and on no other
+    shown = _ask(runtime, "/apps/bad")
+    assert [c["type"] for c in shown.get("conditions", [])] == ["ImageUpdaterError"], shown
+    assert f"registry {bad_host}" in shown["conditions"][0]["message"]
+    assert _ask(runtime, "/apps/good").get("conditions", []) == []
 
 
 def _registry_with_tags(tags: list[str]) -> ThreadingHTTPServer:
