@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -250,3 +253,18 @@ def test_a_registry_retry_after_that_is_no_number_is_a_minute() -> None:
 
     assert _retry_after("²") == 60.0 and _retry_after("9" * 400) == MAX_RETRY_AFTER
     assert _retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0 and _retry_after("3") == 3.0
+
+
+@pytest.mark.parametrize("answer", list(BAD_ANSWERS))
+def test_the_cli_pointed_at_something_else_says_so(answer: str, servers: Callable[[ThreadingHTTPServer], str]) -> None:
+    """`--server` at a URL whose answer is no api answer (a proxy's login page, a web site): one line that
+    says so, exit 4 (cannot connect), no traceback."""
+    host = servers(serve_bad(BAD_ANSWERS[answer]))
+    env = {**os.environ, "TIDECD_SERVER": f"http://{host}", "TIDECD_API_TOKEN": "t"}
+    for args in (["app", "list"], ["app", "get", "web"]):
+        done = subprocess.run([sys.executable, "-m", "tidecd.cli", *args], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 4, (args, done.returncode, done.stderr)
+        assert done.stderr.startswith((f"error: http://{host} did not answer as tidecd's api does (HTTP 200, ",
+                                       f"error: cannot reach http://{host}: ChunkedEncodingError")), done.stderr
+        assert "Traceback" not in done.stderr and "<html" not in done.stderr.lower()

@@ -13,8 +13,8 @@ as each step asks (the CLI may wait; a function never does).
 Exit codes, so a script can tell what went wrong (`EXIT_*` below; `tidecd --help` lists them too):
 0 done; 1 out of sync (`diff`), the operation failed or timed out; 2 no such app, or the request was
 refused (a usage error is 2 as well); 3 an operation already runs; 4 cannot connect (the api, or what it
-depends on answered 502/503/504); 5 the app is in error (it fails to compare: sync or health Unknown with
-an `...Error` condition such as ComparisonError).
+depends on answered 502/503/504, or what answers at --server is not the api); 5 the app is in error (it
+fails to compare: sync or health Unknown with an `...Error` condition such as ComparisonError).
 """
 
 from __future__ import annotations
@@ -61,7 +61,15 @@ def call_api(method: str, path: str, server: str, token: str, body: dict[str, An
                                              "Content-Type": "application/json"}, timeout=900)
         except requests.RequestException as exc:
             fail(f"cannot reach {server}: {type(exc).__name__}", code=EXIT_UNREACHABLE)
-        return resp.status_code, resp.json()
+        kind = resp.headers.get("Content-Type", "").split(";")[0].strip()
+        try:  # the api answers JSON objects, labelled so; anything else is not the api (a proxy, a web site)
+            answer = resp.json() if kind == "application/json" else None
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            fail(f"{server} did not answer as tidecd's api does (HTTP {resp.status_code}, "
+                 f"{resp.headers.get('Content-Type', 'no content type')}): check --server", code=EXIT_UNREACHABLE)
+        return resp.status_code, answer
     # lazy: cold start (a CLI call against --server never loads the local runtime)
     from tidecd.runtime import Runtime
     from tidecd.usecases import api
