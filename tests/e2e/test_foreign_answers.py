@@ -97,6 +97,15 @@ def test_api_cli_and_dashboard_keep_answering_while_one_registry_answers_html(
         assert state.sync_status == "Unknown" and state.inventory == [], state
         assert any(bad_says[gitops.real(name)] in c["message"] for c in state.conditions), state.conditions
 
+    # --- the poll tick asks every source, the bad ones too: each is an error of its own, the tick goes on -----
+    from tidecd.triggers.dispatch import ManualDispatcher
+    from tidecd.usecases.poll import poll
+
+    summary = poll(gitops.runtime(), ManualDispatcher(), jitter_seconds=0)
+    assert summary.repos_checked >= 3 and not summary.left, summary
+    assert any(html_registry in error for error in summary.errors), summary.errors
+    assert not any(oci_registry.host in error or gitops.repo.url in error for error in summary.errors), summary
+
     # --- the api, through functions-framework ---------------------------------------------------------------
     api = functions.start("api").url
     bearer = {"Authorization": f"Bearer {functions.token}"}
