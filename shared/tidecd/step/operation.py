@@ -46,6 +46,14 @@ def new_operation(app: Application, *, prune: bool = False, dry_run: bool = Fals
     )
 
 
+def automated_operation(app: Application, start: decision.StartOperation, sha: str, started_at: str) -> Operation:
+    """The operation the automated policy starts (`sync.decide.StartOperation`): an automated sync of the
+    revision, or a self-heal of the resources that drifted."""
+    return new_operation(app, prune=start.prune, initiated_by="automated", automated=True,
+                         retry_count=start.retry_count, resolved=sha, started_at=started_at,
+                         self_heal_attempts=start.self_heal_attempts, resources=start.only)
+
+
 def sync_window(config: Config, app: Application, *, manual: bool, now: float | None = None) -> str:
     """The project's syncWindows (`tidecd.project.windows`): raises SyncWindowClosed for a blocked manual sync;
     for an automated one returns why it is blocked ("" when it may start)."""

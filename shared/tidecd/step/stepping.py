@@ -40,7 +40,7 @@ from tidecd.state.app import OperationPhase
 from tidecd.step import execute, observe, plangate, quiet, record
 from tidecd.step.desired import place, runtime_render, spec_hash
 from tidecd.step.observe import Target
-from tidecd.step.operation import new_operation, policy_of, sync_window
+from tidecd.step.operation import automated_operation, policy_of, sync_window
 from tidecd.sync import decide as decision
 from tidecd.sync import plan
 from tidecd.sync.apply import owned_by
@@ -439,9 +439,8 @@ class Step:
         op, target = self.state.operation, self.eye.current
         if isinstance(step, decision.StartOperation):
             sha = target.desired.revision
-            self.state = record.healing(record.started(self.state, new_operation(
-                target.app, prune=step.prune, initiated_by="automated", automated=True, retry_count=step.retry_count,
-                resolved=sha, started_at=self.ctx.iso(), self_heal_attempts=step.self_heal_attempts)))
+            self.state = record.healing(record.started(self.state, automated_operation(target.app, step, sha,
+                                                                                       self.ctx.iso())))
             log.info("automated sync", app=target.name, revision=sha[:12], retry=step.retry_count)
             self.eye.target = target.planned(self.eye.naming())  # generateName hooks are named for this operation
             self.save()

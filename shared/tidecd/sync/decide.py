@@ -149,6 +149,9 @@ class StartOperation:
     retry_count: int = 0
     prune: bool = False
     self_heal_attempts: int = 0  # a self-heal's: the repairs of this revision so far, this one included
+    # a self-heal's: only the resources that drifted (Argo CD's autoSync puts the OutOfSync ones in
+    # `operation.sync.resources`, a selective sync: no hooks run); None: the whole app
+    only: tuple[ResourceKey, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -260,7 +263,7 @@ def _automated(obs: Observation, op: Operation | None, policy: Policy) -> Step:
         due = (unix(op.finished_at) if op is not None else 0.0) + self_heal_delay(attempts)
         if attempts and obs.now < due:
             return Nothing(f"self-heal backoff: repair {attempts + 1} of {obs.revision[:12]}", retry_at=due)
-        return _start(obs, policy, 0, attempts + 1)
+        return _start(obs, policy, 0, attempts + 1, only=tuple(sorted(obs.out_of_sync)))
     return _start(obs, policy, 0)
 
 
@@ -274,13 +277,15 @@ def self_heal_delay(attempts: int) -> float:
     return min(SELF_HEAL_SECONDS * SELF_HEAL_FACTOR ** (attempts - 1), SELF_HEAL_CAP_SECONDS)
 
 
-def _start(obs: Observation, policy: Policy, retry_count: int, self_heal_attempts: int = 0) -> Step:
+def _start(obs: Observation, policy: Policy, retry_count: int, self_heal_attempts: int = 0,
+           only: tuple[ResourceKey, ...] | None = None) -> Step:
     resources = [t for t in obs.tasks if not t.hook]
     desired = {t.key for t in resources}
     if policy.prune and not policy.allow_empty and not resources and prune_candidates(obs.inventory, desired):
         return Refuse("automated sync refused: it would prune every resource of the app (the source declares "
                       "none); set syncPolicy.automated.allowEmpty: true to allow it, or sync by hand")
-    return StartOperation(retry_count=retry_count, prune=policy.prune, self_heal_attempts=self_heal_attempts)
+    return StartOperation(retry_count=retry_count, prune=policy.prune, self_heal_attempts=self_heal_attempts,
+                          only=only)
 
 
 def selected(obs: Observation, op: Operation) -> list[Task]:
