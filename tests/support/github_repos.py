@@ -124,7 +124,8 @@ class GitHubReposStandIn(GitHubStandIn):
         pull = example | {"number": number, "title": body["title"], "body": body.get("body"), "state": "open",
                           "head": example["head"] | {"ref": body["head"]},
                           "base": example["base"] | {"ref": body["base"]},
-                          "url": f"{self._repo_url(repo)}/pulls/{number}"}
+                          "url": f"{self._repo_url(repo)}/pulls/{number}",
+                          "html_url": f"https://github.com/{repo}/pull/{number}"}
         self.pulls.setdefault(repo, []).append(pull)
         return status, pull
 

@@ -173,6 +173,8 @@ def get(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPU
                 wave = op.get("wave")
                 typer.echo(f"Wave:       {wave if wave is not None else '-'}")
                 typer.echo(f"Waiting:    {op.get('step') or '-'}")
+        if b.get("revert"):
+            typer.echo(f"Revert:     {b['revert']['message']}")
         images = b.get("images") or {}
         if images.get("override"):
             typer.echo(f"Images:     {', '.join(images['override'])}  (image updater, argocd write-back)")
@@ -345,9 +347,25 @@ def rollback(name: str, history_id: int = typer.Argument(..., metavar="ID"),
              prune: bool = typer.Option(False, "--prune"),
              run_async: bool = typer.Option(False, "--async", help="Start the operation and return at once."),
              timeout: float = typer.Option(0, "--timeout", help="Seconds to follow it; 0: until it ends."),
+             revert: str = typer.Option("", "--revert", metavar="pr|push", help=(
+                 "Revert git too: 'pr' opens a revert pull request, 'push' pushes the revert commit to the "
+                 "app's branch (apps annotated tidecd.io/revert-push: allow). Automated sync and the image "
+                 "updater hold until it merges.")),
+             revert_pr: bool = typer.Option(False, "--revert-pr", help="The same as --revert pr."),
              server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
-    """Re-sync a revision from history; automated sync is switched off for the app until the next manual sync."""
-    started = checked(*call_api("POST", f"/apps/{name}/rollback", server, token, {"id": history_id, "prune": prune}))
+    """Re-sync a revision from history; automated sync is switched off for the app until the next manual sync
+    (or, with --revert, until the revert merges)."""
+    if revert_pr and revert not in ("", "pr"):
+        typer.echo("error: --revert-pr and --revert push exclude each other", err=True)
+        raise typer.Exit(2)
+    payload: dict[str, Any] = {"id": history_id, "prune": prune}
+    if revert or revert_pr:
+        payload["revert"] = revert or "pr"
+    started = checked(*call_api("POST", f"/apps/{name}/rollback", server, token, payload))
+    if output == "table" and started.get("revert"):
+        typer.echo(started["revert"]["message"])
+    if started.get("revertError"):
+        typer.echo(f"warning: {started['revertError']}", err=True)
     _started(name, started, run_async, timeout, server, token, output)
 
 

@@ -276,6 +276,15 @@ class PyGithubApi:
                             tuple(str(label.name) for label in pull.labels))
 
 
+def ensure_pull(gh_repo: Any, repo: Repo, *, base: str, head: str, title: str, body: str) -> tuple[int, str]:
+    """(number, page) of the open pull request base ← head of a PyGithub repository, opened when there is
+    none (so a retried write opens it once). Raises PyGithub's errors: wrap in `translated_errors`."""
+    for pull in gh_repo.get_pulls(state="open", base=base, head=f"{repo.owner}:{head}"):
+        return int(pull.number), str(pull.html_url or "")
+    created = gh_repo.create_pull(base=base, head=head, title=cut(title, 256), body=cut(body, COMMENT_LIMIT))
+    return int(created.number), str(created.html_url or "")
+
+
 @contextmanager
 def translated_errors() -> Iterator[None]:
     """PyGithub's and requests' exceptions → RateLimited / Rejected / Unavailable (no bodies echoed)."""

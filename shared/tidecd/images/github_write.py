@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tidecd.base.errors import TemporaryError
-from tidecd.clients.github import GitHubAuth, PyGithubApi, Repo, translated_errors
+from tidecd.clients.github import GitHubAuth, PyGithubApi, Repo, ensure_pull, translated_errors
 
 if TYPE_CHECKING:
     from github import Github
@@ -103,7 +103,5 @@ def _ensure_branch(gh_repo: Any, base: str, target: str) -> None:
 
 
 def _ensure_pull(gh_repo: Any, repo: Repo, base: str, target: str, message: str) -> int:
-    for pull in gh_repo.get_pulls(state="open", base=base, head=f"{repo.owner}:{target}"):
-        return int(pull.number)
     title, _, body = message.partition("\n")
-    return int(gh_repo.create_pull(base=base, head=target, title=title, body=body.strip()).number)
+    return ensure_pull(gh_repo, repo, base=base, head=target, title=title, body=body.strip())[0]

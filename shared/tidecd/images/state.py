@@ -4,6 +4,8 @@
     log        every override change with its time (last 20), so a rollback can restore the one in effect
                when the rolled-back revision was deployed
     pin        set by a rollback: the updater skips the app until `tidecd image unpin` or a manual sync
+    refused    images a merged revert took out of git (`usecases.revert`): the updater never writes them
+               back again (a newer tag still moves the app on); `tidecd image unpin` clears them
     check      the last tick's outcome for the app: when, what it found, what it changed, any problem
 
 Kept apart from `state/apps/<app>.json` so the updater and reconcile never contend for one object; every
@@ -74,6 +76,7 @@ class ImagesState:
     pin: dict[str, str] | None = None  # {"since", "by", "revision"}
     check: dict[str, Any] = field(default_factory=dict)
     deployed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # operation id → its override
+    refused: list[str] = field(default_factory=list)  # image references a merged revert took out of git
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,7 +87,8 @@ class ImagesState:
             return cls(app=app)
         return cls(app=app, override=[ImageValue(**v) for v in data.get("override") or []],
                    log=list(data.get("log") or []), pin=data.get("pin"), check=dict(data.get("check") or {}),
-                   deployed=dict(data.get("deployed") or {}))
+                   deployed=dict(data.get("deployed") or {}),
+                   refused=[str(r) for r in data.get("refused") or []][-LOG_LIMIT:])
 
     def source_override(self) -> SourceOverride:
         return source_override(self.override)
@@ -182,19 +186,30 @@ def pin(store: ObjectStore, app: str, *, by: str, revision: str, deployed_at: st
     return update(store, app, change)
 
 
-def unpin(store: ObjectStore, app: str) -> bool:
-    """Lift the pin; False when there was none (then nothing is written)."""
+def unpin(store: ObjectStore, app: str, *, refuse: list[str] | None = None) -> bool:
+    """Lift the pin; False when there was none (then nothing is written). Without `refuse` (a person's
+    unpin) the refused images are cleared too; with it (a merged revert) they are added to."""
     found = read_json(store, key(app))
     if not found or not (found[0] or {}).get("pin"):
+        if refuse:
+            update(store, app, lambda state: _refuse(state, refuse))
         return False
     had: list[bool] = []
 
     def change(state: ImagesState) -> None:
         had.append(state.pin is not None)
         state.pin = None
+        if refuse is None:
+            state.refused = []
+        else:
+            _refuse(state, refuse)
 
     update(store, app, change)
     return any(had)
+
+
+def _refuse(state: ImagesState, refs: list[str]) -> None:
+    state.refused = [*[r for r in state.refused if r not in refs], *sorted(set(refs))][-LOG_LIMIT:]
 
 
 def summary(store: ObjectStore, app: str) -> dict[str, Any]:
@@ -204,7 +219,7 @@ def summary(store: ObjectStore, app: str) -> dict[str, Any]:
         return {}
     state = ImagesState.from_json(found[0], app)
     return {"override": [v.reference for v in state.override], "pinned": state.pin_message(),
-            "check": state.check}
+            "check": state.check, "refused": list(state.refused)}
 
 
 def on_operation_started(store: ObjectStore, app: Application, *, rollback: bool, revision: str, dry_run: bool,

@@ -163,6 +163,23 @@ def push(repo_url: str, creds: git.RepoCredentials | None, *, base: str, target:
 
     Returns the new commit's sha. A lost race (the branch moved) is retried on the new head.
     """
+    def entries(repo: MemoryRepo, commit: Any) -> dict[str, Entry]:
+        files = edit(functools.partial(_read_file, repo, commit.tree))
+        return {path: _blob(repo, text) for path, text in files.items()}
+
+    return push_entries(repo_url, creds, base=base, target=target, entries=entries, message=message,
+                        author=author, attempts=attempts, sleep=sleep)
+
+
+Entry = tuple[int, bytes] | None
+"""A path's new tree entry: (mode, object id) of a blob or a tree, or None to remove it."""
+
+
+def push_entries(repo_url: str, creds: git.RepoCredentials | None, *, base: str, target: str,
+                 entries: Callable[[MemoryRepo, Any], dict[str, Entry]], message: str, author: Author,
+                 attempts: int = PUSH_ATTEMPTS, sleep: Callable[[float], None] = time.sleep) -> str:
+    """`push` for any change of the tree: `entries(repo, head commit)` names each path's new entry (objects
+    it adds to `repo`); '' when the tree stays as it is. The same race rule: redone on the new head."""
     last: Exception | None = None
     for attempt in range(attempts):
         refs = git.ls_remote(repo_url, creds)
@@ -172,10 +189,10 @@ def push(repo_url: str, creds: git.RepoCredentials | None, *, base: str, target:
             raise ConfigError(f"branch {base!r} not found in {redact_repo_url(repo_url)}")
         old = refs.get(target_ref)
         repo, commit = git.fetch_commit(repo_url, head, creds)
-        files = edit(functools.partial(_read_file, repo, commit.tree))
-        if not files:
+        changes = entries(repo, commit)
+        new_sha = _commit(repo, commit, changes, message, author) if changes else b""
+        if not new_sha:
             return ""
-        new_sha = _commit(repo, commit, files, message, author)
         try:
             _send(repo_url, creds, repo, target_ref, old, new_sha, head)
             return new_sha.decode()
@@ -184,6 +201,32 @@ def push(repo_url: str, creds: git.RepoCredentials | None, *, base: str, target:
             sleep(0.2 * (attempt + 1))
     raise SourceUnavailable(f"push to {redact_repo_url(repo_url)} lost the race {attempts} times: {last}",
                             delay=30.0)
+
+
+def tree_entry(repo: Any, tree_id: bytes, path: str) -> tuple[int, bytes] | None:
+    """(mode, object id) at `path` under the tree `tree_id` ("" is the tree itself); None when absent."""
+    # lazy: cold start (dulwich only when a repository is fetched or written)
+    from dulwich.objects import ObjectID, Tree
+
+    mode, node_id = 0o040000, tree_id
+    for part in [p for p in path.split("/") if p]:
+        node = repo.object_store[ObjectID(node_id)]
+        if not isinstance(node, Tree):
+            return None
+        try:
+            mode, node_id = node[part.encode()]
+        except KeyError:
+            return None
+    return int(mode), bytes(node_id)
+
+
+def _blob(repo: MemoryRepo, text: str) -> tuple[int, bytes]:
+    # lazy: cold start (dulwich only when a repository is fetched or written)
+    from dulwich.objects import Blob
+
+    blob = Blob.from_string(text.encode())
+    repo.object_store.add_object(blob)
+    return 0o100644, bytes(blob.id)
 
 
 def _read_file(repo: MemoryRepo, tree_id: bytes, path: str) -> str | None:
@@ -207,16 +250,17 @@ def _read_file(repo: MemoryRepo, tree_id: bytes, path: str) -> str | None:
         raise ConfigError(f"{path}: not UTF-8 text") from None
 
 
-def _commit(repo: MemoryRepo, parent: Any, files: dict[str, str], message: str, author: Author) -> bytes:
+def _commit(repo: MemoryRepo, parent: Any, changes: dict[str, Entry], message: str, author: Author) -> bytes:
+    """A commit over `parent` with each path set to its entry (or removed); b"" when the tree is unchanged."""
     # lazy: cold start (dulwich only when a repository is fetched or written)
-    from dulwich.objects import Blob, Commit, Tree
+    from dulwich.objects import Commit, Tree
 
     tree = copy.deepcopy(repo.object_store[parent.tree])
     assert isinstance(tree, Tree)
-    for path, text in sorted(files.items()):
-        blob = Blob.from_string(text.encode())
-        repo.object_store.add_object(blob)
-        tree = _put(repo, tree, path.split("/"), blob.id)
+    for path, entry in sorted(changes.items()):
+        tree = _put(repo, tree, path.split("/"), entry)
+    if tree.id == parent.tree:
+        return b""
     commit = Commit()
     commit.tree = tree.id
     commit.parents = [parent.id]
@@ -229,23 +273,33 @@ def _commit(repo: MemoryRepo, parent: Any, files: dict[str, str], message: str, 
     return bytes(commit.id)
 
 
-def _put(repo: MemoryRepo, tree: Tree, parts: list[str], blob_id: bytes) -> Tree:
-    """A copy of `tree` with the blob at `parts`, creating folders; stores every new tree."""
+def _put(repo: MemoryRepo, tree: Tree, parts: list[str], entry: Entry) -> Tree:
+    """A copy of `tree` with `entry` at `parts` (None: removed), creating folders; stores every new tree.
+    A folder left empty by a removal is removed too (git has no empty trees)."""
     # lazy: cold start (dulwich only when a repository is fetched or written)
     from dulwich.objects import ObjectID, Tree
 
     name = parts[0].encode()
     if len(parts) == 1:
-        tree.add(name, 0o100644, ObjectID(blob_id))
+        if entry is None:
+            if name in tree:
+                del tree[name]
+        else:
+            tree.add(name, entry[0], ObjectID(entry[1]))
     else:
         try:
             _mode, sub_id = tree[name]
             sub = repo.object_store[sub_id]
             child = copy.deepcopy(sub) if isinstance(sub, Tree) else Tree()
         except KeyError:
+            if entry is None:
+                return tree
             child = Tree()
-        child = _put(repo, child, parts[1:], blob_id)
-        tree.add(name, 0o040000, child.id)
+        child = _put(repo, child, parts[1:], entry)
+        if len(child):
+            tree.add(name, 0o040000, child.id)
+        elif name in tree:
+            del tree[name]
     repo.object_store.add_object(tree)
     return tree
 

@@ -31,6 +31,7 @@ from tidecd.runtime import Runtime
 from tidecd.source import Snapshots
 from tidecd.state import app as app_state
 from tidecd.ui import actions, auth, diffview, tree, views
+from tidecd.usecases.revert import summary as revert_summary
 
 HERE = Path(__file__).parent
 STATIC = {"htmx.min.js": "text/javascript; charset=utf-8", "tidecd.css": "text/css; charset=utf-8"}
@@ -219,6 +220,7 @@ def _app_context(ctx: Context) -> dict[str, Any]:
     return {"app": views.shown_app(app), "state": current, "operation": views.operation_view(current.operation),
             "commit": commit,
             "images": images_state.summary(ctx.runtime.store, name),
+            "revert": revert_summary(ctx.runtime, name),
             "notice": actions.NOTICES.get(ctx.request.query.get("notice", ""), "")}
 
 
@@ -286,7 +288,10 @@ def rollback(ctx: Context) -> Page:
     wanted = ctx.request.form.get("id", "")
     if not wanted.isdigit():
         return _error_page(ctx.runtime, ctx.identity, 400, "field id (a history id) is required")
-    return _done(ctx, actions.rollback(ctx.runtime, ctx.match["name"], int(wanted)))
+    revert = ctx.request.form.get("revert", "")
+    if revert not in ("", "pr", "push"):
+        return _error_page(ctx.runtime, ctx.identity, 400, "field revert must be pr or push")
+    return _done(ctx, actions.rollback(ctx.runtime, ctx.match["name"], int(wanted), revert=revert))
 
 
 @route("GET", "/projects")

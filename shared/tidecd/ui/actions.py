@@ -17,7 +17,13 @@ from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
 from tidecd.triggers import dispatch
 from tidecd.triggers.dispatch import reconcile_step
-from tidecd.usecases.commands import SyncRequest, rollback_request, start_operation, terminate_operation
+from tidecd.usecases.commands import (
+    SyncRequest,
+    open_revert,
+    rollback_request,
+    start_operation,
+    terminate_operation,
+)
 
 log = structlog.get_logger("tidecd.ui")
 STEP_BUDGET = 2.0  # seconds a step run inside a dashboard request may take: pages answer quickly
@@ -38,6 +44,10 @@ NOTICES = {
     "dry-run-started": "Dry run started: nothing will be written.",
     "terminated": "Termination requested: the operation stops at its next step.",
     "rollback-started": "Rollback started: the operation below follows it.",
+    "rollback-revert-started": "Rollback started, and its revert opened: automated sync and the image updater "
+                               "hold until the revert merges.",
+    "rollback-revert-failed": "Rollback started, but its revert could not be opened (the function's log says "
+                              "why): git still has the newer version.",
 }
 
 
@@ -65,12 +75,17 @@ def sync(runtime: Runtime, name: str, *, prune: bool, dry_run: bool) -> Done:
     return _sync(runtime, name, SyncRequest(prune=prune, dry_run=dry_run), "dry-run" if dry_run else "synced")
 
 
-def rollback(runtime: Runtime, name: str, history_id: int) -> Done:
+def rollback(runtime: Runtime, name: str, history_id: int, *, revert: str = "") -> Done:
+    """`revert` ("pr" or "push"): open the rollback's revert in git too, once the rollback started."""
     try:
-        request = rollback_request(runtime, name, history_id, initiated_by="")
+        request = rollback_request(runtime, name, history_id, initiated_by="", revert=revert)
     except TidecdError as exc:
         return _error(exc)
-    return _sync(runtime, name, request, "rollback")
+    done = _sync(runtime, name, request, "rollback")
+    if done.status != 303 or not revert:
+        return done
+    _, trouble = open_revert(runtime, name, dataclasses.replace(request, initiated_by="dashboard"))
+    return Done(303, "rollback-revert-failed" if trouble else "rollback-revert-started")
 
 
 def terminate(runtime: Runtime, name: str) -> Done:

@@ -33,7 +33,14 @@ from tidecd.state import app as app_state
 from tidecd.step.reconcile import Outcome
 from tidecd.triggers import dispatch
 from tidecd.triggers.dispatch import Dispatcher, Refresh, dispatcher_for, reconcile_step, run_step
-from tidecd.usecases.commands import SyncRequest, rollback_request, start_operation, terminate_operation
+from tidecd.usecases.commands import (
+    SyncRequest,
+    open_revert,
+    rollback_request,
+    start_operation,
+    terminate_operation,
+)
+from tidecd.usecases.revert import summary as revert_summary
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -197,6 +204,9 @@ def get_app(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, 
         runtime.app(name)  # NotFound first: an unknown app gets no state and no lease
         reconcile_step(runtime, name, automate=False, reason="api refresh")
     body = _state(runtime, name).summary() | _lineage(runtime.config(), name)
+    reverting = revert_summary(runtime, name)
+    if reverting:
+        body["revert"] = reverting
     held = images_state.summary(runtime.store, name)
     if held:
         body["images"] = held
@@ -271,7 +281,8 @@ def rollback(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[st
     wanted = payload.get("id")
     if not isinstance(wanted, int):
         raise PermanentError("field id (an integer history id) is required")
-    request = rollback_request(runtime, name, wanted, prune=bool(payload.get("prune", False)))
+    request = rollback_request(runtime, name, wanted, prune=bool(payload.get("prune", False)),
+                               revert=str(payload.get("revert") or ""))
     return _started(runtime, name, request, f"rollback to {wanted}")
 
 
@@ -300,6 +311,11 @@ def _started(runtime: Runtime, name: str, request: SyncRequest, reason: str) -> 
     op = app_state.load(runtime.store, name)[0].operation
     if op is not None and op.id == operation_id:
         body["operation"] = op.to_json()
+    opened, trouble = open_revert(runtime, name, request)
+    if opened:
+        body["revert"] = opened
+    if trouble:
+        body["revertError"] = trouble
     return Response(202, body)
 
 

@@ -1,4 +1,5 @@
-"""The operation commands, one implementation: start a sync (or a rollback), terminate the running one.
+"""The operation commands, one implementation: start a sync (or a rollback, with its revert in git), terminate
+the running one.
 
 The api (`usecases.api`), the dashboard (`ui.actions`) and the CLI call these and only shape the answer
 (an HTTP status, a page notice). A command records the operation in the app's state (generation
@@ -8,10 +9,11 @@ precondition) and returns; the steps that run it are scheduled by the caller.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
-from tidecd.base.errors import NotFound, OperationInProgress
+from tidecd.base.errors import NotFound, OperationInProgress, PermanentError, TidecdError
 from tidecd.base.model import ResourceKey
 from tidecd.clients.store import PreconditionFailed
 from tidecd.images import state as images_state
@@ -19,6 +21,7 @@ from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
 from tidecd.state.app import HistoryEntry, OperationPhase
 from tidecd.step.operation import new_operation, sync_window
+from tidecd.usecases import revert as revert_usecase
 
 log = structlog.get_logger("tidecd.usecases.commands")
 
@@ -35,6 +38,8 @@ class SyncRequest:
     rollback: bool = False
     initiated_by: str = ""  # "api", "cli", "automated", "rollback", a user name...
     history_id: int = 0  # the history entry a rollback goes back to
+    revert: str = ""  # a rollback's revert in git: "pr" or "push" (`usecases.revert`); "" for none
+    reverted: str = ""  # the revision the rollback leaves (read before it starts, the revert's "from")
 
 
 def start_operation(runtime: Runtime, name: str, request: SyncRequest) -> str:
@@ -89,8 +94,26 @@ def history_entry(runtime: Runtime, name: str, history_id: int) -> HistoryEntry:
 
 
 def rollback_request(runtime: Runtime, name: str, history_id: int, *, prune: bool = False,
-                     initiated_by: str = "rollback") -> SyncRequest:
-    """The sync that goes back to history entry `history_id`: each source pinned to its revision then."""
+                     initiated_by: str = "rollback", revert: str = "") -> SyncRequest:
+    """The sync that goes back to history entry `history_id`: each source pinned to its revision then; with
+    `revert` ("pr" or "push") git is reverted too once it started (`open_revert`)."""
     entry = history_entry(runtime, name, history_id)
+    if revert and revert not in revert_usecase.MODES:
+        raise PermanentError(f"field revert: {revert!r} is not one of {', '.join(revert_usecase.MODES)}")
+    reverted = app_state.load(runtime.store, name)[0].revision if revert else ""
     return SyncRequest(prune=prune, revision=entry.revision, revisions=tuple(entry.revisions), rollback=True,
-                       initiated_by=initiated_by, history_id=entry.id)
+                       initiated_by=initiated_by, history_id=entry.id, revert=revert, reverted=reverted)
+
+
+def open_revert(runtime: Runtime, name: str, request: SyncRequest) -> tuple[dict[str, Any], str]:
+    """After a rollback with `revert` started: open its revert in git. (the revert's summary, "") or ({},
+    why it could not be opened): the rollback goes on either way, and the caller says so."""
+    if not request.rollback or not request.revert:
+        return {}, ""
+    try:
+        record = revert_usecase.open_revert(runtime, name, request.history_id, request.revert,
+                                            reverted=request.reverted, by=request.initiated_by)
+    except TidecdError as exc:
+        log.warning("revert not opened", app=name, error=str(exc))
+        return {}, f"the rollback started, but its revert could not be opened: {exc}"
+    return record.summary(), ""

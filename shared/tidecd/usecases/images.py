@@ -51,7 +51,7 @@ from tidecd.images import annotations as notes
 from tidecd.images import state as images_state
 from tidecd.images.annotations import ImageSpec, Method, SecretRef, Strategy, Target, UpdaterConfig
 from tidecd.images.state import ImageValue
-from tidecd.render.overrides import IMAGE_DIGEST, IMAGE_TAG
+from tidecd.render.overrides import IMAGE_DIGEST, IMAGE_TAG, SourceOverride
 from tidecd.source import RepoCredentials
 from tidecd.state import app as app_state
 from tidecd.triggers.dispatch import Dispatcher, Refresh, dispatcher_for
@@ -282,12 +282,13 @@ class _Tick:
     def _update(self, app: Application, config: UpdaterConfig, creds: dict[str, Credentials | None]) -> AppResult:
         held = images_state.load(self.runtime.store, app.name)
         running = _running_images(self.runtime, app, held)
+        refused = refused_versions(held.refused)
         overridden = {v.alias: v for v in held.override}
         values: list[ImageValue] = []
         changes: list[Change] = []
         notes_: list[str] = []
         for image in config.images:
-            chosen = self._choose(image, creds.get(image.alias))
+            chosen = self._choose(image, creds.get(image.alias), refused.get(parse_image(image.image), set()))
             if forbidden := self.forbidden.get((parse_image(image.image), _fingerprint(creds.get(image.alias)))):
                 notes_.append(f"{image.alias}: {len(forbidden)} tag(s) the registry lists are not OCI tags and "
                               f"were refused (e.g. {forbidden[0][:64]!r})")
@@ -320,19 +321,21 @@ class _Tick:
         log.info("images updated", app=app.name, changes=message, commit=commit[:12])
         return AppResult(app.name, "updated", message, changes, commit)
 
-    def _choose(self, image: ImageSpec, creds: Credentials | None) -> tuple[str, str] | None:
-        """(tag, digest) the strategy picks; digest is set only by the digest strategy."""
+    def _choose(self, image: ImageSpec, creds: Credentials | None,
+                refused: set[str]) -> tuple[str, str] | None:
+        """(tag, digest) the strategy picks; digest is set only by the digest strategy. A `refused` tag or
+        digest (a merged revert took it out of git) is never picked."""
         repo = parse_image(image.image)
         if image.strategy is Strategy.DIGEST:
             digest = self.registry.digest(repo, image.constraint_text, creds, image.platforms)
             if not IMAGE_DIGEST.fullmatch(digest):
                 raise ValueError(f"{image.alias}: the registry answered {digest[:80]!r} for the digest of "
                                  f"{image.constraint_text!r}: not a digest; refused")
-            return image.constraint_text, digest
+            return (image.constraint_text, digest) if digest not in refused else None
         found = self.tags[(repo, _fingerprint(creds))]
         if isinstance(found, Exception):
             raise found
-        tags = [t for t in found if image.allows(t)]
+        tags = [t for t in found if image.allows(t) and t not in refused]
         if image.strategy is Strategy.SEMVER:
             tag = versions.newest_semver(tags, image.constraint)
         elif image.strategy is Strategy.ALPHABETICAL:
@@ -358,7 +361,7 @@ class _Tick:
         creds = self._git_credentials(app, wb.secret)
         base = wb.base_branch or app.source.target_revision
         if base in ("", "HEAD"):
-            base = _default_branch(git.ls_remote(app.source.repo_url, creds))
+            base = default_branch(git.ls_remote(app.source.repo_url, creds))
         base = base.removeprefix("refs/heads/")
         target = _branch_template(wb.target_branch, changes) if wb.target_branch else base
         app_path = writeback.repo_path("", app.source.path or ".")
@@ -466,7 +469,7 @@ def _fields(secret: dict[str, Any]) -> dict[str, str]:
     return text_fields(secret, f"Secret {(secret.get('metadata') or {}).get('name', '?')}")
 
 
-def _default_branch(refs: dict[str, str]) -> str:
+def default_branch(refs: dict[str, str]) -> str:
     head = refs.get("HEAD")
     branches = sorted(n.removeprefix("refs/heads/") for n, sha in refs.items()
                       if n.startswith("refs/heads/") and sha == head)
@@ -512,15 +515,29 @@ def _tool(app: Application, app_path: str, read: Callable[[str], str | None]) ->
     return "Directory"
 
 
+def refused_versions(refs: list[str]) -> dict[Repository, set[str]]:
+    """The refused image references by repository: each one's tags and digests."""
+    out: dict[Repository, set[str]] = {}
+    for ref in refs:
+        repo, tag, digest = image_reference(ref)
+        out.setdefault(repo, set()).update(v for v in (tag, digest) if v)
+    return out
+
+
 def _running_images(runtime: Runtime, app: Application, held: images_state.ImagesState) -> list[str] | None:
     """Container images of the app's last rendered manifests (None when it was never rendered)."""
     current, _ = app_state.load(runtime.store, app.name)
     if not current.revision:
         return None
-    override = held.source_override() or None
-    manifests = render.cached_manifests(runtime.store, app.name, current.revision, app.source,
+    return images_at(runtime, app, current.revision, held.source_override() or None)
+
+
+def images_at(runtime: Runtime, app: Application, revision: str,
+              override: SourceOverride | None = None) -> list[str] | None:
+    """Container images of the app's manifests as rendered at `revision` (None when never rendered)."""
+    manifests = render.cached_manifests(runtime.store, app.name, revision, app.source,
                                         namespace=app.destination.namespace, override=override,
-                                        build_env=render.BuildEnv(app.project, current.revision))
+                                        build_env=render.BuildEnv(app.project, revision))
     if manifests is None:
         return None
     found: list[str] = []

@@ -11,6 +11,9 @@ is refreshed too, since drift happens in the cluster, not in git, and a reconcil
 is cheap. Before both, any running operation whose next step is long overdue (`continuations/<app>`:
 nothing ran for twice its expected delay) is resumed.
 
+Last, each rollback waiting for its revert (`usecases.revert`) is checked: the restored tree on the branch
+lifts its hold, a closed pull request is recorded.
+
 The tick is time-bound (a function has a deadline): it stops dispatching after `max_seconds` and reports
 what was left. New heads are saved after dispatching; a change-driven refresh that was cut off or could
 not be handed over is kept in `state/poll-pending.json` and goes first in the next tick (holding back the
@@ -46,7 +49,7 @@ from tidecd.source import charts
 from tidecd.state.app import state_key
 from tidecd.triggers import pending
 from tidecd.triggers.dispatch import Dispatcher, Refresh
-from tidecd.usecases import appsets
+from tidecd.usecases import appsets, revert
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
@@ -76,6 +79,7 @@ class PollSummary:
     resumed: list[str] = field(default_factory=list)  # running operations whose continuation was lost
     expired: int = 0  # objects deleted by retention (local backend)
     appsets_changed: list[str] = field(default_factory=list)  # ApplicationSets whose generated apps changed
+    reverts: dict[str, str] = field(default_factory=dict)  # rollbacks' reverts settled: app → merged | closed
 
 
 def _expire(runtime: Runtime, summary: PollSummary) -> None:
@@ -143,6 +147,7 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
     summary.apps_refreshed = sorted(n for n in refreshes if n not in undone)
     summary.drift_checked = sorted(r.app for r in drift if r.app not in undone)
     _save_heads(runtime, repos, summary)
+    summary.reverts = revert.check_all(runtime, dispatcher, ls_remote)  # rollbacks waiting for their revert
     carried = [r for r in pending if r.app not in reachable and any(a.name == r.app for a in apps)]
     left = [*carried, *(r for r in refreshes.values() if r.app in undone)]  # carried: its repo failed
     if left != pending:  # an unchanged list costs no write

@@ -41,7 +41,7 @@ from tidecd.clients.deadlines import budget, env_seconds
 from tidecd.clients.store import PreconditionFailed, read_json, write_json
 from tidecd.config.load import Application, Config, ConfigSourceRef, normalize_repo_url, parse_config_source
 from tidecd.triggers.dispatch import Dispatcher, Refresh
-from tidecd.usecases import registry_events
+from tidecd.usecases import registry_events, revert
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
@@ -129,6 +129,8 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
         status, previewed = preview.on_pull_request(payload, runtime, pr_apps, _delivery_id(provider, headers))
         if generated_apps:
             previewed = {**previewed, "applicationsets": generated_apps}
+        if settled := revert.on_pull_request(payload, runtime, dispatcher):  # a rollback's revert closed
+            previewed = {**previewed, "reverts": settled}
         return Response(status, previewed)
     if provider == "github" and event == "issue_comment":  # `/tidecd preview` by a maintainer (forks' PRs)
         from tidecd.usecases import preview  # lazy: cold start (as above)
