@@ -82,7 +82,8 @@ def updated_app(gitops: GitOps, rt: Runtime, image: str) -> str:
     result = tick(rt)[app]
     assert result.status == "updated" and result.commit, result
     wait_images(gitops, f"{image}:1.1.0")
-    eventually(lambda: gitops.state("web").revision == result.commit, what="the write-back commit deployed")
+    eventually(lambda: gitops.state("web").revision == result.commit and not (
+        (op := gitops.state("web").operation) is not None and op.running), what="the write-back commit deployed")
     return app
 
 
