@@ -133,7 +133,10 @@ def _event(item: Any, where: str) -> AuditEvent:
     if impersonated:
         name = f"{_text(impersonated, 'username', f'{where}.impersonatedUser')} (impersonated by {name})"
     uri = _text(item, "requestURI", where)
-    query = parse_qs(urlsplit(uri).query) if "?" in uri else {}
+    try:
+        query = parse_qs(urlsplit(uri).query) if "?" in uri else {}
+    except ValueError:  # an odd URI (urlsplit refuses a bad IPv6 host): no field manager read from it
+        query = {}
     return AuditEvent(
         audit_id=_text(item, "auditID", where), stage=_text(item, "stage", where), verb=_text(item, "verb", where),
         user=name, user_agent=_text(item, "userAgent", where), group=_text(ref, "apiGroup", f"{where}.objectRef"),
