@@ -195,6 +195,12 @@ class Runtime:
             self._config = config
         return self._config
 
+    def with_config(self, config: Config) -> Runtime:
+        """This installation under another config (the config source at a pull request's head, planned by
+        `tidecd.usecases.plan`): the same settings, store, cluster connections, opened Secrets and source."""
+        return Runtime(settings=self.settings, store=self.store, _config=config, _clusters=self._clusters,
+                       _secrets=self.secrets(), render=self.render)
+
     def forget_config(self) -> None:
         """Read the config again at the next `config()` (after generated apps changed)."""
         self._config = None

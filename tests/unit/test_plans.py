@@ -214,3 +214,33 @@ def test_a_multi_source_app_previews_only_the_pull_requests_sources_at_the_head(
 
     assert split_revisions(revision) == ["", sha]
     assert planning.pr_revision(application("web"), sha, ()) == sha
+
+
+def test_a_config_plan_lists_added_removed_and_changed_apps_and_stops_at_its_bound(
+        github_standin: GitHubStandIn) -> None:
+    runtime, git, _ = _setup(github_standin)
+    git.push([configmap("blue")])
+    _sync(runtime)
+    base = runtime.config()
+    web = base.applications["web"]
+    added = {f"app{i:02d}": dataclasses.replace(web, name=f"app{i:02d}") for i in range(planning.MAX_PLAN_APPS + 5)}
+    head = dataclasses.replace(base, applications={
+        "web": dataclasses.replace(web, source=dataclasses.replace(web.source, path="other")), **added})
+    previewed: list[str] = []
+
+    def preview_app(rt: Runtime, app: Any, revision: str) -> preview_text.AppPreview:
+        assert rt.config() is head and revision == ""  # rendered under the head's config, at the app's target
+        previewed.append(app.name)
+        return preview.preview_app(rt, app, revision)
+
+    plan = planning.plan_configs(runtime, base, head, "f" * 40, preview_app)
+    assert plan.added == tuple(sorted(added)) and [a for a, _ in plan.changed] == ["web"]
+    assert "-    path: app" in plan.changed[0][1] and "+    path: other" in plan.changed[0][1]
+    assert "helm" not in plan.changed[0][1]  # unset fields are no change to show
+    assert len(previewed) == planning.MAX_PLAN_APPS and plan.cut == 6  # 25 added + 1 changed, 20 planned
+    assert all(r.head_sha == "f" * 40 and r.plan is not None for r in plan.results), plan.results[:2]
+    gone = planning.plan_configs(runtime, head, dataclasses.replace(head, applications={}), "e" * 40, preview_app)
+    assert [a for a, _ in gone.removed] == sorted([*added, "web"]) and not gone.results
+    assert dict(gone.removed)["web"] == ("ConfigMap ns/web",)  # what the removed app owns
+    text = plan_text.render_plan(gh.Repo("o", "r"), 1, plan)
+    assert "6 added or changed app(s) not planned" in text and "ConfigMap ns/web" in text

@@ -184,10 +184,20 @@ def head_config(runtime: Runtime, head_sha: str) -> Config:
 
 
 def spec_doc(app: Application) -> dict[str, Any]:
-    """The app as the diff shows it (its fields, without where it was read from)."""
+    """The app as the diff shows it: its fields without where it was read from, and without the empty ones
+    (an unset helm section is no change to show)."""
     fields = json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(app, origin="")), default=str))
     return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": app.name},
-            "spec": fields}
+            "spec": _set_only(fields)}
+
+
+def _set_only(value: Any) -> Any:
+    if isinstance(value, dict):
+        kept = {k: _set_only(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v not in (None, "", [], {})}
+    if isinstance(value, list):
+        return [_set_only(v) for v in value]
+    return value
 
 
 def compare_configs(base: Config, head: Config) -> tuple[list[str], list[str], dict[str, str]]:
@@ -210,13 +220,17 @@ def config_plan(runtime: Runtime, head_sha: str, preview_app: PreviewApp) -> Con
         head = head_config(runtime, head_sha)
     except TidecdError as exc:
         return ConfigPlan(head_sha, errors=(f"the config source at the head: {exc}",))
-    base = runtime.config()
+    return plan_configs(runtime, runtime.config(), head, head_sha, preview_app)
+
+
+def plan_configs(runtime: Runtime, base: Config, head: Config, head_sha: str, preview_app: PreviewApp) -> ConfigPlan:
+    """The plan of moving from the installation's config `base` to the head's `head`: each added or changed
+    app (at most MAX_PLAN_APPS) previewed under the head's config, each removed app with what it owns."""
     added, removed, changed = compare_configs(base, head)
     errors = tuple(f"Application {name}: {why}" for name, why in sorted(head.invalid.items())
                    if base.invalid.get(name) != why) + tuple(p for p in head.problems if p not in base.problems)
     planned = [*added, *changed][:MAX_PLAN_APPS]
-    runner = Runtime.of(runtime.settings, runtime.store, config=head, secrets=runtime.secrets(),
-                        render=runtime.render)
+    runner = runtime.with_config(head)
     results = []
     for name in planned:
         try:
