@@ -23,6 +23,8 @@
     │   ├── clients.github.Rejected     GitHub refused a request (4xx other than rate limiting)
     │   ├── usecases.preview.BadPullRequest  a pull_request payload without a field a preview needs
     │   ├── usecases.migrate.MigrationError  `tidecd import` cannot read Argo CD or write its output
+    │   ├── usecases.audit.BadBatch     an audit batch (or GKE log entry) that is not one (names the field)
+    │   ├── clients.pushauth.NotAnEnvelope  a Pub/Sub push body that is not a push envelope
     │   ├── sync.adopt.AdoptRefused     `tidecd app adopt/release` would not be exact (names each object)
     │   ├── clients.cluster.UnknownKind  the API server serves no such group/kind
     │   ├── clients.cluster.ClusterTlsError  the API server's certificate does not verify against the CA data

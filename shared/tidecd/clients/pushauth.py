@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tidecd.base.errors import TemporaryError
+from tidecd.base.errors import PermanentError, TemporaryError
 
 GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
 ISSUERS = ("accounts.google.com", "https://accounts.google.com")
@@ -77,7 +77,7 @@ def verify(headers: Mapping[str, str], identity: PushIdentity, *, certs_url: str
     return claims
 
 
-class NotAnEnvelope(ValueError):
+class NotAnEnvelope(PermanentError):
     """A push body that is not a Pub/Sub push envelope; the message names the field."""
 
 

@@ -42,7 +42,7 @@ import structlog
 
 from tidecd.base import bearer
 from tidecd.base.constants import FIELD_MANAGER
-from tidecd.base.errors import TemporaryError, TidecdError
+from tidecd.base.errors import PermanentError, TemporaryError, TidecdError
 from tidecd.base.model import Response
 from tidecd.clients.deadlines import budget, env_seconds
 from tidecd.state import index
@@ -68,8 +68,9 @@ CONTROLLER_ACCOUNTS = "system:serviceaccount:kube-system:"
 CONTROLLER_AGENTS = ("kube-controller-manager/", "kube-scheduler/")
 
 
-class BadBatch(ValueError):
-    """An audit batch that is not an `audit.k8s.io/v1` EventList: the message names the field."""
+class BadBatch(PermanentError):
+    """An audit batch that is not an `audit.k8s.io/v1` EventList (or a log entry GKE would not write): the
+    message names the field. Sending it again cannot help: a 400 (a log entry is acknowledged)."""
 
 
 @dataclass(frozen=True)
