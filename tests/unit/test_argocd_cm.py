@@ -129,10 +129,22 @@ def test_the_rest_is_reported_once_as_notices_naming_the_key(tmp_path: Path) -> 
     assert "application.instanceLabelKey: not honoured by tidecd: tidecd writes its own ownership marks" in notices
     assert "resource.customizations.actions.apps_Deployment: not honoured by tidecd: resource actions" in notices
     assert "no.such.setting: not honoured by tidecd: not a setting tidecd knows" in notices
-    assert "rbac.yaml: ConfigMap/argocd-rbac-cm: 2 setting(s) not honoured" in notices
+    assert "argocd-rbac-cm" not in notices  # read: tidecd.config.rbac
+    assert config.argo_settings.rbac.default_role == "role:readonly"
+    assert config.argo_settings.rbac.policy_csv == "p, role:x, *, *, */*, allow"
     assert "secret.yaml: Secret/argocd-secret: not read" in notices
     assert "hunter2" not in notices
-    assert len(config.argo_settings.notices) == 6
+    assert len(config.argo_settings.notices) == 5
+
+
+def test_a_broken_rbac_policy_is_a_problem_and_only_the_builtin_roles_answer(tmp_path: Path) -> None:
+    write(tmp_path, **{"app.yaml": APP, "rbac.yaml": configmap("argocd-rbac-cm", {
+        "policy.csv": "p, role:x, applications, get, */*, allow\nq, nonsense\n", "policy.default": "role:admin"})})
+    config = load_config(tmp_path, strict=False)
+    assert sorted(config.applications) == ["guestbook"]
+    assert any("rbac.yaml: ConfigMap/argocd-rbac-cm: policy.csv: line 2: invalid RBAC policy" in p
+               for p in config.problems), config.problems
+    assert config.argo_settings.rbac.policy_csv == "" and config.argo_settings.rbac.default_role == ""
 
 
 def test_a_malformed_honoured_setting_is_a_problem_naming_the_key_and_the_apps_go_on(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@
     │   │   └── clients.registry.NotInRegistry  no such image repository, tag or platform (also a LookupError)
     │   ├── OperationInProgress         an operation of the app is running already (`.operation_id`)
     │   ├── SyncWindowClosed            the project's sync windows do not let this sync start now
+    │   ├── PermissionDenied            RBAC (argocd-rbac-cm, project roles) refuses the caller this action
     │   ├── clients.tools.MissingTool  a binary tidecd runs (helm, kustomize) is not installed
     │   ├── triggers.dispatch.BadRefreshMessage  a refresh message that cannot be decoded
     │   ├── clients.github.Rejected     GitHub refused a request (4xx other than rate limiting)
@@ -126,6 +127,10 @@ class SyncWindowClosed(PermanentError):
     """A sync was asked for while the app's AppProject `syncWindows` block it (the message names the window)."""
 
 
+class PermissionDenied(PermanentError):
+    """The caller's principal may not do this (Argo CD's `permission denied: RESOURCE, ACTION, OBJECT`)."""
+
+
 class TemporaryError(TidecdError):
     """An error that may go away; retry after `delay` seconds."""
 
@@ -162,6 +167,7 @@ _DISPOSITIONS: tuple[tuple[type[BaseException], int, str], ...] = (  # first mat
     (NotFound, 404, "not_found"),
     (OperationInProgress, 409, "conflict"),
     (SyncWindowClosed, 409, "sync_window"),
+    (PermissionDenied, 403, "permission_denied"),
     (LeaseHeld, 409, "busy"),
     (PermanentError, 400, "bad_request"),
     (TemporaryError, 503, "unavailable"),

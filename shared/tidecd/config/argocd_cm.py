@@ -12,6 +12,7 @@ naming the file, the ConfigMap and the key; it never stops the apps.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -20,7 +21,7 @@ import yaml
 from tidecd.base import limits
 from tidecd.base.errors import LimitExceeded
 from tidecd.base.jqpaths import compile_path
-from tidecd.config import argocd_fields
+from tidecd.config import argocd_fields, rbac
 from tidecd.config import fields as config_fields
 from tidecd.config.argocd_settings import ArgoSettings, IgnoreRule, ResourceFilter, gk_key
 from tidecd.config.fields import IGNORED, NOT_IMPLEMENTED, SUPPORTED
@@ -29,8 +30,7 @@ from tidecd.config.schema import parse_duration, type_name
 ARGOCD_CM = "argocd-cm"
 CONFIG_MAPS: Mapping[str, str] = MappingProxyType({
     ARGOCD_CM: "",  # read key by key below
-    "argocd-rbac-cm": "Argo CD's RBAC for its own users is not used: tidecd's api has a read-write and a "
-                      "read-only bearer token (TIDECD_API_TOKEN, TIDECD_API_READONLY_TOKEN)",
+    rbac.RBAC_CM: "",  # read below: policy.csv and overlays, policy.default, policy.matchMode, scopes
     "argocd-cmd-params-cm": "flags of Argo CD's own components (controller, repo-server, server); tidecd's "
                             "functions are configured by environment variables (README)",
     "argocd-notifications-cm": "Argo CD notifications templates and triggers are not read: tidecd's "
@@ -164,11 +164,14 @@ def read(objects: Iterable[tuple[Any, str]], problems: list[str]) -> ArgoSetting
     """The settings of the recognised objects (`(document, origin file)` pairs); problems are appended."""
     notices: list[str] = []
     argocd_cm: tuple[Mapping[str, Any], str] | None = None
+    rbac_cm: rbac.RbacConfig | None = None
     for doc, origin in objects:
         label = recognised(doc)
         name = label.partition("/")[2]
         if label.startswith("Secret/"):
             notices.append(f"{origin}: {label}: {SECRETS[name]}")
+        elif name == rbac.RBAC_CM:
+            rbac_cm = _read_rbac_cm(doc, origin, rbac_cm, problems, notices)
         elif name != ARGOCD_CM:
             count = len(doc.get("data") or {}) if isinstance(doc.get("data"), dict) else 0
             notices.append(f"{origin}: {label}: {count} setting(s) not honoured: {CONFIG_MAPS[name]}")
@@ -182,8 +185,31 @@ def read(objects: Iterable[tuple[Any, str]], problems: list[str]) -> ArgoSetting
                 data = {}
             argocd_cm = (data or {}, origin)
     if argocd_cm is None:
-        return ArgoSettings(notices=tuple(notices))
-    return _read_argocd_cm(argocd_cm[0], argocd_cm[1], notices, problems)
+        return ArgoSettings(notices=tuple(notices), rbac=rbac_cm or rbac.NO_RBAC)
+    return replace(_read_argocd_cm(argocd_cm[0], argocd_cm[1], notices, problems), rbac=rbac_cm or rbac.NO_RBAC)
+
+
+def _read_rbac_cm(doc: Mapping[str, Any], origin: str, earlier: rbac.RbacConfig | None, problems: list[str],
+                  notices: list[str]) -> rbac.RbacConfig | None:
+    """argocd-rbac-cm's policy, checked as Argo CD checks it; a broken one is a problem naming the file and
+    the key, and tidecd then answers with the builtin roles only (nobody gains rights from a typo)."""
+    label = f"{origin}: ConfigMap/{rbac.RBAC_CM}"
+    if earlier is not None:
+        problems.append(f"{label}: defined more than once (also in {earlier.origin}); only the first is read")
+        return earlier
+    data = doc.get("data") or {}
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        problems.append(f"{label}: data: expected a mapping of strings")
+        return rbac.RbacConfig(origin=origin)
+    notices += [f"{label}: {key}: not honoured by tidecd: not a key of argocd-rbac-cm" for key in sorted(data)
+                if key not in rbac.HONOURED_KEYS and not (key.startswith("policy.") and key.endswith(".csv"))]
+    try:
+        config = rbac.from_config_map(data, origin)
+        rbac.validate(config.policy_csv)
+    except rbac.PolicyError as exc:
+        problems.append(f"{label}: {str(exc).removeprefix(label + ': ')}")
+        return rbac.RbacConfig(origin=origin)
+    return config
 
 
 class _Reader:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from tidecd.base.globs import glob_match
+from tidecd.config.rbac import NO_RBAC, RbacConfig
 
 
 def _empty() -> Mapping[str, str]:
@@ -86,6 +87,7 @@ class ArgoSettings:
     reconciliation_jitter: float | None = None
     notices: tuple[str, ...] = ()  # recognised, not honoured: reported once per load
     origin: str = ""  # the file argocd-cm came from
+    rbac: RbacConfig = NO_RBAC  # argocd-rbac-cm: who may do what (tidecd.config.rbac, tidecd.usecases.authz)
 
     def __deepcopy__(self, memo: dict[int, object]) -> ArgoSettings:
         return self  # immutable (its mappings are read-only views)

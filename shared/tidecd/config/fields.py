@@ -51,7 +51,8 @@ _APP_NOT_IMPLEMENTED: Mapping[str, str] = MappingProxyType({
 })
 _PROJECT_IGNORED: Mapping[str, str] = MappingProxyType({
     "status": _READ_ONLY,
-    "spec.roles": "roles and JWT tokens of Argo CD's API; tidecd's api has its own bearer tokens",
+    "spec.roles[].jwtTokens": "tidecd keeps its project tokens in its store (`tidecd proj role create-token`); "
+                              "tokens Argo CD issued are signed with Argo CD's key and cannot be checked",
     "spec.sourceNamespaces": "tidecd reads Applications from its config source, not from namespaces",
     "spec.destinationServiceAccounts": "used only with sync impersonation (argocd-cm "
                                        "application.sync.impersonation.enabled), which tidecd does not have",

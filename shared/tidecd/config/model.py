@@ -21,6 +21,7 @@ from tidecd.base.constants import (
     SECRET_TYPE_REPOSITORY,
 )
 from tidecd.config.argocd_settings import NO_SETTINGS, ArgoSettings
+from tidecd.config.rbac import ProjectRole
 
 SECRET_TYPES = (SECRET_TYPE_CLUSTER, SECRET_TYPE_REPOSITORY, SECRET_TYPE_REPO_CREDS, SECRET_TYPE_GITHUB,
                 SECRET_TYPE_NOTIFICATIONS)
@@ -255,6 +256,7 @@ class AppProject:
     sync_windows: tuple[SyncWindow, ...] = ()
     orphaned_resources: OrphanedResources | None = None  # None: not monitored
     annotations: tuple[tuple[str, str], ...] = ()  # metadata.annotations (`tidecd.io/require-plan`)
+    roles: tuple[ProjectRole, ...] = ()  # spec.roles: who may do what with the project's apps (config.rbac)
 
 
 # Argo CD creates `default` allowing everything, cluster-scoped kinds included, unless it is redefined.

@@ -22,6 +22,7 @@ import yaml
 from tidecd.base.constants import ARGO_VERSION, LABEL_SECRET_TYPE
 from tidecd.base.jqpaths import compile_path
 from tidecd.config import fields as config_fields
+from tidecd.config import rbac
 from tidecd.config.model import (
     DNS_NAME,
     SECRET_TYPES,
@@ -46,6 +47,7 @@ from tidecd.config.model import (
     SyncPolicy,
     SyncWindow,
 )
+from tidecd.config.rbac import ProjectRole
 
 # ---------------------------------------------------------------------------------------------------
 # Typed reading of one user object
@@ -219,7 +221,8 @@ _IGNORE = Keys(("group", "kind", "name", "namespace", "jsonPointers", "managedFi
                  "jqPathExpressions"))
 _PROJECT_SPEC = Keys(("description", "sourceRepos", "destinations", "clusterResourceWhitelist",
                        "clusterResourceBlacklist", "namespaceResourceWhitelist",
-                       "namespaceResourceBlacklist", "syncWindows", "orphanedResources"))
+                       "namespaceResourceBlacklist", "syncWindows", "orphanedResources", "roles"))
+_ROLE = Keys(("name", "description", "policies", "groups"))
 _GROUP_KIND = Keys(("group", "kind"))
 _SYNC_WINDOW = Keys(("kind", "schedule", "duration", "applications", "namespaces", "clusters", "manualSync",
                       "timeZone", "andOperator"))
@@ -499,7 +502,18 @@ def _parse_project(top: Node) -> AppProject | None:
         namespace_resource_blacklist=_group_kinds(spec, "namespaceResourceBlacklist") or (),
         origin=top.errs.origin,
         sync_windows=tuple(_sync_window(n, i) for i, n in enumerate(spec.children("syncWindows", _SYNC_WINDOW))),
-        orphaned_resources=_orphaned(spec.child("orphanedResources", _ORPHANED)), annotations=annotations)
+        orphaned_resources=_orphaned(spec.child("orphanedResources", _ORPHANED)), annotations=annotations,
+        roles=tuple(_role(name, n) for n in spec.children("roles", _ROLE)))
+
+
+def _role(project: str, node: Node) -> ProjectRole:
+    """One `spec.roles` entry; a policy Argo CD would refuse is an error naming it (`config.rbac`)."""
+    name = node.text("name", required=True)
+    role = ProjectRole(name=name, description=node.text("description"), policies=node.texts("policies"),
+                       groups=node.texts("groups"))
+    for problem in rbac.role_policy_problems(project, role):
+        node.error(problem.partition(":")[0], problem.partition(": ")[2])
+    return role
 
 
 def _sync_window(node: Node, index: int) -> SyncWindow:

@@ -313,11 +313,13 @@ class HistoryEntry:
     operation_id: str = ""
     revisions: list[str] = field(default_factory=list)  # multi-source: each source's, as deployed
     cause: str = ""  # a self-heal's: who drifted what, and whether it was restored
+    initiated_by: str = ""  # who started the operation (Argo CD's initiatedBy.username)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "revision": self.revision, "deployed_at": self.deployed_at, "result": self.result,
                 "source_path": self.source_path, "target_revision": self.target_revision,
-                "operation_id": self.operation_id, "revisions": list(self.revisions), "cause": self.cause}
+                "operation_id": self.operation_id, "revisions": list(self.revisions), "cause": self.cause,
+                "initiated_by": self.initiated_by}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HistoryEntry:
@@ -449,10 +451,12 @@ class AppState:
         self.inventory = [{**key.to_dict(), "wave": wave} for key, wave in sorted(items)]
 
     def add_history(self, revision: str, result: str, source_path: str, target_revision: str,
-                    operation_id: str = "", revisions: list[str] | None = None, cause: str = "") -> HistoryEntry:
+                    operation_id: str = "", revisions: list[str] | None = None, cause: str = "",
+                    initiated_by: str = "") -> HistoryEntry:
         next_id = (self.history[-1].id + 1) if self.history else 1
         entry = HistoryEntry(next_id, revision, now_iso(), result, source_path, target_revision, operation_id,
-                             list(revisions) if revisions is not None else split_revisions(revision), cause)
+                             list(revisions) if revisions is not None else split_revisions(revision), cause,
+                             initiated_by)
 
         self.history = [*self.history, entry][-history_limit():]  # TIDECD_HISTORY_LIMIT (default 10)
         return entry

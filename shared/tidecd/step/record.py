@@ -387,7 +387,8 @@ def finish(state: AppState, phase: OperationPhase, message: str, end: Finished) 
     new.set_inventory([(k, w) for k, w in inventory.items() if k not in gone])
     new.add_history(op.revision, phase.value, str(op.request.source.get("path", "")),
                     str(op.request.source.get("targetRevision", "")), op.id,
-                    op.revisions or (revisions_of(app, op.revision) if app is not None else None), cause)
+                    op.revisions or (revisions_of(app, op.revision) if app is not None else None), cause,
+                    op.request.initiated_by)
     if end.target is not None:
         new = remember_writes(new, end.target, end.written)
     return new, delay

@@ -23,16 +23,18 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from tidecd.base import limits
-from tidecd.base.bearer import authorized
 from tidecd.base.errors import LimitExceeded, NotFound, OperationInProgress, PermanentError, TidecdError, disposition
 from tidecd.base.model import ChangeEntry, ChangeSet, HealthStatus, ResourceKey, Response, SyncStatus
+from tidecd.base.principal import ADMIN, Principal
 from tidecd.diff import change_of
 from tidecd.images import state as images_state
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
+from tidecd.state import auditlog
 from tidecd.step.reconcile import Outcome
 from tidecd.triggers import dispatch
 from tidecd.triggers.dispatch import Dispatcher, Refresh, dispatcher_for, reconcile_step, run_step
+from tidecd.usecases import authz, tokens
 from tidecd.usecases.commands import (
     SyncRequest,
     open_revert,
@@ -50,6 +52,8 @@ PREFIX = "/api/v1"
 # hands one in (the local CLI hands in one that schedules nothing, and drives the steps itself).
 _DISPATCHER: contextvars.ContextVar[Dispatcher | None] = contextvars.ContextVar("tidecd_api_dispatcher",
                                                                                  default=None)
+# Who is asking, for the handler of this call (set by `handle` after authentication).
+_PRINCIPAL: contextvars.ContextVar[Principal] = contextvars.ContextVar("tidecd_api_principal", default=ADMIN)
 log = structlog.get_logger("tidecd.usecases.api")
 
 
@@ -89,7 +93,8 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, runt
     path = path.rstrip("/") or "/"
     if method == "GET" and path == f"{PREFIX}/openapi.json":  # the contract itself needs no token
         return Response(200, openapi())
-    if not authorized(headers, runtime.settings.api_token):
+    principal = authz.authenticate(runtime, headers)
+    if principal is None:
         return error(401, "unauthorized", "a valid bearer token is required (Authorization: Bearer ...)")
     try:
         payload = json.loads(body) if body.strip() else {}
@@ -107,11 +112,12 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, runt
             try:
                 if schema:
                     check_body(payload, schema)
-                token = _DISPATCHER.set(dispatcher)
+                token, who = _DISPATCHER.set(dispatcher), _PRINCIPAL.set(principal)
                 try:
                     answer = fn(runtime, match.groupdict().get("name", ""), payload, query or {})
                 finally:
                     _DISPATCHER.reset(token)
+                    _PRINCIPAL.reset(who)
             except Exception as exc:  # noqa: BLE001 - every failure is answered as JSON, by the one table
                 return failure(exc)
             return Response(answer.status, camel(answer.body))
@@ -158,8 +164,13 @@ def check_body(payload: dict[str, Any], schema: str) -> None:
         raise PermanentError(f"request body: {where}: {first.message[:200]}")
 
 
+def principal() -> Principal:
+    """Who asks, in the handler of the current call."""
+    return _PRINCIPAL.get()
+
+
 def _state(runtime: Runtime, name: str) -> app_state.AppState:
-    runtime.app(name)  # NotFound for an app the config does not declare
+    authz.app_for(runtime, principal(), name)  # NotFound for an app not declared, or not visible to the caller
     return app_state.load(runtime.store, name)[0]
 
 
@@ -167,13 +178,14 @@ def _state(runtime: Runtime, name: str) -> app_state.AppState:
 def list_apps(runtime: Runtime, _: str, __: dict[str, Any], ___: Mapping[str, str]) -> Response:
     apps = []
     config = runtime.config()
-    for name in sorted(config.applications):
+    everything = authz.allowed(config, principal(), "applications", "get", "*/*")
+    for name in authz.visible(config, principal(), sorted(config.applications)):
         current = app_state.load(runtime.store, name)[0]
         item = {"name": name, "sync": current.sync_status, "health": current.health,
                 "revision": current.revision, "revisions": current.revisions,
                 "reconciledAt": current.memo.reconciled_at}
         apps.append(item | _lineage(config, name))
-    for name, problem in sorted(config.invalid.items()):
+    for name, problem in sorted(config.invalid.items() if everything else ()):  # no project known: admins only
         apps.append({"name": name, "sync": "Unknown", "health": "Unknown", "revision": "", "revisions": [],
                      "reconciledAt": "", "error": problem})
     body: dict[str, Any] = {"apps": apps}
@@ -201,7 +213,7 @@ def _lineage(config: Any, name: str) -> dict[str, Any]:
 @route("GET", "/apps/(?P<name>[^/]+)")
 def get_app(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, str]) -> Response:
     if query.get("refresh") in ("true", "1"):
-        runtime.app(name)  # NotFound first: an unknown app gets no state and no lease
+        authz.app_for(runtime, principal(), name)  # NotFound first: an unknown app gets no state and no lease
         reconcile_step(runtime, name, automate=False, reason="api refresh")
     body = _state(runtime, name).summary() | _lineage(runtime.config(), name)
     reverting = revert_summary(runtime, name)
@@ -226,12 +238,16 @@ def check_images(runtime: Runtime, _: str, payload: dict[str, Any], __: Mapping[
     app = payload.get("app")
     if app is not None and not isinstance(app, str):
         raise PermanentError("field app must be an application name")
+    if app:
+        authz.app_for(runtime, principal(), app, "update")
+    else:
+        authz.require(runtime, principal(), "applications", "update", "*/*")
     return Response(200, check(runtime, app or None, dispatcher=dispatch.dispatcher_for(runtime)).to_json())
 
 
 @route("POST", "/apps/(?P<name>[^/]+)/images/unpin")
 def unpin_images(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
-    runtime.app(name)
+    authz.app_for(runtime, principal(), name, "update")
     lifted = images_state.unpin(runtime.store, name)
     return Response(200, {"app": name, "unpinned": lifted,
                           "message": "pin lifted" if lifted else "the app was not pinned"})
@@ -259,7 +275,7 @@ def get_history(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str,
 @route("POST", "/apps/(?P<name>[^/]+)/refresh")
 def refresh(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
     """One bounded reconcile step now; an operation it starts goes on in scheduled steps."""
-    runtime.app(name)
+    authz.app_for(runtime, principal(), name)  # Argo CD: a refresh is a `get`
     outcome = run_step(runtime, Refresh(name, "api refresh"), _dispatcher(runtime))
     if outcome.skipped:
         return Response(409, {"error": "conflict", "message": f"app {name!r}: {outcome.skipped}"})
@@ -269,9 +285,10 @@ def refresh(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str
 @route("POST", "/apps/(?P<name>[^/]+)/sync", body="SyncRequest")
 def sync(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[str, str]) -> Response:
     resources = payload.get("resources")
+    authz.app_for(runtime, principal(), name, "sync")
     request = SyncRequest(
         prune=bool(payload.get("prune", False)), dry_run=bool(payload.get("dryRun", False)),
-        resources=select_resources(runtime, name, resources) if resources else None, initiated_by="api",
+        resources=select_resources(runtime, name, resources) if resources else None, initiated_by=principal().username,
     )
     return _started(runtime, name, request, "api sync")
 
@@ -281,15 +298,19 @@ def rollback(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[st
     wanted = payload.get("id")
     if not isinstance(wanted, int):
         raise PermanentError("field id (an integer history id) is required")
+    authz.app_for(runtime, principal(), name, "sync")  # Argo CD's rollback needs `sync`
     request = rollback_request(runtime, name, wanted, prune=bool(payload.get("prune", False)),
-                               revert=str(payload.get("revert") or ""))
+                               revert=str(payload.get("revert") or ""), initiated_by=principal().username)
     return _started(runtime, name, request, f"rollback to {wanted}")
 
 
 @route("DELETE", "/apps/(?P<name>[^/]+)/operation")
 def terminate(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
     """Argo CD's terminate-op: the next step stops the running operation (its SyncFail hooks run)."""
+    authz.app_for(runtime, principal(), name, "sync")  # Argo CD's terminate-op needs `sync`
     operation_id = terminate_operation(runtime, name)
+    authz.done(runtime, principal(), "applications", "sync", authz.app_object(runtime.app(name)),
+               f"terminate operation {operation_id}")
     body: dict[str, Any] = {"app": name, "operationId": operation_id, "phase": "Terminating"}
     problem = _schedule(runtime, name, "terminate operation")
     if problem:
@@ -304,6 +325,8 @@ def _started(runtime: Runtime, name: str, request: SyncRequest, reason: str) -> 
         operation_id = start_operation(runtime, name, request)
     except OperationInProgress as exc:
         return Response(409, {"error": "conflict", "message": str(exc), "operationId": exc.operation_id})
+    authz.done(runtime, principal(), "applications", "sync", authz.app_object(runtime.app(name)),
+               f"{reason}: operation {operation_id}")
     body: dict[str, Any] = {"app": name, "operationId": operation_id}
     problem = _schedule(runtime, name, reason)
     if problem:
@@ -317,6 +340,49 @@ def _started(runtime: Runtime, name: str, request: SyncRequest, reason: str) -> 
     if trouble:
         body["revertError"] = trouble
     return Response(202, body)
+
+
+@route("GET", "/audit")
+def audit_log(runtime: Runtime, _: str, __: dict[str, Any], query: Mapping[str, str]) -> Response:
+    """The audit log, oldest first, a page at a time (`?after=NEXT&limit=N`): admins only (`audit, get`)."""
+    authz.require(runtime, principal(), authz.AUDIT, "get", "*")
+    limit = query.get("limit", "100")
+    if not limit.isdigit():
+        raise PermanentError("query limit must be a number of entries (at most 500)")
+    entries, following = auditlog.page(runtime.store, after=query.get("after", ""), limit=int(limit))
+    return Response(200, {"entries": entries, "next": following})
+
+
+_ROLE = "/projects/(?P<name>[A-Za-z0-9._-]+/roles/[A-Za-z0-9._-]+)"
+
+
+@route("POST", f"{_ROLE}/token", body="TokenRequest")
+def create_token(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[str, str]) -> Response:
+    """A project role's JWT for CI (Argo CD's `proj role create-token`): shown once, in this answer only."""
+    project, role = name.split("/roles/")
+    authz.require(runtime, principal(), "projects", "update", project)
+    token, record = tokens.create(runtime, project, role, expires_in=float(payload.get("expiresIn", 0)),
+                                  token_id=str(payload.get("id", "")))
+    authz.done(runtime, principal(), "projects", "create-token", project, f"role {role}, token {record['id']}")
+    return Response(201, {"project": project, "role": role, "token": token, **record})
+
+
+@route("GET", f"{_ROLE}/tokens")
+def list_tokens(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
+    project, role = name.split("/roles/")
+    authz.require(runtime, principal(), "projects", "get", project)
+    return Response(200, {"project": project, "role": role, "tokens": tokens.listed(runtime, project, role)})
+
+
+@route("DELETE", "/projects/(?P<name>[A-Za-z0-9._-]+/roles/[A-Za-z0-9._-]+/token/[A-Za-z0-9._-]+)")
+def delete_token(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
+    """Revoke a token by its id (or iat): the next call with it is refused."""
+    project, rest = name.split("/roles/")
+    role, token_id = rest.split("/token/")
+    authz.require(runtime, principal(), "projects", "update", project)
+    record = tokens.revoke(runtime, project, role, token_id)
+    authz.done(runtime, principal(), "projects", "delete-token", project, f"role {role}, token {record['id']}")
+    return Response(200, {"project": project, "role": role, "revoked": record})
 
 
 def _dispatcher(runtime: Runtime) -> Dispatcher:
