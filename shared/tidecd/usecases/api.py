@@ -285,7 +285,7 @@ def refresh(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str
 @route("POST", "/apps/(?P<name>[^/]+)/sync", body="SyncRequest")
 def sync(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[str, str]) -> Response:
     resources = payload.get("resources")
-    authz.app_for(runtime, principal(), name, "sync")
+    authz.app_for(runtime, principal(), name)  # visible first: resources are looked up in its state
     request = SyncRequest(
         prune=bool(payload.get("prune", False)), dry_run=bool(payload.get("dryRun", False)),
         resources=select_resources(runtime, name, resources) if resources else None, initiated_by=principal().username,
@@ -298,7 +298,7 @@ def rollback(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[st
     wanted = payload.get("id")
     if not isinstance(wanted, int):
         raise PermanentError("field id (an integer history id) is required")
-    authz.app_for(runtime, principal(), name, "sync")  # Argo CD's rollback needs `sync`
+    authz.app_for(runtime, principal(), name)  # visible first: its history is read (start_operation: `sync`)
     request = rollback_request(runtime, name, wanted, prune=bool(payload.get("prune", False)),
                                revert=str(payload.get("revert") or ""), initiated_by=principal().username)
     return _started(runtime, name, request, f"rollback to {wanted}")
@@ -307,10 +307,7 @@ def rollback(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[st
 @route("DELETE", "/apps/(?P<name>[^/]+)/operation")
 def terminate(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
     """Argo CD's terminate-op: the next step stops the running operation (its SyncFail hooks run)."""
-    authz.app_for(runtime, principal(), name, "sync")  # Argo CD's terminate-op needs `sync`
-    operation_id = terminate_operation(runtime, name)
-    authz.done(runtime, principal(), "applications", "sync", authz.app_object(runtime.app(name)),
-               f"terminate operation {operation_id}")
+    operation_id = terminate_operation(runtime, name, by=principal())
     body: dict[str, Any] = {"app": name, "operationId": operation_id, "phase": "Terminating"}
     problem = _schedule(runtime, name, "terminate operation")
     if problem:
@@ -322,11 +319,9 @@ def _started(runtime: Runtime, name: str, request: SyncRequest, reason: str) -> 
     """Record the operation, schedule its first step, answer 202 (409 with the running id when one runs)."""
     runtime.app(name)
     try:
-        operation_id = start_operation(runtime, name, request)
+        operation_id = start_operation(runtime, name, request, by=principal())
     except OperationInProgress as exc:
         return Response(409, {"error": "conflict", "message": str(exc), "operationId": exc.operation_id})
-    authz.done(runtime, principal(), "applications", "sync", authz.app_object(runtime.app(name)),
-               f"{reason}: operation {operation_id}")
     body: dict[str, Any] = {"app": name, "operationId": operation_id}
     problem = _schedule(runtime, name, reason)
     if problem:

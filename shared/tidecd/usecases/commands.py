@@ -8,19 +8,21 @@ precondition) and returns; the steps that run it are scheduled by the caller.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
 
 from tidecd.base.errors import NotFound, OperationInProgress, PermanentError, TidecdError
 from tidecd.base.model import ResourceKey
+from tidecd.base.principal import Principal
 from tidecd.clients.store import PreconditionFailed
 from tidecd.images import state as images_state
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
 from tidecd.state.app import HistoryEntry, OperationPhase
 from tidecd.step.operation import new_operation, sync_window
+from tidecd.usecases import authz
 from tidecd.usecases import revert as revert_usecase
 
 log = structlog.get_logger("tidecd.usecases.commands")
@@ -42,10 +44,16 @@ class SyncRequest:
     reverted: str = ""  # the revision the rollback leaves (read before it starts, the revert's "from")
 
 
-def start_operation(runtime: Runtime, name: str, request: SyncRequest) -> str:
+def start_operation(runtime: Runtime, name: str, request: SyncRequest, by: Principal | None = None) -> str:
     """Record a new Running operation (generation precondition) and return its id; does not run it.
 
-    Raises OperationInProgress when one is running, NotFound for an unknown app (creating nothing)."""
+    With `by` (every request of a person or a token: api, dashboard, CLI) RBAC decides first
+    (`applications, sync, PROJECT/APP`; a refusal is audited), the operation names `by` as its
+    `initiatedBy`, and the audit log records it. Raises OperationInProgress when one is running, NotFound
+    for an unknown app (creating nothing), PermissionDenied when `by` may not."""
+    if by is not None:
+        authz.app_for(runtime, by, name, "sync")
+        request = replace(request, initiated_by=by.username)
     app = runtime.app(name)
     sync_window(runtime.config(), app, manual=True)
     while True:
@@ -61,6 +69,9 @@ def start_operation(runtime: Runtime, name: str, request: SyncRequest) -> str:
         except PreconditionFailed:
             continue
         log.info("operation started", app=name, operation=op.id, initiated_by=op.request.initiated_by)
+        if by is not None:
+            what = "rollback" if request.rollback else "dry run" if request.dry_run else "sync"
+            authz.done(runtime, by, "applications", "sync", authz.app_object(app), f"{what}: operation {op.id}")
         entry = next((h for h in current.history if h.id == request.history_id), None)
         images_state.on_operation_started(runtime.store, app, rollback=request.rollback, revision=request.revision,
                                           dry_run=request.dry_run, deployed_at=entry.deployed_at if entry else "",
@@ -68,9 +79,10 @@ def start_operation(runtime: Runtime, name: str, request: SyncRequest) -> str:
         return op.id
 
 
-def terminate_operation(runtime: Runtime, name: str) -> str:
-    """Mark the running operation Terminating (the next step stops it); its id. NotFound when none runs."""
-    runtime.app(name)
+def terminate_operation(runtime: Runtime, name: str, by: Principal | None = None) -> str:
+    """Mark the running operation Terminating (the next step stops it); its id. NotFound when none runs.
+    With `by`, RBAC decides first (Argo CD's terminate-op needs `sync`) and the audit log records it."""
+    app = runtime.app(name) if by is None else authz.app_for(runtime, by, name, "sync")
     while True:
         current, generation = app_state.load(runtime.store, name)
         op = current.operation
@@ -81,6 +93,8 @@ def terminate_operation(runtime: Runtime, name: str) -> str:
             app_state.save(runtime.store, current, if_generation_match=generation)
         except PreconditionFailed:
             continue
+        if by is not None:
+            authz.done(runtime, by, "applications", "sync", authz.app_object(app), f"terminate operation {op.id}")
         return op.id
 
 
