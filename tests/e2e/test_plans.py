@@ -27,8 +27,9 @@ from tests.support.gitserver import GitRepo
 from tidecd.base.model import ResourceKey
 from tidecd.clients.secrets import KeyPair
 from tidecd.state.app import OperationPhase
-from tidecd.usecases import appsets
+from tidecd.usecases import appsets, preview
 from tidecd.usecases.commands import SyncRequest
+from tidecd.usecases.webhook import pr_apps
 
 pytestmark = pytest.mark.e2e
 
@@ -55,7 +56,7 @@ def _config_pr(examples: dict[str, list[dict[str, Any]]], config: GitRepo, full:
                head: str) -> dict[str, Any]:
     doc = copy.deepcopy(next(e for e in examples["pull_request"] if e["action"] == "opened"))
     doc["number"] = doc["pull_request"]["number"] = number
-    doc["pull_request"]["head"].update(sha=head, ref="plan")
+    doc["pull_request"]["head"].update(sha=head, ref="feature")
     doc["pull_request"]["base"]["ref"] = "main"
     doc["repository"].update(clone_url=config.url, html_url=config.url.removesuffix(".git"), full_name=full,
                              name=full.split("/")[1], default_branch="main")
@@ -172,3 +173,41 @@ def test_a_merged_plan_is_applied_exactly_and_a_hand_change_stops_the_sync(
     [applied] = [s for s in github_standin.statuses[(repo, head)] if s["context"] == f"tidecd/preview/{app}"][:1]
     assert applied["state"] == "success" and f"operation {state.operation.id}" in applied["description"]
     assert applied["target_url"] == f"https://cd.example/ui/apps/{app}"
+
+
+class Inline:
+    """Runs the preview's jobs at once, in this process (the fan-out is tested in test_github)."""
+
+    def submit(self, runtime: Any, jobs: Any) -> dict[str, str]:
+        for job in jobs:
+            preview.run_job(runtime, job)
+        return {}
+
+
+def test_a_pull_request_to_a_values_repository_previews_the_multi_source_app_with_its_values_at_the_head(
+        hub: GitOps, github_standin: GitHubStandIn, sealing: tuple[KeyPair, Path],  # noqa: F811
+        webhook_examples: dict[str, list[dict[str, Any]]], git_server: Any, tmp_path: Path) -> None:
+    from tests.e2e.test_multi_source import CHART, multi_app, push
+
+    full = f"octo/values-{uuid.uuid4().hex[:8]}"
+    values = GitRepo(git_server, full, tmp_path / "values-work")
+    hub.push(CHART)
+    push(values, {"envs/prod.yaml": "color: blue\n", "extra/cm.yaml": configmap("extra", {"from": "values"})})
+    app = multi_app(hub, values)
+    runtime = hub.runtime(sealing_keys=str(sealing[1]), github_api_url=github_standin.base_url)
+    assert hub.reconcile(request=SyncRequest(), runtime=runtime).state.sync_status == "Synced"  # type: ignore[union-attr]
+
+    values.git("checkout", "--quiet", "-b", "greener")
+    values.write("envs/prod.yaml", "color: green\n")
+    head = str(values.commit("greener"))
+    values.push("greener")
+    doc = _config_pr(webhook_examples, values, full, 9, head)  # a pull request to the values repository
+    status, body = preview.on_pull_request(doc, hub.runtime(sealing_keys=str(sealing[1]),
+                                           github_api_url=github_standin.base_url), pr_apps, runner=Inline())
+    assert status == 202 and body["preview"] == [app], body
+    assert github_standin.status_states(full, head, f"tidecd/preview/{app}") == ["success"]
+    [comment] = github_standin.comment_bodies(full, 9)
+    assert f"ConfigMap {hub.namespace}/web-settings" in comment
+    assert "-  color: blue" in comment and "+  color: green" in comment  # the chart at main, the values at the head
+    assert f"ConfigMap {hub.namespace}/extra" not in comment  # unchanged
+    assert hub.live("ConfigMap", "web-settings")["data"]["color"] == "blue"  # type: ignore[index]
