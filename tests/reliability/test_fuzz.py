@@ -16,9 +16,11 @@ import re
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
@@ -635,3 +637,53 @@ def test_a_gke_audit_log_entry_reads_as_an_event_none_or_names_the_field(entry: 
         assert str(exc).startswith("audit log entry: "), exc
         return
     assert event is None or (isinstance(event, audit.AuditEvent) and event.name is not None)
+
+
+ADVERTISEMENT = (b"001e# service=git-upload-pack\n0000"
+                 b"0055" + b"a" * 40 + b" HEAD\x00symref=HEAD:refs/heads/main agent=git/2\n"
+                 b"003f" + b"a" * 40 + b" refs/heads/main\n0000")
+
+
+@pytest.fixture(scope="module")
+def git_site() -> Iterator[tuple[str, dict[str, tuple[str, bytes]]]]:
+    """A loopback "git server" answering every request with what the example put in `answer["now"]`."""
+    from tests.support import localhttp
+
+    answer: dict[str, tuple[str, bytes]] = {"now": ("text/plain", b"")}
+
+    def serve(req: Any) -> None:
+        kind, body = answer["now"]
+        req.send_response(200)
+        req.send_header("Content-Type", kind)
+        req.send_header("Content-Length", str(len(body)))
+        req.end_headers()
+        req.wfile.write(body)
+
+    httpd = localhttp.serve_get(serve)
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/team/deploy.git", answer
+    localhttp.stop(httpd)
+
+
+@given(edits=st.lists(st.tuples(st.integers(0, len(ADVERTISEMENT)), st.binary(max_size=6), st.integers(0, 8)),
+                      max_size=4),
+       kind=st.sampled_from(["application/x-git-upload-pack-advertisement", "text/plain", "text/html", ""]),
+       page=st.booleans())
+def test_git_reads_any_ref_advertisement_into_refs_or_its_own_error(
+        git_site: tuple[str, dict[str, tuple[str, bytes]]], edits: list[tuple[int, bytes, int]], kind: str,
+        page: bool) -> None:
+    """info/refs as a git server, a proxy or a web site may answer it (smart or dumb protocol, spliced,
+    cut, an HTML page): refs, or a SourceUnavailable naming the repository, never dulwich's ValueError."""
+    from tidecd.base.errors import SourceUnavailable
+    from tidecd.source import git
+
+    url, answer = git_site
+    body = bytearray(b"<!doctype html><html><body>Sign in</body></html>" if page else ADVERTISEMENT)
+    for at, insert, cut in edits:
+        body[at:at + cut] = insert
+    answer["now"] = (kind, bytes(body))
+    try:
+        refs = _bounded(lambda: git.ls_remote(url))
+    except SourceUnavailable as exc:
+        assert url in str(exc) and "<html" not in str(exc), exc
+        return
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in refs.items())

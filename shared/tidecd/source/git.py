@@ -51,8 +51,13 @@ def ls_remote(repo_url: str, credentials: RepoCredentials | None = None) -> dict
             result = client.get_refs(path.encode())
         except transport_errors() as exc:
             raise unavailable_error(repo_url, exc, credentials) from exc
-    refs = {name.decode(): sha.decode() for name, sha in result.refs.items() if sha is not None}
-    head_target = {k.decode(): v.decode() for k, v in result.symrefs.items()}.get("HEAD")
+    try:  # what dulwich parsed may be anything a server sent (a page's line with a tab is a dumb "ref")
+        refs = {name.decode(): sha.decode("ascii") for name, sha in result.refs.items() if sha is not None}
+        head_target = {k.decode(): v.decode() for k, v in result.symrefs.items()}.get("HEAD")
+    except UnicodeDecodeError as exc:
+        raise unavailable_error(repo_url, exc, credentials) from None
+    if any(not _HEX.match(sha) or len(sha) not in (40, 64) for sha in refs.values()):
+        raise unavailable_error(repo_url, ValueError("a ref's object id is not hexadecimal"), credentials)
     if head_target is not None and head_target in refs:
         refs["HEAD"] = refs[head_target]
     return refs

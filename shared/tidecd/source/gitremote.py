@@ -241,7 +241,7 @@ def unavailable_error(repo_url: str, exc: BaseException, credentials: RepoCreden
         reason = "authentication failed (check the repository credentials)"
     elif isinstance(exc, NotGitRepository):
         reason = "not found or not a git repository"
-    elif type(exc) is ValueError:
+    elif isinstance(exc, ValueError):
         said = str(exc).split(", got", 1)[0]  # dulwich quotes the line it got: the server's page, not repeated
         reason = "its answer is not git's protocol (a web page? check the URL): " + _scrub(said, credentials)[:120]
     else:
