@@ -13,7 +13,7 @@ import logging
 
 import typer
 
-from tidecd.cli import admin, listing, migrate, secrets
+from tidecd.cli import admin, listing, migrate, proj, secrets
 from tidecd.cli import app as apps
 from tidecd.cli import image as images
 
@@ -22,6 +22,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 app.add_typer(apps.app, name="app")
 app.add_typer(images.app, name="image")
 app.add_typer(admin.app, name="admin")
+app.add_typer(proj.app, name="proj")
 __all__ = ["app", "listing", "main"]  # listing registers `app list` on import
 
 PROCESS = "tidecd process"  # main()'s context object: only the process entry sets the global log level

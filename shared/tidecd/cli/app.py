@@ -335,11 +335,12 @@ def short_revision(record: dict[str, Any]) -> str:
 
 @app.command("history")
 def history(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
-    """The last deployments (id, revision, time, result)."""
+    """The last deployments (id, revision, time, result, who started them)."""
     body = checked(*call_api("GET", f"/apps/{name}/history", server, token))
     emit(body, output, lambda b: print_table(
-        ["ID", "REVISION", "DEPLOYED AT", "RESULT"],
-        [[str(h["id"]), short_revision(h), h["deployedAt"], h["result"]] for h in b["history"]]))
+        ["ID", "REVISION", "DEPLOYED AT", "RESULT", "BY"],
+        [[str(h["id"]), short_revision(h), h["deployedAt"], h["result"], h.get("initiatedBy") or ""]
+         for h in b["history"]]))
 
 
 @app.command("rollback")
