@@ -151,6 +151,9 @@ def test_without_a_hand_change_the_sync_applies_the_plan_and_the_check_names_the
     assert f"operation {state.operation.id}" in last["description"]
     assert last["target_url"] == "https://cd.example/ui/apps/web"
 
+    again = _sync(runtime)  # the plan applied before: every object as desired, nothing moved
+    assert again.operation.phase is OperationPhase.SUCCEEDED, again.operation.message
+
     other = git.push([configmap("red")])  # merged without a plan: nothing approved renders these objects
     git.head = other
     state = _sync(runtime)
@@ -176,6 +179,7 @@ def test_the_digest_ignores_order_and_moved_names_every_kind_of_move() -> None:
     plan = plans.AppPlan("web", "d", ((KEY, "5"), (ResourceKey("", "Secret", "ns", "new"), "")))
     live = {KEY: {"metadata": {"resourceVersion": "5"}}, other: {"metadata": {"resourceVersion": "9"}}}
     assert plan.moved(live, [KEY]) == []
+    assert plan.moved({KEY: {"metadata": {"resourceVersion": "6"}}}, []) == []  # as desired: nothing to write
     moved = plan.moved({KEY: {"metadata": {"resourceVersion": "6"}}}, [KEY, other])
     assert moved == ["ConfigMap ns/web (planned at resourceVersion 5, now 6)",
                      "Service ns/s (in sync when planned, changed since)"]

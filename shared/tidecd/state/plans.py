@@ -9,7 +9,8 @@ protection decides who may merge).
 
 An app that requires a plan (the annotation `tidecd.io/require-plan: "true"` on the Application or on its
 AppProject) syncs only rendered objects whose digest has an approved plan, and only while every object the
-plan changes still has the resourceVersion it was planned against and nothing else drifted. When the live
+sync would write still has the resourceVersion the plan was computed against (an object the plan left alone
+must not need writing). A rollback (`tidecd app rollback`: back to what was deployed) is not checked. When the live
 objects moved, the sync applies nothing; the plan is computed again against the live objects
 (`plans/replanned/<app>/<digest>.json`) and waits for a person (`/tidecd apply` on the pull request).
 
@@ -75,12 +76,14 @@ class AppPlan:
             return None
 
     def moved(self, live: Mapping[ResourceKey, Manifest], out_of_sync: Iterable[ResourceKey]) -> list[str]:
-        """What moved since the plan: an object it changes whose live version differs (or that appeared or
-        went away), and an object it left alone that is now out of sync. Empty when nothing moved."""
-        planned = dict(self.versions)
+        """What moved since the plan, among the objects a sync would write now (`out_of_sync`): one the plan
+        changes whose live version differs (or that appeared or went away), and one the plan left alone.
+        An object already as desired is written by no one, whatever its version: a sync of a plan applied
+        before finds nothing moved. Empty when nothing moved."""
+        planned, writes = dict(self.versions), set(out_of_sync)
         found = [f"{k} (planned at resourceVersion {v or 'absent'}, now {resource_version(live.get(k)) or 'absent'})"
-                 for k, v in self.versions if resource_version(live.get(k)) != v]
-        found += [f"{k} (in sync when planned, changed since)" for k in sorted(set(out_of_sync)) if k not in planned]
+                 for k, v in self.versions if k in writes and resource_version(live.get(k)) != v]
+        found += [f"{k} (in sync when planned, changed since)" for k in sorted(writes) if k not in planned]
         return found
 
     def again(self, live: Mapping[ResourceKey, Manifest], out_of_sync: Iterable[ResourceKey]) -> AppPlan:

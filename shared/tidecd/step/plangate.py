@@ -4,8 +4,10 @@ Before an operation's first write (its namespace or its dry-run), an app with `t
 "true"` (on the Application, or on its AppProject) goes on only when
 - its rendered objects, as this sync would apply them, have the digest of an approved plan (the plan of a
   merged pull request, computed by the preview), and
-- every object that plan changes still has the resourceVersion the plan was computed against, and nothing
-  the plan left alone drifted since.
+- every object the sync would write still has the resourceVersion the plan was computed against, and
+  none is one the plan left alone (an object already as desired is written by no one: a sync of a plan
+  applied before goes on).
+A rollback operation (back to what was deployed before, asked by a person) is not checked.
 Otherwise the operation fails before any write with a message naming what moved (or that no approved plan
 matches). When the live objects moved, the same rendered objects are planned again against the live ones
 and kept for a person to approve (`/tidecd apply` on the pull request); the plan's check on the pull

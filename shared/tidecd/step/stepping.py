@@ -247,7 +247,7 @@ class Observer:
     def gate(self, op: app_state.Operation) -> str:
         """Why this operation may not write (an app that requires a plan: `step.plangate`), or ""."""
         target = self.current
-        if op.request.dry_run or op.progress.checked:
+        if op.request.dry_run or op.request.rollback or op.progress.checked:
             return ""
         out_of_sync = [r.key for r in self.comparison.resources
                        if r.status is not SyncStatus.SYNCED and not r.requires_pruning]
