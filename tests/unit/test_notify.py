@@ -54,6 +54,15 @@ def test_each_trigger_fires_once_per_operation() -> None:
     assert due[1].message == "boom" and due[1].operation_id == "op2"
 
 
+def test_events_name_who_started_the_operation() -> None:
+    op = _op(phase=OperationPhase.SUCCEEDED, request=OperationRequest(initiated_by="alice@example.com"))
+    due = notify_events.events(notify_events.Seen(), _state(op))[0]
+    assert {e.initiated_by for e in due} == {"alice@example.com"}
+    assert notify.payload(due[0], "")["initiated_by"] == "alice@example.com"
+    fields = notify.slack_message(due[0], "")["attachments"][0]["fields"]
+    assert {"title": "Initiated by", "value": "alice@example.com", "short": True} in fields
+
+
 def test_deployed_waits_for_health_and_fires_once_per_revision() -> None:
     done = _op(phase=OperationPhase.SUCCEEDED)
     due, seen = notify_events.events(notify_events.Seen(), _state(done, health="Progressing"))
@@ -208,6 +217,7 @@ def test_an_automated_sync_posts_statuses_and_each_subscription_once(
     assert github_standin.status_states("octo/web", sha, "tidecd/web") == ["pending", "success"]
     [status] = [s for s in github_standin.statuses[("octo/web", sha)] if s["context"] == "tidecd/web"][:1]
     assert status["target_url"] == "https://cd.example/ui/apps/web"
+    assert "(by automated)" in status["description"], status  # who started it: the app's own policy
     assert github_standin.status_states("octo/web", sha, "tidecd/web/on-sync-succeeded") == ["success"]
     [deployment] = github_standin.deployments["octo/web"]
     states = [s["state"] for s in github_standin.deployment_statuses[("octo/web", deployment["id"])]]

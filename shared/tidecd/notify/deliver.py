@@ -224,6 +224,8 @@ def slack_message(event: Event, app_url: str) -> dict[str, Any]:
     fields = [{"title": "Revision", "value": event.revision[:12], "short": True},
               {"title": "Sync", "value": event.sync_status, "short": True},
               {"title": "Health", "value": event.health, "short": True}]
+    if event.initiated_by:
+        fields.append({"title": "Initiated by", "value": event.initiated_by, "short": True})
     return {"text": f"{title}{f' ({app_url})' if app_url else ''}",
             "attachments": [{"color": color, "title": title, "title_link": app_url or None,
                              "text": gh.cut("\n".join(t for t in (event.cause, event.message) if t), 3000),
@@ -264,7 +266,8 @@ def write_back(ctx: Context, app: Application, event: Event, record: dict[str, A
         return []
     state, deployment_state = _OP_STATUS[event.trigger]
     phase = event.phase if event.trigger != "on-sync-running" else "Running"
-    description = f"{phase}: {event.message}" if event.message else f"sync {phase.lower()}"
+    by = f" (by {event.initiated_by})" if event.initiated_by else ""
+    description = f"{phase}{by}: {event.message}" if event.message else f"sync {phase.lower()}{by}"
     done = [ctx.github.status(repo, event.revision, state, f"tidecd/{event.app}", description,
                               ctx.app_url(event.app))]
     environment = app.annotation(ANNOTATION_GITHUB_DEPLOYMENT).strip()

@@ -39,6 +39,7 @@ class Event:
     health: str = ""
     at: str = ""
     cause: str = ""  # a self-heal's: who drifted what (from the audit log), and whether it was restored
+    initiated_by: str = ""  # who started the operation (Argo CD's initiatedBy.username): a person, a token
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -84,7 +85,8 @@ def events(seen: Seen, state: AppState, now: str = "") -> tuple[list[Event], See
             fired[trigger] = key
             out.append(Event(trigger, state.app, key, op.revision if op else state.revision, op.id if op else "",
                              op.phase.value if op else "", (op.message if op else "") or state.health_message,
-                             state.sync_status.value, state.health.value, now, cause if op else ""))
+                             state.sync_status.value, state.health.value, now, cause if op else "",
+                             op.request.initiated_by if op else ""))
 
     if op is not None and op.id and not op.request.dry_run:
         fire("on-sync-running", op.id)  # also when it finished within one step: it did run
