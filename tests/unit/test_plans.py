@@ -248,3 +248,26 @@ def test_a_config_plan_lists_added_removed_and_changed_apps_and_stops_at_its_bou
     assert dict(gone.removed)["web"] == ("ConfigMap ns/web",)  # what the removed app owns
     text = plan_text.render_plan(gh.Repo("o", "r"), 1, plan)
     assert "6 added or changed app(s) not planned" in text and "ConfigMap ns/web" in text
+
+
+def test_a_forks_pull_request_to_the_config_source_is_not_planned_and_says_so(
+        github_standin: GitHubStandIn, webhook_examples: Any) -> None:
+    runtime, git, _ = _setup(github_standin)
+    runtime.settings.config = f"{github_standin.base_url}/{REPO}.git#main"  # the config source is this repository
+    git.push([configmap("blue")])
+    head = "d" * 40
+    doc = _payload(webhook_examples, github_standin, "opened", 12, head)
+    doc["pull_request"]["head"]["repo"] = doc["pull_request"]["head"]["repo"] | {"full_name": "mallory/plans"}
+    doc["pull_request"]["base"]["repo"] = doc["pull_request"]["base"]["repo"] | {"full_name": REPO}
+    doc["pull_request"]["labels"] = [{"name": "tidecd:preview"}]
+    git.revisions[head] = [configmap("from-a-fork")]
+    status, body = preview.on_pull_request(doc, runtime, pr_apps, runner=Inline())
+    assert status == 202 and body["mode"] == "fork" and body["plan"] is True, body
+    assert github_standin.status_states(REPO, head, "tidecd/plan") == ["failure"]
+    plan_comment = next(c for c in github_standin.comment_bodies(REPO, 12) if "tidecd plan of the config" in c)
+    assert "a fork's change to the config source is not planned" in plan_comment
+    assert "ConfigMap" not in plan_comment  # nothing rendered, nothing read from the cluster
+
+    waiting = dict(doc, pull_request=doc["pull_request"] | {"labels": []})
+    status, body = preview.on_pull_request(waiting, runtime, pr_apps, runner=Inline())
+    assert body["mode"] == "waiting" and "plan" not in body  # nobody asked: no job at all
