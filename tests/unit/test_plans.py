@@ -249,6 +249,12 @@ def test_a_config_plan_lists_added_removed_and_changed_apps_and_stops_at_its_bou
     text = plan_text.render_plan(gh.Repo("o", "r"), 1, plan)
     assert "6 added or changed app(s) not planned" in text and "ConfigMap ns/web" in text
 
+    window = dataclasses.replace(base, projects={"default": AppProject("default", cluster_resource_whitelist=(),
+                                                                       description="frozen")})
+    moved = planning.plan_configs(runtime, base, window, "c" * 40, lambda rt, app, rev: preview_text.AppPreview(
+        app.name, rev))
+    assert [a for a, _ in moved.changed] == ["web"] and "+  description: frozen" in moved.changed[0][1]
+
 
 def test_a_forks_pull_request_to_the_config_source_is_not_planned_and_says_so(
         github_standin: GitHubStandIn, webhook_examples: Any) -> None:

@@ -186,9 +186,7 @@ def head_config(runtime: Runtime, head_sha: str) -> Config:
 def spec_doc(app: Application) -> dict[str, Any]:
     """The app as the diff shows it: its fields without where it was read from, and without the empty ones
     (an unset helm section is no change to show)."""
-    fields = json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(app, origin="")), default=str))
-    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": app.name},
-            "spec": _set_only(fields)}
+    return _doc("Application", app)
 
 
 def _set_only(value: Any) -> Any:
@@ -201,16 +199,30 @@ def _set_only(value: Any) -> Any:
 
 
 def compare_configs(base: Config, head: Config) -> tuple[list[str], list[str], dict[str, str]]:
-    """(added, removed, changed: name → spec diff) between the installation's apps and the head's."""
+    """(added, removed, changed: name → spec diff) between the installation's apps and the head's. An app
+    whose AppProject changed is changed too (its rules and sync windows), with the project's diff."""
     added = sorted(set(head.applications) - set(base.applications))
     removed = sorted(set(base.applications) - set(head.applications) - set(head.invalid))
     changed = {}
     for name in sorted(set(base.applications) & set(head.applications)):
-        was, now = spec_doc(base.applications[name]), spec_doc(head.applications[name])
-        if was != now:
-            key = ResourceKey("argoproj.io", "Application", "", name)
-            changed[name] = compare(key, was, now, sides=("base", "head")).text
+        app = head.applications[name]
+        was, now = spec_doc(base.applications[name]), spec_doc(app)
+        diffs = [compare(ResourceKey("argoproj.io", "Application", "", name), was, now, sides=("base", "head")).text
+                 ] if was != now else []
+        before, after = base.projects.get(app.project), head.projects.get(app.project)
+        if before != after and before is not None and after is not None:
+            key = ResourceKey("argoproj.io", "AppProject", "", app.project)
+            diffs.append(compare(key, _doc("AppProject", before), _doc("AppProject", after), sides=("base", "head"))
+                         .text)
+        if diffs:
+            changed[name] = "\n".join(diffs)
     return added, removed, changed
+
+
+def _doc(kind: str, value: Any) -> dict[str, Any]:
+    fields = json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(value, origin="")), default=str))
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": kind, "metadata": {"name": value.name},
+            "spec": _set_only(fields)}
 
 
 def config_plan(runtime: Runtime, head_sha: str, preview_app: PreviewApp) -> ConfigPlan:
