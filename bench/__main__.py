@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from bench import cli, diff, functions, images, operations, peers, render, scale, scale_peers, sync, ui
+from bench import cli, diff, drift, functions, images, operations, peers, render, scale, scale_peers, sync, ui
 from bench.harness import Bench, Row, fmt_time, print_plain, print_table, say
 from tidecd.base import logs
 
@@ -27,6 +27,7 @@ GROUPS: dict[str, Callable[[Bench], list[Row]]] = {
     "diff": diff.run,
     "sync": sync.run,
     "functions": functions.run,
+    "drift": drift.run,  # someone's kubectl scale → restored, through the audit webhook (issue 27)
     "images": images.run,
     "cli": cli.run,
     "ui": ui.run,

@@ -61,16 +61,19 @@ def run(bench: Bench) -> list[Row]:
 class Functions:
     """The webhook and api targets as functions-framework processes sharing one installation."""
 
-    def __init__(self, bench: Bench, inst: Installation) -> None:
+    def __init__(self, bench: Bench, inst: Installation, *, ports: dict[str, int] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        """`ports`: a target's port given out before it listens (an audit webhook's URL); `env`: more settings."""
         self.secret, self.token = secrets.token_hex(16), secrets.token_hex(16)
+        extra = env or {}
         env = {k: v for k, v in os.environ.items() if not k.startswith("TIDECD_")}
         env.update(TIDECD_CONFIG=str(inst.config_dir), TIDECD_STORE=str(inst.store_dir), KUBECONFIG=inst.kubeconfig,
                    TIDECD_WEBHOOK_SECRET=self.secret, TIDECD_API_TOKEN=self.token,
-                   PYTHONPATH=str(REPO_ROOT / "shared"))
+                   PYTHONPATH=str(REPO_ROOT / "shared"), **extra)
         framework = str(Path(sys.executable).parent / "functions-framework")
         self.urls: dict[str, str] = {}
         for target in ("webhook", "api"):
-            port = free_port()
+            port = (ports or {}).get(target) or free_port()
             bench.spawn([framework, "--target", target, "--source", "functions/main.py", "--host", "127.0.0.1",
                          "--port", str(port)], env=env, log=bench.root / f"function-{target}.log")
             self.urls[target] = f"http://127.0.0.1:{port}"
