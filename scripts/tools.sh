@@ -40,6 +40,11 @@ REGISTRY_VERSION=v3.1.1
 CRANE_VERSION=v0.21.9
 KAPP_VERSION=v0.66.0
 TERRAFORM_VERSION=v1.5.7  # the newest release whose go.mod builds from the module proxy
+# Dex (the OIDC provider Argo CD bundles) for the single sign-on tests, built on demand (`tools.sh dex`).
+# Its module path has no /v2, so its v2 tags are not module versions: the proxy serves its commits as
+# pseudo-versions only. This one is the commit of Dex v2.41.1.
+DEX_VERSION=v0.0.0-20240807174518-43956db7fd75
+DEX_API_VERSION=v2.2.0  # its api/v2 module: the first published one with the RPCs this commit serves
 # Peers. Argo CD v3.5.x needs a gitops-engine pseudo-version the proxy refuses (403) and Flux v1.10.x needs
 # fluxcd/pkg versions it refuses, so these are the newest that build. The two v3.6.1 builds need go 1.27,
 # fetched by the go command for those builds only (GOTOOLCHAIN stays local for everything else).
@@ -67,6 +72,7 @@ version_of() {
     crane) echo "$CRANE_VERSION" ;;
     kapp) echo "$KAPP_VERSION" ;;
     terraform) echo "$TERRAFORM_VERSION" ;;
+    dex) echo "$DEX_VERSION" ;;
     gitops-agent) echo "$GITOPS_AGENT_VERSION" ;;
     source-controller|kustomize-controller) echo "$FLUX_VERSION" ;;
     argocd) echo "$ARGOCD_VERSION" ;;
@@ -227,6 +233,15 @@ build_argocd() {
   touch "$dir/share/.complete"
 }
 
+build_dex() {  # Dex replaces its api/v2 module by ./api/v2; the wrapper takes a published one instead
+  local mod=github.com/dexidp/dex w="$CACHE/work/dex-$DEX_VERSION"
+  wrap_upstream "$w" "$mod" "$DEX_VERSION"
+  echo "replace $mod/api/v2 => $mod/api/v2 $DEX_API_VERSION" >> "$w/go.mod"
+  mkdir -p "$(dirname "$(target_of dex)")"
+  # cgo: its config code names the SQLite3 storage (mattn/go-sqlite3), which builds only with cgo
+  ( cd "$w" && CGO_ENABLED=1 go build -ldflags "-X main.version=v2.41.1" -o "$(target_of dex)" "$mod/cmd/dex" )
+}
+
 install_redis() {  # Debian's redis-server (the repo-server and controller cache in it); its service stays off
   command -v apt-get >/dev/null || { echo "redis-server missing and no apt-get to install it" >&2; return 1; }
   local sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
@@ -250,6 +265,7 @@ build() {
     crane) go_install crane "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION" ;;
     kapp) build_wrapped kapp "carvel.dev/kapp@$KAPP_VERSION" carvel.dev/kapp/cmd/kapp ;;
     terraform) go_install terraform "github.com/hashicorp/terraform@$TERRAFORM_VERSION" ;;
+    dex) build_dex ;;
     gitops-agent) build_gitops_agent ;;
     source-controller|kustomize-controller) build_flux "$name" ;;
     argocd) build_argocd ;;
@@ -272,6 +288,7 @@ version_check() {  # print the tool's own version line, proving the binary runs
     crane) out=$("$BIN/crane" version) ;;
     kapp) out=$("$BIN/kapp" version | head -1) ;;
     terraform) out=$("$BIN/terraform" version | head -1) ;;
+    dex) out=$("$BIN/dex" version 2>&1 | head -1) ;;
     gitops-agent) out=$("$BIN/gitops-agent" --help 2>&1 | grep -m1 -E '^Usage|^  gitops-agent' || true)
                   [ -n "$out" ] || { log "gitops-agent --help printed no usage"; return 1; } ;;
     source-controller|kustomize-controller)

@@ -19,7 +19,7 @@ from tidecd.base import constants
 from tidecd.base.errors import ConfigError, NotFound
 from tidecd.base.paths import inside
 from tidecd.clients.cluster import KubeCluster, client_for_secret, find_cluster_secret
-from tidecd.clients.secrets import load_private_keys, unseal
+from tidecd.clients.secrets import load_private_keys, text_fields, unseal
 from tidecd.clients.store import ObjectStore, open_store
 from tidecd.config.load import (
     Application,
@@ -161,6 +161,7 @@ class Runtime:
     _config: Config | None = None
     _clusters: dict[str, KubeCluster] = field(default_factory=dict)
     _secrets: list[dict[str, Any]] | None = None
+    _argocd_secret: Mapping[str, str] | None = None
     # the step's source seam (`tidecd.step.desired.Render`): a test passes its fake source here; None
     # renders from the app's real sources
     render: Callable[..., tuple[str, list[dict[str, Any]]]] | None = None
@@ -258,6 +259,21 @@ class Runtime:
                     opened.append(obj)
             self._secrets = opened
         return self._secrets
+
+    def argocd_secret(self) -> Mapping[str, str]:
+        """The values of the config source's SealedSecret `argocd-secret` (password hashes, the OIDC client
+        secret, `server.secretkey`), opened in memory; empty when there is none."""
+        if self._argocd_secret is None:
+            sso = self.config().argo_settings.sso
+            opened: Mapping[str, str] = {}
+            if sso.sealed_secret is not None:
+                keys = self.private_keys()
+                if not keys:
+                    raise ConfigError(f"{sso.secret_origin}: SealedSecret/argocd-secret cannot be opened: no "
+                                      "sealing key is configured (TIDECD_SEALING_KEYS)")
+                opened = text_fields(unseal(dict(sso.sealed_secret), keys), f"{sso.secret_origin}: argocd-secret")
+            self._argocd_secret = opened
+        return self._argocd_secret
 
     def repo_credentials(self, repo_url: str) -> RepoCredentials | None:
         from tidecd import source as git  # lazy: cold start (git sources only when a repository is reached)

@@ -125,14 +125,14 @@ def test_the_rest_is_reported_once_as_notices_naming_the_key(tmp_path: Path) -> 
     config = load_config(tmp_path, strict=False)
     assert sorted(config.applications) == ["guestbook"] and config.problems == []
     notices = "\n".join(config.argo_settings.notices)
-    assert "ConfigMap/argocd-cm: dex.config: not honoured by tidecd: Argo CD's web UI" in notices
+    assert "ConfigMap/argocd-cm: dex.config: not honoured by tidecd: tidecd runs no Dex" in notices
     assert "application.instanceLabelKey: not honoured by tidecd: tidecd writes its own ownership marks" in notices
     assert "resource.customizations.actions.apps_Deployment: not honoured by tidecd: resource actions" in notices
     assert "no.such.setting: not honoured by tidecd: not a setting tidecd knows" in notices
     assert "argocd-rbac-cm" not in notices  # read: tidecd.config.rbac
     assert config.argo_settings.rbac.default_role == "role:readonly"
     assert config.argo_settings.rbac.policy_csv == "p, role:x, *, *, */*, allow"
-    assert "secret.yaml: Secret/argocd-secret: not read" in notices
+    assert "secret.yaml: Secret/argocd-secret: a plain Secret is not read" in notices
     assert "hunter2" not in notices
     assert len(config.argo_settings.notices) == 5
 

@@ -310,8 +310,8 @@ def test_argocd_cm_keeps_what_tidecd_honours_and_reports_the_rest(pair: KeyPair,
     assert config.argo_settings.health_lua == {"example.com/Widget": lua}
     assert config.argo_settings.reconciliation_timeout == 300.0
     written = (tmp_path / "settings" / "argocd-cm.yaml").read_text()
-    assert "dex.config" not in written and "argocd.example.com" not in written
-    assert "web UI" in finding(plan, "ConfigMap/argocd-cm", "data.url").note
+    assert "dex.config" not in written and "argocd.example.com" in written  # url: the dashboard's, for SSO
+    assert "runs no Dex" in finding(plan, "ConfigMap/argocd-cm", "data.dex.config").note
     assert "kustomize build options" in finding(plan, "ConfigMap/argocd-cm", "data.kustomize.buildOptions").note
     assert "2 setting(s) not imported" in finding(plan, "ConfigMap/argocd-rbac-cm", "").note
     assert not [f for f in plan.findings if "my-own-settings" in f.obj or "argocd-secret" in f.obj]

@@ -145,11 +145,12 @@ def test_login_rejects_a_bad_token_and_cross_site_forms(runtime: Runtime) -> Non
 def test_sessions_are_signed_and_expire() -> None:
     tokens = auth.Tokens(ADMIN, READ)
     cookie = auth.new_session(tokens, auth.Role.READ, now=1000.0)
-    assert auth.read_session(tokens, cookie, now=1001.0) == auth.Identity(auth.Role.READ, "session",
-                                                                           auth.read_session(tokens, cookie,
-                                                                                             now=1001.0).csrf)  # type: ignore[union-attr]
-    escalated = cookie.replace("v1.read.", "v1.admin.")
+    read = auth.read_session(tokens, cookie, now=1001.0)
+    assert read is not None and read.role is auth.Role.READ and read.principal.subject == "readonly"
+    escalated = auth.new_session(auth.Tokens("guess", READ), auth.Role.ADMIN, now=1000.0)
     assert auth.read_session(tokens, escalated, now=1001.0) is None
+    body, _, signature = cookie.rpartition(".")
+    assert auth.read_session(tokens, body.replace("v2.", "v2.e") + "." + signature, now=1001.0) is None
     assert auth.read_session(tokens, cookie, now=1000.0 + auth.SESSION_SECONDS + 1) is None
     assert auth.read_session(auth.Tokens("rotated", READ), cookie, now=1001.0) is None
     assert auth.Tokens(ADMIN, READ).role_of(READ) is auth.Role.READ

@@ -22,6 +22,7 @@
     │   ├── clients.tools.MissingTool  a binary tidecd runs (helm, kustomize) is not installed
     │   ├── triggers.dispatch.BadRefreshMessage  a refresh message that cannot be decoded
     │   ├── clients.github.Rejected     GitHub refused a request (4xx other than rate limiting)
+    │   ├── clients.oidc.LoginRefused   an OIDC answer or ID token that proves nobody (never includes the token)
     │   ├── usecases.preview.BadPullRequest  a pull_request payload without a field a preview needs
     │   ├── usecases.migrate.MigrationError  `tidecd import` cannot read Argo CD or write its output
     │   ├── usecases.audit.BadBatch     an audit batch (or GKE log entry) that is not one (names the field)
@@ -40,6 +41,7 @@
         ├── SourceUnavailable           a repository could not be reached
         ├── ClusterUnavailable          the API server could not be reached (connection, timeout)
         ├── LeaseHeld                   another call is reconciling the same app
+        ├── clients.oidc.IssuerUnavailable  the OIDC issuer could not be reached
         ├── triggers.dispatch.NotYet  a continuation delivered before its `notBefore` (answered 429)
         ├── clients.store.StoreUnavailable  the object store could not be reached or failed
         ├── clients.store.Contended     a document kept changing under `update_json`

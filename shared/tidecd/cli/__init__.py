@@ -1,5 +1,5 @@
 """The `tidecd` command: apps (list, get, diff, sync, history, rollback), secrets, `import` (from Argo CD),
-and the dev cluster.
+`login` (single sign-on or a token), and the dev cluster.
 
 `tidecd dev ...` lives in the dev tooling package (`tidecd_dev.cli`), which is not part of the product: it is
 imported only when that command runs, so every other command starts without it, and a missing package
@@ -13,7 +13,7 @@ import logging
 
 import typer
 
-from tidecd.cli import admin, listing, migrate, proj, secrets
+from tidecd.cli import admin, listing, login, migrate, proj, secrets
 from tidecd.cli import app as apps
 from tidecd.cli import image as images
 
@@ -74,6 +74,7 @@ def _register_optional() -> None:
 
     secrets.register(app)
     migrate.register(app)
+    login.register(app)
 
 
 def main() -> None:

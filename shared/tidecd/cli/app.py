@@ -1,7 +1,8 @@
 """`tidecd app ...`: list, get, diff, sync, refresh, history, rollback, wait, terminate-op, adopt, release.
 
 Works locally (reading TIDECD_CONFIG, TIDECD_STORE and KUBECONFIG, as the functions do) or against a
-running api with `--server URL` (token from `--token` or TIDECD_API_TOKEN). Both paths go through
+running api with `--server URL` (token from `--token`, TIDECD_API_TOKEN, or the one `tidecd login` kept for
+that server). Both paths go through
 `tidecd.usecases.api.handle`, so they answer the same JSON.
 
 `sync` and `rollback` start an operation (the api answers 202 with its id) and, unless `--async`, follow
@@ -52,6 +53,10 @@ def call_api(method: str, path: str, server: str, token: str, body: dict[str, An
              query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     data = json.dumps(body or {}).encode()
     if server:
+        if not token:
+            from tidecd.cli.login import saved_token  # lazy: cold start (only without --token)
+
+            token = saved_token(server)
         # lazy: cold start (requests only when an HTTP call is made)
         import requests
 

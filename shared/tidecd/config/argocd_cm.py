@@ -6,7 +6,9 @@ They are recognised by name, never "unsupported object": the parts tidecd honour
 load, not per app per tick), saying why it is not honoured. A malformed honoured setting is a problem
 naming the file, the ConfigMap and the key; it never stops the apps.
 
-`argocd-secret` and `argocd-notifications-secret` are recognised and never read: no value of theirs is kept.
+`argocd-secret` is read only as a SealedSecret (its sealed document is kept for the logins, see
+`tidecd.config.sso`); a plain `argocd-secret` and `argocd-notifications-secret` are recognised and never
+read: no value of theirs is kept.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ import yaml
 from tidecd.base import limits
 from tidecd.base.errors import LimitExceeded
 from tidecd.base.jqpaths import compile_path
-from tidecd.config import argocd_fields, rbac
+from tidecd.config import argocd_fields, rbac, sso
 from tidecd.config import fields as config_fields
 from tidecd.config.argocd_settings import ArgoSettings, IgnoreRule, ResourceFilter, gk_key
 from tidecd.config.fields import IGNORED, NOT_IMPLEMENTED, SUPPORTED
 from tidecd.config.schema import parse_duration, type_name
 
 ARGOCD_CM = "argocd-cm"
+SEALED_SECRET = "argocd-secret"  # noqa: S105 - a name: read as a SealedSecret only
 CONFIG_MAPS: Mapping[str, str] = MappingProxyType({
     ARGOCD_CM: "",  # read key by key below
     rbac.RBAC_CM: "",  # read below: policy.csv and overlays, policy.default, policy.matchMode, scopes
@@ -41,8 +44,9 @@ CONFIG_MAPS: Mapping[str, str] = MappingProxyType({
                           "signatureKeys)",
 })
 SECRETS: Mapping[str, str] = MappingProxyType({
-    "argocd-secret": "not read (tidecd's secrets come from its environment: TIDECD_WEBHOOK_SECRET, "
-                     "TIDECD_API_TOKEN, sealing keys); a plain Secret should not be committed to git",
+    "argocd-secret": "a plain Secret is not read (it would put passwords in git): seal it, and tidecd reads "
+                     "the SealedSecret's admin.password, accounts.NAME.password, server.secretkey and the "
+                     "key oidc.config's clientSecret names",
     "argocd-notifications-secret": "not read (tidecd's notifications are configured by a notifications "
                                    "Secret, README)",
 })
@@ -52,7 +56,7 @@ HONOURED_KEYS = ("resource.customizations", "resource.exclusions", "resource.inc
                  "timeout.reconciliation", "timeout.reconciliation.jitter")
 HONOURED_PREFIXES = ("resource.customizations.health.", "resource.customizations.useOpenLibs.",
                      "resource.customizations.ignoreDifferences.")
-_UI = "Argo CD's web UI, SSO and accounts: tidecd's dashboard and api use bearer tokens"
+_UI = "Argo CD's web UI settings: tidecd's dashboard has its own"
 _TRACKING = "tidecd writes its own ownership marks, never Argo CD's (README, Ownership)"
 NOT_HONOURED: tuple[tuple[str, str], ...] = (
     ("resource.customizations.actions.", "resource actions are not implemented by tidecd"),
@@ -85,8 +89,14 @@ NOT_HONOURED: tuple[tuple[str, str], ...] = (
     ("statusbadge.", "status badges are not implemented by tidecd"),
     ("application.links", _UI), ("project.links", _UI), ("resource.links", _UI),
     ("application.allowedNodeLabels", _UI), ("extension.", _UI), ("exec.", _UI), ("server.", _UI),
-    ("ui.", _UI), ("help.", _UI), ("ga.", _UI), ("users.", _UI), ("passwordPattern", _UI), ("dex.", _UI),
-    ("oidc.", _UI), ("admin.", _UI), ("accounts.", _UI), ("url", _UI), ("additionalUrls", _UI),
+    ("ui.", _UI), ("help.", _UI), ("ga.", _UI),
+    ("users.", "anonymous access and session limits are not implemented by tidecd"),
+    ("passwordPattern", "tidecd changes no passwords: bcrypt hashes are sealed in argocd-secret"),
+    ("dex.", "tidecd runs no Dex: point oidc.config at your Dex or another OIDC issuer"),
+    ("oidc.tls.", "not implemented by tidecd (the issuer's certificate is checked against the system's CAs)"),
+    ("admin.", "not implemented by tidecd (only admin.enabled is read)"),
+    ("accounts.", "not implemented by tidecd (accounts.NAME and accounts.NAME.enabled are read)"),
+    ("additionalUrls", "not implemented by tidecd (one url)"),
 )
 
 
@@ -102,6 +112,12 @@ HONOURED_WHAT: Mapping[str, str] = MappingProxyType({
     "resource.inclusions": "only these kinds are synced and pruned",
     "timeout.reconciliation": "how often the poll's drift sweep re-compares an automated app (0: never)",
     "timeout.reconciliation.jitter": "spreads those sweeps per app",
+    "url": "the dashboard's external URL: the OIDC redirect URI is URL/ui/auth/callback",
+    "oidc.config": "single sign-on for the dashboard and `tidecd login --sso` (authorization code with PKCE); "
+                   "clientSecret as a $KEY of the sealed argocd-secret; groups from the ID token's claims",
+    "admin.enabled": "\"false\" refuses the builtin admin's password login",
+    "accounts.<name>": "local accounts (`login`: a password login with the bcrypt hash of the sealed "
+                       "argocd-secret's accounts.NAME.password); accounts.NAME.enabled",
 })
 
 
@@ -141,10 +157,15 @@ def readme_block() -> str:
 
 def recognised(doc: Any) -> str:
     """`ConfigMap/argocd-cm` (the object's label) when `doc` is one of Argo CD's settings objects, else ""."""
-    if not isinstance(doc, dict) or doc.get("apiVersion") != "v1" or doc.get("kind") not in ("ConfigMap", "Secret"):
+    if not isinstance(doc, dict):
         return ""
     meta = doc.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
+    if doc.get("kind") == "SealedSecret" and str(doc.get("apiVersion", "")).startswith("bitnami.com/") \
+            and name == SEALED_SECRET:
+        return f"SealedSecret/{SEALED_SECRET}"
+    if doc.get("apiVersion") != "v1" or doc.get("kind") not in ("ConfigMap", "Secret"):
+        return ""
     known = CONFIG_MAPS if doc["kind"] == "ConfigMap" else SECRETS
     return f"{doc['kind']}/{name}" if isinstance(name, str) and name in known else ""
 
@@ -157,7 +178,7 @@ def _reason(key: str) -> str:
 
 
 def honoured(key: str) -> bool:
-    return key in HONOURED_KEYS or key.startswith(HONOURED_PREFIXES)
+    return key in HONOURED_KEYS or key.startswith(HONOURED_PREFIXES) or sso.handles(key)
 
 
 def read(objects: Iterable[tuple[Any, str]], problems: list[str]) -> ArgoSettings:
@@ -165,10 +186,17 @@ def read(objects: Iterable[tuple[Any, str]], problems: list[str]) -> ArgoSetting
     notices: list[str] = []
     argocd_cm: tuple[Mapping[str, Any], str] | None = None
     rbac_cm: rbac.RbacConfig | None = None
+    sealed: tuple[Mapping[str, Any], str] | None = None
     for doc, origin in objects:
         label = recognised(doc)
         name = label.partition("/")[2]
-        if label.startswith("Secret/"):
+        if label.startswith("SealedSecret/"):
+            if sealed is not None:
+                problems.append(f"{origin}: {label}: defined more than once (also in {sealed[1]}); "
+                                "only the first is read")
+            else:
+                sealed = (MappingProxyType(doc), origin)
+        elif label.startswith("Secret/"):
             notices.append(f"{origin}: {label}: {SECRETS[name]}")
         elif name == rbac.RBAC_CM:
             rbac_cm = _read_rbac_cm(doc, origin, rbac_cm, problems, notices)
@@ -184,9 +212,11 @@ def read(objects: Iterable[tuple[Any, str]], problems: list[str]) -> ArgoSetting
                 problems.append(f"{origin}: {label}: data: expected a mapping, got {type_name(data)}")
                 data = {}
             argocd_cm = (data or {}, origin)
-    if argocd_cm is None:
-        return ArgoSettings(notices=tuple(notices), rbac=rbac_cm or rbac.NO_RBAC)
-    return replace(_read_argocd_cm(argocd_cm[0], argocd_cm[1], notices, problems), rbac=rbac_cm or rbac.NO_RBAC)
+    settings = ArgoSettings(notices=tuple(notices)) if argocd_cm is None else \
+        _read_argocd_cm(argocd_cm[0], argocd_cm[1], notices, problems)
+    if sealed is not None:
+        settings = replace(settings, sso=replace(settings.sso, sealed_secret=sealed[0], secret_origin=sealed[1]))
+    return replace(settings, rbac=rbac_cm or rbac.NO_RBAC)
 
 
 def _read_rbac_cm(doc: Mapping[str, Any], origin: str, earlier: rbac.RbacConfig | None, problems: list[str],
@@ -268,8 +298,10 @@ def _read_argocd_cm(data: Mapping[str, Any], origin: str, notices: list[str],
                 open_libs.add(gk)
         elif (rule := _ignore_rule(reader, key, reader.yaml(key, value))) is not None:
             ignores[gk] = rule
+    login = sso.read({k: v for k, v in values.items() if sso.handles(k)}, reader.error,
+                     lambda key, why: notices.append(f"{origin}: ConfigMap/{ARGOCD_CM}: {key}: {why}"), reader.yaml)
     return ArgoSettings(
-        health_lua=MappingProxyType(health), health_lua_open_libs=frozenset(open_libs),
+        sso=login, health_lua=MappingProxyType(health), health_lua_open_libs=frozenset(open_libs),
         ignore_differences=MappingProxyType(ignores),
         exclusions=_filters(reader, "resource.exclusions", values.get("resource.exclusions")),
         inclusions=_filters(reader, "resource.inclusions", values.get("resource.inclusions")),

@@ -10,6 +10,7 @@ it as `config.argo_settings`, and the stages that use a setting read it from the
 - `ignore_differences`: `resource.customizations.ignoreDifferences.<group>_<Kind>`, same keys, plus `"all"`.
 - `exclusions` / `inclusions`: `resource.exclusions` / `resource.inclusions` (globs over group, kind, cluster).
 - `reconciliation_timeout`: `timeout.reconciliation` in seconds (0 turns periodic refresh off), None when unset.
+- `sso`: `url`, `oidc.config`, `admin.enabled`, `accounts.*` and the sealed argocd-secret (`tidecd.config.sso`).
 - `notices`: one line per setting tidecd recognises but does not honour, reported once per load.
 """
 
@@ -21,6 +22,7 @@ from types import MappingProxyType
 
 from tidecd.base.globs import glob_match
 from tidecd.config.rbac import NO_RBAC, RbacConfig
+from tidecd.config.sso import SsoSettings
 
 
 def _empty() -> Mapping[str, str]:
@@ -88,6 +90,7 @@ class ArgoSettings:
     notices: tuple[str, ...] = ()  # recognised, not honoured: reported once per load
     origin: str = ""  # the file argocd-cm came from
     rbac: RbacConfig = NO_RBAC  # argocd-rbac-cm: who may do what (tidecd.config.rbac, tidecd.usecases.authz)
+    sso: SsoSettings = field(default_factory=SsoSettings)  # who may log in (tidecd.config.sso)
 
     def __deepcopy__(self, memo: dict[int, object]) -> ArgoSettings:
         return self  # immutable (its mappings are read-only views)

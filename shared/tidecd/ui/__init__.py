@@ -5,7 +5,8 @@
     GET  /ui/apps/NAME/live         the operation panel alone (htmx polls it every 2 s while one runs)
     POST /ui/apps/NAME/{refresh,sync,terminate,rollback}    actions (admin role, CSRF, same origin)
     GET  /ui/projects, /ui/clusters read-only lists with their rules and the apps using each
-    GET/POST /ui/login, POST /ui/logout
+    GET/POST /ui/login, POST /ui/logout   a token, or a local account's password (argocd-cm accounts)
+    GET  /ui/auth/login, /ui/auth/callback  single sign-on through argocd-cm's oidc.config (`sso`)
     GET  /ui/static/FILE            htmx (vendored, see static/VENDORED.md) and the style sheet
 
 Framework-free like `tidecd.usecases.api`: `handle` takes a `Request` and returns a `Page`; `web.respond` adapts
@@ -31,6 +32,7 @@ from tidecd.runtime import Runtime
 from tidecd.source import Snapshots
 from tidecd.state import app as app_state
 from tidecd.ui import actions, auth, diffview, tree, views
+from tidecd.usecases import login as logins
 from tidecd.usecases.revert import summary as revert_summary
 
 HERE = Path(__file__).parent
@@ -78,7 +80,7 @@ def route(method: str, pattern: str, *, public: bool = False) -> Callable[[Route
 
 
 def tokens_of(runtime: Runtime) -> auth.Tokens:
-    return auth.Tokens(runtime.settings.api_token, runtime.settings.api_readonly_token)
+    return auth.Tokens(runtime.settings.api_token, runtime.settings.api_readonly_token, logins.server_secret(runtime))
 
 
 def handle(request: Request, runtime: Runtime) -> Page:
@@ -172,7 +174,8 @@ def static(ctx: Context) -> Page:
 
 @route("GET", "/login", public=True)
 def login_form(ctx: Context) -> Page:
-    return render("login.html", ctx, next=_next(ctx.request.query.get("next", "")), problem="")
+    return render("login.html", ctx, next=_next(ctx.request.query.get("next", "")), problem="",
+                  **sso.login_options(ctx))
 
 
 @route("POST", "/login", public=True)
@@ -181,11 +184,21 @@ def login(ctx: Context) -> Page:
     problem = auth.same_origin(ctx.request.headers)
     if problem:
         return _error_page(ctx.runtime, None, 403, problem)
-    role = tokens.role_of(ctx.request.form.get("token", "")) if (tokens.admin or tokens.read) else None
     target = _next(ctx.request.form.get("next", ""))
-    if role is None:
-        return render("login.html", ctx, 401, next=target, problem="That token is not valid for this installation.")
-    cookie = auth.session_cookie(auth.new_session(tokens, role),
+    options = sso.login_options(ctx)
+    principal = None
+    if "username" in ctx.request.form:  # a local account (argocd-cm accounts.NAME, admin)
+        try:
+            principal = logins.local(ctx.runtime, ctx.request.form["username"], ctx.request.form.get("password", ""))
+        except TidecdError as exc:
+            return render("login.html", ctx, 401, next=target, problem=str(exc), **options)
+        role: auth.Role | None = auth.Role.ADMIN if principal.subject == "admin" else auth.Role.READ
+    else:
+        role = tokens.role_of(ctx.request.form.get("token", "")) if (tokens.admin or tokens.read) else None
+    if role is None or not tokens.can_sign:
+        return render("login.html", ctx, 401, next=target, problem="That token is not valid for this installation.",
+                      **options)
+    cookie = auth.session_cookie(auth.new_session(tokens, role, principal),
                                  secure=auth.is_https(ctx.request.headers, ctx.request.scheme))
     return _redirect(target, ("Set-Cookie", cookie))
 
@@ -302,3 +315,8 @@ def projects(ctx: Context) -> Page:
 @route("GET", "/clusters")
 def clusters(ctx: Context) -> Page:
     return render("clusters.html", ctx, active="clusters", clusters=views.clusters(ctx.runtime.config()))
+
+
+# the page helpers the single sign-on routes share, under public names
+error_page, safe_next, redirect, secured = _error_page, _next, _redirect, _secured
+from tidecd.ui import sso  # noqa: E402 - registers the single sign-on routes, which use the helpers above

@@ -2,29 +2,41 @@
 
 Two tokens exist: the api token (role `admin`: may sync, refresh, roll back, terminate) and the optional
 read-only token (role `read`: sees everything a page shows, acts on nothing). A caller proves one of them
-with a bearer header, or once through the login form, which sets a session cookie.
+with a bearer header, or once through the login form, which sets a session cookie. People also log in
+through the OIDC issuer of argocd-cm's `oidc.config`, or as a local account (`admin`, `accounts.NAME`)
+with a password (`tidecd.usecases.login`); their session carries who they are (a `Principal`: subject and
+the groups of their ID token). Until argocd-rbac-cm decides what a person may do, a local `admin` session
+acts and every other person's session reads.
 
 The function is stateless, so a session is a signed cookie, not a server-side record:
-`v1.<role>.<expires>.<nonce>.<hmac>`, HttpOnly, SameSite=Strict, Secure over https. The signing key is
-derived from both tokens, so rotating either one ends every session. Every action (any POST) must pass
-`check_action`: the request's Origin (or Referer) must be this host, a cross-site `Sec-Fetch-Site` is
-refused, and a cookie session must echo its CSRF token (a hidden form field or `X-CSRF-Token`), which is
-an HMAC of the session nonce. All comparisons are constant-time.
+`v2.<base64url JSON: role, subject, groups, via, expiry, nonce>.<hmac>`, HttpOnly, SameSite=Strict,
+Secure over https, at most 12 hours (an SSO session ends when its ID token does, if sooner). The signing
+key is derived from both tokens and the sealed argocd-secret's `server.secretkey`, so rotating any of them
+ends every session. Every action (any POST) must pass `check_action`: the request's Origin (or Referer)
+must be this host, a cross-site `Sec-Fetch-Site` is refused, and a cookie session must echo its CSRF
+token (a hidden form field or `X-CSRF-Token`), which is an HMAC of the session nonce. All comparisons are
+constant-time.
 """
 
 from __future__ import annotations
 
+import base64
 import enum
 import hashlib
 import hmac
+import json
 import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from tidecd.base.principal import ADMIN, READONLY, Principal
+
 COOKIE = "tidecd_session"
 SESSION_SECONDS = 12 * 3600
+MAX_COOKIE = 3800  # browsers keep 4096 bytes per cookie; a session that would not fit is refused
+MAX_GROUPS = 100
 
 
 class Role(enum.StrEnum):
@@ -41,12 +53,14 @@ class Identity:
     role: Role
     via: str  # "session" or "bearer"
     csrf: str = ""  # the session's CSRF token ("" for bearer callers, who need none)
+    principal: Principal = READONLY  # who: the subject and groups (shown on every page)
 
 
 @dataclass(frozen=True)
 class Tokens:
     admin: str
     read: str = ""
+    secret: str = ""  # argocd-secret's server.secretkey: signs sessions when no token is set (SSO only)
 
     def role_of(self, given: str) -> Role | None:
         """The role a presented token grants, checked in constant time against both tokens."""
@@ -59,9 +73,13 @@ class Tokens:
             return Role.ADMIN
         return Role.READ if is_read else None
 
+    @property
+    def can_sign(self) -> bool:
+        return bool(self.admin or self.read or self.secret)
+
     def key(self) -> bytes:
-        material = f"{self.admin}\0{self.read}".encode()
-        return hmac.new(b"tidecd-ui-session-v1", material, hashlib.sha256).digest()
+        material = f"{self.admin}\0{self.read}\0{self.secret}".encode()
+        return hmac.new(b"tidecd-ui-session-v2", material, hashlib.sha256).digest()
 
 
 def _sign(key: bytes, text: str) -> str:
@@ -72,29 +90,43 @@ def csrf_token(tokens: Tokens, nonce: str) -> str:
     return _sign(tokens.key(), f"csrf:{nonce}")
 
 
-def new_session(tokens: Tokens, role: Role, *, now: float | None = None) -> str:
-    expires = int((time.time() if now is None else now) + SESSION_SECONDS)
-    body = f"v1.{role.value}.{expires}.{secrets.token_hex(16)}"
+def token_principal(role: Role) -> Principal:
+    """The subject a shared token acts as: `admin`, or `readonly` for the read-only token."""
+    return ADMIN if role is Role.ADMIN else READONLY
+
+
+def new_session(tokens: Tokens, role: Role, principal: Principal | None = None, *, now: float | None = None,
+                expires: float | None = None) -> str:
+    """A signed session cookie value for `principal` (the token's subject when None), ending at
+    `expires` or after SESSION_SECONDS, whichever is sooner."""
+    start = time.time() if now is None else now
+    until = int(min(start + SESSION_SECONDS, expires if expires is not None else start + SESSION_SECONDS))
+    who = principal or token_principal(role)
+    payload = {"r": role.value, "s": who.subject, "g": list(who.groups[:MAX_GROUPS]), "v": who.via, "e": until,
+               "n": secrets.token_hex(16)}
+    body = "v2." + base64.urlsafe_b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode().rstrip("=")
     return f"{body}.{_sign(tokens.key(), body)}"
 
 
 def read_session(tokens: Tokens, cookie: str, *, now: float | None = None) -> Identity | None:
-    """The identity a session cookie carries, or None when it is forged, stale or from old tokens."""
-    if not (tokens.admin or tokens.read) or len(cookie) > 512:
+    """The identity a session cookie carries, or None when it is forged, stale or from old keys."""
+    if not tokens.can_sign or len(cookie) > MAX_COOKIE:
         return None
     body, _, signature = cookie.rpartition(".")
     if not hmac.compare_digest(_sign(tokens.key(), body).encode(), signature.encode()):
         return None
-    parts = body.split(".")
-    if len(parts) != 4 or parts[0] != "v1" or not parts[2].isdigit():
+    version, _, encoded = body.partition(".")
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)))
+        role, subject, groups = Role(payload["r"]), str(payload["s"]), tuple(str(g) for g in payload["g"])
+        expires, nonce, via = int(payload["e"]), str(payload["n"]), str(payload.get("v", ""))
+    except (ValueError, KeyError, TypeError):
         return None
-    _, role_text, expires, nonce = parts
-    if int(expires) < (time.time() if now is None else now) or role_text not in Role._value2member_map_:
+    if version != "v2" or expires < (time.time() if now is None else now):
         return None
-    role = Role(role_text)
-    if role is Role.ADMIN and not tokens.admin or role is Role.READ and not tokens.read:
+    if via == "api-token" and (role is Role.ADMIN and not tokens.admin or role is Role.READ and not tokens.read):
         return None
-    return Identity(role, "session", csrf_token(tokens, nonce))
+    return Identity(role, "session", csrf_token(tokens, nonce), Principal(subject, groups, via=via))
 
 
 def parse_cookies(header: str) -> dict[str, str]:
@@ -116,7 +148,7 @@ def identify(tokens: Tokens, headers: Mapping[str, str]) -> Identity | None:
     scheme, _, value = header(headers, "Authorization").partition(" ")
     if scheme.lower() == "bearer":
         role = tokens.role_of(value)
-        return Identity(role, "bearer") if role else None
+        return Identity(role, "bearer", principal=token_principal(role)) if role else None
     cookie = parse_cookies(header(headers, "Cookie")).get(COOKIE, "")
     return read_session(tokens, cookie) if cookie else None
 

@@ -93,6 +93,8 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, runt
     path = path.rstrip("/") or "/"
     if method == "GET" and path == f"{PREFIX}/openapi.json":  # the contract itself needs no token
         return Response(200, openapi())
+    if method == "GET" and path == f"{PREFIX}/settings":  # what `tidecd login` needs first: no token
+        return failure_or(login_settings, runtime)
     principal = authz.authenticate(runtime, headers)
     if principal is None:
         return error(401, "unauthorized", "a valid bearer token is required (Authorization: Bearer ...)")
@@ -124,6 +126,23 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, runt
         if match:
             return error(405, "method_not_allowed", f"{method} is not allowed on {path}")
     return error(404, "not_found", f"no such endpoint: {path}")
+
+
+def failure_or(fn: Callable[[Runtime], Response], runtime: Runtime) -> Response:
+    try:
+        return fn(runtime)
+    except Exception as exc:  # noqa: BLE001 - answered as JSON by the one table
+        return failure(exc)
+
+
+def login_settings(runtime: Runtime) -> Response:
+    """Argo CD's `/api/v1/settings`, the part a login needs: nothing secret (no client secret)."""
+    sso = runtime.config().argo_settings.sso
+    body: dict[str, Any] = {"url": sso.url}
+    if sso.oidc is not None:
+        body["oidcConfig"] = {"name": sso.oidc.name, "issuer": sso.oidc.issuer, "clientID": sso.oidc.client_id,
+                              "cliClientID": sso.oidc.cli_client_id, "scopes": list(sso.oidc.requested_scopes)}
+    return Response(200, body)
 
 
 def camel(value: Any) -> Any:

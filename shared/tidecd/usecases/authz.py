@@ -2,11 +2,12 @@
 
 `authenticate` turns a request's proof into a `Principal`: the admin bearer token is `admin` (Argo CD's
 builtin `g, admin, role:admin`), the read-only one `readonly` (bound here to `role:readonly`), a project
-role's JWT (`tidecd.usecases.tokens`) its `proj:PROJECT:ROLE`. `allowed` then asks Argo CD's question with
-Argo CD's answer (`tidecd.config.rbac`): `argocd-rbac-cm`'s policy, the builtin roles and, for an object of
-a project (`project/app`), that project's roles as the runtime policy; the subject first (with
-`policy.default`), then each of the principal's groups that some `g` line names, as Argo CD's
-`EnforceClaims` does. A project token answers only for its own project.
+role's JWT (`tidecd.usecases.tokens`) its `proj:PROJECT:ROLE`, an ID token of argocd-cm's OIDC issuer
+(`tidecd.usecases.login`) the person it names, with the groups of its `groups` claim. `allowed` then asks
+Argo CD's question with Argo CD's answer (`tidecd.config.rbac`): `argocd-rbac-cm`'s policy, the builtin
+roles and, for an object of a project (`project/app`), that project's roles as the runtime policy; the
+subject first (with `policy.default`), then each of the principal's groups that some `g` line names, as
+Argo CD's `EnforceClaims` does. A project token answers only for its own project.
 
 tidecd adds one resource Argo CD has not: `audit` (`get`, the audit log), granted to `role:admin`.
 """
@@ -38,9 +39,15 @@ def authenticate(runtime: Runtime, headers: Mapping[str, str]) -> Principal | No
     given = (headers.get("Authorization") or headers.get("authorization") or "").partition(" ")
     if given[0].lower() == "bearer" and given[2].count(".") == 2:
         # lazy: cold start (PyJWT only when a project token is presented)
-        from tidecd.usecases import tokens
+        from tidecd.usecases import login, tokens
 
-        return tokens.verify(runtime, given[2].strip())
+        project_token = tokens.verify(runtime, given[2].strip())
+        if project_token is not None:
+            return project_token
+        try:  # an ID token of argocd-cm's OIDC issuer (`tidecd login --sso`): the person and their groups
+            return login.bearer(runtime, given[2].strip())
+        except login.LoginRefused:
+            return None
     return None
 
 
