@@ -687,3 +687,82 @@ def test_git_reads_any_ref_advertisement_into_refs_or_its_own_error(
         assert url in str(exc) and "<html" not in str(exc), exc
         return
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in refs.items())
+
+
+@pytest.fixture(scope="module")
+def pack_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """A git server over smart HTTP whose answers are real `git upload-pack`'s, then spliced by the example:
+    (repository URL, the commit, the splice to apply to the pack answer)."""
+    import subprocess
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    repo = tmp_path_factory.mktemp("fuzz-git") / "r"
+    def run(*args: str, stdin: bytes | None = None) -> bytes:
+        return subprocess.run(["git", *args], check=True, capture_output=True, input=stdin).stdout
+
+    run("init", "-q", "-b", "main", str(repo))
+    (repo / "app").mkdir()
+    (repo / "app" / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n" * 20)
+    run("-C", str(repo), "add", "-A")
+    run("-C", str(repo), "-c", "user.name=f", "-c", "user.email=f@example.com", "commit", "-qm", "one")
+    sha = run("-C", str(repo), "rev-parse", "HEAD").decode().strip()
+    refs = run("upload-pack", "--stateless-rpc", "--advertise-refs", str(repo))
+    advertisement = b"001e# service=git-upload-pack\n0000" + refs
+    splice: dict[str, Any] = {"edits": []}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def answer(self, kind: str, body: bytes) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            self.answer("application/x-git-upload-pack-advertisement", advertisement)
+
+        def do_POST(self) -> None:  # noqa: N802
+            if self.headers.get("Content-Length"):
+                asked = self.rfile.read(int(self.headers["Content-Length"]))
+            else:  # chunked
+                asked = b""
+                while size := int(self.rfile.readline().strip() or b"0", 16):
+                    asked += self.rfile.read(size)
+                    self.rfile.readline()
+                self.rfile.readline()
+            body = bytearray(run("upload-pack", "--stateless-rpc", str(repo), stdin=asked))
+            for at, insert, cut in splice["edits"]:
+                at = at % max(len(body), 1)
+                body[at:at + cut] = insert
+            self.answer("application/x-git-upload-pack-result", bytes(body))
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/r.git", sha, splice
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@given(edits=st.lists(st.tuples(st.integers(0, 2**16), st.binary(max_size=6), st.integers(0, 40)), min_size=1,
+                      max_size=4))
+def test_git_reads_any_pack_answer_into_a_snapshot_or_its_own_error(
+        pack_site: tuple[str, str, dict[str, Any]], edits: list[tuple[int, bytes, int]]) -> None:
+    """The fetch's answer (pkt-lines, sideband channels, the pack) spliced anywhere: a snapshot of the
+    commit asked for, or a TidecdError naming the repository; never dulwich's AssertionError or
+    BufferError (both found here)."""
+    from tidecd.base.errors import TidecdError
+    from tidecd.source import git
+
+    url, sha, splice = pack_site
+    splice["edits"] = edits
+    try:
+        archive = _bounded(lambda: git.fetch_snapshot(url, sha))
+    except TidecdError as exc:
+        assert url in str(exc), exc
+        return
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        assert "app/cm.yaml" in tar.getnames()

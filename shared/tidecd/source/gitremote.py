@@ -228,6 +228,8 @@ def transport_errors() -> tuple[type[BaseException], ...]:
         urllib3.exceptions.HTTPError,
         OSError,
         ValueError,  # dulwich's parse of an answer that is not git's (an HTML page with a 200, a cut pkt-line)
+        AssertionError,  # dulwich checks a pack's header and sideband channels with assert
+        BufferError,  # and a pack cut or spliced mid-object can leave its buffer in use
     )
 
 
@@ -241,7 +243,7 @@ def unavailable_error(repo_url: str, exc: BaseException, credentials: RepoCreden
         reason = "authentication failed (check the repository credentials)"
     elif isinstance(exc, NotGitRepository):
         reason = "not found or not a git repository"
-    elif isinstance(exc, ValueError):
+    elif isinstance(exc, ValueError | AssertionError | BufferError):
         said = str(exc).split(", got", 1)[0]  # dulwich quotes the line it got: the server's page, not repeated
         reason = "its answer is not git's protocol (a web page? check the URL): " + _scrub(said, credentials)[:120]
     else:
