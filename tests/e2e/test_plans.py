@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.test_github import _env, _pr_payload, _repo_name, eventually, hub, hub_functions, sealing  # noqa: F401
+from tests.e2e.test_github import BAD_SERVICE, _env, _pr_payload, _repo_name, eventually, hub, hub_functions, sealing  # noqa: F401
 from tests.support.apps import GitOps, configmap
 from tests.support.functions import Functions
 from tests.support.github_standin import GitHubStandIn
@@ -70,6 +70,7 @@ def test_a_config_source_pull_request_lists_new_and_changed_apps_with_their_rend
     _env(functions, github_standin, sealing[1])
     hub.push({"app/cm.yaml": configmap("web", {"color": "blue"}), "apps/a/cm.yaml": configmap("set-a", {"v": "1"}),
               "apps/a2/cm.yaml": configmap("set-a", {"v": "2"}), "apps/b/cm.yaml": configmap("set-b"),
+              "apps/b/svc.yaml": BAD_SERVICE,
               "apps/new/cm.yaml": configmap("brand-new", {"fresh": "yes"})})
     full = f"octo/config-{uuid.uuid4().hex[:8]}"
     config = GitRepo(git_server, full, tmp_path / "config-work")
@@ -98,7 +99,7 @@ def test_a_config_source_pull_request_lists_new_and_changed_apps_with_their_rend
     assert answer.status_code == 202, answer.text
     assert answer.json()["plan"] is True and answer.json()["preview"] == []
     states = eventually(lambda: github_standin.status_states(full, head, "tidecd/plan"), what="the plan's status")
-    assert states == ["success"], github_standin.statuses[(full, head)]
+    assert states == ["failure"], github_standin.statuses[(full, head)]  # set-b's Service is refused
     [comment] = github_standin.comment_bodies(full, 5)
     ns = hub.namespace
     assert f"tidecd plan of the config source at `{head[:12]}`" in comment
@@ -108,6 +109,7 @@ def test_a_config_source_pull_request_lists_new_and_changed_apps_with_their_rend
     assert f"ConfigMap {ns}/brand-new" in comment and "+  fresh: 'yes'" in comment  # the new app's rendered diff
     assert "-  v: '1'" in comment and "+  v: '2'" in comment  # the changed app's, against the live object
     assert f"ConfigMap {ns}/set-b" in comment
+    assert f"Service {ns}/bad: dry-run failed" in comment and "99999" in comment  # the server's refusal of a new object
     assert hub.live("ConfigMap", "set-a")["data"] == {"v": "1"}  # type: ignore[index]  # nothing applied
     assert hub.live("ConfigMap", "brand-new") is None
 

@@ -220,18 +220,36 @@ def compare_one(cluster: KubeCluster, key: ResourceKey, owned: Manifest, current
 
 def comparison_of(cluster: KubeCluster, app: Application, config: Config,
                   manifests: list[Manifest]) -> tuple[Comparison, frozenset[ResourceKey]]:
-    """What a sync of `manifests` would change now (no cache, no inventory): the preview's question. A live
-    object no app owns (unmarked, or a copy's stale mark) that `manifests` declares would be taken over by a
-    sync; the preview may not show it, so it is neither dry-run nor compared: its key comes back apart
-    (`free`), and the comparison holds only objects this app owns, objects it would create, and another
-    owner's objects as an error naming that owner."""
+    """What a sync of `manifests` would change now (no cache, no inventory; new objects dry-run as well): the
+    preview's question. A live object no app owns (unmarked, or a copy's stale mark) that `manifests`
+    declares would be taken over by a sync; the preview may not show it, so it is neither dry-run nor
+    compared: its key comes back apart (`free`), and the comparison holds only objects this app owns,
+    objects it would create, and another owner's objects as an error naming that owner."""
     keys = [ResourceKey.of(m) for m in plan.resources(manifests)]
     found = list_live(cluster, app.name, keys, (), lambda key: excluded_kind(config, app, key))
     free = frozenset(key for key, obj in found.live.items()
                      if not owned_by(obj, app.name) and ownership.claim(obj, app.name) is None)
     live = {key: obj for key, obj in found.live.items() if key not in free}
     compared = compare_all(cluster, app, config, [m for m in manifests if ResourceKey.of(m) not in free], live)
-    return compared.comparison, free
+    desired = {ResourceKey.of(m): m for m in plan.resources(manifests)}
+    argocd = ownership.writes_argocd_marks(dict(app.annotations))
+
+    def dry_run_new(diff: ResourceDiff) -> ResourceDiff:
+        """A new object dry-run too, as a sync's first step does: the preview shows admission refusals. A
+        namespace or kind the same sync would create first (404) is not a refusal."""
+        if not diff.missing or diff.key not in desired:
+            return diff
+        try:
+            cluster.apply(with_ownership(desired[diff.key], app.name, argocd=argocd), dry_run=True)
+        except ApiError as exc:
+            if exc.status != 404:
+                return dataclasses.replace(diff, error=f"dry-run failed: {explain(exc)}",
+                                           temporary=isinstance(exc, TemporaryError))
+        except UnknownKind:
+            pass
+        return diff
+
+    return Comparison(list(pool().map(dry_run_new, compared.comparison.resources))), free
 
 
 def read(cluster: KubeCluster, keys: Iterable[ResourceKey]) -> list[tuple[ResourceKey, Manifest | None]]:
