@@ -163,3 +163,6 @@ def test_api_cli_and_dashboard_keep_answering_while_one_registry_answers_html(
         assert "<form>login</form>" not in text
     for name in good:
         assert "Synced" in requests.get(f"{api}/ui/apps/{name}", headers=bearer, timeout=120).text
+    for name in every:  # the dashboard's refresh button: one step each, answered by a redirect to the app
+        done = requests.post(f"{api}/ui/apps/{name}/refresh", headers=bearer, timeout=300, allow_redirects=False)
+        assert done.status_code == 303 and f"/ui/apps/{name}" in done.headers["Location"], (name, done.text[:500])
