@@ -12,6 +12,7 @@
     │   ├── RenderError                 a manifest source could not be rendered
     │   ├── SourceRefused               a fetched chart or artifact differs from the digest it is pinned to
     │   ├── LimitExceeded               input over a configured bound (tidecd.base.limits): size, depth, aliases
+    │   │   └── source.helmrepo.RefusedAnswer  a helm index over its limit, kept with its ETag to refuse it unread
     │   ├── ProjectViolation            desired objects break their AppProject's rules (lists each object)
     │   ├── SecretError                 a sealed secret cannot be sealed or opened (never includes the value)
     │   ├── NotFound                    an app, revision or history entry does not exist
@@ -27,6 +28,9 @@
     │   ├── usecases.migrate.MigrationError  `tidecd import` cannot read Argo CD or write its output
     │   ├── usecases.audit.BadBatch     an audit batch (or GKE log entry) that is not one (names the field)
     │   ├── clients.pushauth.NotAnEnvelope  a Pub/Sub push body that is not a push envelope
+    │   ├── clients.pushauth.PushRefused  a Pub/Sub push whose OIDC token is not the subscription's (no token in it)
+    │   ├── usecases.registry_events.Refused  a registry notification answered 4xx (a bad proof, a malformed payload)
+    │   ├── usecases.registry_events.Ignored  a well-formed registry notification that names no push
     │   ├── sync.adopt.AdoptRefused     `tidecd app adopt/release` would not be exact (names each object)
     │   ├── clients.cluster.UnknownKind  the API server serves no such group/kind
     │   ├── clients.cluster.ClusterTlsError  the API server's certificate does not verify against the CA data

@@ -39,7 +39,7 @@ _lock = threading.Lock()
 _cache: dict[str, tuple[float, dict[str, str]]] = {}
 
 
-class PushRefused(Exception):
+class PushRefused(PermanentError):
     """The push is not from the configured Pub/Sub subscription; the message says why (no token in it)."""
 
 

@@ -75,7 +75,7 @@ class RegistryPush:
         return f"{self.source} push of {repos}" + (f" ({', '.join(self.tags[:5])})" if self.tags else "")
 
 
-class Refused(Exception):
+class Refused(PermanentError):
     """A notification answered with `status` and `message` (a bad proof, a malformed payload)."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -83,7 +83,7 @@ class Refused(Exception):
         self.status, self.message = status, message
 
 
-class Ignored(Exception):
+class Ignored(PermanentError):
     """A well-formed notification that names no push (a deletion, a pull, another package type)."""
 
 
