@@ -76,9 +76,10 @@ def installation(sealing: tuple[KeyPair, Path], tmp_path: Path) -> Iterator[Inst
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "argocd-secret", "namespace": "argocd"},
               "stringData": {"oidc.clientSecret": CLIENT_SECRET, "server.secretkey": SERVER_KEY,
                              "admin.password": _hash(ADMIN_PASSWORD), "accounts.bob.password": _hash(BOB_PASSWORD)}}
-    (config / "argocd-rbac-cm.yaml").write_text(yaml.safe_dump(  # alice sees the apps of `default`, no more
+    (config / "argocd-rbac-cm.yaml").write_text(yaml.safe_dump(  # alice, and the group authors, see `default`
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "argocd-rbac-cm", "namespace": "argocd"},
-         "data": {"policy.csv": f"p, {ALICE}, applications, get, default/*, allow\n"}}))
+         "data": {"policy.csv": f"p, {ALICE}, applications, get, default/*, allow\n"
+                                f"p, role:readers, applications, get, default/*, allow\ng, authors, role:readers\n"}}))
     (config / "argocd-secret.yaml").write_text(yaml.safe_dump(seal_secret(secret, pair.cert_pem)))
     env = {**os.environ, "TIDECD_CONFIG": str(config), "TIDECD_STORE": str(tmp_path / "store"),
            "TIDECD_SEALING_KEYS": str(keys), "PYTHONPATH": str(ROOT / "shared") + os.pathsep + str(ROOT)}
@@ -207,12 +208,9 @@ def test_local_accounts_and_admin_enabled(browser: Any, installation: Installati
     context.close()
 
 
-def test_cli_login_sso_through_the_browser(browser: Any, installation: Installation, tmp_path: Path) -> None:
-    cli_config = tmp_path / "cli" / "cli.json"
+def cli_login(browser: Any, installation: Installation, env: dict[str, str], connector: str = "email") -> str:
+    """`tidecd login --sso`, its browser step driven here through Dex; the CLI's output."""
     port = free_port()
-    env = {**os.environ, "TIDECD_CLI_CONFIG": str(cli_config),
-           "PYTHONPATH": str(ROOT / "shared") + os.pathsep + str(ROOT)}
-    env.pop("TIDECD_API_TOKEN", None)
     proc = subprocess.Popen([sys.executable, "-m", "tidecd.cli", "login", "--server", installation.base, "--sso",
                              "--sso-port", str(port), "--no-browser"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -231,7 +229,10 @@ def test_cli_login_sso_through_the_browser(browser: Any, installation: Installat
         context.set_default_timeout(30_000)
         page = context.new_page()
         page.goto(url)
-        dex_password_login(page, ALICE, ALICE_PASSWORD)
+        if connector == "email":
+            dex_password_login(page, ALICE, ALICE_PASSWORD)
+        else:
+            page.click("text=Log in with Example")
         page.wait_for_selector("text=you may close this window")
         context.close()
         out, err = proc.communicate(timeout=60)
@@ -240,6 +241,15 @@ def test_cli_login_sso_through_the_browser(browser: Any, installation: Installat
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, err
+    return out
+
+
+def test_cli_login_sso_through_the_browser(browser: Any, installation: Installation, tmp_path: Path) -> None:
+    cli_config = tmp_path / "cli" / "cli.json"
+    env = {**os.environ, "TIDECD_CLI_CONFIG": str(cli_config),
+           "PYTHONPATH": str(ROOT / "shared") + os.pathsep + str(ROOT)}
+    env.pop("TIDECD_API_TOKEN", None)
+    out = cli_login(browser, installation, env)
     assert f"Logged in to {installation.base} as {ALICE}" in out
     assert stat.S_IMODE(cli_config.stat().st_mode) == 0o600
     kept = json.loads(cli_config.read_text())["servers"][installation.base]
@@ -255,3 +265,14 @@ def test_cli_login_sso_through_the_browser(browser: Any, installation: Installat
     broken = kept["token"][:-4] + ("AAAA" if not kept["token"].endswith("AAAA") else "BBBB")
     assert requests.get(installation.base + "/api/v1/apps", timeout=30,
                         headers={"Authorization": f"Bearer {broken}"}).status_code == 401
+
+    # Kilgore is in no policy line; his ID token's group `authors` is (g, authors, role:readers).
+    out = cli_login(browser, installation, env, connector="mock")
+    assert f"as {MOCK_USER[0]} (groups: authors)" in out
+    token = json.loads(cli_config.read_text())["servers"][installation.base]["token"]
+    apps = requests.get(installation.base + "/api/v1/apps", timeout=30, headers={"Authorization": f"Bearer {token}"})
+    assert apps.status_code == 200 and [a["name"] for a in apps.json()["apps"]] == ["guestbook"]
+    rbac = installation.config / "argocd-rbac-cm.yaml"
+    rbac.write_text(rbac.read_text().replace("g, authors, role:readers", "g, others, role:readers"))  # not his
+    apps = requests.get(installation.base + "/api/v1/apps", timeout=30, headers={"Authorization": f"Bearer {token}"})
+    assert apps.status_code == 200 and apps.json()["apps"] == []

@@ -81,12 +81,16 @@ def test_local_accounts_log_in_with_their_bcrypt_hash_and_admin_enabled_is_honou
     assert login.local(off, "bob", "pw").subject == "bob"
 
 
-def test_the_principal_of_an_id_token_is_its_email_and_groups_claim() -> None:
-    who = oidc.principal({"sub": "Cg1", "email": "a@x.io", "groups": ["dev", "ops", "dev"]})
+def test_the_principal_of_an_id_token_is_its_email_and_the_claims_of_the_rbac_scopes() -> None:
+    claims = {"sub": "Cg1", "email": "a@x.io", "groups": ["dev", "ops", "dev"], "team": "red"}
+    who = oidc.principal(claims)
     assert (who.subject, who.groups, who.via) == ("a@x.io", ("dev", "ops"), "oidc")
+    assert oidc.principal(claims, ("groups", "email", "team")).groups == ("dev", "ops", "a@x.io", "red")
     assert oidc.principal({"sub": "Cg1", "preferred_username": "ann"}).subject == "ann"
     assert oidc.principal({"sub": "Cg1", "groups": "solo"}).groups == ("solo",)
-    bads: list[dict[str, Any]] = [{"sub": "x", "groups": [1]}, {"sub": "x", "groups": ["g"] * 101}, {"groups": []}]
+    assert oidc.principal({"sub": "x", "groups": [1, "g"]}).groups == ("g",)  # as Argo CD: non-strings skipped
+    bads: list[dict[str, Any]] = [{"sub": "x", "groups": ["g"] * 101}, {"sub": "x", "groups": ["g" * 300]},
+                                  {"groups": []}]
     for bad in bads:
         with pytest.raises(oidc.LoginRefused):
             oidc.principal(bad)

@@ -6,7 +6,8 @@ accept exactly the same tokens. The protocol work is authlib's (`OAuth2Session`:
 request) and joserfc's (authlib's JOSE library: the signature against the issuer's JWKS and the registered
 claims); nothing here parses or signs a JWT by hand. What this module adds is the policy: the discovery
 document must name the configured issuer, an ID token must carry `iss`, `aud` (one of the accepted
-audiences), `exp` and, for a login, the nonce the login sent; `groups` must be a list of strings. Every
+audiences), `exp` and, for a login, the nonce the login sent; the groups are the claims argocd-rbac-cm's
+`scopes` names. Every
 answer is read with a timeout and a size cap, and the discovery document and keys are kept for five
 minutes per warm instance (a key the token names and the cache lacks is fetched again once: rotation).
 """
@@ -23,6 +24,7 @@ from typing import Any
 
 from tidecd.base.errors import PermanentError, TemporaryError
 from tidecd.base.principal import Principal
+from tidecd.config import rbac
 
 TIMEOUT = 10.0  # seconds per request to the issuer
 MAX_BODY = 512 * 1024  # a discovery document, key set or token answer larger than this is refused
@@ -225,14 +227,11 @@ def verify(issuer: str, id_token: str, audiences: tuple[str, ...], *, nonce: str
     return claims
 
 
-def principal(claims: dict[str, Any]) -> Principal:
-    """Who the ID token names: the subject is its email (else preferred_username, else sub), the groups its
-    `groups` claim (a list of strings, as Dex and most issuers send it)."""
-    groups = claims.get("groups", [])
-    if isinstance(groups, str):
-        groups = [groups]
-    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
-        raise LoginRefused("the ID token's groups claim is not a list of strings")
+def principal(claims: dict[str, Any], scopes: tuple[str, ...] = ("groups",)) -> Principal:
+    """Who the ID token names: the subject is its email (else preferred_username, else sub); the groups are
+    the values of the claims argocd-rbac-cm's `scopes` names (default `[groups]`), as Argo CD's
+    `GetScopeValues` reads them."""
+    groups = rbac.groups_of(claims, scopes)
     if len(groups) > MAX_GROUPS or any(len(g) > MAX_NAME for g in groups):
         raise LoginRefused(f"the ID token carries more than {MAX_GROUPS} groups, or a group name longer than "
                            f"{MAX_NAME} characters")

@@ -133,7 +133,12 @@ def finish_oidc(runtime: Runtime, redirect_uri: str, key: bytes, state: str, cod
     id_token = oidc.exchange(found, config.client_id, _client_secret(runtime, config), redirect_uri, code,
                              proof.verifier)
     claims = oidc.verify(config.issuer, id_token, config.audiences, nonce=proof.nonce)
-    return oidc.principal(claims), _expiry(claims)
+    return oidc.principal(claims, _scopes(runtime)), _expiry(claims)
+
+
+def _scopes(runtime: Runtime) -> tuple[str, ...]:
+    """argocd-rbac-cm's `scopes`: the ID token claims whose values are the person's groups."""
+    return runtime.config().argo_settings.rbac.scopes
 
 
 def _expiry(claims: dict[str, Any]) -> int:
@@ -147,4 +152,4 @@ def bearer(runtime: Runtime, token: str) -> Principal | None:
     config = sso(runtime).oidc
     if config is None or token.count(".") != 2:
         return None
-    return oidc.principal(oidc.verify(config.issuer, token.strip(), config.audiences))
+    return oidc.principal(oidc.verify(config.issuer, token.strip(), config.audiences), _scopes(runtime))
