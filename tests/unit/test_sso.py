@@ -9,10 +9,12 @@ import bcrypt
 import pytest
 import yaml
 
+from tidecd.base.principal import Principal
 from tidecd.clients import oidc
 from tidecd.clients.store import MemoryStore
 from tidecd.config.load import load_config
 from tidecd.runtime import Runtime, Settings
+from tidecd.ui import auth
 from tidecd.usecases import login
 
 OIDC = {"name": "Dex", "issuer": "https://dex.example/dex", "clientID": "tidecd", "cliClientID": "tidecd-cli",
@@ -100,3 +102,14 @@ def test_the_pkce_verifier_is_derived_from_the_state_and_the_key() -> None:
     one = oidc.pkce_verifier(b"k", "state-1")
     assert one == oidc.pkce_verifier(b"k", "state-1") and 43 <= len(one) <= 128
     assert one != oidc.pkce_verifier(b"k", "state-2") and one != oidc.pkce_verifier(b"other", "state-1")
+
+
+def test_a_session_too_large_for_a_cookie_is_not_issued_and_never_read() -> None:
+    tokens = auth.Tokens("", "", "server-key")
+    groups = tuple(f"g{i:03}" + "x" * 60 for i in range(60))
+    many = auth.new_session(tokens, auth.Role.READ, Principal("a@x.io", groups))
+    assert len(many) > auth.MAX_COOKIE and auth.read_session(tokens, many) is None
+    small = auth.new_session(tokens, auth.Role.READ, Principal("a@x.io", ("dev",), via="oidc"))
+    read = auth.read_session(tokens, small)
+    assert read is not None and read.principal == Principal("a@x.io", ("dev",), via="oidc")
+    assert auth.read_session(auth.Tokens("", "", ""), small) is None  # no key: no session at all

@@ -108,6 +108,9 @@ def oidc_callback(ctx: Context) -> Page:
         return _refused(ctx, 401, f"Single sign-on failed: {exc}")
     secure = auth.is_https(ctx.request.headers, ctx.request.scheme)
     session = auth.new_session(tokens, auth.Role.READ, principal, expires=expires or None)
+    if len(session) > auth.MAX_COOKIE:
+        return _refused(ctx, 401, f"Single sign-on failed: the ID token of {principal.subject} carries more groups "
+                                  "than a session cookie holds (4 KB): ask for fewer groups in the token")
     page = render("continue.html", None, target=safe_next(target))
     page.headers += [("Set-Cookie", auth.session_cookie(session, secure=secure)),
                      ("Set-Cookie", _flow_cookie("", secure=secure, clear=True))]
