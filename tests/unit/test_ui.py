@@ -13,10 +13,12 @@ import yaml
 
 from tidecd import ui
 from tidecd.base.model import Action, HealthStatus, Manifest, ResourceKey, SyncStatus
+from tidecd.base.principal import Principal
 from tidecd.clients.secrets import MASK
 from tidecd.clients.store import MemoryStore
 from tidecd.runtime import Runtime, Settings
 from tidecd.state import app as app_state
+from tidecd.state import auditlog
 from tidecd.ui import auth, diffview, tree, views
 
 ADMIN, READ = "admin-t0ken", "read-t0ken"
@@ -176,10 +178,39 @@ def test_actions_need_csrf_same_origin_and_the_admin_role(runtime: Runtime) -> N
     read_cookie, read_csrf = login(runtime, READ)
     read_page = ui.handle(ui.Request("GET", "/ui/apps/web", {"Host": HOST, "Cookie": read_cookie}), runtime)
     assert b"data-actions" not in read_page.body and b"Rollback</button>" not in read_page.body
-    refused = post(runtime, "/ui/apps/web/sync", read_cookie, {"csrf": read_csrf}, origin=f"https://{HOST}")
-    assert refused.status == 403 and b"read-only" in refused.body
+    session = auth.read_session(auth.Tokens(ADMIN, READ), read_cookie.partition("=")[2])
+    assert session is not None and not read_csrf  # the page has no form: the session's own CSRF token
+    refused = post(runtime, "/ui/apps/web/sync", read_cookie, {"csrf": session.csrf}, origin=f"https://{HOST}")
+    assert refused.status == 403 and b"permission denied: applications, sync, default/web" in refused.body
     admin_page = ui.handle(ui.Request("GET", "/ui/apps/web", {"Host": HOST, "Cookie": cookie}), runtime)
     assert b"data-actions" in admin_page.body and b"Rollback</button>" in admin_page.body
+
+
+def test_a_person_sees_and_acts_on_what_argocd_rbac_allows(runtime: Runtime, tmp_path: Path) -> None:
+    (tmp_path / "rbac.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "argocd-rbac-cm"},
+        "data": {"policy.csv": "p, role:team, applications, get, team/*, allow\n"
+                               "p, role:team, projects, get, team, allow\ng, my-org:team, role:team\n"}}))
+    runtime.forget_config()
+    alice = Principal("alice@example.com", groups=("my-org:team",), via="oidc")
+    cookie = f"{auth.COOKIE}={auth.new_session(auth.Tokens(ADMIN, READ), auth.Role.READ, alice)}"
+    listed = ui.handle(ui.Request("GET", "/ui/", {"Host": HOST, "Cookie": cookie}), runtime).body.decode()
+    assert "api-xxx" in listed and 'href="/ui/apps/web"' not in listed
+    hidden = ui.handle(ui.Request("GET", "/ui/apps/web", {"Host": HOST, "Cookie": cookie}), runtime)
+    assert hidden.status == 404 and b"not found" in hidden.body
+    name = "api-" + "x" * 55
+    page = ui.handle(ui.Request("GET", f"/ui/apps/{name}", {"Host": HOST, "Cookie": cookie}), runtime)
+    assert page.status == 200 and b"data-actions" not in page.body  # it may look, not sync
+    session = auth.read_session(auth.Tokens(ADMIN, READ), cookie.partition("=")[2])
+    token = session.csrf if session else ""
+    refused = post(runtime, f"/ui/apps/{name}/sync", cookie, {"csrf": token}, origin=f"https://{HOST}")
+    assert refused.status == 403 and b"sub: alice@example.com" in refused.body
+    assert post(runtime, "/ui/apps/web/sync", cookie, {"csrf": token}, origin=f"https://{HOST}").status == 404
+    projects = ui.handle(ui.Request("GET", "/ui/projects", {"Host": HOST, "Cookie": cookie}), runtime).body
+    assert b">web<" not in projects
+    log = [(e["subject"], e["object"], e["allowed"]) for e in auditlog.page(runtime.store)[0]]
+    assert log == [("alice@example.com", "default/web", False), ("alice@example.com", f"team/{name}", False),
+                   ("alice@example.com", "default/web", False)]
 
 
 def test_apps_page_counts_filters_search_and_pages(runtime: Runtime) -> None:

@@ -27,11 +27,14 @@ from urllib.parse import quote
 import jinja2  # loaded with flask by every function already: nothing to save by deferring it
 
 from tidecd.base.errors import NotFound, TidecdError
+from tidecd.base.principal import READONLY, Principal
+from tidecd.config.load import Config
 from tidecd.images import state as images_state
 from tidecd.runtime import Runtime
 from tidecd.source import Snapshots
 from tidecd.state import app as app_state
 from tidecd.ui import actions, auth, diffview, tree, views
+from tidecd.usecases import authz
 from tidecd.usecases import login as logins
 from tidecd.usecases.revert import summary as revert_summary
 
@@ -216,9 +219,23 @@ def _next(target: str) -> str:
     return target if re.fullmatch(r"/ui/[A-Za-z0-9._~/?=&%+-]*", target or "") and "//" not in target else "/ui/"
 
 
+def _who(ctx: Context) -> Principal:
+    """The signed-in caller (every non-public route has one)."""
+    return ctx.identity.principal if ctx.identity is not None else READONLY
+
+
+def _visible(ctx: Context) -> Config:
+    """The config as this caller may see it: the apps its RBAC lets it `get`, and no other (lists, searches,
+    counts, projects and clusters pages)."""
+    config = ctx.runtime.config()
+    shown = set(authz.visible(config, _who(ctx), config.applications))
+    return replace(config, applications={n: a for n, a in config.applications.items() if n in shown},
+                   invalid=config.invalid if authz.allowed(config, _who(ctx), "applications", "get", "*/*") else {})
+
+
 @route("GET", "/")
 def apps(ctx: Context) -> Page:
-    config = ctx.runtime.config()
+    config = _visible(ctx)
     summaries = views.load_summaries(ctx.runtime.store, sorted(config.applications))
     page = views.apps_page(views.app_rows(config, summaries), ctx.request.query)
     page = replace(page, rows=views.with_commits(ctx.runtime.store, config, page.rows))
@@ -227,13 +244,15 @@ def apps(ctx: Context) -> Page:
 
 def _app_context(ctx: Context) -> dict[str, Any]:
     name = ctx.match["name"]
-    app = ctx.runtime.app(name)
+    app = authz.app_for(ctx.runtime, _who(ctx), name)  # NotFound for an app this caller may not see
     current = actions.watch(ctx.runtime, app_state.load(ctx.runtime.store, name)[0])
     commit = Snapshots(ctx.runtime.store).commit(app.source.repo_url, current.revision) if current.revision else None
     return {"app": views.shown_app(app), "state": current, "operation": views.operation_view(current.operation),
             "commit": commit,
             "images": images_state.summary(ctx.runtime.store, name),
             "revert": revert_summary(ctx.runtime, name),
+            "may_sync": authz.allowed(ctx.runtime.config(), _who(ctx), "applications", "sync",
+                                      authz.app_object(app)),
             "notice": actions.NOTICES.get(ctx.request.query.get("notice", ""), "")}
 
 
@@ -282,18 +301,19 @@ def _flag(ctx: Context, name: str) -> bool:
 
 @route("POST", f"/apps/{_NAME}/refresh")
 def refresh(ctx: Context) -> Page:
-    return _done(ctx, actions.refresh(ctx.runtime, ctx.match["name"]))
+    return _done(ctx, actions.refresh(ctx.runtime, ctx.match["name"], _who(ctx)))
 
 
 @route("POST", f"/apps/{_NAME}/sync")
 def sync(ctx: Context) -> Page:
-    done = actions.sync(ctx.runtime, ctx.match["name"], prune=_flag(ctx, "prune"), dry_run=_flag(ctx, "dry_run"))
+    done = actions.sync(ctx.runtime, ctx.match["name"], _who(ctx), prune=_flag(ctx, "prune"),
+                        dry_run=_flag(ctx, "dry_run"))
     return _done(ctx, done)
 
 
 @route("POST", f"/apps/{_NAME}/terminate")
 def terminate(ctx: Context) -> Page:
-    return _done(ctx, actions.terminate(ctx.runtime, ctx.match["name"]))
+    return _done(ctx, actions.terminate(ctx.runtime, ctx.match["name"], _who(ctx)))
 
 
 @route("POST", f"/apps/{_NAME}/rollback")
@@ -304,17 +324,17 @@ def rollback(ctx: Context) -> Page:
     revert = ctx.request.form.get("revert", "")
     if revert not in ("", "pr", "push"):
         return _error_page(ctx.runtime, ctx.identity, 400, "field revert must be pr or push")
-    return _done(ctx, actions.rollback(ctx.runtime, ctx.match["name"], int(wanted), revert=revert))
+    return _done(ctx, actions.rollback(ctx.runtime, ctx.match["name"], _who(ctx), int(wanted), revert=revert))
 
 
 @route("GET", "/projects")
 def projects(ctx: Context) -> Page:
-    return render("projects.html", ctx, active="projects", projects=views.projects(ctx.runtime.config()))
+    return render("projects.html", ctx, active="projects", projects=views.projects(_visible(ctx)))
 
 
 @route("GET", "/clusters")
 def clusters(ctx: Context) -> Page:
-    return render("clusters.html", ctx, active="clusters", clusters=views.clusters(ctx.runtime.config()))
+    return render("clusters.html", ctx, active="clusters", clusters=views.clusters(_visible(ctx)))
 
 
 # the page helpers the single sign-on routes share, under public names

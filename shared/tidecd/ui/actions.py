@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 import structlog
 
-from tidecd.base.errors import NotFound, OperationInProgress, PermanentError, TidecdError
+from tidecd.base.errors import NotFound, OperationInProgress, PermanentError, PermissionDenied, TidecdError
+from tidecd.base.principal import Principal
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
 from tidecd.triggers import dispatch
 from tidecd.triggers.dispatch import reconcile_step
+from tidecd.usecases import authz
 from tidecd.usecases.commands import (
     SyncRequest,
     open_revert,
@@ -55,14 +57,16 @@ def _error(exc: TidecdError) -> Done:
     """NotFound → 404, PermanentError → 400, any other TidecdError (temporary) → 503."""
     if isinstance(exc, NotFound):
         return Done(404, message=str(exc))
+    if isinstance(exc, PermissionDenied):
+        return Done(403, message=str(exc))
     if isinstance(exc, PermanentError):
         return Done(400, message=str(exc))
     return Done(503, message=str(exc))
 
 
-def refresh(runtime: Runtime, name: str) -> Done:
+def refresh(runtime: Runtime, name: str, by: Principal) -> Done:
     try:
-        runtime.app(name)
+        authz.app_for(runtime, by, name)  # Argo CD: a refresh is a `get`
         outcome = reconcile_step(runtime, name, automate=False, reason="ui refresh")
     except TidecdError as exc:
         return _error(exc)
@@ -71,44 +75,44 @@ def refresh(runtime: Runtime, name: str) -> Done:
     return Done(303, "refreshed")
 
 
-def sync(runtime: Runtime, name: str, *, prune: bool, dry_run: bool) -> Done:
-    return _sync(runtime, name, SyncRequest(prune=prune, dry_run=dry_run), "dry-run" if dry_run else "synced")
+def sync(runtime: Runtime, name: str, by: Principal, *, prune: bool, dry_run: bool) -> Done:
+    return _sync(runtime, name, by, SyncRequest(prune=prune, dry_run=dry_run), "dry-run" if dry_run else "synced")
 
 
-def rollback(runtime: Runtime, name: str, history_id: int, *, revert: str = "") -> Done:
+def rollback(runtime: Runtime, name: str, by: Principal, history_id: int, *, revert: str = "") -> Done:
     """`revert` ("pr" or "push"): open the rollback's revert in git too, once the rollback started."""
     try:
+        authz.app_for(runtime, by, name)  # visible first: its history is read (start_operation: `sync`)
         request = rollback_request(runtime, name, history_id, initiated_by="", revert=revert)
     except TidecdError as exc:
         return _error(exc)
-    done = _sync(runtime, name, request, "rollback")
+    done = _sync(runtime, name, by, request, "rollback")
     if done.status != 303 or not revert:
         return done
-    _, trouble = open_revert(runtime, name, dataclasses.replace(request, initiated_by="dashboard"))
+    _, trouble = open_revert(runtime, name, dataclasses.replace(request, initiated_by=by.username))
     return Done(303, "rollback-revert-failed" if trouble else "rollback-revert-started")
 
 
-def terminate(runtime: Runtime, name: str) -> Done:
+def terminate(runtime: Runtime, name: str, by: Principal) -> Done:
     try:
-        runtime.app(name)
+        authz.app_for(runtime, by, name)
         current = app_state.load(runtime.store, name)[0]
     except TidecdError as exc:
         return _error(exc)
     if current.operation is None or not current.operation.running:
         return Done(409, message=f"app {name!r} has no running operation to terminate")
     try:
-        terminate_operation(runtime, name)
+        terminate_operation(runtime, name, by=by)
     except TidecdError as exc:
         return _error(exc)
     return Done(303, "terminated")
 
 
-def _sync(runtime: Runtime, name: str, request: SyncRequest, notice: str) -> Done:
+def _sync(runtime: Runtime, name: str, by: Principal, request: SyncRequest, notice: str) -> Done:
     """Record the operation and hand its first step to the dispatcher (a background step locally, a
     Pub/Sub message in the cloud), as every continuation is; the page follows it live (see `watch`)."""
     try:
-        runtime.app(name)
-        start_operation(runtime, name, dataclasses.replace(request, initiated_by="dashboard"))
+        start_operation(runtime, name, request, by=by)
     except OperationInProgress as exc:
         return Done(409, message=str(exc))
     except TidecdError as exc:

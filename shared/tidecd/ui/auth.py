@@ -185,8 +185,6 @@ def check_action(identity: Identity | None, headers: Mapping[str, str], form: Ma
     """(0, "") when `identity` may perform an action with this request, else (HTTP status, reason)."""
     if identity is None:
         return 401, "log in first"
-    if not identity.role.can_act:
-        return 403, "this token is read-only"
     if identity.via == "bearer" and not header(headers, "Origin") and not header(headers, "Sec-Fetch-Site"):
         return 0, ""  # a script with the token; browsers always send Origin on a POST
     problem = same_origin(headers)
