@@ -184,7 +184,7 @@ def test_a_drift_is_refreshed_restored_and_named_with_who_did_it() -> None:
     last = state.history[-1]
     op = state.operation
     assert op is not None and op.phase is OperationPhase.SUCCEEDED and op.request.cause == said
-    assert op.only_keys() == {DEPLOY}  # as Argo CD's self-heal: a selective sync of what drifted
+    assert op.only_keys() == frozenset({DEPLOY})  # as Argo CD's self-heal: a selective sync of what drifted
     assert last.cause == said + "; restored"
     (kept,) = [c for c in state.conditions if c["type"] == "DriftDetected"]  # named for an hour after
     assert kept["message"] == f"{said}; restored at 22:13:20" and kept["at"] == state.automation.drift.restored
