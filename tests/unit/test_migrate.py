@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tidecd.base.constants import LABEL_SECRET_TYPE
 from tidecd.base.model import Manifest
-from tidecd.clients.secrets import KeyPair, generate_key, unseal
+from tidecd.clients.secrets import KeyPair, generate_key, text_fields, unseal
 from tidecd.config.load import load_config
 from tidecd.usecases import migrate
 
@@ -88,8 +89,13 @@ class FakeArgo:
         self.calls.append((group, kind, namespace, label_selector))
         return [copy.deepcopy(o) for o in self.objects
                 if o["kind"] == kind and o["metadata"].get("namespace") == namespace
-                and (kind != "Secret" or (o["metadata"].get("labels") or {}).get(LABEL_SECRET_TYPE)
-                     in ("repository", "repo-creds", "cluster"))]
+                and (kind != "Secret" or self.selected(o["metadata"].get("labels") or {}, label_selector))]
+
+    @staticmethod
+    def selected(labels: dict[str, str], selector: str) -> bool:
+        if selector == migrate.SETTINGS_SECRET_SELECTOR:
+            return labels.get("app.kubernetes.io/name") == "argocd-secret"
+        return labels.get(LABEL_SECRET_TYPE) in ("repository", "repo-creds", "cluster")
 
 
 def run_import(objects: list[Manifest], pair: KeyPair, out: Path) -> migrate.ImportPlan:
@@ -117,8 +123,9 @@ def test_reads_with_list_only_in_the_given_namespace() -> None:
     assert [o["metadata"]["name"] for o in found.applications] == ["a"]
     assert [(g, k, ns) for g, k, ns, _ in fake.calls] == [
         ("argoproj.io", "Application", "argocd"), ("argoproj.io", "AppProject", "argocd"), ("", "Secret", "argocd"),
-        ("", "ConfigMap", "argocd")]
+        ("", "ConfigMap", "argocd"), ("", "Secret", "argocd")]
     assert fake.calls[2][3] == "argocd.argoproj.io/secret-type in (repository,repo-creds,cluster)"
+    assert fake.calls[4][3] == "app.kubernetes.io/name=argocd-secret"  # argocd-secret alone, by Argo CD's label
 
 
 def test_argo_cd_not_installed_is_one_clear_error() -> None:
@@ -316,6 +323,28 @@ def test_argocd_cm_keeps_what_tidecd_honours_and_reports_the_rest(pair: KeyPair,
     assert "2 setting(s) not imported" in finding(plan, "ConfigMap/argocd-rbac-cm", "").note
     assert not [f for f in plan.findings if "my-own-settings" in f.obj or "argocd-secret" in f.obj]
     assert PASSWORD not in texts(tmp_path)
+
+
+def test_argocd_secret_is_sealed_with_the_keys_the_logins_read(pair: KeyPair, tmp_path: Path) -> None:
+    oidc = "issuer: https://dex.example/dex\nclientID: tidecd\nclientSecret: $oidc.dex.clientSecret\n"
+    cm = config_map("argocd-cm", {"oidc.config": oidc, "accounts.bob": "login"})
+    hashed = "$2a$10$abcdefghijklmnopqrstuu"
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+              "metadata": server_metadata("argocd-secret", labels={"app.kubernetes.io/name": "argocd-secret"}),
+              "data": {"admin.password": b64(hashed), "accounts.bob.password": b64(hashed),
+                       "server.secretkey": b64("k3y"), "oidc.dex.clientSecret": b64("cl1ent"),
+                       "webhook.github.secret": b64(PASSWORD), "accounts.bob.tokens": b64("[]")}}
+    plan = run_import([cm, secret, application("a")], pair, tmp_path)
+    assert not plan.errors, [str(f) for f in plan.errors]
+    sealed = yaml.safe_load((tmp_path / "settings" / "argocd-secret.yaml").read_text())
+    assert sorted(sealed["spec"]["encryptedData"]) == ["accounts.bob.password", "admin.password",
+                                                       "oidc.dex.clientSecret", "server.secretkey"]
+    assert "not imported" in finding(plan, "Secret/argocd/argocd-secret", "data.webhook.github.secret").note
+    assert PASSWORD not in texts(tmp_path) and "cl1ent" not in texts(tmp_path)
+    config = load_config(tmp_path)
+    assert config.argo_settings.sso.sealed_secret is not None and config.argo_settings.sso.account("bob")
+    opened = text_fields(unseal(dict(config.argo_settings.sso.sealed_secret), [pair.private_pem]), "argocd-secret")
+    assert opened["oidc.dex.clientSecret"] == "cl1ent" and opened["admin.password"] == hashed
 
 
 # -- writing ----------------------------------------------------------------------------------------------

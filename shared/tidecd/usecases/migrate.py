@@ -13,8 +13,11 @@ which case the object is not converted. Secrets are sealed for the installation'
 memory (`secrets.seal_secret`, the format `kubeseal --cert` writes): no plaintext value is ever written.
 
 Argo CD's `argocd-cm` is imported with the settings tidecd honours (`tidecd.config.argocd_cm`: health Lua,
-ignoreDifferences customizations, exclusions, reconciliation timeout); each other key, and each other
-settings ConfigMap (`argocd-rbac-cm`, ...), is a finding. `argocd-secret` is never read.
+ignoreDifferences customizations, exclusions, reconciliation timeout, `url`, `oidc.config`, `admin.enabled`,
+`accounts.*`) and `argocd-rbac-cm`; each other key, and each other settings ConfigMap, is a finding.
+`argocd-secret` (found by Argo CD's label `app.kubernetes.io/name: argocd-secret`) is sealed with the keys
+tidecd's logins read (`admin.password`, `accounts.NAME.password`, `server.secretkey`, the key argocd-cm's
+`oidc.config` names as its clientSecret); its other keys are left out and named in the report.
 
 Write (`write_import`): `applications/<name>.yaml`, `projects/<name>.yaml`, `secrets/<type>-<name>.yaml`
 (SealedSecrets only), `settings/argocd-cm.yaml` and `IMPORT-REPORT.md`, the report of what tidecd will not
@@ -57,6 +60,7 @@ REPORT_FILE = "IMPORT-REPORT.md"
 IN_CLUSTER_SERVER = "https://kubernetes.default.svc"
 SECRET_TYPES = (SECRET_TYPE_REPOSITORY, SECRET_TYPE_REPO_CREDS, SECRET_TYPE_CLUSTER)
 SECRET_SELECTOR = f"{LABEL_SECRET_TYPE} in ({','.join(SECRET_TYPES)})"
+SETTINGS_SECRET_SELECTOR = "app.kubernetes.io/name=argocd-secret"  # noqa: S105 - Argo CD's install label
 
 # Metadata a user wrote; everything else under metadata is set by the API server or by Argo CD at run time.
 _KEPT_METADATA = ("name", "namespace", "labels", "annotations")
@@ -136,6 +140,7 @@ class ArgoObjects:
     projects: list[Manifest]
     secrets: list[Manifest]
     config_maps: list[Manifest] = field(default_factory=list)  # Argo CD's settings ConfigMaps only
+    settings_secrets: list[Manifest] = field(default_factory=list)  # argocd-secret (sealed with the login keys)
 
 
 class MigrationError(PermanentError):
@@ -162,8 +167,14 @@ def read_argocd(reader: ArgoReader, namespace: str = DEFAULT_NAMESPACE) -> ArgoO
         config_maps = [c for c in reader.list("", "ConfigMap", namespace=namespace) if argocd_cm.recognised(c)]
     except TidecdError as exc:
         raise MigrationError(f"cannot list the ConfigMaps of namespace {namespace!r}: {exc}") from None
+    try:
+        settings_secrets = [s for s in reader.list("", "Secret", namespace=namespace,
+                                                   label_selector=SETTINGS_SECRET_SELECTOR)
+                            if _name(s) == argocd_cm.SEALED_SECRET]
+    except TidecdError as exc:
+        raise MigrationError(f"cannot list the Secrets of namespace {namespace!r}: {exc}") from None
     return ArgoObjects(sorted(apps, key=_name), sorted(projects, key=_name), sorted(secrets, key=_name),
-                       sorted(config_maps, key=_name))
+                       sorted(config_maps, key=_name), settings_secrets[:1])
 
 
 # ---------------------------------------------------------------------------------------------- converting
@@ -193,6 +204,9 @@ def plan_import(objects: ArgoObjects, cert_pem: bytes, *, namespace: str = DEFAU
         _guarded(plan, "Secret", obj, lambda o, f: convert_secret(o, cert_pem, f))
     for obj in objects.config_maps:
         _guarded(plan, "ConfigMap", obj, convert_settings)
+    client_secret = _client_secret_key(objects.config_maps)
+    for obj in objects.settings_secrets:
+        _guarded(plan, "Secret", obj, lambda o, f: convert_settings_secret(o, cert_pem, f, client_secret))
     return plan
 
 
@@ -401,6 +415,41 @@ def convert_secret(obj: Manifest, cert_pem: bytes, found: list[Finding]) -> Mani
     return seal_secret(secret, cert_pem, Scope.STRICT)
 
 
+def _client_secret_key(config_maps: list[Manifest]) -> str:
+    """The argocd-secret key argocd-cm's `oidc.config` names as `clientSecret: $KEY` ("" when none)."""
+    for obj in config_maps:
+        if _name(obj) == argocd_cm.ARGOCD_CM:
+            text = (obj.get("data") or {}).get("oidc.config")
+            try:
+                doc = yaml.safe_load(text) if isinstance(text, str) else None
+            except yaml.YAMLError:
+                return ""
+            secret = doc.get("clientSecret") if isinstance(doc, dict) else None
+            if isinstance(secret, str) and re.fullmatch(r"\$[A-Za-z0-9._-]+", secret.strip()):
+                return secret.strip()[1:]
+    return ""
+
+
+def convert_settings_secret(obj: Manifest, cert_pem: bytes, found: list[Finding], client_secret: str) -> Manifest:
+    """argocd-secret with the keys tidecd's logins read, sealed (strict scope); the others are named only."""
+    label = _label("Secret", obj)
+    meta = obj.get("metadata") or {}
+    secret: Manifest = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": dict(obj.get("data") or {}),
+                        "metadata": {"name": argocd_cm.SEALED_SECRET,
+                                     "namespace": meta.get("namespace") or DEFAULT_NAMESPACE}}
+    fields = text_fields(secret, f"Secret {label.removeprefix('Secret/')}")
+    wanted = {k for k in fields if k in ("admin.password", "server.secretkey", client_secret)
+              or re.fullmatch(r"accounts\.[A-Za-z0-9._-]+\.password", k)}
+    for name in sorted(set(fields) - wanted):
+        found.append(Finding(label, f"data.{name}", "not imported: tidecd's logins do not read it (webhook secrets "
+                                                    "are TIDECD_WEBHOOK_SECRET; account tokens are not kept)"))
+    secret["data"] = {k: v for k, v in secret["data"].items() if k in wanted}
+    secret["stringData"] = {k: v for k, v in (obj.get("stringData") or {}).items() if k in wanted}
+    if not secret["stringData"]:
+        del secret["stringData"]
+    return seal_secret(secret, cert_pem, Scope.STRICT)
+
+
 def _cluster_findings(fields: dict[str, str], label: str, found: list[Finding]) -> bool:
     """Report what tidecd will not honour of a cluster Secret; False when it is not to be converted."""
     server = fields.get("server", "").rstrip("/")
@@ -456,7 +505,7 @@ def _path_for(kind: str, doc: Manifest) -> str:
         return f"applications/{meta['name']}.yaml"
     if kind == "AppProject":
         return f"projects/{meta['name']}.yaml"
-    if kind == "ConfigMap":
+    if kind == "ConfigMap" or meta.get("name") == argocd_cm.SEALED_SECRET:
         return f"settings/{meta['name']}.yaml"
     template = (doc.get("spec") or {}).get("template") or {}
     secret_type = ((template.get("metadata") or {}).get("labels") or {}).get(LABEL_SECRET_TYPE, "secret")
@@ -484,9 +533,9 @@ def report_text(plan: ImportPlan, *, problems: Iterable[str] = ()) -> str:
     if not notes:
         lines.append("- none")
     lines += ["", "## Not read", "",
-              "- argocd-secret (admin password, webhook secrets): set TIDECD_WEBHOOK_SECRET and "
-              "TIDECD_API_TOKEN instead; Argo CD's UI, SSO and RBAC have no tidecd counterpart (README, "
-              "Moving from Argo CD)",
+              "- argocd-secret's webhook secrets and account tokens: set TIDECD_WEBHOOK_SECRET and "
+              "TIDECD_API_TOKEN; its password hashes, server.secretkey and OIDC client secret are sealed into "
+              "settings/argocd-secret.yaml (README, Single sign-on and local accounts)",
               ""]
     return "\n".join(lines)
 
