@@ -88,4 +88,9 @@ def test_a_project_token_syncs_from_ci_until_revoked(gitops: GitOps, functions: 
     assert (f"proj:{project}:deployer", "sync", f"{project}/{web}", True, "ci-1") in seen
     assert (f"proj:{project}:deployer", "sync", f"{project}/{locked}", False, "ci-1") in seen
     assert ("admin", "create-token", project, True, "") in seen and ("admin", "delete-token", project, True, "") in seen
+    shown = run([*CLI, "admin", "audit", "--limit", "500", *admin])
+    assert shown.returncode == 0, shown.stderr
+    refusal = next(line for line in shown.stdout.splitlines() if f"{project}/{locked}" in line)
+    assert f"proj:{project}:deployer (token ci-1)" in refusal and " NO " in refusal, refusal
+    assert run([*CLI, "admin", "audit", "--server", server, "--token", token]).returncode == 2  # revoked
     assert os.environ.get("TIDECD_API_TOKEN", "") != token

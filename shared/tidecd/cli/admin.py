@@ -1,4 +1,5 @@
-"""`tidecd admin rbac can|validate`: Argo CD's `argocd admin settings rbac` for a policy file, offline.
+"""`tidecd admin rbac can|validate`: Argo CD's `argocd admin settings rbac` for a policy file, offline; and
+`tidecd admin audit`: the audit log, a page at a time (locally or with `--server`).
 
 `can ROLE/SUBJECT ACTION RESOURCE [OBJECT] --policy-file FILE` prints `Yes` (exit 0) or `No` (exit 1), as
 Argo CD's does; FILE is a `policy.csv` or an `argocd-rbac-cm` ConfigMap (its `policy.default`,
@@ -9,12 +10,13 @@ or a request `--strict` refuses is an error on stderr, exit 2 (Argo CD exits 1 t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from tidecd.cli.app import fail
+from tidecd.cli.app import OUTPUT, SERVER, TOKEN, call_api, checked, emit, fail, print_table
 
-app = typer.Typer(no_args_is_help=True, help="Administration: check RBAC policies offline.")
+app = typer.Typer(no_args_is_help=True, help="Administration: check RBAC policies offline, read the audit log.")
 rbac = typer.Typer(no_args_is_help=True, help="Validate and test RBAC configuration (argocd-rbac-cm).")
 app.add_typer(rbac, name="rbac")
 _TRUE, _FALSE = ("1", "t", "true", "TRUE", "True", "T"), ("0", "f", "false", "FALSE", "False", "F")
@@ -84,3 +86,22 @@ def validate(policy_file: Path = typer.Option(..., "--policy-file", help="a poli
         typer.echo(f"Policy is invalid: {exc}")
         raise typer.Exit(1) from None
     typer.echo("Policy is valid.")
+
+
+@app.command("audit")
+def audit(after: str = typer.Option("", "--after", help="The `next` of the previous page."),
+          limit: int = typer.Option(100, "--limit", help="Entries per page (at most 500)."),
+          server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
+    """The audit log, oldest first: who did what, and who was refused (needs `audit, get`: admins)."""
+    query = {"limit": str(limit)} | ({"after": after} if after else {})
+    body = checked(*call_api("GET", "/audit", server, token, query=query))
+
+    def table(b: dict[str, Any]) -> None:
+        print_table(["AT", "SUBJECT", "ACTION", "RESOURCE", "OBJECT", "ALLOWED", "DETAIL"], [
+            [e["at"], e["subject"] + (f" (token {e['tokenId']})" if e.get("tokenId") else ""), e["action"],
+             e["resource"], e["object"], "yes" if e["allowed"] else "NO", e.get("detail", "")]
+            for e in b["entries"]])
+        if b.get("next"):
+            typer.echo(f"more: --after {b['next']}")
+
+    emit(body, output, table)

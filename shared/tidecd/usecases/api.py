@@ -257,17 +257,18 @@ def check_images(runtime: Runtime, _: str, payload: dict[str, Any], __: Mapping[
     app = payload.get("app")
     if app is not None and not isinstance(app, str):
         raise PermanentError("field app must be an application name")
-    if app:
-        authz.app_for(runtime, principal(), app, "update")
-    else:
-        authz.require(runtime, principal(), "applications", "update", "*/*")
+    obj = authz.app_object(authz.app_for(runtime, principal(), app, "update")) if app else "*/*"
+    if not app:
+        authz.require(runtime, principal(), "applications", "update", obj)
+    authz.done(runtime, principal(), "applications", "update", obj, "image updater check")
     return Response(200, check(runtime, app or None, dispatcher=dispatch.dispatcher_for(runtime)).to_json())
 
 
 @route("POST", "/apps/(?P<name>[^/]+)/images/unpin")
 def unpin_images(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
-    authz.app_for(runtime, principal(), name, "update")
+    app = authz.app_for(runtime, principal(), name, "update")
     lifted = images_state.unpin(runtime.store, name)
+    authz.done(runtime, principal(), "applications", "update", authz.app_object(app), "images unpin")
     return Response(200, {"app": name, "unpinned": lifted,
                           "message": "pin lifted" if lifted else "the app was not pinned"})
 
