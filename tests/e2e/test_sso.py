@@ -266,6 +266,20 @@ def test_cli_login_sso_through_the_browser(browser: Any, installation: Installat
     assert requests.get(installation.base + "/api/v1/apps", timeout=30,
                         headers={"Authorization": f"Bearer {broken}"}).status_code == 401
 
+    # `--token` keeps a token only after a call proves it; `logout` forgets it.
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tidecd.cli", *args, "--server", installation.base], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    bogus = cli("login", "--token", "not-a-token")
+    assert bogus.returncode == 2 and "refused the token (401)" in bogus.stderr
+    assert json.loads(cli_config.read_text())["servers"][installation.base]["token"] == kept["token"]
+    assert cli("logout").returncode == 0 and json.loads(cli_config.read_text())["servers"] == {}
+    assert cli("app", "list").returncode != 0  # nothing kept: refused
+    again = cli("login", "--token", kept["token"])
+    assert again.returncode == 0, again.stderr
+    assert json.loads(cli_config.read_text())["servers"][installation.base]["via"] == "token"
+
     # Kilgore is in no policy line; his ID token's group `authors` is (g, authors, role:readers).
     out = cli_login(browser, installation, env, connector="mock")
     assert f"as {MOCK_USER[0]} (groups: authors)" in out
