@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import threading
 import time
@@ -150,8 +151,6 @@ def _keys(found: Provider, *, fresh: bool = False) -> Any:
 def pkce_verifier(secret: bytes, state: str) -> str:
     """A PKCE code verifier (RFC 7636: 43-128 characters) derived from a server secret and the state, so a
     stateless function need not store it: only the holder of the secret can compute it again."""
-    import hmac
-
     return base64.urlsafe_b64encode(hmac.new(secret, f"pkce:{state}".encode(), hashlib.sha256).digest() * 2) \
         .decode().rstrip("=")
 
@@ -174,7 +173,8 @@ def authorization_url(found: Provider, client_id: str, redirect_uri: str, scopes
 def exchange(found: Provider, client_id: str, client_secret: str, redirect_uri: str, code: str,
              verifier: str) -> str:
     """The ID token the issuer gives for an authorization code (and its PKCE verifier)."""
-    from authlib.integrations.base_client.errors import OAuthError  # lazy: cold start (logins only)
+    # lazy: cold start (authlib and requests only for a login)
+    from authlib.integrations.base_client.errors import OAuthError
     from authlib.integrations.requests_client import OAuth2Session
     from requests import RequestException
 
@@ -201,7 +201,8 @@ def verify(issuer: str, id_token: str, audiences: tuple[str, ...], *, nonce: str
            now: int | None = None) -> dict[str, Any]:
     """The claims of an ID token whose signature verifies against the issuer's keys and whose iss, aud and
     exp (and nonce, when given) are right; `LoginRefused` naming what is wrong, never the token itself."""
-    from joserfc import jwt  # lazy: cold start (JOSE only when a token is checked)
+    # lazy: cold start (JOSE only when a token is checked)
+    from joserfc import jwt
     from joserfc.errors import BadSignatureError, JoseError
 
     if len(id_token) > MAX_BODY or id_token.count(".") != 2:
