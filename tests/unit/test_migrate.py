@@ -189,13 +189,14 @@ def test_fields_tidecd_does_not_implement_are_removed_and_reported(pair: KeyPair
     assert "kept, ignored by tidecd: tidecd keeps the last 10" in finding(plan, "Application/web",
                                                                           "spec.revisionHistoryLimit").note
     assert "UI" in finding(plan, "Application/web", "spec.info").note
-    assert "bearer tokens" in finding(plan, "AppProject/team", "spec.roles").note
+    assert not any(f.field == "spec.roles" for f in plan.findings)  # honoured: argocd-rbac-cm's runtime policy
     assert load_config(tmp_path).projects["team"].source_repos
+    assert [r.name for r in load_config(tmp_path).projects["team"].roles] == ["ci"]
     assert "Prune=confirm" in finding(plan, "Application/web", "spec.syncPolicy.syncOptions").note
     report = (tmp_path / migrate.REPORT_FILE).read_text()
     assert "Application/web: spec.syncPolicy.retry.refresh: removed" in report
     assert "AppProject/team: spec.permitOnlyProjectScopedClusters: removed" in report
-    assert "AppProject/team: spec.roles: kept, ignored by tidecd" in report
+    assert "spec.roles" not in report
 
 
 def test_one_bad_object_never_stops_the_others(pair: KeyPair, tmp_path: Path) -> None:
@@ -307,7 +308,8 @@ def test_argocd_cm_keeps_what_tidecd_honours_and_reports_the_rest(pair: KeyPair,
     cm = config_map("argocd-cm", {"resource.customizations.health.example.com_Widget": lua,
                                   "timeout.reconciliation": "300s", "url": "https://argocd.example.com",
                                   "dex.config": "connectors: []", "kustomize.buildOptions": "--enable-helm"})
-    rbac = config_map("argocd-rbac-cm", {"policy.csv": "g, admins, role:admin", "policy.default": "role:readonly"})
+    rbac = config_map("argocd-rbac-cm", {"policy.csv": "g, admins, role:admin", "policy.default": "role:readonly",
+                                         "policy.team.csv": "g, devs, role:readonly", "unknown.key": "x"})
     other = config_map("my-own-settings", {"k": "v"})
     secret_cm = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": server_metadata("argocd-secret"),
                  "data": {"admin.password": b64(PASSWORD)}}
@@ -320,7 +322,9 @@ def test_argocd_cm_keeps_what_tidecd_honours_and_reports_the_rest(pair: KeyPair,
     assert "dex.config" not in written and "argocd.example.com" in written  # url: the dashboard's, for SSO
     assert "runs no Dex" in finding(plan, "ConfigMap/argocd-cm", "data.dex.config").note
     assert "kustomize build options" in finding(plan, "ConfigMap/argocd-cm", "data.kustomize.buildOptions").note
-    assert "2 setting(s) not imported" in finding(plan, "ConfigMap/argocd-rbac-cm", "").note
+    assert config.argo_settings.rbac.policy_csv == "g, admins, role:admin\ng, devs, role:readonly"
+    assert config.argo_settings.rbac.default_role == "role:readonly"  # argocd-rbac-cm is read as it is
+    assert "not a key of argocd-rbac-cm" in finding(plan, "ConfigMap/argocd-rbac-cm", "data.unknown.key").note
     assert not [f for f in plan.findings if "my-own-settings" in f.obj or "argocd-secret" in f.obj]
     assert PASSWORD not in texts(tmp_path)
 

@@ -232,7 +232,7 @@ def _read_rbac_cm(doc: Mapping[str, Any], origin: str, earlier: rbac.RbacConfig 
         problems.append(f"{label}: data: expected a mapping of strings")
         return rbac.RbacConfig(origin=origin)
     notices += [f"{label}: {key}: not honoured by tidecd: not a key of argocd-rbac-cm" for key in sorted(data)
-                if key not in rbac.HONOURED_KEYS and not (key.startswith("policy.") and key.endswith(".csv"))]
+                if not rbac.honoured(key)]
     try:
         config = rbac.from_config_map(data, origin)
         rbac.validate(config.policy_csv)

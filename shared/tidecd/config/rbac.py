@@ -31,6 +31,7 @@ import yaml
 from casbin import persist
 from casbin.model import Model
 
+from tidecd.base.errors import ConfigError
 from tidecd.base.globs import compile_glob
 
 MODEL_CONF = """\
@@ -113,7 +114,7 @@ APPLICATIONS, APPLICATIONSETS, PROJECTS, CLUSTERS = "applications", "application
 PROJECT_SCOPED = frozenset({APPLICATIONS, APPLICATIONSETS, "logs", "exec", CLUSTERS, "repositories"})
 
 
-class PolicyError(ValueError):
+class PolicyError(ConfigError):
     """A policy casbin (and so Argo CD) refuses: the message names the line."""
 
 
@@ -140,6 +141,11 @@ class ProjectRole:
     policies: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     jwt_tokens: tuple[Mapping[str, Any], ...] = field(default=())  # iat/exp/id as written in git
+
+
+def honoured(key: str) -> bool:
+    """Whether tidecd reads this argocd-rbac-cm key (the rest is reported, not used)."""
+    return key in HONOURED_KEYS or (key.startswith("policy.") and key.endswith(".csv"))
 
 
 def policy_csv(data: Mapping[str, Any]) -> str:

@@ -50,7 +50,7 @@ from tidecd.base.constants import (
 from tidecd.base.errors import PermanentError, TidecdError
 from tidecd.base.model import Manifest
 from tidecd.clients.secrets import Scope, seal_secret, text_fields
-from tidecd.config import argocd_cm
+from tidecd.config import argocd_cm, rbac
 from tidecd.config.load import load_config
 from tidecd.config.schema import PARSERS, Errors, Node
 from tidecd.sync import options as syncoptions
@@ -368,6 +368,11 @@ def convert_settings(obj: Manifest, found: list[Finding]) -> Manifest | None:
     name = _name(obj)
     label = f"ConfigMap/{name}"
     data = obj.get("data") or {}
+    if name == rbac.RBAC_CM:  # read as it is: policy.csv and overlays, policy.default, matchMode, scopes
+        kept_rbac = {str(k): v for k, v in data.items() if rbac.honoured(str(k))}
+        found.extend(Finding(label, f"data.{k}", "not imported: not a key of argocd-rbac-cm")
+                     for k in sorted(str(k) for k in data if not rbac.honoured(str(k))))
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": kept_rbac}
     if name != argocd_cm.ARGOCD_CM:
         found.append(Finding(label, "", f"{len(data)} setting(s) not imported: {argocd_cm.CONFIG_MAPS[name]}"))
         return None
