@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import bcrypt
 import pytest
 import yaml
+from joserfc import jwt
+from joserfc.jwk import OctKey, RSAKey
 
 from tidecd.base.principal import Principal
 from tidecd.clients import oidc
@@ -113,3 +120,78 @@ def test_a_session_too_large_for_a_cookie_is_not_issued_and_never_read() -> None
     read = auth.read_session(tokens, small)
     assert read is not None and read.principal == Principal("a@x.io", ("dev",), via="oidc")
     assert auth.read_session(auth.Tokens("", "", ""), small) is None  # no key: no session at all
+
+
+class _Issuer(BaseHTTPRequestHandler):
+    """A stand-in OIDC issuer's two documents: discovery and the key set (signing is the test's)."""
+
+    documents: dict[str, bytes] = {}
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        body = self.documents.get(self.path)
+        self.send_response(200 if body else 404)
+        self.end_headers()
+        self.wfile.write(body or b"")
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+        return
+
+
+@pytest.fixture()
+def issuer() -> Iterator[tuple[str, Any]]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Issuer)
+    base = f"http://127.0.0.1:{server.server_address[1]}/dex"
+    key = RSAKey.generate_key(2048, parameters={"kid": "k1"}, private=True)
+    _Issuer.documents = {
+        "/dex/.well-known/openid-configuration": json.dumps(
+            {"issuer": base, "authorization_endpoint": base + "/auth", "token_endpoint": base + "/token",
+             "jwks_uri": base + "/keys"}).encode(),
+        "/dex/keys": json.dumps({"keys": [key.as_dict(private=False)]}).encode()}
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    oidc.forget()
+    try:
+        yield base, key
+    finally:
+        server.shutdown()
+        server.server_close()
+        oidc.forget()
+
+
+def test_an_id_token_is_checked_for_signature_issuer_audience_expiry_and_nonce(issuer: tuple[str, Any]) -> None:
+    base, key = issuer
+    now = int(time.time())
+    good = {"iss": base, "aud": "tidecd", "sub": "Cg1", "email": "a@x.io", "groups": ["dev"], "exp": now + 300,
+            "iat": now, "nonce": "n1"}
+
+    def signed(claims: dict[str, Any], with_key: Any = key, alg: str = "RS256") -> str:
+        return jwt.encode({"alg": alg, "kid": "k1"}, claims, with_key)
+
+    claims = oidc.verify(base, signed(good), ("tidecd", "tidecd-cli"), nonce="n1")
+    assert oidc.principal(claims).groups == ("dev",)
+    assert oidc.verify(base, signed({**good, "aud": ["other", "tidecd-cli"]}), ("tidecd", "tidecd-cli"))["sub"]
+    other_key = RSAKey.generate_key(2048, parameters={"kid": "k1"}, private=True)
+    refusals = {
+        "aud": signed({**good, "aud": "someone-else"}),
+        "iss": signed({**good, "iss": "https://evil.example/dex"}),
+        "exp": signed({**good, "exp": now - 3600}),
+        "nonce": signed({**good, "nonce": "replayed"}),
+        "signature": signed(good, other_key),
+        "missing exp": signed({k: v for k, v in good.items() if k != "exp"}),
+    }
+    for why, token in refusals.items():
+        with pytest.raises(oidc.LoginRefused, match="not accepted") as refused:
+            oidc.verify(base, token, ("tidecd",), nonce="n1")
+        assert token.split(".")[1] not in str(refused.value), why  # never the token itself
+        assert why.split()[-1] in str(refused.value) or why == "signature" and "bad_signature" in str(refused.value)
+    unsigned = signed(good, OctKey.import_key("x" * 32), alg="HS256")  # a key the issuer never published
+    with pytest.raises(oidc.LoginRefused):
+        oidc.verify(base, unsigned, ("tidecd",), nonce="n1")
+    with pytest.raises(oidc.LoginRefused, match="not a signed JWT"):
+        oidc.verify(base, "a.b", ("tidecd",))
+    _Issuer.documents["/dex/.well-known/openid-configuration"] = json.dumps(
+        {"issuer": "https://elsewhere", "authorization_endpoint": base + "/auth", "token_endpoint": base + "/t",
+         "jwks_uri": base + "/keys"}).encode()
+    oidc.forget()
+    with pytest.raises(oidc.LoginRefused, match="names issuer 'https://elsewhere', not the configured"):
+        oidc.provider(base)
