@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,10 @@ import pytest
 import yaml
 
 import tidecd
+from tests.e2e.test_continuations import slow
 from tests.e2e.test_github import eventually
 from tests.e2e.test_images import TOKEN, kustomize_app, remote_file, remote_head, running_image, tick, wait_images
-from tests.support.apps import GitOps
+from tests.support.apps import GitOps, deployment
 from tests.support.github_repos import GitHubReposStandIn
 from tests.support.gitserver import GitRepo
 from tidecd import ui
@@ -30,10 +32,13 @@ from tidecd.images import state as images_state
 from tidecd.images.annotations import PREFIX
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
+from tidecd.state import autorollback as autorollback_state
 from tidecd.state import revert as revert_state
-from tidecd.triggers.dispatch import dispatcher_for
+from tidecd.step import autorollback
+from tidecd.triggers.dispatch import Refresh, dispatcher_for
 from tidecd.usecases import api, poll, webhook
-from tidecd_dev.devcluster import DevCluster
+from tidecd.usecases.commands import SyncRequest
+from tidecd_dev.devcluster import READY_AFTER, DevCluster
 from tidecd_dev.imageregistry import Registry, push_image
 
 pytestmark = pytest.mark.e2e
@@ -248,3 +253,70 @@ def test_a_revert_push_needs_the_apps_permission_and_a_git_source(
     bad = api.handle("POST", f"/api/v1/apps/{app}/rollback", AUTH,
                      json.dumps({"id": first.id, "revert": "squash"}).encode(), rt)
     assert bad.status == 400, bad.body
+
+
+# -- automatic rollback ---------------------------------------------------------------------------------------
+
+
+def stuck(obj: dict[str, Any]) -> dict[str, Any]:
+    """The Deployment, with pods kwok never makes Ready and a 2 s progress deadline: it turns Degraded."""
+    out = slow(obj, **{READY_AFTER: "1h"})
+    out["spec"]["progressDeadlineSeconds"] = 2
+    return out
+
+
+def test_an_app_degraded_past_its_window_rolls_back_by_itself_once_and_says_so(
+        octo: GitOps, sealing: tuple[KeyPair, Path], github_repos: GitHubReposStandIn) -> None:
+    rt = runtime(octo, sealing[1], github_repos)
+    good = octo.push({"app/web.yaml": deployment("web")})
+    app = octo.application("web", automated={}, annotations={autorollback.ANNOTATION: "on-degraded=5s, revert=pr"})
+    dispatcher = dispatcher_for(rt)
+    dispatcher.dispatch([Refresh(app, "first")])
+    eventually(lambda: octo.state("web").revision == good and str(octo.state("web").health) == "Healthy",
+               what="the good revision Healthy")
+
+    bad = octo.push({"app/web.yaml": stuck(deployment("web"))}, message="a release that never becomes ready")
+    started = time.monotonic()
+    dispatcher.dispatch([Refresh(app, "push")])  # as the webhook would: the automated sync takes it
+    eventually(lambda: str(octo.state("web").health) == "Degraded" and octo.state("web").revision == bad,
+               what="the bad revision Degraded")
+    degraded_at = time.monotonic()
+
+    def rolled_back() -> bool:
+        op = octo.state("web").operation
+        return op is not None and op.request.initiated_by == "auto-rollback" and not op.running
+    eventually(rolled_back, what="the automatic rollback ended", timeout=120)
+    took = time.monotonic() - degraded_at
+    state = octo.state("web")
+    assert state.operation is not None and state.operation.phase == "Succeeded" and state.revision == good
+    assert took >= 4.0, f"rolled back {took:.1f}s after turning Degraded: the 5 s window was not kept"
+    assert state.automation.disabled  # a rollback's hold: automated sync does not take the bad revision again
+    live = octo.live("Deployment", "web", group="apps")
+    assert live is not None and READY_AFTER not in (live["spec"]["template"]["metadata"].get("annotations") or {})
+    memory = autorollback_state.load(octo.store, app)[0]
+    assert memory.rolled_back == bad and memory.to_revision == good and "Degraded for" in memory.reason
+    notified = json.loads(octo.store.read(f"notifications/{app}.json").data)  # type: ignore[union-attr]
+    assert notified["seen"]["fired"]["on-auto-rollback"] == state.operation.id
+
+    # the poll opens its revert (the step never writes git); the hold waits for it to merge
+    assert poll.poll(rt, dispatcher, jitter_seconds=0).reverts == {app: "opened"}
+    record, _ = revert_state.load(octo.store, app)
+    assert record is not None and record.phase == "open" and record.reverted == bad and record.revision == good
+    assert len(github_repos.calls_to("pulls/create")) == 1
+
+    # never twice for one revision: a person syncs the bad revision again, it degrades again, and stays
+    octo.reconcile("web", SyncRequest(), runtime=rt)
+
+    def degraded_again() -> bool:  # steps as the scheduled continuations would take them
+        octo.reconcile("web", runtime=rt, automate=False, follow=False)
+        return str(octo.state("web").health) == "Degraded"
+    eventually(degraded_again, what="Degraded again")
+    time.sleep(8)  # the test waits past the window; tidecd itself only records times and continuations
+    octo.reconcile("web", runtime=rt, automate=False)
+    final = octo.state("web")
+    assert final.revision == bad and str(final.health) == "Degraded"
+    assert final.operation is not None and final.operation.request.initiated_by != "auto-rollback"
+    assert autorollback_state.load(octo.store, app)[0].operation_id == memory.operation_id
+    notified = json.loads(octo.store.read(f"notifications/{app}.json").data)  # type: ignore[union-attr]
+    assert notified["seen"]["fired"]["on-auto-rollback"] == state.operation.id
+    assert time.monotonic() - started < 150

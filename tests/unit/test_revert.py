@@ -4,17 +4,24 @@ image references a merged revert refuses. (The whole path, with git, GitHub and 
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
+import pytest
 from dulwich.objects import Blob, Commit, ObjectID, Tree
 from dulwich.repo import MemoryRepo
 
+from tidecd.base.model import HealthStatus, ResourceKey
 from tidecd.clients.registry import parse_image
 from tidecd.clients.store import LocalStore
 from tidecd.images import state as images_state
 from tidecd.images import writeback
+from tidecd.notify.events import Seen, events
 from tidecd.state import revert as revert_state
+from tidecd.state.app import AppState, HistoryEntry, Operation, OperationPhase, OperationRequest, TaskPhase, TaskResult
+from tidecd.state.autorollback import AutoRollback
 from tidecd.state.revert import Pull, Revert
+from tidecd.step import autorollback
 from tidecd.usecases.images import refused_versions
 
 RECORD = Revert(app="web", mode="pr", phase="open", repo="https://git.example/octo/web.git", base="main",
@@ -106,3 +113,70 @@ def test_a_merged_revert_refuses_what_it_took_out_and_a_persons_unpin_forgets_it
     images_state.pin(store, "web", by="rollback", revision="a" * 40, deployed_at="2026-12-02T09:00:00Z")
     assert images_state.unpin(store, "web")  # `tidecd image unpin`: a person decides again
     assert images_state.load(store, "web").refused == []
+
+
+# -- automatic rollback: the rule and the decisions (the step and the cluster: tests/e2e/test_revert) --------
+
+
+def test_the_auto_rollback_annotation_reads_its_triggers_and_names_what_it_cannot_read() -> None:
+    assert autorollback.parse("on-degraded=10m") == autorollback.Rule(600.0, False, "pr")
+    assert autorollback.parse(" on-degraded=1h30m , on-postsync-failed, revert=none") == autorollback.Rule(
+        5400.0, True, "")
+    assert autorollback.parse("on-postsync-failed,revert=push").revert == "push"
+    for bad, named in (("on-degraded=soon", "'soon'"), ("on-degraded=0s", "'0s'"), ("on-degraded=200h", "'200h'"),
+                       ("revert=squash", "'revert=squash'"), ("revert=pr", "names no trigger"),
+                       ("on-failure", "'on-failure'")):
+        with pytest.raises(ValueError, match=re.escape(named)) as caught:
+            autorollback.parse(bad)
+        assert autorollback.ANNOTATION in str(caught.value)
+
+
+def _state(health: str, phase: str = "Succeeded", revision: str = "b" * 40) -> AppState:
+    state = AppState(app="web", revision=revision, health=HealthStatus(health))
+    state.operation = Operation(id="op1", revision=revision, phase=OperationPhase(phase),
+                                finished_at="2026-12-02T09:00:00Z")
+    state.history = [HistoryEntry(1, "a" * 40, "2026-12-02T08:00:00Z", "Succeeded", operation_id="op0"),
+                     HistoryEntry(2, "c" * 40, "2026-12-02T08:30:00Z", "Failed", operation_id="opx"),
+                     HistoryEntry(3, revision, "2026-12-02T09:00:00Z", phase, operation_id="op1")]
+    return state
+
+
+def test_the_window_starts_when_the_revision_turns_degraded_and_only_then() -> None:
+    rule = autorollback.parse("on-degraded=5s")
+    empty = AutoRollback("web")
+    progressing = autorollback._watched(rule, _state("Progressing"), empty, 100.0)
+    assert progressing.watching == "b" * 40 and progressing.degraded_since == 0.0
+    degraded = autorollback._watched(rule, _state("Degraded"), progressing, 100.0)
+    assert degraded.degraded_since == 100.0
+    assert autorollback._watched(rule, _state("Degraded"), degraded, 103.0) == degraded  # the first time is kept
+    assert autorollback._due(rule, _state("Degraded"), degraded, 104.9) is None
+    assert "Degraded for 5s" in (autorollback._due(rule, _state("Degraded"), degraded, 105.0) or "")
+    recovered = autorollback._watched(rule, _state("Healthy"), degraded, 104.0)
+    assert recovered.degraded_since == 0.0  # Healthy in between: the window starts over
+    other = autorollback._watched(rule, _state("Degraded", revision="d" * 40), degraded, 106.0)
+    assert other.watching == "d" * 40 and other.degraded_since == 106.0  # a new revision: a new window
+
+
+def test_it_goes_back_to_the_newest_good_revision_and_a_failed_postsync_hook_counts_at_once() -> None:
+    state = _state("Degraded")
+    entry = autorollback._good_entry(state, "b" * 40)
+    assert entry is not None and entry.id == 1  # entry 2 failed; entry 3 is the bad revision itself
+    assert autorollback._good_entry(_state("Degraded", revision="a" * 40), "a" * 40) is None
+    failed = _state("Healthy", phase="Failed")
+    assert failed.operation is not None
+    failed.operation.results = [TaskResult(ResourceKey("batch", "Job", "ns", "smoke"), "PostSync", hook=True,
+                                           phase=TaskPhase.FAILED)]
+    rule = autorollback.parse("on-postsync-failed")
+    assert autorollback._due(rule, failed, AutoRollback("web"), 0.0) == "its PostSync hook failed"
+    assert autorollback._due(autorollback.parse("on-degraded=1s"), failed, AutoRollback("web"), 0.0) is None
+
+
+def test_an_automatic_rollback_is_notified_once_and_a_persons_is_not() -> None:
+    state = _state("Healthy")
+    assert state.operation is not None
+    state.operation.request = OperationRequest(rollback=True, initiated_by="auto-rollback")
+    fired, seen = events(Seen(), state)
+    assert [e.trigger for e in fired if e.trigger == "on-auto-rollback"] == ["on-auto-rollback"]
+    assert not [e for e in events(seen, state)[0] if e.trigger == "on-auto-rollback"]
+    state.operation.request = OperationRequest(rollback=True, initiated_by="dashboard")
+    assert not [e for e in events(Seen(), state)[0] if e.trigger == "on-auto-rollback"]

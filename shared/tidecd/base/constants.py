@@ -56,3 +56,5 @@ ARGO_GROUP: Final = "argoproj.io"
 ARGO_VERSION: Final = "argoproj.io/v1alpha1"
 
 HISTORY_LIMIT: Final = 10
+
+AUTO_ROLLBACK: Final = "auto-rollback"  # who started a rollback tidecd made by itself (`step.autorollback`; notify)

@@ -233,7 +233,8 @@ def slack_message(event: Event, app_url: str) -> dict[str, Any]:
 
 
 _STATUS_OF = {"on-sync-running": "pending", "on-sync-succeeded": "success", "on-deployed": "success",
-              "on-sync-failed": "failure", "on-health-degraded": "failure", "on-sync-status-unknown": "error"}
+              "on-sync-failed": "failure", "on-health-degraded": "failure", "on-sync-status-unknown": "error",
+              "on-auto-rollback": "failure"}
 
 
 def _github_service(ctx: Context, app: Application, event: Event, sub: Subscription) -> str:

@@ -7,6 +7,7 @@ reconcile:
     on-deployed             it Succeeded and the app is Healthy: once per revision (Argo CD's oncePer)
     on-health-degraded      health became Degraded (fires again only after it was something else)
     on-sync-status-unknown  sync status became Unknown (likewise)
+    on-auto-rollback        tidecd rolled the app back by itself (`step.autorollback`): once per rollback
 
 `tidecd.notify.deliver` delivers them; it is called by whoever ran the step, with the app's new state.
 """
@@ -19,11 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidecd.base.constants import AUTO_ROLLBACK
 from tidecd.base.model import HealthStatus, SyncStatus
 from tidecd.state.app import AppState, OperationPhase
 
 TRIGGERS = ("on-sync-running", "on-sync-succeeded", "on-sync-failed", "on-deployed", "on-health-degraded",
-            "on-sync-status-unknown")
+            "on-sync-status-unknown", "on-auto-rollback")
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ def events(seen: Seen, state: AppState, now: str = "") -> tuple[list[Event], See
 
     if op is not None and op.id and not op.request.dry_run:
         fire("on-sync-running", op.id)  # also when it finished within one step: it did run
+        if op.request.rollback and op.request.initiated_by == AUTO_ROLLBACK:
+            fire("on-auto-rollback", op.id)
         if op.phase is OperationPhase.SUCCEEDED:
             fire("on-sync-succeeded", op.id)
             if state.health is HealthStatus.HEALTHY:

@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 import structlog
 
 from tidecd.base.clock import SYSTEM, Clock
+from tidecd.base.errors import TidecdError
 from tidecd.base.model import ChangeSet
 from tidecd.clients.store import LEASE_TTL, LeaseKeeper, PreconditionFailed, acquire_lease
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
+from tidecd.step import autorollback
 from tidecd.step.quiet import live_digest
 from tidecd.step.record import HEALTH_RECHECK_AFTER
 from tidecd.step.stepping import Step, StepContext, touched
@@ -87,16 +89,32 @@ def step(ctx: StepContext) -> Outcome:
     work = Step(ctx)
     work.run()
     state, end = work.state, work.end
-    if end.quiet_hit:
+    state, continue_after = _auto_rollback(ctx, state, end.continue_after)
+    if end.quiet_hit and state is work.state:
         log.info("reconciled", app=ctx.name, reason=ctx.reason, sync=state.sync_status, health=state.health,
                  revision=state.revision[:12], unchanged=True)
-        return Outcome(ctx.name, state, unchanged=True)
+        return Outcome(ctx.name, state, unchanged=True, continue_after=continue_after)
     for entry in work.changes.changed():  # a line per object, starting with its ResourceKey text
         log.info(str(entry), app=ctx.name, action=entry.action.value, wave=entry.wave, phase=entry.phase)
     log.info("reconciled", app=ctx.name, reason=ctx.reason, sync=state.sync_status, health=state.health,
              revision=state.revision[:12], operation=state.operation.phase if state.operation else "",
-             continue_after=end.continue_after)
-    return Outcome(ctx.name, state, changes=work.changes, continue_after=end.continue_after,
+             continue_after=continue_after)
+    return Outcome(ctx.name, state, changes=work.changes, continue_after=continue_after,
                    refresh=touched(work), deployed=end.deployed)
+
+
+def _auto_rollback(ctx: StepContext, state: app_state.AppState,
+                   continue_after: float | None) -> tuple[app_state.AppState, float | None]:
+    """An app that opted in to automatic rollback (`step.autorollback`): its wait recorded, or its rollback
+    started, under the lease this step holds."""
+    if ctx.keeper is not None and ctx.keeper.lost:
+        return state, continue_after
+    try:
+        app = ctx.runtime.app(ctx.name)
+    except TidecdError:
+        return state, continue_after
+    if not app.annotation(autorollback.ANNOTATION):
+        return state, continue_after
+    return autorollback.after_step(ctx.runtime, app, state, continue_after, ctx.clock.now())
 
 

@@ -11,8 +11,9 @@ is refreshed too, since drift happens in the cluster, not in git, and a reconcil
 is cheap. Before both, any running operation whose next step is long overdue (`continuations/<app>`:
 nothing ran for twice its expected delay) is resumed.
 
-Last, each rollback waiting for its revert (`usecases.revert`) is checked: the restored tree on the branch
-lifts its hold, a closed pull request is recorded.
+Last, reverts (`usecases.revert`): an automatic rollback's revert is opened once its operation ended, and
+each rollback waiting for its revert is checked: the restored tree on the branch lifts its hold, a closed
+pull request is recorded.
 
 The tick is time-bound (a function has a deadline): it stops dispatching after `max_seconds` and reports
 what was left. New heads are saved after dispatching; a change-driven refresh that was cut off or could
@@ -79,7 +80,7 @@ class PollSummary:
     resumed: list[str] = field(default_factory=list)  # running operations whose continuation was lost
     expired: int = 0  # objects deleted by retention (local backend)
     appsets_changed: list[str] = field(default_factory=list)  # ApplicationSets whose generated apps changed
-    reverts: dict[str, str] = field(default_factory=dict)  # rollbacks' reverts settled: app → merged | closed
+    reverts: dict[str, str] = field(default_factory=dict)  # rollbacks' reverts: app → opened | merged | closed
 
 
 def _expire(runtime: Runtime, summary: PollSummary) -> None:

@@ -14,6 +14,9 @@ and pins the image updater (`images.state.pin`), but git still says the newer ve
     settle        the revert merged: the hold lifts by itself (automated sync back on, images unpinned; the
                   image references the revert took out of git stay refused by the updater) and the app is
                   refreshed. Closed unmerged: the record says so and the hold stays for a person.
+    open_automatic
+                  the revert of an automatic rollback (`step.autorollback`), opened by the poll once the
+                  rollback operation ended (the reconcile step never writes git)
     on_pull_request / check_all
                   how it is noticed: GitHub's `pull_request` closed webhook, or the poll finding the restored
                   tree on the branch (a merge, squash or rebase alike) or the pull request closed.
@@ -37,6 +40,7 @@ from tidecd.config.load import Application, redact_repo_url
 from tidecd.images import annotations as notes
 from tidecd.images import state as images_state
 from tidecd.state import app as app_state
+from tidecd.state import autorollback as autorollback_state
 from tidecd.state import revert as revert_state
 from tidecd.state.app import now_iso
 from tidecd.state.revert import CLOSED, MERGED, OPEN, PR, PUSH, Pull, Revert
@@ -161,7 +165,7 @@ def on_pull_request(payload: Mapping[str, Any], runtime: Runtime, dispatcher: Di
 def check_all(runtime: Runtime, dispatcher: Dispatcher,
               ls_remote: Callable[[str, Any], dict[str, str]] = git.ls_remote) -> dict[str, str]:
     """The poll's check of every open revert: {app: phase} of those that settled; problems are logged."""
-    settled: dict[str, str] = {}
+    settled = open_automatic(runtime)
     for record in revert_state.holding(runtime.store):
         try:
             verdict = _verdict(runtime, record, ls_remote)
@@ -172,6 +176,33 @@ def check_all(runtime: Runtime, dispatcher: Dispatcher,
         if done is not None and done.phase != OPEN:
             settled[record.app] = done.phase
     return settled
+
+
+def open_automatic(runtime: Runtime) -> dict[str, str]:
+    """The reverts automatic rollbacks ask for (`step.autorollback`: the step may not write git), once each
+    rollback operation has ended: {app: "opened"} for each opened; one try, its outcome recorded."""
+    opened: dict[str, str] = {}
+    for name in autorollback_state.apps(runtime.store):
+        record, generation = autorollback_state.load(runtime.store, name)
+        if not record.rolled_back or not record.revert or record.revert_outcome or not record.history_id:
+            continue
+        op = app_state.load(runtime.store, name)[0].operation
+        if op is not None and op.id == record.operation_id and op.running:
+            continue  # the rollback still runs: its end switches automated sync off, then the revert holds it
+        try:
+            open_revert(runtime, name, record.history_id, record.revert, reverted=record.rolled_back,
+                        by="auto-rollback")
+            outcome = "opened"
+            opened[name] = outcome
+        except TidecdError as exc:
+            log.warning("automatic rollback's revert not opened", app=name, error=str(exc))
+            outcome = str(exc)[:500]
+        try:
+            autorollback_state.save(runtime.store, dataclasses.replace(record, revert_outcome=outcome),
+                                    if_generation_match=generation)
+        except PreconditionFailed:
+            log.info("automatic rollback's record changed meanwhile", app=name)
+    return opened
 
 
 def _verdict(runtime: Runtime, record: Revert, ls_remote: Callable[[str, Any], dict[str, str]]) -> str:
