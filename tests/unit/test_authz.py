@@ -8,7 +8,9 @@ apps and nothing else, and a revoked token is refused on the next call.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import jwt
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
 from tests.unit.test_openapi import TOKEN, Session, configmap
 from tidecd.base.principal import Principal
+from tidecd.clients.secrets import generate_key, write_key_pair
 from tidecd.clients.store import MemoryStore
 from tidecd.config import rbac
 from tidecd.config.load import DEFAULT_PROJECT, AppProject, Config
@@ -102,3 +105,17 @@ def test_a_project_token_syncs_its_project_until_revoked(s: Session) -> None:
     assert [(e["subject"], e["action"], e["allowed"]) for e in entries["entries"] + rest] == [
         ("admin", "create-token", True), ("proj:team-a:ci", "get", False), ("proj:team-a:ci", "sync", True),
         ("proj:team-a:ci", "update", False), ("admin", "delete-token", True)]
+
+
+def test_the_signing_key_is_sealed_when_the_installation_has_sealing_keys(s: Session, tmp_path: Path) -> None:
+    (tmp_path / "keys").mkdir()
+    write_key_pair(generate_key(), tmp_path / "keys" / "tls.key", tmp_path / "keys" / "tls.crt")
+    s.runtime.settings.sealing_keys = str(tmp_path / "keys")
+    token = s.call("POST", "/api/v1/projects/team-a/roles/ci/token", {}).body["token"]
+    stored = s.runtime.store.read(tokens.KEY)
+    assert stored is not None and set(json.loads(stored.data)) == {"sealed"}
+    tokens._OPENED.clear()  # a cold instance opens it with the sealing key
+    assert s.call("GET", "/api/v1/apps", token=token).status == 200
+    tokens._OPENED.clear()
+    s.runtime.settings.sealing_keys = ""  # the key cannot be opened: every token is refused, nothing crashes
+    assert s.call("GET", "/api/v1/apps", token=token).status == 401

@@ -319,6 +319,23 @@ def hybrid_decrypt(private_keys: list[RSAPrivateKey], ciphertext: bytes, label: 
     raise _NoKeyOpens()
 
 
+def seal_bytes(private_keys: list[bytes], plaintext: bytes, label: bytes) -> bytes:
+    """`plaintext` encrypted for the first sealing key (kubeseal's hybrid scheme): only a holder of that key
+    opens it. For tidecd's own small secrets kept in the store, such as the project token signing key."""
+    return hybrid_encrypt(_load_private_key(private_keys[0], "sealing key 1").public_key(), plaintext, label)
+
+
+def open_bytes(private_keys: list[bytes], ciphertext: bytes, label: bytes, what: str) -> bytes:
+    """The plaintext of `seal_bytes`, opened by any of the sealing keys; SecretError naming `what` else."""
+    keys = [_load_private_key(pem, f"sealing key {i}") for i, pem in enumerate(private_keys, 1)]
+    try:
+        return hybrid_decrypt(keys, ciphertext, label)
+    except _NoKeyOpens:
+        raise SecretError(f"{what}: none of the sealing keys opens it (sealed for a key no longer held)") from None
+    except _Damaged:
+        raise SecretError(f"{what}: damaged (it does not authenticate)") from None
+
+
 def _oaep(label: bytes) -> OAEP:
     # lazy: cold start (cryptography only when sealing or unsealing)
     from cryptography.hazmat.primitives import hashes

@@ -7,29 +7,38 @@ Argo CD's `jwtTokens`: id, iat, exp), and a token is accepted only while its id 
 removes it, and the next call with that token is refused.
 
 Signed HS256 with PyJWT (no JOSE of our own) under a key kept in the store (`rbac/token-key`): 32 random
-bytes, created once, create-only, so concurrent first calls agree; it never leaves the store. The token
-itself is shown once, to the caller who created it, and never logged or recorded.
+bytes, created once, create-only, so concurrent first calls agree, and sealed for the installation's
+sealing key (kubeseal's hybrid encryption) when it has one, so reading the bucket is not enough to forge
+a token; without sealing keys it is stored as it is. The token itself is shown once, to the caller who
+created it, and never logged or recorded.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import secrets
 import time
 import uuid
 from typing import Any
 
 import jwt
+import structlog
 
-from tidecd.base.errors import NotFound, PermanentError
+from tidecd.base.errors import NotFound, PermanentError, SecretError
 from tidecd.base.principal import Principal
+from tidecd.clients.secrets import open_bytes, seal_bytes
 from tidecd.clients.store import PreconditionFailed, read_json, update_json
 from tidecd.config.load import AppProject
 from tidecd.runtime import Runtime
 
 KEY = "rbac/token-key"
+LABEL = b"tidecd-project-token-key"  # the sealing label: this ciphertext opens as nothing else
+_OPENED: dict[bytes, bytes] = {}  # the stored record → its key, opened once per warm instance
 ISSUER = "tidecd"
 ALGORITHM = "HS256"
+log = structlog.get_logger("tidecd.usecases.tokens")
 MAX_TOKENS = 200  # per role: Argo CD keeps them all in the AppProject; a bound keeps the record small
 
 
@@ -38,14 +47,31 @@ def _records(project: str, role: str) -> str:
 
 
 def _key(runtime: Runtime) -> bytes:
+    """The signing key: created once (create-only, so concurrent first calls agree), sealed for the
+    installation's sealing key when it has one (the store then never holds it in the clear)."""
+    keys = runtime.private_keys()
     blob = runtime.store.read(KEY)
     if blob is None:
+        fresh = secrets.token_bytes(32)
+        record = {"sealed": base64.b64encode(seal_bytes(keys, fresh, LABEL)).decode()} if keys else \
+            {"plain": fresh.hex()}
         with contextlib.suppress(PreconditionFailed):  # another call created it first: use theirs
-            runtime.store.write(KEY, secrets.token_hex(32).encode(), if_generation_match=0)
+            runtime.store.write(KEY, json.dumps(record).encode(), if_generation_match=0)
         blob = runtime.store.read(KEY)
         if blob is None:
             raise PermanentError(f"the token signing key {KEY} could not be created in the store")
-    return bytes.fromhex(blob.data.decode())
+    opened = _OPENED.get(blob.data)
+    if opened is None:
+        record = json.loads(blob.data)
+        if "sealed" in record:
+            if not keys:
+                raise SecretError(f"{KEY} is sealed, and this installation has no sealing keys (TIDECD_SEALING_KEYS)")
+            opened = open_bytes(keys, base64.b64decode(record["sealed"]), LABEL, KEY)
+        else:
+            opened = bytes.fromhex(record["plain"])
+        _OPENED.clear()  # one installation per process: keep only the current key
+        _OPENED[blob.data] = opened
+    return opened
 
 
 def _role(runtime: Runtime, project: str, role: str) -> AppProject:
@@ -107,7 +133,12 @@ def verify(runtime: Runtime, token: str) -> Principal | None:
     if len(token) > 4096:
         return None
     try:
-        claims = jwt.decode(token, _key(runtime), algorithms=[ALGORITHM], issuer=ISSUER,
+        key = _key(runtime)
+    except SecretError as exc:  # no token can be checked: each is refused, and the log says why
+        log.error("project tokens cannot be checked", error=str(exc))
+        return None
+    try:
+        claims = jwt.decode(token, key, algorithms=[ALGORITHM], issuer=ISSUER,
                             options={"require": ["sub", "iat", "jti", "iss"]})
     except jwt.PyJWTError:
         return None
