@@ -36,7 +36,7 @@ from tidecd.state import autorollback as autorollback_state
 from tidecd.state import revert as revert_state
 from tidecd.step import autorollback
 from tidecd.triggers.dispatch import Refresh, dispatcher_for
-from tidecd.usecases import api, poll, webhook
+from tidecd.usecases import api, poll, revert, webhook
 from tidecd.usecases.commands import SyncRequest
 from tidecd_dev.devcluster import READY_AFTER, DevCluster
 from tidecd_dev.imageregistry import Registry, push_image
@@ -320,3 +320,35 @@ def test_an_app_degraded_past_its_window_rolls_back_by_itself_once_and_says_so(
     notified = json.loads(octo.store.read(f"notifications/{app}.json").data)  # type: ignore[union-attr]
     assert notified["seen"]["fired"]["on-auto-rollback"] == state.operation.id
     assert time.monotonic() - started < 150
+
+
+def test_an_app_that_allows_it_gets_the_revert_pushed_and_the_poll_lifts_the_hold(
+        octo: GitOps, image_registry: Registry, sealing: tuple[KeyPair, Path],
+        github_repos: GitHubReposStandIn) -> None:
+    image = f"{image_registry.host}/{octo.namespace}/web"
+    rt = runtime(octo, sealing[1], github_repos)
+    push_image(f"{image}:1.0.0")
+    kustomize_app(octo, f"{image}:1.0.0")
+    app = octo.application("web", automated={"prune": True}, annotations={
+        LIST: f"web={image}:1.x", PREFIX + "write-back-method": "git", revert.ALLOW_PUSH: "allow"})
+    octo.reconcile("web", runtime=rt)
+    push_image(f"{image}:1.1.0")
+    written = tick(rt)[app].commit
+    wait_images(octo, f"{image}:1.1.0")
+    eventually(lambda: octo.state("web").revision == written and not (
+        (op := octo.state("web").operation) is not None and op.running), what="the write-back deployed")
+    first = app_state.load(octo.store, app)[0].history[0]
+
+    answer = api.handle("POST", f"/api/v1/apps/{app}/rollback", AUTH,
+                        json.dumps({"id": first.id, "revert": "push"}).encode(), rt)
+    assert answer.status == 202 and answer.body["revert"]["mode"] == "push", answer.body
+    commit = answer.body["revert"]["commit"]
+    assert remote_head(octo) == commit and github_repos.calls_to("pulls/create") == []  # on main itself
+    rolled_back(octo, image)
+
+    summary = poll.poll(rt, dispatcher_for(rt), jitter_seconds=0)
+    assert summary.reverts == {app: "merged"}, summary
+    eventually(lambda: octo.state("web").revision == commit and str(octo.state("web").sync_status) == "Synced",
+               what="automated sync took the pushed revert")
+    assert running_image(octo) == f"{image}:1.0.0" and not octo.state("web").automation.disabled
+    assert tick(rt)[app].status == "unchanged"  # 1.1.0 is refused now, and nothing newer exists
