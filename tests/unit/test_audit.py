@@ -194,6 +194,35 @@ def test_a_drift_is_refreshed_restored_and_named_with_who_did_it() -> None:
     assert {e.trigger: e.cause for e in fired}["on-sync-succeeded"] == said + "; restored"
 
 
+def test_the_restored_drift_stops_showing_after_its_hour_also_on_the_no_op_fast_path() -> None:
+    """The quiet path keeps the last comparison's conditions; the drift's must still end with its hour."""
+    cluster, store, runtime = synced(self_heal=True)
+    scale_by_hand(cluster, 5)
+    audit.handle(AUTH, batch(event(subresource="scale")), runtime, Recorder())
+    clock = FakeClock()
+    reconcile(runtime, "app", clock=clock)  # the repair
+    cluster.ready(DEPLOY)  # rolled out: the app settles Healthy, so a no-op may take the fast path
+    reconcile(runtime, "app", clock=clock)  # a full comparison of the repaired objects: the quiet record
+    state, _ = app_state.load(store, "app")
+    assert state.automation.drift is not None and state.automation.drift.restored
+    assert [c["type"] for c in state.conditions].count("DriftDetected") == 1
+
+    clock.advance(1800)
+    reconcile(runtime, "app", clock=clock)
+    state, _ = app_state.load(store, "app")
+    assert [c["type"] for c in state.conditions].count("DriftDetected") == 1  # within its hour: still named
+    clock.advance(1801 + 20)
+    _, before = app_state.load(store, "app")
+    outcome = reconcile(runtime, "app", clock=clock)
+    state, after = app_state.load(store, "app")
+    assert outcome.unchanged, "the no-op fast path was not taken: this test would not test it"
+    assert "DriftDetected" not in [c["type"] for c in state.conditions], state.conditions
+    assert state.sync_status is SyncStatus.SYNCED and state.automation.drift is not None  # the record stays
+    assert after > before
+    reconcile(runtime, "app", clock=clock)  # and then a no-op writes nothing again
+    assert app_state.load(store, "app")[1] == after
+
+
 def test_without_self_heal_the_app_reads_out_of_sync_at_once_naming_who() -> None:
     cluster, store, runtime = synced(self_heal=False)
     scale_by_hand(cluster, 4)

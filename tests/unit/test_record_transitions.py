@@ -109,6 +109,10 @@ TRANSITIONS: dict[str, Callable[[AppState], object]] = {
     "indexed": lambda s: record.indexed(s, "digest"),
     "drift_kept": lambda s: record.drift_kept(dataclasses.replace(s, automation=dataclasses.replace(
         s.automation, drift=DriftCause(WEB, "alice", restored=NOW))), 1767323045.0),
+    "drift_expired": lambda s: record.drift_expired(dataclasses.replace(
+        s, automation=dataclasses.replace(s.automation, drift=DriftCause(WEB, "alice", restored=NOW)),
+        conditions=[*s.conditions, {"type": record.DRIFT_CONDITION, "message": "restored", "at": NOW}]),
+        1767323045.0 + record.DRIFT_WINDOW + 1),
 }
 
 

@@ -135,6 +135,20 @@ def drift_kept(state: AppState, now: float) -> AppState:
                                                           "message": message}])
 
 
+def drift_expired(state: AppState, now: float) -> AppState:
+    """The no-op fast path keeps the last comparison's conditions as they were, so it drops the drift's
+    condition itself once a full comparison would no longer name it: `DRIFT_WINDOW` after the repair (or,
+    unrepaired, after the audited write), as `drift_kept` and `attributed` do."""
+    drift = state.automation.drift
+    if drift is None:
+        return state
+    since = unix(drift.restored) if drift.restored else unix(drift.at)
+    if now - since <= DRIFT_WINDOW:
+        return state
+    kept = [c for c in state.conditions if c["type"] != DRIFT_CONDITION]
+    return state if len(kept) == len(state.conditions) else replace(state, conditions=kept)
+
+
 def healing(state: AppState) -> AppState:
     """An automated operation that starts while a drift is attributed and not restored repairs it: it
     carries the drift's description into its history entry and notifications."""

@@ -89,7 +89,8 @@ class End:
     continue_after: float | None = None
     settled: bool = False  # the last decision was "nothing to do", with nothing scheduled
     observed: bool = False  # the observe stage ran to its end (no error)
-    quiet_hit: bool = False  # answered by the fast path: nothing is recompared, nothing is written
+    quiet_hit: bool = False  # answered by the fast path: nothing is recompared, nothing is written ...
+    quiet_expired: bool = False  # ... but the drift's condition, whose hour ended (`record.drift_expired`)
     deployed: str = ""  # the operation this step ended (not a dry run)
 
 
@@ -315,6 +316,8 @@ class Step:
                 self.state = record.not_retryable(self.state)
                 self.finish(OperationPhase.FAILED, str(exc))
         if self.end.quiet_hit:
+            if self.end.quiet_expired:
+                self.save()  # the state as loaded less that condition (`reconciled_at` and the quiet record kept)
             return
         at = self.ctx.iso()
         self.end.continue_after = record.follow_health(self.state, self.end.continue_after, self.ctx.clock.now())
@@ -348,6 +351,9 @@ class Step:
         self.eye.notes = record.Notes(desired.warnings, tuple(desired.excluded))
         if self.eye.quiet_path():
             self.end.quiet_hit = True
+            quiet = self.state
+            self.state = record.drift_expired(quiet, self.ctx.clock.now())  # its hour may end in a no-op
+            self.end.quiet_expired = self.state is not quiet
             return
         self.eye.target = self.eye.target.planned(self.eye.naming())
         self.advance(self.observed_facts())
