@@ -303,6 +303,10 @@ def test_an_app_degraded_past_its_window_rolls_back_by_itself_once_and_says_so(
     record, _ = revert_state.load(octo.store, app)
     assert record is not None and record.phase == "open" and record.reverted == bad and record.revision == good
     assert len(github_repos.calls_to("pulls/create")) == 1
+    got = api.handle("GET", f"/api/v1/apps/{app}", AUTH, b"", rt).body
+    assert got["autoRollback"]["revision"] == bad and got["autoRollback"]["revert"] == "opened"
+    assert got["revert"]["message"].startswith("rolled back, waiting for the revert to merge: https://github.com/")
+    assert f"Rolled back automatically: {bad[:12]} → {good[:12]}" in cli_get(octo, app)
 
     # never twice for one revision: a person syncs the bad revision again, it degrades again, and stays
     octo.reconcile("web", SyncRequest(), runtime=rt)

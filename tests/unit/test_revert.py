@@ -8,20 +8,25 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from dulwich.objects import Blob, Commit, ObjectID, Tree
 from dulwich.repo import MemoryRepo
 
 from tidecd.base.model import HealthStatus, ResourceKey
 from tidecd.clients.registry import parse_image
-from tidecd.clients.store import LocalStore
+from tidecd.clients.store import LocalStore, MemoryStore
 from tidecd.images import state as images_state
 from tidecd.images import writeback
 from tidecd.notify.events import Seen, events
+from tidecd.runtime import Runtime, Settings
+from tidecd.state import app as app_state
+from tidecd.state import autorollback as autorollback_state
 from tidecd.state import revert as revert_state
 from tidecd.state.app import AppState, HistoryEntry, Operation, OperationPhase, OperationRequest, TaskPhase, TaskResult
 from tidecd.state.autorollback import AutoRollback
 from tidecd.state.revert import Pull, Revert
 from tidecd.step import autorollback
+from tidecd.usecases import api
 from tidecd.usecases.images import refused_versions
 
 RECORD = Revert(app="web", mode="pr", phase="open", repo="https://git.example/octo/web.git", base="main",
@@ -180,3 +185,33 @@ def test_an_automatic_rollback_is_notified_once_and_a_persons_is_not() -> None:
     assert not [e for e in events(seen, state)[0] if e.trigger == "on-auto-rollback"]
     state.operation.request = OperationRequest(rollback=True, initiated_by="dashboard")
     assert not [e for e in events(Seen(), state)[0] if e.trigger == "on-auto-rollback"]
+
+
+def _api_runtime(tmp_path: Path, annotation: str) -> Runtime:
+    (tmp_path / "app.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": "web", "annotations": {autorollback.ANNOTATION: annotation}},
+        "spec": {"project": "default", "source": {"repoURL": "https://example.com/r.git", "path": "."},
+                 "destination": {"name": "in-cluster", "namespace": "web"}}}))
+    store = MemoryStore()
+    app_state.save(store, AppState(app="web", revision="a" * 40))
+    return Runtime(settings=Settings(config=str(tmp_path), api_token="t"), store=store)
+
+
+def test_app_get_names_an_unreadable_auto_rollback_annotation_and_shows_the_last_automatic_rollback(
+        tmp_path: Path) -> None:
+    rt = _api_runtime(tmp_path, "on-degraded=soon")
+    got = api.handle("GET", "/api/v1/apps/web", {"Authorization": "Bearer t"}, b"", rt).body
+    assert {"type": "AutoRollbackError", "message": "annotation tidecd.io/auto-rollback: on-degraded='soon': "
+            'expected a duration such as "10m" (at most 168h)'} in got["conditions"]
+    assert "autoRollback" not in got
+
+    rt = _api_runtime(tmp_path, "on-degraded=5m")
+    autorollback_state.save(rt.store, AutoRollback("web", rolled_back="b" * 40, to_revision="a" * 40, at="t0",
+                                                   reason="Degraded for 300s (window 300s)", revert="pr",
+                                                   operation_id="op2"), if_generation_match=0)
+    got = api.handle("GET", "/api/v1/apps/web", {"Authorization": "Bearer t"}, b"", rt).body
+    assert got["autoRollback"] == {"revision": "b" * 40, "to": "a" * 40, "at": "t0", "operationId": "op2",
+                                   "reason": "Degraded for 300s (window 300s)",
+                                   "revert": "waiting for the rollback to end"}
+    assert not [c for c in got.get("conditions", []) if c["type"] == "AutoRollbackError"]

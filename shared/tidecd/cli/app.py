@@ -178,6 +178,10 @@ def get(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPU
                 wave = op.get("wave")
                 typer.echo(f"Wave:       {wave if wave is not None else '-'}")
                 typer.echo(f"Waiting:    {op.get('step') or '-'}")
+        if b.get("autoRollback"):
+            auto = b["autoRollback"]
+            typer.echo(f"Rolled back automatically: {auto['revision'][:12]} → {auto['to'][:12]} at {auto['at']} "
+                       f"({auto['reason']}); revert: {auto['revert']}")
         if b.get("revert"):
             typer.echo(f"Revert:     {b['revert']['message']}")
         images = b.get("images") or {}

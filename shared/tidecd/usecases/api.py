@@ -42,6 +42,7 @@ from tidecd.usecases.commands import (
     start_operation,
     terminate_operation,
 )
+from tidecd.usecases.revert import automatic as automatic_rollback
 from tidecd.usecases.revert import summary as revert_summary
 
 if TYPE_CHECKING:
@@ -238,6 +239,12 @@ def get_app(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, 
     reverting = revert_summary(runtime, name)
     if reverting:
         body["revert"] = reverting
+    if name in runtime.config().applications:
+        done, problem = automatic_rollback(runtime, runtime.config().applications[name])
+        if done:
+            body["autoRollback"] = done
+        if problem:
+            body["conditions"] = [*body.get("conditions", []), {"type": "AutoRollbackError", "message": problem}]
     held = images_state.summary(runtime.store, name)
     if held:
         body["images"] = held

@@ -144,6 +144,28 @@ def summary(runtime: Runtime, name: str) -> dict[str, Any]:
     return record.summary() if record is not None else {}
 
 
+def automatic(runtime: Runtime, app: Application) -> tuple[dict[str, Any], str]:
+    """For `app get`: the app's last automatic rollback ({} when none), and why its annotation cannot be
+    read ("" when it can, or when there is none)."""
+    # lazy: cold start (the step's auto-rollback rule: only an app that carries the annotation)
+    from tidecd.step import autorollback
+
+    text = app.annotation(autorollback.ANNOTATION)
+    if not text:
+        return {}, ""
+    try:
+        autorollback.parse(text)
+        problem = ""
+    except ValueError as exc:
+        problem = str(exc)
+    record, _ = autorollback_state.load(runtime.store, app.name)
+    if not record.rolled_back:
+        return {}, problem
+    return {"revision": record.rolled_back, "to": record.to_revision, "at": record.at, "reason": record.reason,
+            "operationId": record.operation_id, "revert": record.revert_outcome or (
+                "waiting for the rollback to end" if record.revert else "none")}, problem
+
+
 # --- noticing the merge ------------------------------------------------------------------------------------
 
 
