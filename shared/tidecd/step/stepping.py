@@ -303,7 +303,7 @@ class Step:
                 # before its first write or after repeated failures, the operation fails (an automated one
                 # is retried with its backoff); mid-way, a passing blip only postpones the next step.
                 if unreachable(exc):
-                    self.wait_out(exc)
+                    wait_out(self, exc)
                 elif not op.progress.checked or op.retry.step_errors >= MAX_STEP_ERRORS:
                     self.finish(OperationPhase.FAILED, str(exc))
                 else:
@@ -538,29 +538,6 @@ class Step:
         log.info("sync finished", app=self.ctx.name, operation=op.id, phase=op.phase, message=op.message,
                  automated=op.request.automated)
 
-    def wait_out(self, exc: TemporaryError) -> None:
-        """The API server did not answer: the operation keeps what it did and its next step comes as a
-        continuation after the retry policy's backoff (no step sleeps through an outage); with its retries
-        spent it fails, saying what happened."""
-        op = self.state.operation
-        assert op is not None
-        policy = policy_of(self.app) if self.app is not None else decision.Policy()
-        now = self.ctx.clock.now()
-        if op.retry.outage_since and now < op.retry.next_attempt_at:
-            # triggered before the attempt is due (a refresh, a webhook, the poll): it spends no retry
-            self.end.continue_after = op.retry.next_attempt_at - now
-            return
-        delay = decision.outage_delay(op, policy)
-        if delay is None:
-            self.finish(OperationPhase.FAILED, record.gave_up(op, str(exc), now, policy))
-            return
-        if isinstance(exc, ApiTooManyRequests):
-            delay = max(delay, exc.delay)  # the server's Retry-After
-        self.state = record.unreachable(self.state, str(exc), now, delay, policy)
-        self.end.continue_after = delay
-        log.warning("API server unreachable: the operation waits", app=self.ctx.name, operation=op.id,
-                    retry=op.retry.count + 1, limit=policy.outage_retries, next_in=delay)
-
     def problem(self, kind: str, message: str, *, unknown: bool = True) -> None:
         self.state = record.condition(self.state, kind, message, self.ctx.iso(), unknown=unknown)
         log.warning("reconcile problem", app=self.ctx.name, condition=kind, message=message)
@@ -571,6 +548,30 @@ class Step:
         settled = not (op is not None and op.running) and state.health is not HealthStatus.PROGRESSING
         self.saved = record.save(self.ctx.runtime.store, state, self.saved,
                                  settled=settled and self.end.continue_after is None)
+
+
+def wait_out(step: Step, exc: TemporaryError) -> None:
+    """The API server did not answer: the operation keeps what it did and its next step comes as a
+    continuation after the retry policy's backoff (no step sleeps through an outage); with its retries
+    spent it fails, saying what happened."""
+    op = step.state.operation
+    assert op is not None
+    policy = policy_of(step.app) if step.app is not None else decision.Policy()
+    now = step.ctx.clock.now()
+    if op.retry.outage_since and now < op.retry.next_attempt_at:
+        # triggered before the attempt is due (a refresh, a webhook, the poll): it spends no retry
+        step.end.continue_after = op.retry.next_attempt_at - now
+        return
+    delay = decision.outage_delay(op, policy)
+    if delay is None:
+        step.finish(OperationPhase.FAILED, record.gave_up(op, str(exc), now, policy))
+        return
+    if isinstance(exc, ApiTooManyRequests):
+        delay = max(delay, exc.delay)  # the server's Retry-After
+    step.state = record.unreachable(step.state, str(exc), now, delay, policy)
+    step.end.continue_after = delay
+    log.warning("API server unreachable: the operation waits", app=step.ctx.name, operation=op.id,
+                retry=op.retry.count + 1, limit=policy.outage_retries, next_in=delay)
 
 
 def keep_index(step: Step) -> None:
