@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -26,7 +27,7 @@ from tidecd.state.app import AppState, HistoryEntry, Operation, OperationPhase, 
 from tidecd.state.autorollback import AutoRollback
 from tidecd.state.revert import Pull, Revert
 from tidecd.step import autorollback
-from tidecd.usecases import api
+from tidecd.usecases import api, revert
 from tidecd.usecases.images import refused_versions
 
 RECORD = Revert(app="web", mode="pr", phase="open", repo="https://git.example/octo/web.git", base="main",
@@ -215,3 +216,27 @@ def test_app_get_names_an_unreadable_auto_rollback_annotation_and_shows_the_last
                                    "reason": "Degraded for 300s (window 300s)",
                                    "revert": "waiting for the rollback to end"}
     assert not [c for c in got.get("conditions", []) if c["type"] == "AutoRollbackError"]
+
+
+def test_a_closed_pull_request_settles_only_its_own_revert(tmp_path: Path) -> None:
+    rt = _api_runtime(tmp_path, "on-degraded=5m")
+    revert_state.save(rt.store, RECORD, if_generation_match=0)
+    closed = {"action": "closed", "pull_request": {"number": 7, "merged": False},
+              "repository": {"full_name": "octo/web"}}
+    no_dispatch = _NoDispatch()
+    for other in ({**closed, "action": "edited"}, {**closed, "repository": {"full_name": "octo/other"}},
+                  {**closed, "pull_request": {"number": 8, "merged": False}}):
+        assert revert.on_pull_request(other, rt, no_dispatch) == {}
+    assert revert_state.load(rt.store, "web")[0] == RECORD
+    assert revert.on_pull_request(closed, rt, no_dispatch) == {"web": "closed"}
+    record = revert_state.load(rt.store, "web")[0]
+    assert record is not None and record.phase == "closed" and record.settled_at and record.holding
+    assert revert.on_pull_request(closed, rt, no_dispatch) == {}  # a redelivery changes nothing
+
+
+class _NoDispatch:
+    def dispatch(self, refreshes: Any) -> dict[str, str]:
+        raise AssertionError("a closed revert refreshes nothing")
+
+    def schedule(self, app: str, delay: float, reason: str) -> None:
+        raise AssertionError("a closed revert schedules nothing")
