@@ -68,11 +68,13 @@ def test_stale_generation_upload_is_http_412(gcs_store: GcsStore, fake_gcs: Fake
 
 def test_objects_live_under_the_prefix(gcs_store: GcsStore, fake_gcs: FakeGcs) -> None:
     other = GcsStore(gcs_store.bucket, "elsewhere")
-    gcs_store.write("leases/app", b"x")
-    other.write("leases/app", b"y")
+    mine = gcs_store.write("leases/app", b"x")
+    theirs = other.write("leases/app", b"y")
     assert sorted(_objects(fake_gcs, gcs_store.bucket)) == sorted([f"{PREFIX}/leases/app", "elsewhere/leases/app"])
     assert gcs_store.list("") == ["leases/app"]
     assert other.list("leases/") == ["leases/app"]
+    # a live page's poll: names and generations from one listing, no body read
+    assert gcs_store.generations("leases/") == {"leases/app": mine} and other.generations("") == {"leases/app": theirs}
 
 
 def test_large_object_roundtrip(gcs_store: GcsStore) -> None:

@@ -233,6 +233,11 @@ class LocalStore:
             keys.extend("/".join((*rel, name)) for name in filenames)
         return sorted(k for k in keys if k.startswith(prefix))
 
+    def generations(self, prefix: str) -> dict[str, int]:
+        """Each object's generation from its header line alone, never its body."""
+        found = {key: _local_generation(self._path(key)) for key in self.list(prefix)}
+        return {key: generation for key, generation in found.items() if generation}
+
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key))
 
@@ -388,12 +393,15 @@ class GcsStore:
                 _check_generation(key, 0, if_generation_match)
 
     def list(self, prefix: str) -> list[str]:
-        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
-        strip = len(self.prefix) + 1 if self.prefix else 0
+        return sorted(self.generations(prefix))
+
+    def generations(self, prefix: str) -> dict[str, int]:
+        """One listing of names and generations only (no body, no other metadata)."""
+        full, strip = (f"{self.prefix}/{prefix}", len(self.prefix) + 1) if self.prefix else (prefix, 0)
         with self._call(prefix + "*") as opts:
-            names = [b.name for b in self._client_now().list_blobs(self.bucket, prefix=full, timeout=opts.timeout,
-                                                                    retry=opts.retry)]
-        return sorted(name[strip:] for name in names)
+            return {b.name[strip:]: int(b.generation) for b in self._client_now().list_blobs(
+                self.bucket, prefix=full, fields="items(name,generation),nextPageToken", timeout=opts.timeout,
+                retry=opts.retry)}
 
     def _blob(self, key: str) -> storage.Blob:
         check_key(key)

@@ -3,6 +3,7 @@
     GET  /ui/                       apps: counts, filters, search, pages of 50
     GET  /ui/apps/NAME              one app: header, live operation, resource tree with diffs, history
     GET  /ui/apps/NAME/live         the operation panel alone (htmx polls it every 2 s while one runs)
+    GET  /ui/version, /ui/apps/NAME/version   live pages: 204 while unchanged, else the page (`watch`)
     POST /ui/apps/NAME/{refresh,sync,terminate,rollback}    actions (admin role, CSRF, same origin)
     GET  /ui/projects, /ui/clusters read-only lists with their rules and the apps using each
     GET/POST /ui/login, POST /ui/logout   a token, or a local account's password (argocd-cm accounts)
@@ -236,10 +237,13 @@ def _visible(ctx: Context) -> Config:
 @route("GET", "/")
 def apps(ctx: Context) -> Page:
     config = _visible(ctx)
+    watching = watch.watch_url("/ui/version", watch.version_of(ctx.runtime.store, config.applications),
+                               ctx.request.query)
     summaries = views.load_summaries(ctx.runtime.store, sorted(config.applications))
     page = views.apps_page(views.app_rows(config, summaries), ctx.request.query)
     page = replace(page, rows=views.with_commits(ctx.runtime.store, config, page.rows))
-    return render("apps.html", ctx, active="apps", page=page, statuses=(views.SYNC_STATUSES, views.HEALTH_STATUSES))
+    return render("apps.html", ctx, active="apps", page=page, statuses=(views.SYNC_STATUSES, views.HEALTH_STATUSES),
+                  watch=watching)
 
 
 def _app_context(ctx: Context) -> dict[str, Any]:
@@ -258,6 +262,7 @@ def _app_context(ctx: Context) -> dict[str, Any]:
 
 @route("GET", f"/apps/{_NAME}")
 def app_page(ctx: Context) -> Page:
+    watching = watch.app_watch(ctx)  # before the reads: a change recorded meanwhile moves the version again
     values = _app_context(ctx)
     lister = None
     problem = ""
@@ -274,7 +279,7 @@ def app_page(ctx: Context) -> Page:
                 items = diffview.lines(node.diff, secret=node.key.kind == "Secret")
                 diffs[node.anchor] = diffview.side_by_side(items) if split else items
     return render("app.html", ctx, active="apps", tree=resource_tree, diffs=diffs, split=split,
-                  tree_problem=problem or resource_tree.problem, **values)
+                  tree_problem=problem or resource_tree.problem, watch=watching, **values)
 
 
 @route("GET", f"/apps/{_NAME}/live")
@@ -338,5 +343,12 @@ def clusters(ctx: Context) -> Page:
 
 
 # the page helpers the single sign-on routes share, under public names
-error_page, safe_next, redirect, secured = _error_page, _next, _redirect, _secured
-from tidecd.ui import sso  # noqa: E402 - registers the single sign-on routes, which use the helpers above
+error_page, safe_next, redirect, secured, who = _error_page, _next, _redirect, _secured, _who
+
+
+def visible_names(ctx: Context) -> list[str]:
+    """The apps this caller may see (the apps list's rows before its filters)."""
+    return sorted(_visible(ctx).applications)
+
+
+from tidecd.ui import sso, watch  # noqa: E402 - their routes (sign-on, live pages) use the helpers above
