@@ -21,6 +21,7 @@ import requests
 from tests.support.apps import GitOps, configmap, deployment
 from tests.support.cluster import CONTROL_PLANE_TOOLS, ensure_tools, release_argocd_finalizers
 from tests.support.functions import Functions
+from tidecd.base.model import SyncStatus
 from tidecd.clients.cluster import KubeCluster
 from tidecd_dev.devcluster import USER, DevCluster, free_port
 
@@ -119,6 +120,35 @@ def test_alices_scale_of_a_self_healed_deployment_is_restored_in_seconds_and_nam
     settled = len(log_events(functions, "reconciled", app))
     time.sleep(QUIET_FOR)
     assert len(log_events(functions, "reconciled", app)) == settled, "reconciles go on with no change"
+
+
+def test_without_self_heal_the_app_goes_out_of_sync_at_once_and_nothing_syncs(
+        setup: tuple[GitOps, Functions]) -> None:
+    """Argo CD's automated sync without `selfHeal` does not undo a live change of the revision it synced:
+    the event makes the app read OutOfSync (naming alice) within seconds, and no operation follows."""
+    gitops, functions = setup
+    gitops.push({"app/web.yaml": deployment("web", replicas=1)})
+    app = gitops.application(automated={"prune": True})
+    gitops.settle()
+    before = gitops.state()
+    assert before.sync_status is SyncStatus.SYNCED and before.operation is not None
+
+    as_alice(gitops, "scale", "deployment/web", "--replicas=4")
+    took = wait_for("OutOfSync", lambda: gitops.state().sync_status is SyncStatus.OUT_OF_SYNC, REPAIR_WITHIN)
+
+    state = gitops.state()
+    drift = state.automation.drift
+    assert drift is not None and drift.user == USER and not drift.restored, drift
+    (condition,) = [c for c in state.conditions if c["type"] == "DriftDetected"]
+    assert condition["message"] == drift.describe(), condition  # no "; restored"
+    print(f"\nalice's scale read OutOfSync {took:.1f} s after kubectl returned: {drift.describe()}")
+    time.sleep(QUIET_FOR)  # a sync, had one been started, would have run by now
+    after = gitops.state()
+    assert after.sync_status is SyncStatus.OUT_OF_SYNC
+    assert after.operation is not None and after.operation.id == before.operation.id  # no new operation
+    assert len(after.history) == len(before.history)
+    assert (gitops.live("Deployment", "web", "apps") or {}).get("spec", {}).get("replicas") == 4  # not undone
+    assert log_events(functions, "automated sync", app) == []
 
 
 def test_a_change_to_an_object_no_app_manages_causes_no_reconcile(setup: tuple[GitOps, Functions]) -> None:
