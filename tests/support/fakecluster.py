@@ -42,6 +42,8 @@ class FakeCluster:
         self.away = False  # the API server does not answer: every call raises ClusterUnavailable
         self._rv = 0
         self._lock = threading.RLock()
+        self.event_items: builtins.list[Manifest] = []  # what `events` answers
+        self.pod_logs: dict[tuple[str, str, str], str] = {}  # (namespace, pod, container) → `pod_log`'s text
 
     # -- the Cluster protocol --------------------------------------------------------------------------
 
@@ -157,6 +159,22 @@ class FakeCluster:
             obj = copy.deepcopy(obj)
             obj["metadata"].update({"uid": f"uid-{self._rv}", "resourceVersion": str(self._rv), "generation": 1})
             self.objects[ResourceKey.of(obj)] = obj
+
+    def events(self, key: ResourceKey, uid: str = "", *, limit: int = 200) -> builtins.list[Manifest]:
+        """The Events a test recorded (`event_items`) whose involvedObject is `key` (and `uid`)."""
+        self._answer()
+        return [copy.deepcopy(e) for e in self.event_items
+                if (e["involvedObject"]["kind"], e["involvedObject"]["name"]) == (key.kind, key.name)
+                and (not uid or e["involvedObject"].get("uid") == uid)][:limit]
+
+    def pod_log(self, namespace: str, name: str, *, container: str = "", tail_lines: int = 100,
+                limit_bytes: int = 1 << 20, since_time: str = "", previous: bool = False) -> str:
+        """The log a test recorded (`pod_logs[(namespace, pod, container)]`): `TIME TEXT` lines, as the
+        API server answers with timestamps=true."""
+        self._answer()
+        lines = self.pod_logs.get((namespace, name, container), "").splitlines()
+        lines = [line for line in lines if not since_time or line.split(" ", 1)[0] > since_time]
+        return "".join(line + "\n" for line in lines[-tail_lines:])[:limit_bytes]
 
     def created(self, kind: str) -> builtins.list[str]:
         return [k.name for verb, k in self.calls if verb == "apply" and k.kind == kind]

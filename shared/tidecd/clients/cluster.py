@@ -190,6 +190,7 @@ class Cluster(Protocol):
 _discovery_cache: dict[str, dict[tuple[str, str], ApiResource]] = {}
 _discovery_lock = threading.Lock()
 _VERSIONS: dict[int, tuple[Any, str, float]] = {}  # id(api client) → (the client, gitVersion, when asked)
+MAX_EVENTS, MAX_LOG_BYTES = 200, 1 << 20  # per object and per log read: bounded answers, bounded memory
 USER_AGENT = constants.FIELD_MANAGER  # its writes are told apart in the audit log too (usecases.audit)
 VERSION_TTL = 300.0  # seconds: an upgraded server is noticed (and discovered again) within this
 
@@ -234,6 +235,14 @@ class KubeCluster:
                 content_type: str = "application/json", accept: str = "application/json",
                 key: ResourceKey | None = None) -> dict[str, Any]:
         """The answer's JSON object; {} for an empty answer (a DELETE's, say)."""
+        data = self.call(method, path, body=body, query=query, content_type=content_type, accept=accept, key=key)
+        answer = json.loads(data) if data else {}
+        return answer if isinstance(answer, dict) else {}
+
+    def call(self, method: str, path: str, *, body: Any = None, query: dict[str, str] | None = None,
+             content_type: str = "application/json", accept: str = "application/json",
+             key: ResourceKey | None = None) -> bytes:
+        """The answer's bytes (a pod's log is text, not JSON); API errors as tidecd's exceptions."""
         # lazy: cold start (kubernetes only when a cluster is reached)
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
@@ -253,8 +262,7 @@ class KubeCluster:
             raise _transport_error(self.server, key, exc, body) from None
         if resp.status >= 400:
             raise _api_error(key, resp.status, resp.reason, data, resp.headers.get("Retry-After"))
-        answer = json.loads(data) if data else {}
-        return answer if isinstance(answer, dict) else {}
+        return bytes(data or b"")
 
     # -- discovery -------------------------------------------------------------------------------------
 
@@ -309,6 +317,24 @@ class KubeCluster:
             if exc.status == 404:
                 return None
             raise
+
+    def events(self, key: ResourceKey, uid: str = "", *, limit: int = MAX_EVENTS) -> list[Manifest]:
+        """The core/v1 Events about one object (`involvedObject`, as `kubectl describe` reads them)."""
+        fields = f"involvedObject.name={key.name},involvedObject.kind={key.kind}" + (f",involvedObject.uid={uid}"
+                                                                                     if uid else "")
+        path = f"/api/v1/namespaces/{key.namespace}/events" if key.namespace else "/api/v1/events"
+        return list(self.request("GET", path, query={"fieldSelector": fields, "limit": str(limit)},
+                                 key=key).get("items") or [])[:limit]
+
+    def pod_log(self, namespace: str, name: str, *, container: str = "", tail_lines: int = 100,
+                limit_bytes: int = MAX_LOG_BYTES, since_time: str = "", previous: bool = False) -> str:
+        """A pod's log (`pods/log`, the kubelet's through the API server), each line led by its RFC 3339
+        time: the last `tail_lines` lines newer than `since_time`, at most `limit_bytes` whatever is sent."""
+        query = {"tailLines": str(tail_lines), "limitBytes": str(limit_bytes), "timestamps": "true",
+                 "container": container, "sinceTime": since_time, "previous": "true" if previous else ""}
+        data = self.call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log", accept="text/plain, */*",
+                         query={k: v for k, v in query.items() if v}, key=ResourceKey("", "Pod", namespace, name))
+        return data[:limit_bytes].decode("utf-8", errors="replace")
 
     def list(self, group: str, kind: str, *, namespace: str = "", label_selector: str = "") -> list[Manifest]:
         res = self.resource(group, kind)

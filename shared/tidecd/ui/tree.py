@@ -10,28 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from tidecd import health
 from tidecd.base.model import Manifest, ResourceKey
 from tidecd.state import app as app_state
 from tidecd.sync.plan import kind_rank
 from tidecd.ui.views import operation_view
-
-# Kinds whose objects own generated children, and the kinds of those children.
-CHILD_KINDS: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {
-    ("apps", "Deployment"): (("apps", "ReplicaSet"),),
-    ("apps", "ReplicaSet"): (("", "Pod"),),
-    ("apps", "StatefulSet"): (("", "Pod"),),
-    ("apps", "DaemonSet"): (("", "Pod"),),
-    ("batch", "CronJob"): (("batch", "Job"),),
-    ("batch", "Job"): (("", "Pod"),),
-}
-MAX_CHILDREN = 200  # per object: a runaway controller must not make the page unbounded
-
-
-class Lister(Protocol):
-    def list(self, group: str, kind: str, *, namespace: str = "", label_selector: str = "") -> list[Manifest]: ...
+from tidecd.usecases.resources import CHILD_KINDS, Lister, LiveIndex
 
 
 @dataclass
@@ -134,44 +120,18 @@ def build(current: app_state.AppState, lister: Lister | None, scripts: Mapping[s
     return Tree(list(groups.items()), problem)
 
 
-class _LiveIndex:
-    """Objects of one (group, kind, namespace), listed once per page."""
-
-    def __init__(self, lister: Lister) -> None:
-        self.lister = lister
-        self.cache: dict[tuple[str, str, str], list[Manifest]] = {}
-
-    def objects(self, group: str, kind: str, namespace: str) -> list[Manifest]:
-        slot = (group, kind, namespace)
-        if slot not in self.cache:
-            self.cache[slot] = self.lister.list(group, kind, namespace=namespace)
-        return self.cache[slot]
-
-    def children(self, owner: Manifest, namespace: str) -> list[Manifest]:
-        uid = (owner.get("metadata") or {}).get("uid")
-        key = ResourceKey.of(owner)
-        found = []
-        for group, kind in CHILD_KINDS.get((key.group, key.kind), ()):
-            for obj in self.objects(group, kind, namespace):
-                refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-                if uid and any(ref.get("uid") == uid for ref in refs):
-                    found.append(obj)
-        return sorted(found, key=lambda o: str((o.get("metadata") or {}).get("name", "")))[:MAX_CHILDREN]
-
-
 def _attach_children(nodes: list[Node], lister: Lister, scripts: Mapping[str, str]) -> None:
-    index = _LiveIndex(lister)
+    index = LiveIndex(lister)
     for node in nodes:
         key = node.key
         if (key.group, key.kind) not in CHILD_KINDS or not key.namespace:
             continue
-        live = next((o for o in index.objects(key.group, key.kind, key.namespace)
-                     if (o.get("metadata") or {}).get("name") == key.name), None)
+        live = index.find(key)
         if live is not None:
             node.children = _child_nodes(index, live, key.namespace, 0, scripts)
 
 
-def _child_nodes(index: _LiveIndex, owner: Manifest, namespace: str, depth: int,
+def _child_nodes(index: LiveIndex, owner: Manifest, namespace: str, depth: int,
                  scripts: Mapping[str, str]) -> list[Node]:
     if depth > 3:
         return []

@@ -476,3 +476,6 @@ def select_resources(runtime: Runtime, name: str, texts: list[str]) -> frozenset
             raise NotFound(f"app {name!r} has no resource {text!r} (refresh the app first)")
         chosen.update(matches)
     return frozenset(chosen)
+
+
+from tidecd.usecases import resources_api  # noqa: E402,F401 - registers the resource routes, which use `route`

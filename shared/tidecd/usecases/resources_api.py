@@ -1,0 +1,58 @@
+"""The api's routes for one app's resources (`tidecd.usecases.resources`): the tree, one object's details,
+its events, pods' logs, the app's manifests and a diff of manifests rendered elsewhere.
+
+    GET  /apps/NAME/resources                                   the tree (the app's objects and their children)
+    GET  /apps/NAME/resource?group=&kind=&namespace=&name=      live, desired, diff, events, containers
+    GET  /apps/NAME/events?group=&kind=&namespace=&name=        the object's Events
+    GET  /apps/NAME/logs?[kind=&name=...]&container=&tail=&sinceTime=   pods' logs (`logs, get`)
+    GET  /apps/NAME/manifests?source=git|live&revision=         the app's manifests, Secrets masked
+    POST /apps/NAME/diff/local {"manifests": [...]}             what a sync of those would change
+
+Registered on `tidecd.usecases.api`'s table when that module loads (it imports this one last).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tidecd.base.errors import PermanentError
+from tidecd.base.model import Response
+from tidecd.runtime import Runtime
+from tidecd.usecases import api, resources
+
+
+@api.route("GET", "/apps/(?P<name>[^/]+)/resources")
+def tree(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
+    return Response(200, {"app": name, "resources": resources.tree(runtime, api.principal(), name)})
+
+
+@api.route("GET", "/apps/(?P<name>[^/]+)/resource")
+def resource(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, str]) -> Response:
+    return Response(200, resources.detail(runtime, api.principal(), name, resources.key_of(query)))
+
+
+@api.route("GET", "/apps/(?P<name>[^/]+)/events")
+def events(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, str]) -> Response:
+    key = resources.key_of(query)
+    found = resources.locate(runtime, api.principal(), name, key)
+    return Response(200, {"app": name, "resource": key.to_dict(), "events": resources.events(found)})
+
+
+@api.route("GET", "/apps/(?P<name>[^/]+)/logs")
+def logs(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, str]) -> Response:
+    return Response(200, resources.logs(runtime, api.principal(), name, query))
+
+
+@api.route("GET", "/apps/(?P<name>[^/]+)/manifests")
+def manifests(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, str]) -> Response:
+    return Response(200, resources.manifests(runtime, api.principal(), name, query.get("source", "git"),
+                                             query.get("revision", "")))
+
+
+@api.route("POST", "/apps/(?P<name>[^/]+)/diff/local", body="LocalDiffRequest")
+def diff_local(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[str, str]) -> Response:
+    given = payload.get("manifests")
+    if not isinstance(given, list):
+        raise PermanentError("body field manifests (a list of objects) is required")
+    return Response(200, resources.diff_local(runtime, api.principal(), name, given))
