@@ -240,3 +240,18 @@ class _NoDispatch:
 
     def schedule(self, app: str, delay: float, reason: str) -> None:
         raise AssertionError("a closed revert schedules nothing")
+
+
+def test_a_revert_whose_app_a_person_synced_since_says_nothing_holds_it(tmp_path: Path) -> None:
+    rt = _api_runtime(tmp_path, "on-degraded=5m")
+    revert_state.save(rt.store, RECORD, if_generation_match=0)
+    state = AppState(app="web", revision="a" * 40)
+    state.operation = Operation(id="op3", revision="a" * 40, phase=OperationPhase.SUCCEEDED,
+                                request=OperationRequest(rollback=True, initiated_by="dashboard"))
+    app_state.save(rt.store, state)
+    assert revert.summary(rt, "web")["message"].startswith("rolled back, waiting for the revert to merge")
+    state.operation = Operation(id="op4", revision="b" * 40, phase=OperationPhase.SUCCEEDED,
+                                request=OperationRequest(initiated_by="alice"))
+    app_state.save(rt.store, state)
+    assert revert.summary(rt, "web")["message"] == (
+        "the revert https://github.com/octo/web/pull/7 is open, but the app was synced since (alice): nothing holds it")

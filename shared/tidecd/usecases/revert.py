@@ -139,9 +139,17 @@ def revert_paths(app: Application) -> list[str]:
 
 
 def summary(runtime: Runtime, name: str) -> dict[str, Any]:
-    """The app's latest revert for the api and the pages ({} when it has none)."""
+    """The app's latest revert for the api and the pages ({} when it has none). A revert still holding
+    whose app a person synced since (its last operation is no rollback) says the hold is gone."""
     record, _ = revert_state.load(runtime.store, name)
-    return record.summary() if record is not None else {}
+    if record is None:
+        return {}
+    shown = record.summary()
+    op = app_state.load(runtime.store, name)[0].operation
+    if record.holding and op is not None and not op.request.rollback:
+        shown["message"] = (f"the revert {record.pull.url or record.commit[:12]} is {record.phase}, but the app was "
+                            f"synced since ({op.request.initiated_by or 'by hand'}): nothing holds it")
+    return shown
 
 
 def automatic(runtime: Runtime, app: Application) -> tuple[dict[str, Any], str]:
