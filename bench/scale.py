@@ -51,6 +51,7 @@ class Measured:
     total: float = 0.0
     per_app: list[float] = field(default_factory=list)
     peak_rss: list[int] = field(default_factory=list)
+    store_bytes: int = 0  # the store's files once every app is done: all tidecd keeps between events
     api: scale.ApiCalls | None = None
     git_per_repo: dict[str, int] = field(default_factory=dict)  # kind → median per repo
     invocations: dict[str, Any] = field(default_factory=dict)
@@ -132,6 +133,7 @@ def run_tidecd(bench: Bench, scenario: scale.Scenario, workers: int,
         measured.git_per_repo = {k: int(statistics.median([c.get(k, 0) for c in counts.values()])) for k in kinds}
         measured.invocations = invocation_summary(fleet.frontend)
         measured.peak_rss = fleet.peak_rss()
+        measured.store_bytes = sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
         measured.load["cold_done"] = os.getloadavg()[0]
         measured.bridge = bridge_counts(fleet)
         say(f"scale: cold {measured.total:.1f}s; {measured.invocations}; bridge {measured.bridge}")
@@ -198,6 +200,9 @@ def rows(m: Measured) -> list[Row]:
         Row(GROUP, "per app: p99", scale.percentile(m.per_app, 99), None, "", ""),
         Row(GROUP, "peak RSS per reconcile instance", None, None, "",
             f"{max(mib, default=0):.0f} MiB max, {statistics.mean(mib) if mib else 0:.0f} MiB mean (VmHWM)"),
+        Row(GROUP, "memory held between events", None, None, "",
+            f"0 MiB resident (no process runs between events); the store: {m.store_bytes / 2**20:.1f} MiB for "
+            f"{m.apps} apps"),
         Row(GROUP, "invocations (cold)", None, None, "",
             f"{inv.get('steps')} steps ({inv.get('continuations')} continuations) + {inv.get('refused_early')} "
             f"early continuations refused; {inv.get('instance_seconds')} instance-s; step mean "

@@ -15,7 +15,8 @@ its objects are created (4 requests in flight), which is its natural trigger: a 
 Application reconciles when created. The clock stops when the last object reads done in its tool's own
 word (Kustomization Ready=True at its generation; Application Synced + Healthy after a Succeeded sync),
 seen through one watch stream. Measured as for tidecd: total, p50/p99 per app (from the clock's start),
-peak RSS of every process (VmHWM), API calls per app (apiserver_request_total deltas, cluster-wide,
+peak RSS of every process (VmHWM), the resident set each holds idle (VmRSS `IDLE_SETTLE` s after the last
+app, default 60 s), API calls per app (apiserver_request_total deltas, cluster-wide,
 read 5 s after the last app is done), git requests per repo (the git server's counters). The tools run
 one after another; the ingress stand-in publishes an address on every Ingress for each of them alike.
 
@@ -54,6 +55,8 @@ _chosen = os.environ.get("TIDECD_SCALE_PEERS", ",".join(PEERS))
 CHOSEN = [] if _chosen.strip().lower() == "none" else [p.strip() for p in _chosen.split(",") if p.strip() in PEERS]
 TIMEOUT = float(os.environ.get("TIDECD_SCALE_PEER_TIMEOUT", "900"))
 SETTLE = 5.0
+# Seconds after the last app is done (and the API counters read) before the idle resident set is read.
+IDLE_SETTLE = float(os.environ.get("TIDECD_SCALE_IDLE_SETTLE", "60"))
 FLUX_SOURCE_CONCURRENT, FLUX_KUSTOMIZE_CONCURRENT = 10, 20  # flux-benchmark's RESULTS.md
 FLUX_NS, ARGO_NS = "flux-scale", "argocd-scale"
 BUILDS = {"Flux": ("source-controller", "kustomize-controller"), "Argo CD": ("argocd", "redis-server")}
@@ -84,6 +87,7 @@ class PeerMeasured:
     per_app_own: list[float] = field(default_factory=list)  # from each object's own creation
     created_at: dict[str, float] = field(default_factory=dict)
     rss: dict[str, int] = field(default_factory=dict)  # process → VmHWM bytes
+    idle_rss: dict[str, int] = field(default_factory=dict)  # process → VmRSS bytes, idle after every app is done
     api: scale.ApiCalls | None = None
     git_per_repo: dict[str, int] = field(default_factory=dict)
     load: str = ""  # load averages (1, 5, 15 min) when the last app was done
@@ -205,6 +209,7 @@ def run_flux(bench: Bench, scenario: scale.Scenario, urls: dict[str, str], progr
         _measure(bench, scenario, m, [sources, kustomizations], readiness, sp.KUSTOMIZATIONS.format(ns=FLUX_NS),
                  flux.procs.check_alive, progress)
         m.rss = flux.peak_rss()
+        m.idle_rss = idle_rss(flux)
     finally:
         keep_logs(flux.workdir, "flux")
         flux.stop()
@@ -233,6 +238,7 @@ def run_argocd(bench: Bench, scenario: scale.Scenario, urls: dict[str, str], pro
         started = _measure(bench, scenario, m, [apps], readiness, sp.APPLICATIONS.format(ns=ARGO_NS),
                            argo.procs.check_alive, progress)
         m.rss = argo.peak_rss()
+        m.idle_rss = idle_rss(argo)
         listed = api.call("GET", sp.APPLICATIONS.format(ns=ARGO_NS)).get("items") or []
         m.phases = sp.argo_phases([a for a in listed if a["metadata"]["name"] in readiness.names], started)
     finally:
@@ -240,6 +246,15 @@ def run_argocd(bench: Bench, scenario: scale.Scenario, urls: dict[str, str], pro
         argo.stop()
         _teardown(api, sp.APPLICATIONS.format(ns=ARGO_NS))
     return m
+
+
+def idle_rss(runner: peers.ArgoCD | peers.Flux) -> dict[str, int]:
+    """What the peer holds resident between events: every process's VmRSS once it has had nothing to do
+    for `IDLE_SETTLE` seconds after its last app was done (its watches and caches of every app remain)."""
+    say(f"scale peers: {IDLE_SETTLE:.0f}s idle before reading the resident set")
+    time.sleep(IDLE_SETTLE)
+    runner.procs.check_alive()
+    return runner.rss()
 
 
 def keep_logs(workdir: Path, name: str) -> None:
@@ -336,6 +351,11 @@ def rows(tidecd: Measured | None, measured: list[PeerMeasured]) -> list[Row]:
         tidecd_rss = f"tidecd instances {_mib(tidecd.peak_rss)}" if tidecd else ""
         out.append(Row(GROUP, f"peak RSS, vs {m.tool}", None, None, m.tool,
                        f"{m.tool} {_mib(m.rss)} (sum {sum(m.rss.values()) / 2**20:.0f} MiB); {tidecd_rss}"))
+        held = (f"tidecd 0 MiB (no process between events; the store holds {tidecd.store_bytes / 2**20:.1f} MiB "
+                f"for its {tidecd.apps} apps)") if tidecd else "tidecd 0 MiB (no process between events)"
+        out.append(Row(GROUP, f"idle memory held for {m.apps} apps, vs {m.tool}", None, None, m.tool,
+                       f"{m.tool} {_mib(m.idle_rss)} (sum {sum(m.idle_rss.values()) / 2**20:.0f} MiB; VmRSS "
+                       f"{IDLE_SETTLE:.0f}s after its last app was done); {held}"))
         tidecd_api = f"; tidecd {_per_app(tidecd.api, tidecd.apps)}" if tidecd else ""
         out.append(Row(GROUP, f"API calls per app, vs {m.tool}", None, None, m.tool,
                        f"{m.tool} {_per_app(m.api, m.apps)}{tidecd_api}"))

@@ -354,13 +354,26 @@ class _Runner(abc.ABC):
         """Peak resident set (VmHWM, bytes) of each running process of this runner, by name."""
         return {p.name: peak_rss(p.proc.pid) for p in self.procs.procs if p.proc.poll() is None}
 
+    def rss(self) -> dict[str, int]:
+        """Resident set now (VmRSS, bytes) of each running process, by name: what it holds while idle."""
+        return {p.name: rss(p.proc.pid) for p in self.procs.procs if p.proc.poll() is None}
+
 
 def peak_rss(pid: int) -> int:
     """VmHWM of a process in bytes (0 when it is gone). `netns join` execs its command: same pid."""
+    return _status_kib(pid, "VmHWM:") * 1024
+
+
+def rss(pid: int) -> int:
+    """VmRSS of a process in bytes (0 when it is gone)."""
+    return _status_kib(pid, "VmRSS:") * 1024
+
+
+def _status_kib(pid: int, field: str) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
+            if line.startswith(field):
+                return int(line.split()[1])
     except (OSError, ValueError, IndexError):
         pass
     return 0
