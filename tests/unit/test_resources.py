@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
 from tests.unit.test_openapi import TOKEN, Session
@@ -157,12 +158,19 @@ def test_objects_outside_the_app_or_its_project_are_refused(session: Session) ->
     assert session.call("GET", "/api/v1/apps/web/manifests?source=cache").status == 400
 
 
+def local(*objects: dict[str, Any]) -> dict[str, Any]:
+    return {"files": {f"{i}.yaml": yaml.safe_dump(obj) for i, obj in enumerate(objects)}}
+
+
 def test_a_local_diff_is_the_step_comparison_held_to_the_project(session: Session) -> None:
-    same = session.call("POST", "/api/v1/apps/web/diff/local", {"manifests": [deployment("web:1"), SECRET]}).body
-    assert same["sync"] == "Synced"
-    changed = session.call("POST", "/api/v1/apps/web/diff/local", {"manifests": [deployment("web:3")]}).body
+    same = session.call("POST", "/api/v1/apps/web/diff/local", local(deployment("web:1"), SECRET)).body
+    assert same["sync"] == "Synced", same
+    changed = session.call("POST", "/api/v1/apps/web/diff/local", local(deployment("web:3"))).body
     assert changed["sync"] == "OutOfSync"
     assert [c["resource"] for c in changed["changes"] if c["action"] != "unchanged"] == ["apps/Deployment ns/web"]
+    assert "+      - image: web:3" in changed["changes"][0]["diff"]
     outside = dict(deployment("web:3"), metadata={"name": "web", "namespace": "kube-system"})
-    refused = session.call("POST", "/api/v1/apps/web/diff/local", {"manifests": [outside]})
+    refused = session.call("POST", "/api/v1/apps/web/diff/local", local(outside))
     assert refused.status == 400 and "kube-system" in refused.body["message"]  # ProjectViolation, as a sync's
+    escaping = session.call("POST", "/api/v1/apps/web/diff/local", {"files": {"../x.yaml": "a: 1"}})
+    assert escaping.status == 400 and "../x.yaml" in escaping.body["message"]

@@ -1,4 +1,5 @@
-"""`tidecd app ...`: list, get, diff, sync, refresh, history, rollback, wait, terminate-op, adopt, release.
+"""`tidecd app ...`: list, get, diff, sync, refresh, history, rollback, wait, terminate-op, adopt, release
+(`resources`, `manifests`, `logs` and `diff --local` are in `tidecd.cli.resources`).
 
 Works locally (reading TIDECD_CONFIG, TIDECD_STORE and KUBECONFIG, as the functions do) or against a
 running api with `--server URL` (token from `--token`, TIDECD_API_TOKEN, or the one `tidecd login` kept for
@@ -204,8 +205,16 @@ def get(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPU
 
 @app.command("diff")
 def diff(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPUT,
-         cached: bool = typer.Option(False, help="Use the stored comparison without refreshing.")) -> None:
-    """What differs between git and the cluster; exit code 1 when out of sync (like `kubectl diff`)."""
+         cached: bool = typer.Option(False, help="Use the stored comparison without refreshing."),
+         local: str = typer.Option("", "--local", metavar="DIR",
+                                   help="Compare this directory, rendered as the app's source is, with live.")) -> None:
+    """What differs between git (or --local DIR) and the cluster; exit code 1 when out of sync (like
+    `kubectl diff`)."""
+    if local:
+        from tidecd.cli.resources import local_diff  # lazy: it imports this module
+
+        local_diff(name, local, server, token, output)
+        return
     _refreshed(name, server, token, cached)
     body = checked(*call_api("GET", f"/apps/{name}/diff", server, token))
 

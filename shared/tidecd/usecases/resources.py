@@ -14,8 +14,10 @@ every manifest goes through `diff.mask_secret` (Argo CD's `++++++++`).
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from tidecd.base.errors import NotFound, PermanentError, PermissionDenied
@@ -345,24 +347,48 @@ def manifests(runtime: Runtime, who: Principal, name: str, source: str, revision
             "manifests": [shown(obj) for obj in wanted.manifests]}
 
 
-def diff_local(runtime: Runtime, who: Principal, name: str, given: list[Manifest]) -> dict[str, Any]:
-    """What a sync of `given` (the app's source rendered elsewhere: `tidecd app diff --local DIR`) would
-    change now: placed as the app's render is, held to the project's rules, then the preview's comparison
-    (`step.observe.comparison_of`, the step's own)."""
-    # lazy: the step's comparison only for a local diff
+MAX_LOCAL_FILES, MAX_LOCAL_BYTES = 2000, 8 * 1024 * 1024  # what `app diff --local` may send
+
+
+def diff_local(runtime: Runtime, who: Principal, name: str, files: Mapping[str, str]) -> dict[str, Any]:
+    """What a sync of the app's source as `files` (a local directory: `tidecd app diff --local DIR`) would
+    change now: rendered as the app's source is (its tool and options, `render.render`), placed as the
+    step places it, held to the project's rules, then the preview's comparison (`observe.comparison_of`)."""
+    # lazy: the render and the step's comparison only for a local diff
+    from tidecd import render
+    from tidecd.images.state import render_override
     from tidecd.step import desired, observe
 
     app = authz.app_for(runtime, who, name)
-    if not all(isinstance(m, dict) and m.get("kind") for m in given):
-        raise PermanentError("body field manifests must be a list of Kubernetes objects (each with a kind)")
+    if app.sources or app.source.chart:
+        raise PermanentError(f"app {name!r}: --local renders the directory of a single git source only "
+                             "(not a chart repository's chart, nor several sources)")
     cluster = runtime.cluster(app.destination)
     config = runtime.config()
-    placed = desired.place(cluster, config.argo_settings, app, "local", given)
+    with tempfile.TemporaryDirectory(prefix="tidecd-local-") as tmp:
+        _write_files(Path(tmp), files)
+        manifests = render.render(Path(tmp), replace(app.source, path="."), app_name=app.name,
+                                  namespace=app.destination.namespace, override=render_override(runtime.store, name),
+                                  build_env=render.BuildEnv(app.project, "local"))
+    placed = desired.place(cluster, config.argo_settings, app, "local", manifests)
     rules.enforce(config.projects[app.project], app, placed.manifests, placed.namespaced)
     comparison, free = observe.comparison_of(cluster, app, config, placed.manifests)
     changes = [r.change().to_dict() for r in comparison.resources]
     return {"app": name, "sync": str(comparison.status), "changes": changes,
             "notOwned": sorted(str(k) for k in free)}
+
+
+def _write_files(root: Path, files: Mapping[str, str]) -> None:
+    """The sent files under `root`: relative paths only, bounded in number and size (named when not)."""
+    if len(files) > MAX_LOCAL_FILES or sum(len(v) for v in files.values()) > MAX_LOCAL_BYTES:
+        raise PermanentError(f"body field files: at most {MAX_LOCAL_FILES} files and {MAX_LOCAL_BYTES:,} bytes")
+    for rel, text in files.items():
+        parts = PurePosixPath(rel).parts
+        if not parts or PurePosixPath(rel).is_absolute() or ".." in parts or "\\" in rel:
+            raise PermanentError(f"body field files: {rel!r} is not a relative path inside the directory")
+        target = root.joinpath(*parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
 
 
 def _pods_under(top: Found) -> list[Found]:

@@ -6,7 +6,7 @@ its events, pods' logs, the app's manifests and a diff of manifests rendered els
     GET  /apps/NAME/events?group=&kind=&namespace=&name=        the object's Events
     GET  /apps/NAME/logs?[kind=&name=...]&container=&tail=&sinceTime=   pods' logs (`logs, get`)
     GET  /apps/NAME/manifests?source=git|live&revision=         the app's manifests, Secrets masked
-    POST /apps/NAME/diff/local {"manifests": [...]}             what a sync of those would change
+    POST /apps/NAME/diff/local {"files": {PATH: TEXT}}         what a sync of that directory would change
 
 Registered on `tidecd.usecases.api`'s table when that module loads (it imports this one last).
 """
@@ -52,7 +52,7 @@ def manifests(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str
 
 @api.route("POST", "/apps/(?P<name>[^/]+)/diff/local", body="LocalDiffRequest")
 def diff_local(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[str, str]) -> Response:
-    given = payload.get("manifests")
-    if not isinstance(given, list):
-        raise PermanentError("body field manifests (a list of objects) is required")
-    return Response(200, resources.diff_local(runtime, api.principal(), name, given))
+    files = payload.get("files")
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise PermanentError("body field files (relative path → text) is required")
+    return Response(200, resources.diff_local(runtime, api.principal(), name, files))
