@@ -458,6 +458,11 @@ def test_a_dry_run_operation_writes_nothing_and_reports(h: Harness) -> None:
     assert {e.key.name: e.action for e in outcome.changes.entries} == {"a": Action.CONFIGURED, "b": Action.CREATED}
     assert key("ConfigMap", "b") not in h.cluster.objects
     assert len(h.state().history) == 1
+    # kept on the operation, per object: what it would do (the api, the page and the CLI show these)
+    op = h.op()
+    assert {(r.key.name, r.action, r.phase) for r in op.results} == {
+        ("a", Action.CONFIGURED, TaskPhase.SUCCEEDED), ("b", Action.CREATED, TaskPhase.SUCCEEDED)}
+    assert all(r.message == "dry run" for r in op.results)
 
 
 def generated_job(prefix: str, **notes: str) -> dict[str, Any]:

@@ -330,9 +330,14 @@ def _print_results(op: dict[str, Any], body: dict[str, Any], seen: dict[tuple[st
         seen[ident] = state
         if first and (ident[0], state[0]) in printed:
             continue
-        note = f": {result['message']}" if result.get("message") else ""
-        typer.echo(f"  [{ident[1]} wave {result.get('wave', 0)}] {ident[0]} {state[0]}, {state[1]}"
-                   + (f", {state[2]}" if state[2] else "") + note)
+        note = f": {result['message']}" if result.get("message") and not op.get("dryRun") else ""
+        done = f"would {WOULD.get(state[0], state[0])}" if op.get("dryRun") else f"{state[0]}, {state[1]}"
+        typer.echo(f"  [{ident[1]} wave {result.get('wave', 0)}] {ident[0]} {done}"
+                   + (f", {state[2]}" if state[2] and not op.get("dryRun") else "") + note)
+
+
+WOULD = {"created": "create", "configured": "configure", "pruned": "prune", "unchanged": "stay unchanged",
+         "prune-skipped": "not prune (pruning off)"}  # a dry run's result, as what it would do
 
 
 @app.command("refresh")

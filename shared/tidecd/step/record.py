@@ -292,9 +292,12 @@ def dry_run(state: AppState, done: Executed,
     entries = list(done.entries)
     failures = [e for e in entries if e.action is Action.FAILED] + list(known)
     shown = list(entries) if op.request.dry_run else []
-    if not failures:
-        return _with_operation(state, replace(op, progress=replace(op.progress, checked=True))), shown, ""
     results = list(op.results)
+    if op.request.dry_run:  # what it would do to each object (and each hook it would run) is its result
+        results += [_would(entry) for entry in entries if entry.action is not Action.FAILED]
+    if not failures:
+        return _with_operation(state, replace(op, results=results,
+                                              progress=replace(op.progress, checked=True))), shown, ""
     for entry in failures:
         if not op.request.dry_run or entry not in entries:
             shown.append(entry)
@@ -303,6 +306,13 @@ def dry_run(state: AppState, done: Executed,
     new = _with_operation(state, replace(op, results=results, retry=replace(op.retry, retryable=retryable)))
     return new, shown, ("one or more objects failed to apply (dry run), nothing was written: "
                         + "; ".join(f"{e.key}: {e.message}" for e in failures))
+
+
+def _would(entry: ChangeEntry) -> TaskResult:
+    """A dry run's entry as the operation's result: done (nothing runs after it), saying what it would do."""
+    hook = entry.phase not in ("", "Sync") or entry.message.endswith("hook (dry run)")
+    return TaskResult(entry.key, entry.phase or "Sync", entry.wave, hook, entry.action, TaskPhase.SUCCEEDED,
+                      entry.message)
 
 
 def hooks_intended(state: AppState, step: decision.RunTasks) -> tuple[AppState, bool]:

