@@ -288,6 +288,16 @@ class Runtime:
             self._clusters[ident] = self._connect(destination)
         return self._clusters[ident]
 
+    def destination_server(self, destination: Destination) -> str:
+        """The destination's API server URL as Argo CD names it (what sync impersonation matches): the
+        app's `server`, else its cluster secret's, else the in-cluster URL."""
+        if destination.server:
+            return destination.server
+        found = find_cluster_secret(self.secrets(), name=destination.name, server="")
+        if found is None:
+            return IN_CLUSTER_SERVER
+        return text_fields(found, f"cluster secret {(found.get('metadata') or {}).get('name', '?')}").get("server", "")
+
     def _connect(self, destination: Destination) -> KubeCluster:
         found = find_cluster_secret(self.secrets(), name=destination.name, server=destination.server)
         if found is not None:

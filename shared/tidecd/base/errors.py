@@ -15,6 +15,7 @@
     │   ├── LimitExceeded               input over a configured bound (tidecd.base.limits): size, depth, aliases
     │   │   └── source.helmrepo.RefusedAnswer  a helm index over its limit, kept with its ETag to refuse it unread
     │   ├── ProjectViolation            desired objects break their AppProject's rules (lists each object)
+    │   ├── project.impersonation.NoServiceAccount  sync impersonation on, no destinationServiceAccounts entry
     │   ├── SecretError                 a sealed secret cannot be sealed or opened (never includes the value)
     │   ├── NotFound                    an app, revision or history entry does not exist
     │   │   └── clients.registry.NotInRegistry  no such image repository, tag or platform (also a LookupError)

@@ -198,11 +198,19 @@ VERSION_TTL = 300.0  # seconds: an upgraded server is noticed (and discovered ag
 class KubeCluster:
     """A cluster reached through a `kubernetes.client.ApiClient` (kubeconfig or unsealed cluster secret)."""
 
-    def __init__(self, api_client: Any, *, name: str = "in-cluster") -> None:
+    def __init__(self, api_client: Any, *, name: str = "in-cluster", impersonate: str = "") -> None:
         self.api = api_client
         self.name = name
         self.writes = 0  # write calls made (apply, replace, delete): a no-op resync must make none
         self._lock = threading.Lock()
+        # sync impersonation (tidecd.project.impersonation): every write, dry-runs included, is sent as
+        # this user; reads stay the cluster Secret's, as Argo CD's controller reads with its own identity
+        self.impersonate = impersonate
+
+    def impersonating(self, user: str) -> KubeCluster:
+        """The same cluster (and connection pool) whose writes act as `user` (`system:serviceaccount:NS:SA`),
+        so the cluster's RBAC for that user decides what a sync may change."""
+        return KubeCluster(self.api, name=self.name, impersonate=user) if user else self
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, *, context: str | None = None) -> KubeCluster:
@@ -251,6 +259,8 @@ class KubeCluster:
             with self._lock:
                 self.writes += 1
         headers = {"Content-Type": content_type, "Accept": accept}
+        if self.impersonate and method != "GET":
+            headers["Impersonate-User"] = self.impersonate
         try:
             prepared = self.api.param_serialize(method=method, resource_path=path,
                                                 query_params=list(query.items()) if query else None,

@@ -52,8 +52,10 @@ SECRETS: Mapping[str, str] = MappingProxyType({
 })
 
 # argocd-cm keys tidecd reads; every other key gets a notice with the first matching reason below.
+IMPERSONATION = "application.sync.impersonation.enabled"
+IMPERSONATION_ENFORCED = "application.sync.impersonation.enforced"
 HONOURED_KEYS = ("resource.customizations", "resource.exclusions", "resource.inclusions",
-                 "timeout.reconciliation", "timeout.reconciliation.jitter")
+                 "timeout.reconciliation", "timeout.reconciliation.jitter", IMPERSONATION, IMPERSONATION_ENFORCED)
 HONOURED_PREFIXES = ("resource.customizations.health.", "resource.customizations.useOpenLibs.",
                      "resource.customizations.ignoreDifferences.")
 _UI = "Argo CD's web UI settings: tidecd's dashboard has its own"
@@ -79,7 +81,7 @@ NOT_HONOURED: tuple[tuple[str, str], ...] = (
     ("helm.valuesFileSchemes", "tidecd reads helm value files from the source's checkout only"),
     ("timeout.hard.reconciliation", "not implemented by tidecd (the poll and webhooks refresh apps)"),
     ("webhook.", "tidecd's webhook function has its own limits and no jitter"),
-    ("application.sync.", "sync impersonation and revision-sync privileges are not implemented by tidecd"),
+    ("application.sync.", "revision-sync privileges are not implemented by tidecd"),
     ("commit.", "the source hydrator is not implemented by tidecd"),
     ("sourceHydrator.", "the source hydrator is not implemented by tidecd"),
     ("cluster.inClusterEnabled", "tidecd's in-cluster destination is the KUBECONFIG of the functions"),
@@ -308,7 +310,23 @@ def _read_argocd_cm(data: Mapping[str, Any], origin: str, notices: list[str],
         reconciliation_timeout=_seconds(reader, "timeout.reconciliation", values.get("timeout.reconciliation")),
         reconciliation_jitter=_seconds(reader, "timeout.reconciliation.jitter",
                                        values.get("timeout.reconciliation.jitter")),
-        notices=tuple(notices), origin=origin)
+        notices=tuple(notices), origin=origin,
+        sync_impersonation=_boolean(reader, IMPERSONATION, values.get(IMPERSONATION), False),
+        impersonation_enforced=_boolean(reader, IMPERSONATION_ENFORCED, values.get(IMPERSONATION_ENFORCED), True))
+
+
+def _boolean(reader: _Reader, key: str, value: str | None, default: bool) -> bool:
+    """`"true"`/`"false"` (Argo CD parses these with strconv.ParseBool); anything else is an error naming the
+    key, and the default holds."""
+    if value is None or value.strip() == "":
+        return default
+    text = value.strip().lower()
+    if text in ("true", "1", "t"):
+        return True
+    if text in ("false", "0", "f"):
+        return False
+    reader.error(key, f"{value!r}: expected \"true\" or \"false\"")
+    return default
 
 
 def _split_key(reader: _Reader, key: str, group_kind: str) -> str | None:

@@ -91,6 +91,10 @@ class ArgoSettings:
     origin: str = ""  # the file argocd-cm came from
     rbac: RbacConfig = NO_RBAC  # argocd-rbac-cm: who may do what (tidecd.config.rbac, tidecd.usecases.authz)
     sso: SsoSettings = field(default_factory=SsoSettings)  # who may log in (tidecd.config.sso)
+    # application.sync.impersonation.enabled / .enforced: syncs act as the project's destination
+    # ServiceAccounts (tidecd.project.impersonation); enforced: no matching entry fails the sync
+    sync_impersonation: bool = False
+    impersonation_enforced: bool = True
 
     def __deepcopy__(self, memo: dict[int, object]) -> ArgoSettings:
         return self  # immutable (its mappings are read-only views)

@@ -197,6 +197,22 @@ class ProjectDestination:
     namespace: str = "*"
 
 
+# Characters Argo CD refuses in a defaultServiceAccount (a glob or a path there is a misconfiguration).
+SERVICE_ACCOUNT_DISALLOWED = "!*[]{}\\/"
+
+
+@dataclass(frozen=True)
+class DestinationServiceAccount:
+    """One `spec.destinationServiceAccounts` entry: syncs to a matching destination act as this
+    ServiceAccount when argocd-cm enables sync impersonation (`tidecd.project.impersonation`). `server` and
+    `namespace` are globs; `default_service_account` is `NAME` (in the app's destination namespace) or
+    `NAMESPACE:NAME`."""
+
+    server: str
+    namespace: str
+    default_service_account: str
+
+
 @dataclass(frozen=True)
 class GroupKind:
     group: str  # "" is the core group; globs allowed
@@ -257,6 +273,8 @@ class AppProject:
     orphaned_resources: OrphanedResources | None = None  # None: not monitored
     annotations: tuple[tuple[str, str], ...] = ()  # metadata.annotations (`tidecd.io/require-plan`)
     roles: tuple[ProjectRole, ...] = ()  # spec.roles: who may do what with the project's apps (config.rbac)
+    # spec.destinationServiceAccounts: whom a sync acts as when impersonation is on (project.impersonation)
+    destination_service_accounts: tuple[DestinationServiceAccount, ...] = ()
 
 
 # Argo CD creates `default` allowing everything, cluster-scoped kinds included, unless it is redefined.

@@ -26,12 +26,14 @@ from tidecd.config import rbac
 from tidecd.config.model import (
     DNS_NAME,
     SECRET_TYPES,
+    SERVICE_ACCOUNT_DISALLOWED,
     Application,
     ApplicationSource,
     AppProject,
     Backoff,
     ConfigItem,
     Destination,
+    DestinationServiceAccount,
     DirectorySpec,
     GroupKind,
     HelmParameter,
@@ -221,7 +223,9 @@ _IGNORE = Keys(("group", "kind", "name", "namespace", "jsonPointers", "managedFi
                  "jqPathExpressions"))
 _PROJECT_SPEC = Keys(("description", "sourceRepos", "destinations", "clusterResourceWhitelist",
                        "clusterResourceBlacklist", "namespaceResourceWhitelist",
-                       "namespaceResourceBlacklist", "syncWindows", "orphanedResources", "roles"))
+                       "namespaceResourceBlacklist", "syncWindows", "orphanedResources", "roles",
+                       "destinationServiceAccounts"))
+_DESTINATION_SERVICE_ACCOUNT = Keys(("server", "namespace", "defaultServiceAccount"))
 _ROLE = Keys(("name", "description", "policies", "groups"))
 _GROUP_KIND = Keys(("group", "kind"))
 _SYNC_WINDOW = Keys(("kind", "schedule", "duration", "applications", "namespaces", "clusters", "manualSync",
@@ -503,7 +507,21 @@ def _parse_project(top: Node) -> AppProject | None:
         origin=top.errs.origin,
         sync_windows=tuple(_sync_window(n, i) for i, n in enumerate(spec.children("syncWindows", _SYNC_WINDOW))),
         orphaned_resources=_orphaned(spec.child("orphanedResources", _ORPHANED)), annotations=annotations,
-        roles=tuple(_role(name, n) for n in spec.children("roles", _ROLE)))
+        roles=tuple(_role(name, n) for n in spec.children("roles", _ROLE)),
+        destination_service_accounts=tuple(_destination_service_account(n) for n in spec.children(
+            "destinationServiceAccounts", _DESTINATION_SERVICE_ACCOUNT)))
+
+
+def _destination_service_account(node: Node) -> DestinationServiceAccount:
+    """Checked as Argo CD checks an entry when it is used (a ServiceAccount name without glob characters),
+    but at load time, so a typo is an error naming the field rather than a failed sync later."""
+    account = node.text("defaultServiceAccount", required=True)
+    if account and (account.strip() == "" or any(c in account for c in SERVICE_ACCOUNT_DISALLOWED)):
+        node.error("defaultServiceAccount", f"{account!r}: a ServiceAccount name (or NAMESPACE:NAME) without "
+                                            f"any of {SERVICE_ACCOUNT_DISALLOWED}")
+    return DestinationServiceAccount(server=node.text("server", required=True),
+                                     namespace=node.text("namespace", required=True),
+                                     default_service_account=account.strip())
 
 
 def _role(project: str, node: Node) -> ProjectRole:

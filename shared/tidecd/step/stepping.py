@@ -24,13 +24,14 @@ from tidecd.base.errors import PermanentError, ProjectViolation, TemporaryError
 from tidecd.base.model import Action, ChangeEntry, ChangeSet, HealthStatus, Manifest, ResourceKey, SyncStatus
 from tidecd.clients.cluster import ApiTooManyRequests, KubeCluster, unreachable
 from tidecd.clients.store import LeaseKeeper
-from tidecd.config.load import Application
+from tidecd.config.argocd_settings import ArgoSettings
+from tidecd.config.load import Application, AppProject
 from tidecd.diff import Comparison
 from tidecd.generated import appofapps
 from tidecd.generated import records as generated
 from tidecd.generated.appofapps import ChildCluster
 from tidecd.images import state as images_state
-from tidecd.project import rules
+from tidecd.project import impersonation, rules
 from tidecd.project import windows as syncwindows
 from tidecd.runtime import Runtime
 from tidecd.source import charts
@@ -49,6 +50,14 @@ log = structlog.get_logger("tidecd.step.reconcile")
 POLL_INTERVAL = 0.5  # between health checks inside one step's budget
 RECHECK_AFTER = 3.0  # the next step of an operation that waits, once this step's budget is spent
 MAX_STEP_ERRORS = 3  # temporary errors in a row a running operation survives after its first write
+
+
+def sync_cluster(runtime: Runtime, settings: ArgoSettings, project: AppProject, app: Application) -> KubeCluster:
+    """The app's cluster, whose writes act as the project's destination ServiceAccount when argocd-cm turns
+    sync impersonation on (`tidecd.project.impersonation`); NoServiceAccount when none matches."""
+    cluster = runtime.cluster(app.destination)
+    return cluster.impersonating(impersonation.sync_user(
+        settings, project, runtime.destination_server(app.destination), app.destination.namespace))
 
 
 @dataclass(frozen=True)
@@ -341,7 +350,7 @@ class Step:
         warnings: list[str] = []
         sha, manifests = runtime_render(runtime)(runtime, app, pinned, warnings)
         self.state = record.resolved(self.state, app, sha)
-        cluster = runtime.cluster(app.destination)
+        cluster = sync_cluster(runtime, config.argo_settings, project, app)
         children = None
         if app.annotation(appofapps.ANNOTATION_MODE) != "apply":  # Application objects become child apps
             children = ChildCluster(cluster, runtime.store, app.name)
