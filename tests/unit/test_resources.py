@@ -174,3 +174,27 @@ def test_a_local_diff_is_the_step_comparison_held_to_the_project(session: Sessio
     assert refused.status == 400 and "kube-system" in refused.body["message"]  # ProjectViolation, as a sync's
     escaping = session.call("POST", "/api/v1/apps/web/diff/local", {"files": {"../x.yaml": "a: 1"}})
     assert escaping.status == 400 and "../x.yaml" in escaping.body["message"]
+
+
+def page(session: Session, path: str, **query: str) -> tuple[int, str]:
+    from tidecd import ui
+
+    answer = ui.handle(ui.Request("GET", path, {"Authorization": f"Bearer {TOKEN}", "Host": "tidecd.test"}, query),
+                       session.runtime)
+    return answer.status, answer.body.decode()
+
+
+def test_the_dashboard_opens_each_node_with_the_same_details(session: Session) -> None:
+    status, html = page(session, "/ui/apps/web")
+    assert status == 200
+    assert 'href="/ui/apps/web/resource?group=&amp;kind=Pod&amp;namespace=ns&amp;name=web-abc-1"' in html
+    status, html = page(session, "/ui/apps/web/resource", group="", kind="Pod", namespace="ns", name="web-abc-1")
+    assert status == 200 and "CrashLoopBackOff" in html and "exit code 3" in html
+    assert "Back-off restarting failed container app" in html
+    assert "error: cannot open /data/db: permission denied" in html
+    status, html = page(session, "/ui/apps/web/resource/logs", group="", kind="Pod", namespace="ns",
+                        name="web-abc-1", follow="1", tail="50")
+    assert status == 200 and 'hx-trigger="every 3s"' in html and "starting web" in html
+    status, html = page(session, "/ui/apps/web/resource", group="", kind="Secret", namespace="ns", name="creds")
+    assert status == 200 and "++++++++" in html and SECRET_VALUE not in html
+    assert page(session, "/ui/apps/web/resource", kind="Pod", namespace="ns", name="stranger")[0] == 404
