@@ -16,16 +16,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tidecd.base import constants
-from tidecd.base.errors import ConfigError, NotFound
+from tidecd.base.errors import ConfigError, NotFound, TidecdError
 from tidecd.base.paths import inside
 from tidecd.clients.cluster import KubeCluster, client_for_secret, find_cluster_secret
 from tidecd.clients.secrets import load_private_keys, text_fields, unseal
 from tidecd.clients.store import ObjectStore, open_store
+from tidecd.config import teams
 from tidecd.config.load import (
     Application,
     Config,
     ConfigSourceRef,
     Destination,
+    TeamSource,
     load_config,
     parse_config_source,
 )
@@ -130,13 +132,14 @@ def fingerprint(directory: Path, *, now: float | None = None) -> str:
     return digest.hexdigest()
 
 
-def _directory_config(directory: Path) -> Config:
+def _directory_config(directory: Path, team: str = "") -> Config:
     stamp = fingerprint(directory)
-    cached = _DIRECTORY_CONFIGS.get(str(directory))
+    key = f"{directory} (team {team})" if team else str(directory)
+    cached = _DIRECTORY_CONFIGS.get(key)
     if cached is not None and cached[0] == stamp:
         return cached[1]
-    config = load_config(directory, strict=False)
-    _DIRECTORY_CONFIGS[str(directory)] = (stamp, config)
+    config = load_config(directory, strict=False, team=team)
+    _DIRECTORY_CONFIGS[key] = (stamp, config)
     return config
 
 
@@ -208,11 +211,23 @@ class Runtime:
 
     def _load_config(self) -> Config:
         source = parse_config_source(self.settings.config)
-        if isinstance(source, Path):
-            return _directory_config(source)
-        return self._load_config_from_git(source)
+        config = _directory_config(source) if isinstance(source, Path) else self._load_config_from_git(source)
+        for team in config.team_sources:
+            config = self._join_team(config, team)
+        return config
 
-    def _load_config_from_git(self, ref: ConfigSourceRef) -> Config:
+    def _join_team(self, config: Config, team: TeamSource) -> Config:
+        """The main config joined by one team's config source (`tidecd.config.teams`); a team source that
+        cannot be read is a problem of its own, and every other source keeps working."""
+        try:
+            source = parse_config_source(team.spec, what=f"team config source {team.name!r}")
+            loaded = (_directory_config(source, team.name) if isinstance(source, Path)
+                      else self._load_config_from_git(source, team.name))
+        except (TidecdError, OSError) as exc:
+            return teams.unavailable(config, team, str(exc))
+        return teams.join(config, team, loaded)
+
+    def _load_config_from_git(self, ref: ConfigSourceRef, team: str = "") -> Config:
         from tidecd import source as git  # lazy: cold start (git sources only for a config source in git)
         from tidecd.source import checkouts  # lazy: cold start (as above)
 
@@ -220,8 +235,8 @@ class Runtime:
         refs = git.ls_remote(ref.repo_url, creds)
         sha = git.resolve_revision(refs, ref.ref, ref.repo_url)
         with checkouts.tree(self.store, ref.repo_url, sha, creds) as root:  # read-only, kept while warm
-            return load_config(inside(root, ref.path or ".", what="TIDECD_CONFIG path"), display=str(ref),
-                               strict=False)
+            what = f"team config source {team!r} path" if team else "TIDECD_CONFIG path"
+            return load_config(inside(root, ref.path or ".", what=what), display=str(ref), strict=False, team=team)
 
     def plain_secrets_unsealed_later(self) -> list[dict[str, Any]]:
         """Repository credentials for the config repo itself can only come from the environment."""

@@ -52,6 +52,7 @@ from tidecd.config.model import (
     ProjectDestination,
     Retry,
     SyncPolicy,
+    TeamSource,
 )
 from tidecd.config.schema import PARSERS, Errors, Node, parse_duration, type_name
 
@@ -59,7 +60,7 @@ __all__ = [
     "CONFIG_SUFFIXES", "DEFAULT_PROJECT", "DNS_NAME", "SECRET_TYPES", "Application", "ApplicationSource",
     "AppProject", "Backoff", "Config", "ConfigItem", "ConfigSourceRef", "Destination", "DirectorySpec",
     "GroupKind", "HelmParameter", "HelmSpec", "IgnoreDifference", "JsonnetSpec", "JsonnetVar", "KustomizeSpec",
-    "ProjectDestination", "Retry",
+    "ProjectDestination", "Retry", "TEAM_SOURCES", "TeamSource",
     "SyncPolicy", "config_files", "load_config", "load_config_source", "normalize_repo_url",
     "parse_config_source", "parse_duration", "redact_repo_url", "repo_key",
 ]
@@ -73,7 +74,7 @@ log = structlog.get_logger("tidecd.config.load")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def load_config(directory: Path, *, display: str | None = None, strict: bool = True) -> Config:
+def load_config(directory: Path, *, display: str | None = None, strict: bool = True, team: str = "") -> Config:
     """Read every `.yaml/.yml/.json` file under `directory` (recursively, sorted, dot-files skipped).
 
     `display` replaces the directory in file names of errors (e.g. `REPO#REF:PATH`). Raises ConfigError
@@ -83,6 +84,10 @@ def load_config(directory: Path, *, display: str | None = None, strict: bool = T
     can be), goes to `Config.invalid`; an invalid or duplicated AppProject sets aside the apps that use
     it; anything else (an unknown kind, a bad Secret, a symlink leaving the directory) is listed in
     `Config.problems`.
+
+    `team` names a team's config source (`tidecd.config.teams`): it may define Applications only (anything
+    else is a problem naming its file), and their projects are checked against the main config source's
+    AppProjects by `tidecd.config.teams.join`, not here.
     """
     if not directory.is_dir():
         raise ConfigError(f"config source {display or directory}: not a directory")
@@ -91,20 +96,22 @@ def load_config(directory: Path, *, display: str | None = None, strict: bool = T
     prefix = str(directory) if display is None else display
     if prefix and not prefix.endswith(("/", ":")):
         prefix += "/"
-    reading = _Reading(strict)
+    reading = _Reading(strict, team)
     for path in config_files(directory):
         _read_file(reading, directory, path, prefix + path.relative_to(directory).as_posix())
     errors = reading.errors
     settings = _argo_settings(reading.settings_objects, errors)
+    sources = _team_sources(reading.team_sources, errors)
     if strict:
         config = _assemble(reading.found, errors)
         if errors:
             raise ConfigError(_summary(errors))
-        config.argo_settings = settings
+        config.argo_settings, config.team_sources = settings, sources
         return config
-    config = _assemble_isolated(reading.found, reading.invalid, reading.bad_projects)
+    config = _assemble_isolated(reading.found, reading.invalid, reading.bad_projects, check_projects=not team)
     config.problems = errors
     config.argo_settings = settings
+    config.team_sources = sources
     _add_appsets(config, reading.found, reading.bad_appsets)
     return config
 
@@ -115,12 +122,14 @@ class _Reading:
     what a bad file or document defines are set aside with its problems instead of failing the load."""
 
     strict: bool
+    team: str = ""  # a team's config source: Applications only
     errors: list[str] = field(default_factory=list)
     found: list[ConfigItem] = field(default_factory=list)
     settings_objects: list[tuple[Any, str]] = field(default_factory=list)  # argocd-cm and friends, read last
     invalid: dict[str, list[str]] = field(default_factory=dict)  # Applications set aside
     bad_projects: dict[str, list[str]] = field(default_factory=dict)
     bad_appsets: dict[str, list[str]] = field(default_factory=dict)
+    team_sources: list[tuple[Any, str]] = field(default_factory=list)  # ConfigMap/tidecd-config-sources
 
     def set_aside(self, into: dict[str, list[str]], names: list[str], since: int) -> None:
         for name in names:
@@ -136,7 +145,14 @@ def _read_file(reading: _Reading, directory: Path, path: Path, origin: str) -> N
     if not reading.strict and len(reading.errors) > before:
         _set_aside_unparsed(reading, path, before)
     for index, doc in docs:
-        if argocd_cm.recognised(doc):
+        if reading.team and isinstance(doc, dict) and (doc.get("apiVersion"), doc.get("kind")) != (ARGO_VERSION,
+                                                                                              "Application"):
+            reading.errors.append(f"{origin}: document {index} ({doc.get('kind')}): not read: team config source "
+                                  f"{reading.team!r} may define Applications only; AppProjects, ApplicationSets, "
+                                  "clusters, repository Secrets and argocd-cm belong to the main config source")
+        elif not reading.team and _is_team_sources(doc):
+            reading.team_sources.append((doc, origin))
+        elif argocd_cm.recognised(doc):
             reading.settings_objects.append((doc, origin))
         else:
             _read_document(reading, doc, origin, index)
@@ -245,7 +261,7 @@ def _object_name(doc: Any, kind: str) -> str:
 
 
 def _assemble_isolated(found: list[ConfigItem], invalid: dict[str, list[str]],
-                       bad_projects: dict[str, list[str]]) -> Config:
+                       bad_projects: dict[str, list[str]], *, check_projects: bool = True) -> Config:
     """Cross-object rules, setting aside only what breaks them: a name defined twice sets aside every
     definition; an app whose project is invalid, duplicated or missing is set aside with the reason."""
     apps: dict[str, list[Application]] = {}
@@ -276,7 +292,9 @@ def _assemble_isolated(found: list[ConfigItem], invalid: dict[str, list[str]],
                                                 f"({origins}{also})")
             continue
         app = defined_apps[0]
-        if app.project in bad_projects:
+        if not check_projects:
+            good_apps[name] = app
+        elif app.project in bad_projects:
             invalid[name] = [f"{app.origin}: Application/{name}: spec.project: project {app.project!r} is "
                              "invalid, so this app is set aside: " + "; ".join(bad_projects[app.project])]
         elif app.project not in good_projects:
@@ -487,18 +505,19 @@ def _is_repo_url(text: str) -> bool:
     return "://" in text or bool(re.match(r"[^@/:]+@[^/:]+:", text))
 
 
-def parse_config_source(spec: str) -> Path | ConfigSourceRef:
-    """`TIDECD_CONFIG`: a directory, or `REPO_URL#REF:PATH` (a git URL, with `#REF:PATH` optional)."""
+def parse_config_source(spec: str, what: str = "TIDECD_CONFIG") -> Path | ConfigSourceRef:
+    """`TIDECD_CONFIG` (or a team's config source, `what`): a directory, or `REPO_URL#REF:PATH` (a git URL,
+    with `#REF:PATH` optional)."""
     text = spec.strip()
     if not text:
-        raise ConfigError("TIDECD_CONFIG is empty; set a directory or REPO_URL#REF:PATH")
+        raise ConfigError(f"{what} is empty; set a directory or REPO_URL#REF:PATH")
     url, _, rest = text.partition("#")
     if not _is_repo_url(url):
         return Path(text)
     ref, _, path = rest.partition(":")
     path = path.strip("/") or "."
     if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts:
-        raise ConfigError(f"TIDECD_CONFIG: path {path!r} must be relative to the repository")
+        raise ConfigError(f"{what}: path {path!r} must be relative to the repository")
     return ConfigSourceRef(repo_url=url, ref=ref or "HEAD", path=path)
 
 
@@ -518,3 +537,44 @@ def load_config_source(spec: str, fetch: Callable[[ConfigSourceRef], Path] | Non
         return source
     root = fetch(source)
     return load_config(inside(root, source.path, what="config path"), display=str(source))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The teams' config sources (`tidecd.config.teams` bounds what they define)
+
+TEAM_SOURCES = "tidecd-config-sources"  # the main config source's ConfigMap naming the teams' sources
+
+
+def _is_team_sources(doc: Any) -> bool:
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    return (isinstance(meta, dict) and meta.get("name") == TEAM_SOURCES
+            and (doc.get("apiVersion"), doc.get("kind")) == ("v1", "ConfigMap"))
+
+
+def _team_sources(objects: list[tuple[Any, str]], errors: list[str]) -> tuple[TeamSource, ...]:
+    """`ConfigMap/tidecd-config-sources`: `data` maps a team's name (a DNS label: the name AppProjects'
+    `spec.sourceNamespaces` list) to its config source, a directory or REPO_URL#REF:PATH."""
+    found: list[TeamSource] = []
+    for number, (doc, origin) in enumerate(objects):
+        label = f"{origin}: ConfigMap/{TEAM_SOURCES}"
+        if number:
+            errors.append(f"{label}: defined more than once (also in {objects[0][1]}); only the first is read")
+            continue
+        data = doc.get("data") or {}
+        if not isinstance(data, dict):
+            errors.append(f"{label}: data: expected a mapping, got {type_name(data)}")
+            continue
+        for name, spec in sorted(data.items(), key=lambda item: str(item[0])):
+            where = f"{label}: data.{name}"
+            if not isinstance(name, str) or "." in name or not DNS_NAME.fullmatch(name):
+                errors.append(f"{where}: a team's name must be a DNS label (lowercase letters, digits and '-')")
+            elif not isinstance(spec, str) or not spec.strip():
+                errors.append(f"{where}: expected a directory or REPO_URL#REF:PATH, got {type_name(spec)}")
+            else:
+                try:
+                    parse_config_source(spec, what=f"data.{name}")
+                except ConfigError as exc:
+                    errors.append(f"{label}: {exc}")
+                    continue
+                found.append(TeamSource(name=name, spec=spec.strip(), origin=origin))
+    return tuple(found)

@@ -275,6 +275,7 @@ class AppProject:
     roles: tuple[ProjectRole, ...] = ()  # spec.roles: who may do what with the project's apps (config.rbac)
     # spec.destinationServiceAccounts: whom a sync acts as when impersonation is on (project.impersonation)
     destination_service_accounts: tuple[DestinationServiceAccount, ...] = ()
+    source_namespaces: tuple[str, ...] = ()  # spec.sourceNamespaces: the team config sources it admits (config.teams)
 
 
 # Argo CD creates `default` allowing everything, cluster-scoped kinds included, unless it is redefined.
@@ -284,6 +285,16 @@ DEFAULT_PROJECT = AppProject(
     destinations=(ProjectDestination(server="*", namespace="*"),),
     cluster_resource_whitelist=(GroupKind("*", "*"),),
 )
+
+
+@dataclass(frozen=True)
+class TeamSource:
+    """A team's config source, named by the main config source's ConfigMap `tidecd-config-sources`: its
+    name plays the role of an Argo CD app namespace (`tidecd.config.teams`)."""
+
+    name: str
+    spec: str  # a directory or REPO_URL#REF:PATH, as TIDECD_CONFIG
+    origin: str = ""  # the file that names it
 
 
 @dataclass
@@ -306,6 +317,8 @@ class Config:
     # Generated apps (`tidecd.generated.records`): app name → owner, `ApplicationSet/<name>` or `Application/<parent>`
     owners: dict[str, str] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)  # generated apps being removed (their objects pruned first)
+    team_sources: tuple[TeamSource, ...] = ()  # the teams' config sources the main one names (config.teams)
+    teams: dict[str, str] = field(default_factory=dict)  # app name → the team source defining it (none: main)
 
     def project_of(self, app: Application) -> AppProject:
         return self.projects[app.project]

@@ -224,7 +224,7 @@ _IGNORE = Keys(("group", "kind", "name", "namespace", "jsonPointers", "managedFi
 _PROJECT_SPEC = Keys(("description", "sourceRepos", "destinations", "clusterResourceWhitelist",
                        "clusterResourceBlacklist", "namespaceResourceWhitelist",
                        "namespaceResourceBlacklist", "syncWindows", "orphanedResources", "roles",
-                       "destinationServiceAccounts"))
+                       "destinationServiceAccounts", "sourceNamespaces"))
 _DESTINATION_SERVICE_ACCOUNT = Keys(("server", "namespace", "defaultServiceAccount"))
 _ROLE = Keys(("name", "description", "policies", "groups"))
 _GROUP_KIND = Keys(("group", "kind"))
@@ -509,7 +509,8 @@ def _parse_project(top: Node) -> AppProject | None:
         orphaned_resources=_orphaned(spec.child("orphanedResources", _ORPHANED)), annotations=annotations,
         roles=tuple(_role(name, n) for n in spec.children("roles", _ROLE)),
         destination_service_accounts=tuple(_destination_service_account(n) for n in spec.children(
-            "destinationServiceAccounts", _DESTINATION_SERVICE_ACCOUNT)))
+            "destinationServiceAccounts", _DESTINATION_SERVICE_ACCOUNT)),
+        source_namespaces=spec.texts("sourceNamespaces"))
 
 
 def _destination_service_account(node: Node) -> DestinationServiceAccount:

@@ -156,6 +156,7 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
     answer |= config_report(config)
     if config_source_matches(runtime.settings.config, push):
         answer["config_source"] = "changed: the next call loads the new configuration"
+    apps += team_source_apps(config, push, apps, answer)
     claim = _claim(runtime, delivery, provider, push) if delivery else None
     if claim is not None and claim.duplicate:
         return Response(200, {"duplicate": True, "delivery": delivery})
@@ -402,6 +403,19 @@ def config_source_matches(spec: str, push: Push) -> bool:
             and normalize_repo_url(source.repo_url) in push.repo_urls
             and revision_matches(source.ref, push)
             and files_match([source.path], push.changed_files))
+
+
+def team_source_apps(config: Config, push: Push, already: list[Application],
+                     answer: dict[str, Any]) -> list[Application]:
+    """The apps of each team config source this push changed (`tidecd.config.teams`): refreshed so that
+    they read their new definitions, as apps whose own repository was pushed are."""
+    found: list[Application] = []
+    for team in config.team_sources:
+        if config_source_matches(team.spec, push):
+            answer.setdefault("team_sources", []).append(team.name)
+            found += [app for name, app in sorted(config.applications.items())
+                      if config.teams.get(name) == team.name and app not in already and app not in found]
+    return found
 
 
 # --- store and config ------------------------------------------------------------------------------------
