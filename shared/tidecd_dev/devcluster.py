@@ -93,6 +93,12 @@ class DevCluster:
         return path.read_text().strip() if path.exists() else ""
 
     @property
+    def pod_log(self) -> Path:
+        """The log kwok serves for every container (CRI lines: `TIME stdout F TEXT`): kwok runs no containers,
+        so a test writes here what a container would have printed (`kwok` ClusterLogs)."""
+        return self.workdir / "pod.log"
+
+    @property
     def server(self) -> str:
         return f"https://127.0.0.1:{self.api_port}"
 
@@ -196,6 +202,8 @@ class DevCluster:
             "--service-account-signing-key-file", str(pki / "sa.key"),
             "--enable-priority-and-fairness=false", "--profiling=false", "-v", "0",
             "--token-auth-file", str(pki / "tokens.csv"), *self._audit_args(),
+            # kwok's node answers pods/log at its InternalIP (its name resolves nowhere)
+            "--kubelet-preferred-address-types", "InternalIP",
         ])
 
     def _audit_args(self) -> list[str]:
@@ -242,12 +250,20 @@ class DevCluster:
             "--bind-address", "127.0.0.1", "--secure-port", str(self._port()),
             "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
         ])
+        kubelet_port = self._port()
+        self.pod_log.write_text("")
+        (self.workdir / "kwok-logs.yaml").write_text(yaml.safe_dump(_cluster_logs(self.pod_log)))
         self._spawn("kwok", [
             # On a loaded machine kwok's heartbeat lags; a 40 s node lease keeps the fake node Ready.
             binary("kwok"), "--kubeconfig", kc, "--manage-all-nodes=true", "--node-lease-duration-seconds", "40",
-            "--server-address", f"127.0.0.1:{self._port()}", "--node-ip", "127.0.0.1",
-            # pod stages with delays a test asks for by annotation (tidecd.test/ready-after, ...)
-            "--config", str(KWOK_STAGES),
+            # kwok's kubelet endpoint (TLS: the API server proxies pods/log to it over https), on the node's
+            # status as its port, so `kubectl logs` and tidecd's logs reach it
+            "--server-address", f"127.0.0.1:{kubelet_port}", "--node-ip", "127.0.0.1",
+            "--node-port", str(kubelet_port), "--tls-cert-file", str(pki / "apiserver.crt"),
+            "--tls-private-key-file", str(pki / "apiserver.key"),
+            # pod stages with delays a test asks for by annotation (tidecd.test/ready-after, ...); every
+            # container's log is POD_LOG's lines (`pod_log`)
+            "--config", str(KWOK_STAGES), "--config", str(self.workdir / "kwok-logs.yaml"),
         ])
 
     # -- readiness -------------------------------------------------------------------------------------
@@ -329,6 +345,12 @@ def render_kubeconfig(server: str, ca: bytes, cert: bytes, key: bytes, *, name: 
         "users": [{"name": name, "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
     })
+
+
+def _cluster_logs(path: Path) -> dict[str, object]:
+    """kwok's ClusterLogs: every pod's every container logs the file `path`."""
+    return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": "every-pod"},
+            "spec": {"selector": {}, "logs": [{"logsFile": str(path), "follow": False}]}}
 
 
 def _fake_node_manifest() -> dict[str, object]:
