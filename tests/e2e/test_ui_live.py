@@ -1,0 +1,115 @@
+"""Live pages and layout in a real browser (Debian's chromium via Playwright) against the real api and
+webhook functions (functions-framework), the session's control plane and git server.
+
+With an app's page and the apps list open, a signed push to the webhook moves the app to a new revision;
+both pages show it within about 3 s of the step recording it (ui/watch.py: a 2 s poll of a cheap version,
+then the page swapped in), with no reload. Meanwhile no page is wider than a 1,280 px or a 390 px screen,
+the task results of a 30-resource sync with 60-letter names included.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.test_ui import PHONE, dashboard, log_in, wait_for
+from tests.support.apps import GitOps, configmap
+from tests.support.browser import screenshot_dir
+from tests.support.functions import Functions, push_payload
+
+LAG = 3.5  # seconds from the store holding the new revision to a page showing it (2 s poll + render)
+RESOURCES = 30
+
+
+def _manifests(version: str) -> dict[str, Any]:
+    """30 ConfigMaps with names near Kubernetes' 63-letter label limit: the widest task-results table."""
+    return {f"app/cm-{i:02}.yaml": configmap(f"a-rather-long-configmap-name-for-the-layout-check-number-{i:02}",
+                                               data={"version": version, "note": "x" * 120})
+            for i in range(RESOURCES)}
+
+
+def _width(page: Any) -> tuple[int, int]:
+    return page.evaluate("[document.scrollingElement.scrollWidth, window.innerWidth]")
+
+
+def _fits(page: Any, where: str) -> None:
+    scroll, viewport = _width(page)
+    assert scroll <= viewport, f"{where}: the page is {scroll} px wide in a {viewport} px viewport"
+
+
+def test_open_pages_follow_a_webhook_push_and_fit_the_screen(browser: Any, gitops: GitOps, functions: Functions,
+                                                            tmp_path: Path) -> None:
+    first = gitops.push(_manifests("one"))
+    app = gitops.application(automated={"prune": True})
+    gitops.sync()
+    assert gitops.state().revision == first
+    base = dashboard(functions)
+    shots = screenshot_dir(tmp_path)
+
+    listing = log_in(browser, base, functions.token)
+    row = listing.locator(f"tr[data-app='{app}']")
+    assert row.locator(f"[title='{first}']").count() == 1
+    page = listing.context.new_page()
+    page.goto(f"{base}apps/{app}")
+    assert page.locator("[data-revision]").get_attribute("data-revision") == first
+    phone = log_in(browser, base, functions.token, viewport=PHONE)
+    phone.goto(f"{base}apps/{app}")
+    for where, each in (("apps list at 1,280 px", listing), ("app page at 1,280 px", page),
+                        ("app page at 390 px", phone)):
+        _fits(each, where)
+
+    # A signed push to the webhook: the automated sync takes the app to the new revision.
+    second = gitops.push(_manifests("two"), "every ConfigMap at version two")
+    answer = functions.deliver("push", push_payload(gitops.repo.url, "refs/heads/main", first, second,
+                                                    [f"app/cm-{i:02}.yaml" for i in range(RESOURCES)]))
+    assert answer.status_code == 202, answer.text
+    recorded = shown_app = shown_list = shown_phone = 0.0
+    widest: dict[str, int] = {}
+    deadline = time.monotonic() + 180
+    while not (shown_app and shown_list and shown_phone):
+        assert time.monotonic() < deadline, f"recorded {recorded}, shown app {shown_app} list {shown_list}"
+        now = time.monotonic()
+        if not recorded and gitops.state().revision == second:
+            recorded = now
+        if not shown_app and page.locator("[data-revision]").get_attribute("data-revision") == second:
+            shown_app = now
+        if not shown_list and row.locator(f"[title='{second}']").count() == 1:
+            shown_list = now
+        if not shown_phone and phone.locator("[data-revision]").get_attribute("data-revision") == second:
+            shown_phone = now
+        for where, each in (("apps list at 1,280 px", listing), ("app page at 1,280 px", page),
+                            ("app page at 390 px", phone)):
+            widest[where] = max(widest.get(where, 0), _width(each)[0])
+            _fits(each, where)  # during the sync: the task results grow as it runs
+        time.sleep(0.1)
+    assert recorded, "a page showed the revision before the store held it"
+    for where, shown in (("app page", shown_app), ("apps list", shown_list), ("phone app page", shown_phone)):
+        lag = shown - recorded
+        assert lag <= LAG, f"{where} showed the new revision {lag:.1f} s after it was recorded"
+    assert page.url.endswith(f"/apps/{app}") and listing.url.endswith("/ui/")  # swapped in place, no navigation
+
+    # Every task result of the sync, open, at both widths; and the other pages.
+    def succeeded() -> bool:
+        op = gitops.state().operation
+        return op is not None and str(op.phase) == "Succeeded"
+
+    wait_for(succeeded, 120, "the sync to finish")
+    for each, where in ((page, "app page at 1,280 px"), (phone, "app page at 390 px")):
+        each.reload()
+        each.locator("#live details").evaluate("d => d.open = true")
+        assert each.locator("#live tr[data-task]").count() >= RESOURCES
+        _fits(each, f"{where}, task results open")
+        table, panel, name = each.evaluate("""[document.querySelector('#live table.results').getBoundingClientRect(),
+            document.querySelector('#live').getBoundingClientRect(),
+            document.querySelector('#live tr[data-task] td').getBoundingClientRect()].map(r => [r.right, r.width])""")
+        assert table[0] <= panel[0], f"{where}: the task results ({table[1]} px) overflow their panel ({panel[1]} px)"
+        assert name[1] >= 120, f"{where}: the resource names get a {name[1]} px column (a letter per line)"
+        for other in ("", "projects", "clusters"):
+            each.goto(base + other)
+            _fits(each, f"{where.replace('app page', other or 'apps list')}")
+        each.goto(f"{base}apps/{app}")
+    page.locator("#live details").evaluate("d => d.open = true")
+    page.screenshot(path=str(shots / "app-live.png"), full_page=True)
+    for each in (listing, phone):
+        each.context.close()
