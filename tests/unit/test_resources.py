@@ -17,6 +17,7 @@ from tests.unit.test_openapi import TOKEN, Session
 from tidecd.base.model import ResourceKey
 from tidecd.clients.cluster import ApiResource
 from tidecd.clients.store import MemoryStore
+from tidecd.config import rbac
 from tidecd.config.load import Config
 from tidecd.config.model import DEFAULT_PROJECT, ProjectDestination
 
@@ -54,7 +55,11 @@ def session() -> Iterator[Session]:
     cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
     git.push([deployment("web:1"), SECRET])
     app = application("web")
-    project = replace(DEFAULT_PROJECT, destinations=(ProjectDestination(server="*", name="*", namespace="ns"),))
+    viewer = rbac.ProjectRole("viewer", policies=("p, proj:default:viewer, applications, get, default/*, allow",))
+    tail = rbac.ProjectRole("tail", policies=("p, proj:default:tail, applications, get, default/*, allow",
+                                              "p, proj:default:tail, logs, get, default/*, allow"))
+    project = replace(DEFAULT_PROJECT, destinations=(ProjectDestination(server="*", name="*", namespace="ns"),),
+                      roles=(viewer, tail))
     runtime = fake_runtime(cluster, store, app, git, config=Config(applications={"web": app},
                                                                    projects={"default": project}))
     runtime.settings.api_token = TOKEN
@@ -198,3 +203,13 @@ def test_the_dashboard_opens_each_node_with_the_same_details(session: Session) -
     status, html = page(session, "/ui/apps/web/resource", group="", kind="Secret", namespace="ns", name="creds")
     assert status == 200 and "++++++++" in html and SECRET_VALUE not in html
     assert page(session, "/ui/apps/web/resource", kind="Pod", namespace="ns", name="stranger")[0] == 404
+
+
+def test_logs_need_argo_cds_logs_get(session: Session) -> None:
+    viewer = session.call("POST", "/api/v1/projects/default/roles/viewer/token", {}).body["token"]
+    tail = session.call("POST", "/api/v1/projects/default/roles/tail/token", {}).body["token"]
+    assert session.call("GET", f"/api/v1/apps/web/resource?{POD}", token=viewer).status == 200
+    refused = session.call("GET", f"/api/v1/apps/web/logs?{POD}", token=viewer)
+    assert refused.status == 403 and "logs, get, default/web" in refused.body["message"]
+    assert session.call("GET", "/api/v1/apps/web/logs", token=viewer).status == 403
+    assert session.call("GET", f"/api/v1/apps/web/logs?{POD}", token=tail).status == 200
