@@ -20,7 +20,8 @@ role = typer.Typer(no_args_is_help=True, help="A project role's JWT tokens (Argo
 app.add_typer(role, name="role")
 
 
-def _when(seconds: int) -> str:
+def when(seconds: int) -> str:
+    """A token time as Argo CD prints it (UTC, RFC 3339); 0 (never expires) as "-"."""
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if seconds else "-"
 
 
@@ -36,8 +37,8 @@ def create_token(project: str, role_name: str = typer.Argument(..., metavar="ROL
     if token_only:
         typer.echo(made["token"])
         return
-    emit(made, output, lambda b: typer.echo(f"Token id:   {b['id']}\nIssued at:  {_when(b['iat'])}\n"
-                                            f"Expires at: {_when(b['exp'])}\nToken:      {b['token']}"))
+    emit(made, output, lambda b: typer.echo(f"Token id:   {b['id']}\nIssued at:  {when(b['iat'])}\n"
+                                            f"Expires at: {when(b['exp'])}\nToken:      {b['token']}"))
 
 
 @role.command("list-tokens")
@@ -46,7 +47,7 @@ def list_tokens(project: str, role_name: str = typer.Argument(..., metavar="ROLE
     """The valid tokens of PROJECT's ROLE (ids and times, never the tokens)."""
     found = checked(*call_api("GET", f"/projects/{project}/roles/{role_name}/tokens", server, token))
     emit(found, output, lambda b: print_table(["ID", "ISSUED AT", "EXPIRES AT"], [
-        [t["id"], _when(t["iat"]), _when(t["exp"])] for t in b["tokens"]]))
+        [t["id"], when(t["iat"]), when(t["exp"])] for t in b["tokens"]]))
 
 
 @role.command("delete-token")

@@ -119,7 +119,8 @@ HONOURED_WHAT: Mapping[str, str] = MappingProxyType({
                    "clientSecret as a $KEY of the sealed argocd-secret; groups from the ID token's claims",
     "admin.enabled": "\"false\" refuses the builtin admin's password login",
     "accounts.<name>": "local accounts (`login`: a password login with the bcrypt hash of the sealed "
-                       "argocd-secret's accounts.NAME.password); accounts.NAME.enabled",
+                       "argocd-secret's accounts.NAME.password; `apiKey`: tokens from `tidecd account "
+                       "generate-token`, kept in tidecd's store); accounts.NAME.enabled",
 })
 
 

@@ -383,8 +383,8 @@ def create_token(runtime: Runtime, name: str, payload: dict[str, Any], _: Mappin
     """A project role's JWT for CI (Argo CD's `proj role create-token`): shown once, in this answer only."""
     project, role = name.split("/roles/")
     authz.require(runtime, principal(), "projects", "update", project)
-    token, record = tokens.create(runtime, project, role, expires_in=float(payload.get("expiresIn", 0)),
-                                  token_id=str(payload.get("id", "")))
+    token, record = tokens.create(runtime, tokens.role(runtime, project, role),
+                                  expires_in=float(payload.get("expiresIn", 0)), token_id=str(payload.get("id", "")))
     authz.done(runtime, principal(), "projects", "create-token", project, f"role {role}, token {record['id']}")
     return Response(201, {"project": project, "role": role, "token": token, **record})
 
@@ -393,7 +393,8 @@ def create_token(runtime: Runtime, name: str, payload: dict[str, Any], _: Mappin
 def list_tokens(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str, str]) -> Response:
     project, role = name.split("/roles/")
     authz.require(runtime, principal(), "projects", "get", project)
-    return Response(200, {"project": project, "role": role, "tokens": tokens.listed(runtime, project, role)})
+    found = tokens.listed(runtime, tokens.role(runtime, project, role))
+    return Response(200, {"project": project, "role": role, "tokens": found})
 
 
 @route("DELETE", "/projects/(?P<name>[A-Za-z0-9._-]+/roles/[A-Za-z0-9._-]+/token/[A-Za-z0-9._-]+)")
@@ -402,7 +403,7 @@ def delete_token(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str
     project, rest = name.split("/roles/")
     role, token_id = rest.split("/token/")
     authz.require(runtime, principal(), "projects", "update", project)
-    record = tokens.revoke(runtime, project, role, token_id)
+    record = tokens.revoke(runtime, tokens.role(runtime, project, role), token_id)
     authz.done(runtime, principal(), "projects", "delete-token", project, f"role {role}, token {record['id']}")
     return Response(200, {"project": project, "role": role, "revoked": record})
 
@@ -478,4 +479,4 @@ def select_resources(runtime: Runtime, name: str, texts: list[str]) -> frozenset
     return frozenset(chosen)
 
 
-from tidecd.usecases import resources_api  # noqa: E402,F401 - registers the resource routes, which use `route`
+from tidecd.usecases import accounts, resources_api  # noqa: E402,F401 - register their routes, which use `route`

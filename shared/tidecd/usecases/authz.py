@@ -2,12 +2,17 @@
 
 `authenticate` turns a request's proof into a `Principal`: the admin bearer token is `admin` (Argo CD's
 builtin `g, admin, role:admin`), the read-only one `readonly` (bound here to `role:readonly`), a project
-role's JWT (`tidecd.usecases.tokens`) its `proj:PROJECT:ROLE`, an ID token of argocd-cm's OIDC issuer
-(`tidecd.usecases.login`) the person it names, with the groups of its `groups` claim. `allowed` then asks
-Argo CD's question with Argo CD's answer (`tidecd.config.rbac`): `argocd-rbac-cm`'s policy, the builtin
-roles and, for an object of a project (`project/app`), that project's roles as the runtime policy; the
-subject first (with `policy.default`), then each of the principal's groups that some `g` line names, as
-Argo CD's `EnforceClaims` does. A project token answers only for its own project.
+role's JWT (`tidecd.usecases.tokens`) its `proj:PROJECT:ROLE`, a local account's JWT the account's name,
+an ID token of argocd-cm's OIDC issuer (`tidecd.usecases.login`) the person it names, with the groups of
+its `groups` claim. `allowed` then asks Argo CD's question with Argo CD's answer (`tidecd.config.rbac`):
+`argocd-rbac-cm`'s policy, the builtin roles and, for an object of a project (`project/app`), that
+project's roles as the runtime policy; the subject first (with `policy.default`), then each of the
+principal's groups that some `g` line names, as Argo CD's `EnforceClaims` does. A project token answers
+only for its own project.
+
+A local account's own tokens and details are its own business, as Argo CD's `ensureHasAccountPermission`
+has it: the account itself, logged in locally (a password login or one of its tokens, never SSO), may; any
+other principal needs `accounts, ACTION, NAME` (`account_allowed`).
 
 tidecd adds one resource Argo CD has not: `audit` (`get`, the audit log), granted to `role:admin`.
 """
@@ -27,6 +32,8 @@ from tidecd.state import auditlog
 # What tidecd's own tokens and resources add to every policy.
 TIDECD_POLICY = f"g, {READONLY_SUBJECT}, role:readonly\np, role:admin, audit, get, *, allow"
 AUDIT = "audit"
+ACCOUNTS = "accounts"
+LOCAL_PROOFS = ("local", "account-token")  # Argo CD's "issued by the session manager": not SSO, not a bearer
 
 
 def authenticate(runtime: Runtime, headers: Mapping[str, str]) -> Principal | None:
@@ -38,12 +45,12 @@ def authenticate(runtime: Runtime, headers: Mapping[str, str]) -> Principal | No
         return READONLY
     given = (headers.get("Authorization") or headers.get("authorization") or "").partition(" ")
     if given[0].lower() == "bearer" and given[2].count(".") == 2:
-        # lazy: cold start (PyJWT only when a project token is presented)
+        # lazy: cold start (PyJWT only when a JWT is presented)
         from tidecd.usecases import login, tokens
 
-        project_token = tokens.verify(runtime, given[2].strip())
-        if project_token is not None:
-            return project_token
+        own_token = tokens.verify(runtime, given[2].strip())  # a project role's or a local account's
+        if own_token is not None:
+            return own_token
         try:  # an ID token of argocd-cm's OIDC issuer (`tidecd login --sso`): the person and their groups
             return login.bearer(runtime, given[2].strip())
         except login.LoginRefused:
@@ -78,6 +85,20 @@ def allowed(config: Config, principal: Principal, resource: str, action: str, ob
         return True
     grouped = policy.grouped()
     return any(policy.enforce(group, resource, action, obj) for group in principal.groups if group in grouped)
+
+
+def account_allowed(config: Config, principal: Principal, action: str, name: str) -> bool:
+    """May `principal` `action` (get, update) the local account `name` (see the module docstring)?"""
+    if principal.subject == name and principal.via in LOCAL_PROOFS:
+        return True
+    return allowed(config, principal, ACCOUNTS, action, name)
+
+
+def require_account(runtime: Runtime, principal: Principal, action: str, name: str) -> None:
+    """PermissionDenied (recorded in the audit log) unless `principal` may `action` the account `name`."""
+    if not account_allowed(runtime.config(), principal, action, name):
+        auditlog.record(runtime.store, principal, ACCOUNTS, action, name, allowed=False, detail="permission denied")
+        raise PermissionDenied(f"permission denied: {ACCOUNTS}, {action}, {name}, sub: {principal.subject}")
 
 
 def require(runtime: Runtime, principal: Principal, resource: str, action: str, obj: str) -> None:

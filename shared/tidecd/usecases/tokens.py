@@ -1,10 +1,16 @@
-"""Project role tokens for CI: `tidecd proj role create-token PROJECT ROLE`, listed and revocable.
+"""JWT tokens for CI: a project role's (`tidecd proj role create-token`) and a local account's
+(`tidecd account generate-token`), listed and revocable. One implementation for both holders.
 
-As Argo CD's: a JWT whose subject is `proj:PROJECT:ROLE`, with its issue time (`iat`) and an id (`jti`),
-acting with the role's policies and nothing else (`tidecd.usecases.authz`). The role must be in the
-project's `spec.roles`; the issued tokens are recorded per role in the store (`rbac/tokens/<project>/<role>.json`,
-Argo CD's `jwtTokens`: id, iat, exp), and a token is accepted only while its id is there: revoking
-removes it, and the next call with that token is refused.
+As Argo CD's: a JWT with a subject, its issue time (`iat`) and an id (`jti`). A project role's subject is
+`proj:PROJECT:ROLE` and it acts with the role's policies and nothing else (`tidecd.usecases.authz`); a local
+account's is `NAME:apiKey` (Argo CD's `sessionmanager` form) and it acts as the account `NAME`, under
+`argocd-rbac-cm` (`p, NAME, ...`, `g, NAME, role:...`). The issued tokens are recorded per holder in the
+store (project roles: `rbac/tokens/<project>/<role>.json`, Argo CD's `jwtTokens`; accounts:
+`rbac/accounts/<name>/tokens.json`, Argo CD's argocd-secret `accounts.<name>.tokens`), each as id, iat, exp,
+and a token is accepted only while its id is there: revoking removes it, and the next call with that token
+is refused. A project token also needs its role in `spec.roles`; an account token needs its argocd-cm
+entry declared, enabled and with the `apiKey` capability, checked at every call as Argo CD's `Parse` does,
+so taking `apiKey` away or `accounts.NAME.enabled: "false"` stops the account's tokens at the next call.
 
 Signed HS256 with PyJWT (no JOSE of our own) under a key kept in the store (`rbac/token-key`): 32 random
 bytes, created once, create-only, so concurrent first calls agree, and sealed for the installation's
@@ -21,16 +27,16 @@ import json
 import secrets
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import jwt
 import structlog
 
 from tidecd.base.errors import NotFound, PermanentError, SecretError
-from tidecd.base.principal import Principal
+from tidecd.base.principal import ADMIN_SUBJECT, Principal
 from tidecd.clients.secrets import open_bytes, seal_bytes
 from tidecd.clients.store import PreconditionFailed, read_json, update_json
-from tidecd.config.load import AppProject
 from tidecd.runtime import Runtime
 
 KEY = "rbac/token-key"
@@ -38,12 +44,52 @@ LABEL = b"tidecd-project-token-key"  # the sealing label: this ciphertext opens 
 _OPENED: dict[bytes, bytes] = {}  # the stored record → its key, opened once per warm instance
 ISSUER = "tidecd"
 ALGORITHM = "HS256"
+API_KEY = "apiKey"  # Argo CD's account capability for tokens, and the suffix of an account token's subject
 log = structlog.get_logger("tidecd.usecases.tokens")
-MAX_TOKENS = 200  # per role: Argo CD keeps them all in the AppProject; a bound keeps the record small
+MAX_TOKENS = 200  # per holder: Argo CD keeps them all in the AppProject or argocd-secret; a bound keeps it small
 
 
-def _records(project: str, role: str) -> str:
-    return f"rbac/tokens/{project}/{role}.json"
+@dataclass(frozen=True)
+class Holder:
+    """Whose tokens: a project role or a local account. `subject` is the JWT's `sub`, `principal` who the
+    token acts as, `records` the store key of its tokens, `label` how messages name it."""
+
+    subject: str
+    principal: str
+    records: str
+    label: str
+    via: str
+
+
+def role(runtime: Runtime, project: str, name: str) -> Holder:
+    """The project role's holder; NotFound unless the role is in the project's `spec.roles`."""
+    found = runtime.config().projects.get(project)
+    if found is None:
+        raise NotFound(f"project {project!r} not found")
+    if not any(r.name == name for r in found.roles):
+        raise NotFound(f"project {project!r} has no role {name!r} (spec.roles)")
+    subject = f"proj:{project}:{name}"
+    return Holder(subject, subject, f"rbac/tokens/{project}/{name}.json", f"project {project!r} role {name!r}",
+                  "project-token")
+
+
+def account(runtime: Runtime, name: str, *, issuing: bool = False) -> Holder:
+    """The local account's holder; NotFound unless argocd-cm declares `accounts.NAME`. With `issuing`,
+    a new token is asked for: the account must be enabled and have the `apiKey` capability (Argo CD's
+    "account 'NAME' does not have apiKey capability")."""
+    found = runtime.config().argo_settings.sso.accounts.get(name)
+    if found is None and name == ADMIN_SUBJECT and issuing:  # the builtin admin: login only, in tidecd
+        raise PermanentError(f"account {name!r} does not have {API_KEY} capability (the builtin admin logs in; "
+                             f"declare an account for tokens: accounts.NAME: {API_KEY})")
+    if found is None:
+        raise NotFound(f"account {name!r} not found (argocd-cm declares accounts.NAME)")
+    if issuing and API_KEY not in found.capabilities:
+        raise PermanentError(f"account {name!r} does not have {API_KEY} capability (argocd-cm accounts.{name}: "
+                             f"{', '.join(sorted(found.capabilities)) or 'none'}; add {API_KEY})")
+    if issuing and not found.enabled:
+        raise PermanentError(f"account {name!r} is disabled (argocd-cm accounts.{name}.enabled)")
+    return Holder(f"{name}:{API_KEY}", name, f"rbac/accounts/{name}/tokens.json", f"account {name!r}",
+                  "account-token")
 
 
 def _key(runtime: Runtime) -> bytes:
@@ -74,47 +120,35 @@ def _key(runtime: Runtime) -> bytes:
     return opened
 
 
-def _role(runtime: Runtime, project: str, role: str) -> AppProject:
-    found = runtime.config().projects.get(project)
-    if found is None:
-        raise NotFound(f"project {project!r} not found")
-    if not any(r.name == role for r in found.roles):
-        raise NotFound(f"project {project!r} has no role {role!r} (spec.roles)")
-    return found
-
-
-def create(runtime: Runtime, project: str, role: str, *, expires_in: float = 0,
+def create(runtime: Runtime, holder: Holder, *, expires_in: float = 0,
            token_id: str = "") -> tuple[str, dict[str, Any]]:
-    """A new token of the role and its record (id, iat, exp; 0: never expires)."""
-    _role(runtime, project, role)
+    """A new token of the holder and its record (id, iat, exp; 0: never expires)."""
     now = int(time.time())
     record = {"id": token_id or str(uuid.uuid4()), "iat": now, "exp": int(now + expires_in) if expires_in else 0}
-    claims: dict[str, Any] = {"sub": f"proj:{project}:{role}", "iat": now, "jti": record["id"], "iss": ISSUER}
+    claims: dict[str, Any] = {"sub": holder.subject, "iat": now, "jti": record["id"], "iss": ISSUER}
     if record["exp"]:
         claims["exp"] = record["exp"]
 
     def add(current: Any) -> dict[str, Any]:
         tokens = list((current or {}).get("tokens", []))
         if any(t.get("id") == record["id"] for t in tokens):
-            raise PermanentError(f"project {project!r} role {role!r} has a token with id {record['id']!r} already")
+            raise PermanentError(f"{holder.label} has a token with id {record['id']!r} already")
         if len(tokens) >= MAX_TOKENS:
-            raise PermanentError(f"project {project!r} role {role!r} has {MAX_TOKENS} tokens: revoke some first")
+            raise PermanentError(f"{holder.label} has {MAX_TOKENS} tokens: revoke some first")
         return {"tokens": [*tokens, record]}
 
-    update_json(runtime.store, _records(project, role), add)
+    update_json(runtime.store, holder.records, add)
     return jwt.encode(claims, _key(runtime), algorithm=ALGORITHM), record
 
 
-def listed(runtime: Runtime, project: str, role: str) -> list[dict[str, Any]]:
-    """The role's tokens that are valid (id, iat, exp), oldest first."""
-    _role(runtime, project, role)
-    found = read_json(runtime.store, _records(project, role))
+def listed(runtime: Runtime, holder: Holder) -> list[dict[str, Any]]:
+    """The holder's tokens that are valid (id, iat, exp), oldest first."""
+    found = read_json(runtime.store, holder.records)
     return list(found[0].get("tokens", [])) if found else []
 
 
-def revoke(runtime: Runtime, project: str, role: str, token: str) -> dict[str, Any]:
-    """Remove the token whose id (or iat, as Argo CD's `delete-token` takes it) is `token`; its record."""
-    _role(runtime, project, role)
+def revoke(runtime: Runtime, holder: Holder, token: str) -> dict[str, Any]:
+    """Remove the token whose id (or iat, as Argo CD's `proj role delete-token` takes it) is `token`; its record."""
     removed: list[dict[str, Any]] = []
 
     def drop(current: Any) -> dict[str, Any]:
@@ -122,34 +156,40 @@ def revoke(runtime: Runtime, project: str, role: str, token: str) -> dict[str, A
         removed[:] = [t for t in tokens if token in (t.get("id"), str(t.get("iat")))]
         return {"tokens": [t for t in tokens if t not in removed]}
 
-    update_json(runtime.store, _records(project, role), drop)
+    update_json(runtime.store, holder.records, drop)
     if not removed:
-        raise NotFound(f"project {project!r} role {role!r} has no token {token!r}")
+        raise NotFound(f"{holder.label} has no token {token!r}")
     return removed[0]
 
 
+def _holder_of(runtime: Runtime, subject: str) -> Holder | None:
+    """The holder a valid token's subject names, while it may still use tokens; None otherwise."""
+    parts = subject.split(":")
+    try:
+        if len(parts) == 3 and parts[0] == "proj":
+            return role(runtime, parts[1], parts[2])
+        if len(parts) == 2 and parts[1] == API_KEY:
+            return account(runtime, parts[0], issuing=True)  # enabled, with apiKey: now, not when issued
+    except (NotFound, PermanentError):
+        return None
+    return None
+
+
 def verify(runtime: Runtime, token: str) -> Principal | None:
-    """The principal of a valid, unrevoked token of a role that still exists; None otherwise."""
+    """The principal of a valid, unrevoked token whose holder may still use it; None otherwise."""
     if len(token) > 4096:
         return None
     try:
         key = _key(runtime)
     except SecretError as exc:  # no token can be checked: each is refused, and the log says why
-        log.error("project tokens cannot be checked", error=str(exc))
+        log.error("tokens cannot be checked", error=str(exc))
         return None
     try:
         claims = jwt.decode(token, key, algorithms=[ALGORITHM], issuer=ISSUER,
                             options={"require": ["sub", "iat", "jti", "iss"]})
     except jwt.PyJWTError:
         return None
-    parts = str(claims["sub"]).split(":")
-    if len(parts) != 3 or parts[0] != "proj":
+    holder = _holder_of(runtime, str(claims["sub"]))
+    if holder is None or not any(t.get("id") == claims["jti"] for t in listed(runtime, holder)):
         return None
-    project, role = parts[1], parts[2]
-    try:
-        records = listed(runtime, project, role)
-    except NotFound:
-        return None
-    if not any(t.get("id") == claims["jti"] for t in records):
-        return None
-    return Principal(str(claims["sub"]), via="project-token", token_id=str(claims["jti"]))
+    return Principal(holder.principal, via=holder.via, token_id=str(claims["jti"]))
