@@ -27,7 +27,7 @@ GROUPS: dict[str, Callable[[Bench], list[Row]]] = {
     "diff": diff.run,
     "sync": sync.run,
     "functions": functions.run,
-    "drift": drift.run,  # someone's kubectl scale → restored, through the audit webhook (issue 27)
+    "drift": drift.run,  # someone's kubectl scale → restored: tidecd (audit webhook), Argo CD, Flux (issue 27)
     "images": images.run,
     "cli": cli.run,
     "ui": ui.run,
@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         peers.prebuild()  # may fetch from the Go module proxy: before the network goes
     if "scale" in chosen:
         scale_peers.prebuild()
+    if "drift" in chosen:
+        drift.prebuild()
     say(isolate())
     bench = Bench(Path(tempfile.mkdtemp(prefix="tidecd-bench-")))
     try:
