@@ -110,6 +110,15 @@ def test_a_failing_pods_reason_and_logs_are_shown(browser: Any, gitops: GitOps, 
         log.write(f"{_now()} stdout F retrying in 5s\n")
     wait_for(lambda: "retrying in 5s" in page.locator("[data-logs]").inner_text(), 30, "the followed line")
 
+    # The graph (parent → child): its pod node opens the same details.
+    page.goto(f"{base}apps/{app}")
+    page.click("[data-graph-link]")
+    page.wait_for_selector("svg.graph")
+    page.screenshot(path=str(shots / "graph.png"), full_page=True)
+    page.click(f"[data-node='Pod/{pod_name}']")
+    page.wait_for_selector("[data-resource-detail]")
+    assert page.locator("[data-reason]").inner_text() == "CrashLoopBackOff"
+
     # The Secret: masked on its page and in the app page, never its value.
     page.goto(f"{base}apps/{app}")
     assert SECRET_VALUE not in page.content()

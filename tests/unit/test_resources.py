@@ -213,3 +213,13 @@ def test_logs_need_argo_cds_logs_get(session: Session) -> None:
     assert refused.status == 403 and "logs, get, default/web" in refused.body["message"]
     assert session.call("GET", "/api/v1/apps/web/logs", token=viewer).status == 403
     assert session.call("GET", f"/api/v1/apps/web/logs?{POD}", token=tail).status == 200
+
+
+def test_the_graph_draws_parent_to_child_and_each_node_opens_its_details(session: Session) -> None:
+    status, html = page(session, "/ui/apps/web/graph")
+    assert status == 200
+    for node in ("Application/web", "Deployment/web", "ReplicaSet/web-abc", "Pod/web-abc-1", "Secret/creds"):
+        assert f'data-node="{node}"' in html
+    assert 'href="/ui/apps/web/resource?group=&amp;kind=Pod&amp;namespace=ns&amp;name=web-abc-1"' in html
+    assert html.count('class="edge"') == 4  # app → Deployment, app → Secret, Deployment → RS, RS → Pod
+    assert "stranger" not in html and SECRET_VALUE not in html

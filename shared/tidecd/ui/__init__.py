@@ -351,4 +351,4 @@ def visible_names(ctx: Context) -> list[str]:
     return sorted(_visible(ctx).applications)
 
 
-from tidecd.ui import resources, sso, watch  # noqa: E402,F401 - their routes (resources, sign-on, live) use the helpers above
+from tidecd.ui import graph, resources, sso, watch  # noqa: E402,F401 - their routes use the helpers above
