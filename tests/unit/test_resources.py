@@ -172,7 +172,9 @@ def test_a_local_diff_is_the_step_comparison_held_to_the_project(session: Sessio
     assert same["sync"] == "Synced", same
     changed = session.call("POST", "/api/v1/apps/web/diff/local", local(deployment("web:3"))).body
     assert changed["sync"] == "OutOfSync"
-    assert [c["resource"] for c in changed["changes"] if c["action"] != "unchanged"] == ["apps/Deployment ns/web"]
+    assert [(c["resource"], c["action"]) for c in changed["changes"] if c["action"] != "unchanged"] == [
+        ("apps/Deployment ns/web", "configured"), ("Secret ns/creds", "pruned")]  # the directory has no Secret
+    assert SECRET_VALUE not in json.dumps(changed)
     assert "+      - image: web:3" in changed["changes"][0]["diff"]
     outside = dict(deployment("web:3"), metadata={"name": "web", "namespace": "kube-system"})
     refused = session.call("POST", "/api/v1/apps/web/diff/local", local(outside))

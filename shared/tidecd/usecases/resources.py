@@ -373,9 +373,14 @@ def diff_local(runtime: Runtime, who: Principal, name: str, files: Mapping[str, 
     placed = desired.place(cluster, config.argo_settings, app, "local", manifests)
     rules.enforce(config.projects[app.project], app, placed.manifests, placed.namespaced)
     comparison, free = observe.comparison_of(cluster, app, config, placed.manifests)
-    changes = [r.change().to_dict() for r in comparison.resources]
-    return {"app": name, "sync": str(comparison.status), "changes": changes,
-            "notOwned": sorted(str(k) for k in free)}
+    # the app's objects the directory no longer has: what a sync would prune (compare_all's own rule)
+    given_keys = {ResourceKey.of(m) for m in placed.manifests}
+    gone = [key for key in (r.key for r in _managed(runtime, name)) if key not in given_keys]
+    stale = {key: obj for key, obj in observe.read(cluster, gone) if obj is not None}
+    pruned = observe.compare_all(cluster, app, config, [], stale).comparison.resources
+    changes = [r.change().to_dict() for r in [*comparison.resources, *pruned]]
+    status = "OutOfSync" if pruned else str(comparison.status)
+    return {"app": name, "sync": status, "changes": changes, "notOwned": sorted(str(k) for k in free)}
 
 
 def _write_files(root: Path, files: Mapping[str, str]) -> None:
