@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from bench import cli, diff, drift, functions, images, operations, peers, render, scale, scale_peers, sync, ui
+from bench import cli, diff, drift, functions, images, live, operations, peers, render, scale, scale_peers, sync, ui
 from bench.harness import Bench, Row, fmt_time, print_plain, print_table, say
 from tidecd.base import logs
 
@@ -31,6 +31,7 @@ GROUPS: dict[str, Callable[[Bench], list[Row]]] = {
     "images": images.run,
     "cli": cli.run,
     "ui": ui.run,
+    "live": live.run,  # an open live page's cost per minute: polls of a version vs an SSE stream (issue 25)
     "operations": operations.run,
     "peers": peers.run,
     "scale": scale.run,  # 1,000 apps from cold, tidecd then Flux and Argo CD (`make bench-scale` runs only this)

@@ -235,7 +235,7 @@ class LocalStore:
 
     def generations(self, prefix: str) -> dict[str, int]:
         """Each object's generation from its header line alone, never its body."""
-        found = {key: _local_generation(self._path(key)) for key in self.list(prefix)}
+        found = {key: _local_generation(os.path.join(self.root, key)) for key in self.list(prefix)}  # listed: safe
         return {key: generation for key, generation in found.items() if generation}
 
     def _path(self, key: str) -> Path:
@@ -284,7 +284,7 @@ def _header(generation: int) -> bytes:
     return _HEADER + b"%020d\n" % generation
 
 
-def _parse_header(path: Path, header: bytes) -> int:
+def _parse_header(path: Path | str, header: bytes) -> int:
     if len(header) != _HEADER_LEN or not header.startswith(_HEADER) or not header.endswith(b"\n"):
         raise PermanentError(f"{path}: not a tidecd object (missing generation header)")
     try:
@@ -293,10 +293,10 @@ def _parse_header(path: Path, header: bytes) -> int:
         raise PermanentError(f"{path}: not a tidecd object (bad generation header)") from None
 
 
-def _local_generation(path: Path) -> int:
+def _local_generation(path: Path | str) -> int:
     """Generation of the object at `path`, 0 when absent."""
     try:
-        with path.open("rb") as f:
+        with open(path, "rb") as f:
             return _parse_header(path, f.read(_HEADER_LEN))
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return 0

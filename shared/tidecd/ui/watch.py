@@ -24,12 +24,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from urllib.parse import urlencode
 
+from tidecd.base.principal import Principal
 from tidecd.clients.store import ObjectStore
+from tidecd.config.load import Config
 from tidecd.state import app as app_state
 from tidecd.ui import Context, Page, app_page, apps, route, visible_names, who
 from tidecd.usecases import authz
 
 POLL_SECONDS = 2
+# (caller) → (the config it was computed for, the apps it may see): RBAC over every app is most of a
+# list poll's CPU (casbin per app), and the answer changes only with the config (a new object when it does)
+_VISIBLE: dict[Principal, tuple[Config, list[str]]] = {}
+_VISIBLE_LIMIT = 1024
 _APPS_PREFIX = app_state.state_key("").removesuffix(".json")  # "state/apps/"
 
 
@@ -80,9 +86,21 @@ def _as_page(ctx: Context, path: str, match: dict[str, str]) -> Context:
     return replace(ctx, request=replace(ctx.request, path=path, query=query), match=match)
 
 
+def _visible(ctx: Context) -> list[str]:
+    config, caller = ctx.runtime.config(), who(ctx)
+    cached = _VISIBLE.get(caller)
+    if cached is not None and cached[0] is config:
+        return cached[1]
+    if len(_VISIBLE) >= _VISIBLE_LIMIT:
+        _VISIBLE.clear()
+    names = visible_names(ctx)
+    _VISIBLE[caller] = (config, names)
+    return names
+
+
 @route("GET", "/version")
 def list_version(ctx: Context) -> Page:
-    now = version_of(ctx.runtime.store, visible_names(ctx))
+    now = version_of(ctx.runtime.store, _visible(ctx))
     if ctx.request.query.get("v", "") == now:
         return _answer(ctx, now, Page(204))
     return _answer(ctx, now, apps(_as_page(ctx, "/ui/", {})))
