@@ -344,6 +344,8 @@ def test_argocd_secret_is_sealed_with_the_keys_the_logins_read(pair: KeyPair, tm
     assert sorted(sealed["spec"]["encryptedData"]) == ["accounts.bob.password", "admin.password",
                                                        "oidc.dex.clientSecret", "server.secretkey"]
     assert "not imported" in finding(plan, "Secret/argocd/argocd-secret", "data.webhook.github.secret").note
+    assert "tidecd account generate-token --account bob" in finding(
+        plan, "Secret/argocd/argocd-secret", "data.accounts.bob.tokens").note
     assert PASSWORD not in texts(tmp_path) and "cl1ent" not in texts(tmp_path)
     config = load_config(tmp_path)
     assert config.argo_settings.sso.sealed_secret is not None and config.argo_settings.sso.account("bob")

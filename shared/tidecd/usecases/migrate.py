@@ -446,8 +446,11 @@ def convert_settings_secret(obj: Manifest, cert_pem: bytes, found: list[Finding]
     wanted = {k for k in fields if k in ("admin.password", "server.secretkey", client_secret)
               or re.fullmatch(r"accounts\.[A-Za-z0-9._-]+\.password", k)}
     for name in sorted(set(fields) - wanted):
-        found.append(Finding(label, f"data.{name}", "not imported: tidecd's logins do not read it (webhook secrets "
-                                                    "are TIDECD_WEBHOOK_SECRET; account tokens are not kept)"))
+        account = re.fullmatch(r"accounts\.([A-Za-z0-9._-]+)\.tokens", name)
+        found.append(Finding(label, f"data.{name}", (
+            f"not imported: Argo CD signed these tokens with its own key, which tidecd cannot check; issue new "
+            f"ones with `tidecd account generate-token --account {account.group(1)}`") if account else (
+            "not imported: tidecd's logins do not read it (webhook secrets are TIDECD_WEBHOOK_SECRET)")))
     secret["data"] = {k: v for k, v in secret["data"].items() if k in wanted}
     secret["stringData"] = {k: v for k, v in (obj.get("stringData") or {}).items() if k in wanted}
     if not secret["stringData"]:
