@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from tidecd.base import constants
 from tidecd.base.errors import ConfigError, NotFound, TidecdError
 from tidecd.base.paths import inside
-from tidecd.clients.cluster import KubeCluster, client_for_secret, find_cluster_secret
+from tidecd.clients.cluster import KubeCluster, client_for_secret
+from tidecd.clients.clustersecrets import find_cluster_secret
 from tidecd.clients.secrets import load_private_keys, text_fields, unseal
 from tidecd.clients.store import ObjectStore, open_store
 from tidecd.config import teams

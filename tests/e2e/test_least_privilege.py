@@ -4,10 +4,19 @@ tokens are refreshed."""
 
 from __future__ import annotations
 
+import base64
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
 import yaml
 
 from tests.support.apps import GitOps, configmap, service
 from tidecd.base import constants
+from tidecd.base.model import ResourceKey
+from tidecd.clients import credentials
 
 RBAC = "rbac.authorization.k8s.io"
 
@@ -78,3 +87,77 @@ def test_no_matching_service_account_fails_the_sync_as_argo_cd_does(gitops: GitO
     assert ("failed to find a matching service account to impersonate: no matching service account found "
             f"for destination server https://kubernetes.default.svc and namespace {gitops.namespace}") in said, said
     assert gitops.live("ConfigMap", "settings") is None
+
+
+PLUGIN = '''\
+"""A stand-in exec credential plugin: each run makes a new ServiceAccount token bound to a new Secret and
+deletes the previous Secret, which revokes the previous token; it reports a short expiry."""
+import datetime, json, os, time
+from tidecd.base.model import ResourceKey
+from tidecd.clients.cluster import KubeCluster
+
+count_file, ns = os.environ["COUNT_FILE"], os.environ["NS"]
+n = int(open(count_file).read() or 0) + 1 if os.path.exists(count_file) else 1
+open(count_file, "w").write(str(n))
+kube = KubeCluster.from_kubeconfig(os.environ["ADMIN_KUBECONFIG"])
+made = kube.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"bound-{n}", "namespace": ns}})
+answer = kube.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts/plugged/token", body={
+    "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+    "spec": {"expirationSeconds": 600, "boundObjectRef": {"kind": "Secret", "apiVersion": "v1",
+                                                          "name": f"bound-{n}", "uid": made["metadata"]["uid"]}}})
+if n > 1:
+    kube.delete(ResourceKey("", "Secret", ns, f"bound-{n - 1}"))
+until = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=float(os.environ["LIFETIME"]))
+print(json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                  "status": {"token": answer["status"]["token"],
+                             "expirationTimestamp": until.strftime("%Y-%m-%dT%H:%M:%SZ")}}))
+'''
+
+
+def test_a_cluster_reached_through_an_exec_plugin_syncs_and_its_tokens_are_refreshed(
+        gitops: GitOps, tmp_path: Path) -> None:
+    deployer(gitops, "plugged", ["configmaps"])
+    # tidecd lists the kinds it manages cluster-wide (by its label): the builtin `view` everywhere
+    reader = f"plugged-view-{gitops.namespace}"
+    gitops.kube.apply({"apiVersion": f"{RBAC}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": reader},
+                       "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "view"},
+                       "subjects": [{"kind": "ServiceAccount", "name": "plugged", "namespace": gitops.namespace}]})
+    try:
+        synced_through_the_plugin(gitops, tmp_path)
+    finally:
+        gitops.kube.delete(ResourceKey(RBAC, "ClusterRoleBinding", "", reader))
+
+
+def synced_through_the_plugin(gitops: GitOps, tmp_path: Path) -> None:
+    script, count = tmp_path / "plugin.py", tmp_path / "count"
+    script.write_text(PLUGIN)
+    lifetime = credentials.EXPIRY_MARGIN + 4  # each token is used for about 4 s, then the plugin runs again
+    config = {"execProviderConfig": {
+        "command": sys.executable, "args": [str(script)], "apiVersion": "client.authentication.k8s.io/v1",
+        "env": {"COUNT_FILE": str(count), "NS": gitops.namespace, "ADMIN_KUBECONFIG": str(gitops.dev.kubeconfig),
+                "PYTHONPATH": os.pathsep.join(sys.path), "LIFETIME": str(lifetime)}},
+        "tlsClientConfig": {"caData": base64.b64encode((gitops.dev.workdir / "pki" / "ca.crt").read_bytes()).decode()}}
+    secret = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "cluster-plugged", "namespace": "argocd",
+                           "labels": {constants.LABEL_SECRET_TYPE: constants.SECRET_TYPE_CLUSTER}},
+              "stringData": {"name": "plugged", "server": gitops.dev.server, "config": json.dumps(config)}}
+    (gitops.config_dir / "cluster-plugged.yaml").write_text(yaml.safe_dump(secret))
+    gitops.push({"app/cm.yaml": configmap("settings")})
+    gitops.application(extra_spec={"destination": {"name": "plugged", "namespace": gitops.namespace}})
+    gitops.sync()
+    state = gitops.state()
+    assert state.operation is not None
+    assert state.operation.phase == "Succeeded", state.operation.message
+    made = gitops.live("ConfigMap", "settings")
+    assert made is not None
+    first = int(count.read_text())
+    assert 1 <= first <= 3, first  # cached: not one run per request
+    time.sleep(lifetime - credentials.EXPIRY_MARGIN + 1)  # the token expires (and is revoked by the next run)
+    gitops.push({"app/cm.yaml": configmap("settings", {"colour": "blue"})})
+    gitops.sync()
+    state = gitops.state()
+    assert state.operation is not None
+    assert state.operation.phase == "Succeeded", state.operation.message
+    assert int(count.read_text()) > first
+    live = gitops.live("ConfigMap", "settings")
+    assert live is not None and live["data"] == {"colour": "blue"}

@@ -243,7 +243,7 @@ def test_secrets_are_sealed_and_open_to_the_same_values(pair: KeyPair, tmp_path:
     creds = secret("creds-org", "repo-creds", url="https://git.example.com/org", password=PASSWORD)
     cluster = cluster_secret("prod", {"bearerToken": TOKEN, "tlsClientConfig": {"caData": KEY_DATA,
                                                                                  "serverName": "prod.local"},
-                                      "execProviderConfig": {"command": "aws"}})
+                                      "awsAuthConfig": {"clusterName": "prod"}})
     cluster["data"]["namespaces"] = b64("a,b")
     plan = run_import([repo, creds, cluster], pair, tmp_path)
     assert not plan.errors, [str(f) for f in plan.errors]
@@ -261,7 +261,7 @@ def test_secrets_are_sealed_and_open_to_the_same_values(pair: KeyPair, tmp_path:
     assert opened["prod"]["data"] == cluster["data"]
     for field in ("data.project", "data.enableLfs"):
         assert "not honoured" in finding(plan, "Secret/argocd/repo-apps", field).note
-    for field in ("data.namespaces", "data.config.execProviderConfig", "data.config.tlsClientConfig.serverName"):
+    for field in ("data.namespaces", "data.config.awsAuthConfig", "data.config.tlsClientConfig.serverName"):
         assert "not honoured" in finding(plan, "Secret/argocd/prod", field).note
 
 

@@ -516,14 +516,14 @@ def test_cli_errors_never_echo_input(cli: typer.Typer, tmp_path: Path, pair: Key
 
 def test_one_rule_decodes_secret_data_for_every_reader() -> None:
     """cluster, repository, github and notifications Secrets all decode `data` with secrets.text_fields."""
-    from tidecd.clients import cluster, github
+    from tidecd.clients import clustersecrets, github
     from tidecd.clients.secrets import text_fields
     from tidecd.source import gitremote
 
     secret = {"metadata": {"name": "s"}, "data": {"a": "aGVs\nbG8="}, "stringData": {"b": "plain"}}
     assert text_fields(secret, "Secret s") == {"a": "hello", "b": "plain"}
     broken = {"metadata": {"name": "s"}, "data": {"server": "!!s3cr3t!!"}}
-    for read in (lambda: cluster._secret_field(broken, "server"), lambda: gitremote._secret_fields(broken),
+    for read in (lambda: clustersecrets.secret_field(broken, "server"), lambda: gitremote._secret_fields(broken),
                  lambda: github._auth_of(broken, "")):
         with pytest.raises(SecretError, match=r"data\.server is not valid base64") as info:
             read()

@@ -36,6 +36,7 @@
     │   ├── sync.adopt.AdoptRefused     `tidecd app adopt/release` would not be exact (names each object)
     │   ├── clients.cluster.UnknownKind  the API server serves no such group/kind
     │   ├── clients.cluster.ClusterTlsError  the API server's certificate does not verify against the CA data
+    │   ├── clients.credentials.ClusterCredentialError  a cluster Secret's exec plugin or awsAuthConfig gives no token
     │   └── clients.cluster.ApiError ∧ PermanentError    the API server refused, and would refuse again:
     │       ├── clients.cluster.ApiBadRequest  400 (and any other 4xx not below)
     │       ├── clients.cluster.ApiUnauthorized  401 credentials not accepted

@@ -8,7 +8,6 @@ memory. API errors are mapped to tidecd's exceptions at this boundary, without e
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -24,8 +23,7 @@ from tidecd.base import constants
 from tidecd.base.errors import ClusterUnavailable, ConfigError, PermanentError, TemporaryError, TidecdError
 from tidecd.base.model import Manifest, ResourceKey
 from tidecd.base.ownership import selector
-from tidecd.clients import metrics
-from tidecd.clients.secrets import text_fields
+from tidecd.clients import clustersecrets, credentials, metrics
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -270,6 +268,8 @@ class KubeCluster:
             data = resp.read()
         except (ApiException, HTTPError, OSError) as exc:
             raise _transport_error(self.server, key, exc, body) from None
+        if resp.status == 401 and (found := _TOKENS.get(id(self.api))) is not None and found[0] is self.api:
+            found[1].forget()  # a token refused before its expiry (revoked): the next request asks anew
         if resp.status >= 400:
             raise _api_error(key, resp.status, resp.reason, data, resp.headers.get("Retry-After"))
         return bytes(data or b"")
@@ -568,69 +568,37 @@ def managed_selector(app: str) -> str:
 # -- clusters from Argo CD cluster secrets -----------------------------------------------------------------
 
 
-def _secret_field(secret: Manifest, name: str) -> str:
-    meta_name = (secret.get("metadata") or {}).get("name", "?")
-    return text_fields(secret, f"cluster secret {meta_name}").get(name, "")
-
-
-def find_cluster_secret(secrets: list[Manifest], *, name: str, server: str) -> Manifest | None:
-    """The cluster secret (`argocd.argoproj.io/secret-type: cluster`) matching a destination."""
-    for secret in secrets:
-        labels = (secret.get("metadata") or {}).get("labels") or {}
-        if labels.get(constants.LABEL_SECRET_TYPE) != constants.SECRET_TYPE_CLUSTER:
-            continue
-        if (name and _secret_field(secret, "name") == name) or (
-                server and _secret_field(secret, "server").rstrip("/") == server.rstrip("/")):
-            return secret
-    return None
-
-
 def client_for_secret(secret: Manifest) -> ApiClient:
-    """An ApiClient from a cluster secret's `server` and `config` (bearerToken, tlsClientConfig)."""
+    """An ApiClient from a cluster secret (`tidecd.clients.clustersecrets`), shared while it is unchanged."""
     # lazy: cold start (kubernetes only when a cluster is reached)
     from kubernetes import config as kube_config
 
-    meta_name = (secret.get("metadata") or {}).get("name", "?")
-    server = _secret_field(secret, "server")
-    try:
-        settings = json.loads(_secret_field(secret, "config") or "{}")
-    except ValueError:
-        raise PermanentError(f"cluster secret {meta_name}: field config is not valid JSON") from None
-    if not server:
-        raise PermanentError(f"cluster secret {meta_name}: field server is missing")
-    if not isinstance(settings, dict) or not isinstance(settings.get("tlsClientConfig") or {}, dict):
-        raise PermanentError(f"cluster secret {meta_name}: field config must be a JSON object "
-                             "(with tlsClientConfig an object)")
-    tls = settings.get("tlsClientConfig") or {}
-    _check_base64(tls, meta_name)
-    cluster: dict[str, Any] = {"server": server}
-    if tls.get("caData"):
-        cluster["certificate-authority-data"] = tls["caData"]
-    if tls.get("insecure"):
-        cluster["insecure-skip-tls-verify"] = True
-    user: dict[str, Any] = {}
-    if settings.get("bearerToken"):
-        user["token"] = settings["bearerToken"]
-    if tls.get("certData"):
-        user["client-certificate-data"] = tls["certData"]
-        user["client-key-data"] = tls.get("keyData", "")
+    login = clustersecrets.login_of(secret)
     _keep_credentials_in_memory()
-    kubeconfig = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": cluster}], "users": [{"name": "u", "user": user}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-    }
 
     def connect() -> ApiClient:
         try:
-            client: ApiClient = kube_config.new_client_from_config_dict(kubeconfig)  # type: ignore[no-untyped-call]
+            client: ApiClient = kube_config.new_client_from_config_dict(login.kubeconfig)  # type: ignore[no-untyped-call]
+            if login.tokens is not None:
+                _ask_before_each_request(client, login.tokens)
             return _as_tidecd(client)
         except (ValueError, TypeError, kube_config.ConfigException) as exc:  # never echo the (secret) values
-            raise PermanentError(f"cluster secret {meta_name}: field config is not usable "
+            raise PermanentError(f"cluster secret {login.name}: field config is not usable "
                                  f"({type(exc).__name__})") from None
 
-    identity = hashlib.sha256(json.dumps(kubeconfig, sort_keys=True).encode()).hexdigest()
-    return _shared_client(f"secret\0{identity}", connect)
+    return _shared_client(f"secret\0{login.identity}", connect)
+
+
+def _ask_before_each_request(client: ApiClient, tokens: credentials.TokenSource) -> None:
+    """The bearer token of every request comes from `tokens` (an exec plugin's or Google's short-lived
+    ones, cached until they expire): the client's hook runs before each request is signed."""
+
+    def refresh(configuration: Any) -> None:
+        configuration.api_key["authorization"] = f"Bearer {tokens.token()}"
+
+    client.configuration.api_key["authorization"] = ""  # the client signs a request only when a key is set
+    client.configuration.refresh_api_key_hook = refresh
+    _TOKENS[id(client)] = (client, tokens)
 
 
 def _as_tidecd(client: ApiClient) -> ApiClient:
@@ -646,6 +614,7 @@ def _as_tidecd(client: ApiClient) -> ApiClient:
 # changed or rotated credential gets a new client; KubeCluster wrappers (and their write counters) stay per
 # Runtime.
 _CLIENTS: dict[str, ApiClient] = {}
+_TOKENS: dict[int, tuple[Any, credentials.TokenSource]] = {}  # id(client) → (client, its token source)
 _CLIENTS_LOCK = threading.Lock()
 MAX_CLIENTS = 32
 
@@ -659,6 +628,7 @@ def _shared_client(key: str, connect: Callable[[], ApiClient]) -> ApiClient:
     with _CLIENTS_LOCK:
         if len(_CLIENTS) >= MAX_CLIENTS:
             _CLIENTS.clear()
+            _TOKENS.clear()
         return _CLIENTS.setdefault(key, client)
 
 
@@ -669,20 +639,6 @@ def _file_stamp(path: str) -> str:
     except OSError:
         return ""
     return f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
-
-
-def _check_base64(tls: dict[str, Any], meta_name: str) -> None:
-    """caData, certData and keyData are base64 PEM; say which one is broken, never what it holds."""
-
-    for field in ("caData", "certData", "keyData"):
-        value = tls.get(field)
-        if not value:
-            continue
-        try:
-            base64.b64decode(str(value), validate=True)
-        except ValueError:
-            raise PermanentError(f"cluster secret {meta_name}: config.tlsClientConfig.{field} "
-                                 "is not valid base64") from None
 
 
 def _keep_credentials_in_memory() -> None:

@@ -43,7 +43,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -55,7 +54,7 @@ from typing import IO
 
 import structlog
 
-from tidecd.base import limits
+from tidecd.base import child, limits
 from tidecd.base.errors import LimitExceeded, RenderError
 
 log = structlog.get_logger("tidecd.render")
@@ -243,27 +242,7 @@ class Finished:
     stderr: str
 
 
-CANNOT_RUN = 127  # the trampoline's exit status when the tool cannot be started, after this on stderr:
-_EXEC_FAILED = "tidecd-exec: "
-# Run by a fresh interpreter (-S -E: no site, no PYTHON* variables; ~15 ms): the limits, then the tool in
-# its place. Python ignores SIGXFSZ and SIGPIPE and an ignored signal stays ignored across exec: a child
-# past the output limit is to stop there, as any process would, so both are reset first.
-_LIMITED = """\
-import os, resource, signal, sys
-def cap(which, value):
-    hard = resource.getrlimit(which)[1]
-    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-    resource.setrlimit(which, (value, hard))
-cap(resource.RLIMIT_DATA, int(sys.argv[1]))
-cap(resource.RLIMIT_FSIZE, int(sys.argv[2]))
-signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-try:
-    os.execvp(sys.argv[3], sys.argv[3:])
-except OSError as exc:
-    print(f"tidecd-exec: cannot run {sys.argv[3]}: {exc.strerror}", file=sys.stderr)
-    sys.exit(127)
-"""
+CANNOT_RUN, _EXEC_FAILED, _LIMITED = child.CANNOT_RUN, child.EXEC_FAILED, child.LIMITED  # the one trampoline
 # What a process says when an allocation failed: Go's runtime, Python, C++, jsonnet's VM, C (strerror).
 _OUT_OF_MEMORY = ("out of memory", "MemoryError", "std::bad_alloc", "memory allocation error",
                   "Cannot allocate memory")
@@ -282,21 +261,20 @@ def run_child(argv: Sequence[str], *, what: str, env: Mapping[str, str], cwd: Pa
     RenderError when it cannot be started. Any other exit status is the caller's to explain."""
     bound = limits.render_limits()
     deadline = seconds_left(what)
-    full = [sys.executable, "-S", "-E", "-c", _LIMITED, str(bound.render_memory_bytes),
-            str(bound.render_output_bytes + 1), *argv]
+    full = child.limited(argv, bound.render_memory_bytes, bound.render_output_bytes + 1)
     with tempfile.TemporaryFile() as given, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         given.write(stdin.encode())
         given.seek(0)
         try:
-            child = subprocess.Popen(full, cwd=cwd, env=dict(env), stdin=given, stdout=out, stderr=err,
+            process = subprocess.Popen(full, cwd=cwd, env=dict(env), stdin=given, stdout=out, stderr=err,
                                      process_group=0)
         except OSError as exc:
             raise RenderError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from exc
         try:
-            ended = _exited(child.pid, deadline)
+            ended = child.exited(process.pid, deadline)
         finally:  # ended, out of time or interrupted: nothing of its group stays (killed before the child
-            _kill_group(child.pid)  # is reaped, so its id cannot be another process's yet)
-            returncode = child.wait()
+            child.kill_group(process.pid)  # is reaped, so its id cannot be another process's yet)
+            returncode = process.wait()
         if not ended:
             budget = _BUDGET.get()
             raise _over_time(what, budget.limit if budget else bound.render_seconds)
@@ -313,25 +291,6 @@ def run_child(argv: Sequence[str], *, what: str, env: Mapping[str, str], cwd: Pa
             raise RenderError(f"{what}: {stderr.removeprefix(_EXEC_FAILED).strip()}")
         out.seek(0)
         return Finished(returncode, out.read().decode("utf-8", errors="replace"), stderr)
-
-
-def _exited(pid: int, seconds: float) -> bool:
-    """Whether the child `pid` ended within `seconds`; it is left unreaped (a zombie), so that its process
-    group can still be killed without any risk of the id naming another process."""
-    end = time.monotonic() + seconds
-    pause = 0.002
-    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-        left = end - time.monotonic()
-        if left <= 0:
-            return False
-        time.sleep(min(pause, left))
-        pause = min(pause * 2, 0.05)
-    return True
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def _head(file: IO[bytes]) -> str:

@@ -56,8 +56,11 @@ def sync_cluster(runtime: Runtime, settings: ArgoSettings, project: AppProject, 
     """The app's cluster, whose writes act as the project's destination ServiceAccount when argocd-cm turns
     sync impersonation on (`tidecd.project.impersonation`); NoServiceAccount when none matches."""
     cluster = runtime.cluster(app.destination)
-    return cluster.impersonating(impersonation.sync_user(
-        settings, project, runtime.destination_server(app.destination), app.destination.namespace))
+    if not settings.sync_impersonation:
+        return cluster
+    user = impersonation.sync_user(settings, project, runtime.destination_server(app.destination),
+                                   app.destination.namespace)
+    return cluster.impersonating(user) if user else cluster
 
 
 @dataclass(frozen=True)

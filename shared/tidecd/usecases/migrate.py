@@ -81,7 +81,7 @@ _NOT_HONOURED = ("not supported by tidecd", "unknown field", "not implemented")
 _REPO_FIELDS = {"url", "type", "name", "username", "password", "sshPrivateKey", "insecure",
                 "insecureOCIForceHttp"}
 _CLUSTER_FIELDS = {"name", "server", "config"}
-_CLUSTER_CONFIG_FIELDS = {"bearerToken", "tlsClientConfig"}
+_CLUSTER_CONFIG_FIELDS = {"bearerToken", "tlsClientConfig", "execProviderConfig"}  # clients.clustersecrets
 _CLUSTER_TLS_FIELDS = {"caData", "certData", "keyData", "insecure"}
 
 
@@ -486,9 +486,10 @@ def _cluster_findings(fields: dict[str, str], label: str, found: list[Finding]) 
         for name in sorted(set(tls) - _CLUSTER_TLS_FIELDS):
             found.append(Finding(label, f"data.config.tlsClientConfig.{name}", "kept (sealed), not honoured by "
                                                                                "tidecd"))
-    if not config.get("bearerToken") and not (isinstance(tls, dict) and tls.get("certData")):
-        found.append(Finding(label, "data.config", "no bearerToken or client certificate: tidecd will reach "
-                                                   "this cluster without credentials"))
+    if not config.get("bearerToken") and not config.get("execProviderConfig") and not (
+            isinstance(tls, dict) and tls.get("certData")):
+        found.append(Finding(label, "data.config", "no bearerToken, execProviderConfig or client certificate: "
+                                                   "tidecd will reach this cluster without credentials"))
     return True
 
 
