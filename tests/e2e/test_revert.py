@@ -161,7 +161,7 @@ def test_a_rollback_with_a_revert_pull_request_holds_until_the_merge_then_git_an
     # the dashboard's Rollback, with "revert PR" ticked
     cookie, csrf = dashboard_login(rt, app)
     page = ui.handle(ui.Request("POST", f"/ui/apps/{app}/rollback", {"Host": HOST, "Cookie": cookie, "Origin": f"https://{HOST}"},
-                                form={"csrf": csrf, "id": str(first.id), "revert": "pr"}), rt)
+                                form={"csrf": csrf, "id": str(first.id), "revert": "pr", "confirm": "yes"}), rt)
     assert page.status == 303 and any("notice=rollback-revert-started" in v for _, v in page.headers), page.headers
     rolled_back(octo, image)  # the cluster is back at the old image
 

@@ -118,7 +118,8 @@ def test_dashboard_shows_syncs_and_rolls_back_the_examples(browser: Any, example
 
     # Sync: the operation panel follows it to the end; the app ends Synced and Healthy.
     history_before = len(gitops.state(app).history)
-    page.click("button[name=sync]")
+    page.click("button[name=sync]")  # the sync panel first: options, resources, revision
+    page.click("button[name=synchronize]")
     phases: list[str] = []
 
     def settled() -> bool:
@@ -142,6 +143,8 @@ def test_dashboard_shows_syncs_and_rolls_back_the_examples(browser: Any, example
     # Roll back to the first deployment from history.
     first = gitops.state(app).history[0]
     page.locator(f"tr[data-history='{first.id}'] button[name=rollback]").click()
+    assert "Automated sync is turned off" in page.locator("[data-automation-off]").inner_text()  # asks first
+    page.click("button[name=confirm-rollback]")
     wait_for(lambda: (gitops.live("Deployment", "frontend", group="apps", namespace=namespace) or {})
              .get("spec", {}).get("replicas") == 1, 180, "the rollback to scale frontend back to 1")
     page.goto(f"{base}apps/{app}")
@@ -236,6 +239,7 @@ def test_read_only_token_and_cross_site_posts_cannot_act(browser: Any, gitops: G
     # The same admin, from the dashboard itself, can act (the refusal above was not a broken button).
     admin.goto(f"{base}apps/{app}")
     admin.click("button[name=sync]")
+    admin.click("button[name=synchronize]")
     admin.wait_for_selector("[data-notice]")
     wait_for(lambda: len(gitops.state().history) == len(before.history) + 1, 120, "the admin's sync")
     admin.context.close()

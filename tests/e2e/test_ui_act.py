@@ -31,8 +31,9 @@ def test_a_dry_run_lists_what_it_would_do_per_resource(browser: Any, gitops: Git
     base = dashboard(functions)
     page = log_in(browser, base, functions.token)
     page.goto(f"{base}apps/{app}")
-    page.check("input[name=dry_run]")
     page.click("button[name=sync]")
+    page.check("input[name=dry_run]")
+    page.click("button[name=synchronize]")
     page.wait_for_selector("[data-notice]")
     op_id = str(functions.api("GET", f"/apps/{app}").json()["operation"]["id"])
     op = wait_for(lambda: finished(functions, app, op_id), 120, "the dry run")
@@ -59,3 +60,40 @@ def test_a_dry_run_lists_what_it_would_do_per_resource(browser: Any, gitops: Git
     assert cli.returncode == 0, cli.stderr
     assert f"ConfigMap {ns}/a would configure" in cli.stdout and f"ConfigMap {ns}/b would create" in cli.stdout
     assert gitops.live("ConfigMap", "b") is None
+
+
+def test_the_sync_panel_syncs_chosen_resources_and_a_rollback_asks_first(browser: Any, gitops: GitOps,
+                                                                        functions: Functions, tmp_path: Path) -> None:
+    gitops.push({"app/a.yaml": configmap("a", {"v": "1"}), "app/b.yaml": configmap("b", {"v": "1"})})
+    app = gitops.application()
+    gitops.sync()
+    gitops.push({"app/a.yaml": configmap("a", {"v": "2"}), "app/b.yaml": configmap("b", {"v": "2"})})
+    base = dashboard(functions)
+    page = log_in(browser, base, functions.token)
+    page.goto(f"{base}apps/{app}")
+    page.click("button[name=refresh]")
+    page.click("button[name=sync]")
+    ns = gitops.namespace
+    page.check(f"[data-resource='ConfigMap {ns}/a']")  # only a
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "sync-panel.png"), full_page=True)
+    page.click("button[name=synchronize]")
+    page.wait_for_selector("[data-notice]")
+    wait_for(lambda: (gitops.live("ConfigMap", "a") or {}).get("data") == {"v": "2"}, 120, "a synced")
+    assert (gitops.live("ConfigMap", "b") or {}).get("data") == {"v": "1"}  # not chosen: untouched
+
+    # a rollback asks first, naming the revision and saying automated sync turns off; Cancel changes nothing
+    first = gitops.state(app).history[0]
+    page.goto(f"{base}apps/{app}")
+    page.locator(f"tr[data-history='{first.id}'] button[name=rollback]").click()
+    said = page.locator("[data-consequences]").inner_text()
+    assert "Automated sync is turned off" in said and first.revision[:7] in said, said
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "rollback-confirm.png"), full_page=True)
+    before = len(gitops.state(app).history)
+    page.click("text=Cancel")
+    assert len(gitops.state(app).history) == before and not gitops.state(app).automation.disabled
+    page.locator(f"tr[data-history='{first.id}'] button[name=rollback]").click()
+    page.click("button[name=confirm-rollback]")
+    page.wait_for_selector("[data-notice]")
+    wait_for(lambda: (gitops.live("ConfigMap", "a") or {}).get("data") == {"v": "1"}, 120, "the rollback")
+    wait_for(lambda: gitops.state(app).automation.disabled, 60, "automated sync off")
+    page.context.close()

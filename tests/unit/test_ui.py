@@ -177,13 +177,13 @@ def test_actions_need_csrf_same_origin_and_the_admin_role(runtime: Runtime) -> N
 
     read_cookie, read_csrf = login(runtime, READ)
     read_page = ui.handle(ui.Request("GET", "/ui/apps/web", {"Host": HOST, "Cookie": read_cookie}), runtime)
-    assert b"data-actions" not in read_page.body and b"Rollback</button>" not in read_page.body
+    assert b"data-actions" not in read_page.body and b"Rollback\xe2\x80\xa6</button>" not in read_page.body
     session = auth.read_session(auth.Tokens(ADMIN, READ), read_cookie.partition("=")[2])
     assert session is not None and not read_csrf  # the page has no form: the session's own CSRF token
     refused = post(runtime, "/ui/apps/web/sync", read_cookie, {"csrf": session.csrf}, origin=f"https://{HOST}")
     assert refused.status == 403 and b"permission denied: applications, sync, default/web" in refused.body
     admin_page = ui.handle(ui.Request("GET", "/ui/apps/web", {"Host": HOST, "Cookie": cookie}), runtime)
-    assert b"data-actions" in admin_page.body and b"Rollback</button>" in admin_page.body
+    assert b"data-actions" in admin_page.body and b"Rollback\xe2\x80\xa6</button>" in admin_page.body
 
 
 def test_a_person_sees_and_acts_on_what_argocd_rbac_allows(runtime: Runtime, tmp_path: Path) -> None:
@@ -360,7 +360,10 @@ def test_commit_info_is_bounded_text() -> None:
 
 def test_terminate_marks_the_running_operation(runtime: Runtime) -> None:
     cookie, csrf = login(runtime, ADMIN)
-    page = post(runtime, "/ui/apps/web/terminate", cookie, {"csrf": csrf}, origin=f"https://{HOST}")
+    asked = post(runtime, "/ui/apps/web/terminate", cookie, {"csrf": csrf}, origin=f"https://{HOST}")
+    assert asked.status == 200 and b'data-confirm="terminate"' in asked.body and b"stops at its next step" in asked.body
+    assert app_state.load(runtime.store, "web")[0].operation.phase is app_state.OperationPhase.RUNNING  # type: ignore[union-attr]
+    page = post(runtime, "/ui/apps/web/terminate", cookie, {"csrf": csrf, "confirm": "yes"}, origin=f"https://{HOST}")
     assert page.status == 303 and ("Location", "/ui/apps/web?notice=terminated") in page.headers
     op = app_state.load(runtime.store, "web")[0].operation
     assert op is not None and op.id == "o1" and op.phase is app_state.OperationPhase.TERMINATING
@@ -396,3 +399,17 @@ def test_app_page_names_who_drifted_the_app_and_the_repair_in_its_history(runtim
     said = "Deployment web/web: spec.replicas changed by alice@example.com &lt;x&gt; via kubectl at 10:42:03"
     assert f"data-drift>{said}; restored" in html
     assert f"data-cause>{said}; restored<" in html
+
+
+def test_a_rollback_asks_first_and_says_automated_sync_turns_off(runtime: Runtime) -> None:
+    cookie, csrf = login(runtime, ADMIN)
+    entry = app_state.load(runtime.store, "web")[0].history[0]
+    asked = post(runtime, "/ui/apps/web/rollback", cookie, {"csrf": csrf, "id": str(entry.id)},
+                 origin=f"https://{HOST}")
+    body = asked.body.decode()
+    assert asked.status == 200 and 'data-confirm="rollback"' in body, body[-3000:]
+    assert "Automated sync is turned off" in body and entry.revision[:7] in body and 'value="yes"' in body
+    shown = get(runtime, "/ui/apps/web/rollback", id=str(entry.id)).body.decode()
+    assert "Automated sync is turned off" in shown
+    panel = get(runtime, "/ui/apps/web/sync").body.decode()
+    assert "data-sync-panel" in panel and 'name="replace"' in panel and 'name="revision"' in panel

@@ -246,11 +246,18 @@ def _finish(body: dict[str, Any]) -> None:
 def sync(name: str, prune: bool = typer.Option(False, "--prune", help="Delete objects git no longer has."),
          dry_run: bool = typer.Option(False, "--dry-run", help="Report what would change; write nothing."),
          resource: list[str] = typer.Option([], "--resource", help="GROUP/KIND/NAME; repeatable."),  # noqa: B006
+         revision: str = typer.Option("", "--revision", help="Sync this git revision, not the target."),
+         replace: bool = typer.Option(False, "--replace", help="Replace objects (PUT) instead of applying."),
+         force: bool = typer.Option(False, "--force", help="With --replace: delete and create a refused one."),
          run_async: bool = typer.Option(False, "--async", help="Start the operation and return at once."),
          timeout: float = typer.Option(0, "--timeout", help="Seconds to follow it; 0: until it ends."),
          server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
     """Start a sync and follow it to its end, printing each task as it happens (`--async`: return at once)."""
     payload: dict[str, Any] = {"prune": prune, "dryRun": dry_run}
+    if revision:
+        payload["revision"] = revision
+    if replace or force:
+        payload["syncOptions"] = [o for o, on in (("Replace=true", replace), ("Force=true", force)) if on]
     if resource:
         _refreshed(name, server, token, cached=False)
         payload["resources"] = resource

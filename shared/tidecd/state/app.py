@@ -202,6 +202,7 @@ class OperationRequest:
     initiated_by: str = ""
     cause: str = ""  # the drift this (self-heal) operation repairs, as `DriftCause.describe` says it
     self_heal_attempts: int = 0  # Argo CD's `autoHealAttemptsCount`: repairs of this revision, this one included
+    sync_options: list[str] = field(default_factory=list)  # Argo CD's `operation.sync.syncOptions` (Replace, Force)
 
 
 @dataclass
@@ -231,7 +232,8 @@ class Progress:
 
 _GROUPS: dict[str, tuple[type[Any], dict[str, str]]] = {  # group field -> its type, {stored name: field name}
     "request": (OperationRequest, {f: f for f in ("source", "automated", "dry_run", "prune", "only", "rollback",
-                                                  "initiated_by", "cause", "self_heal_attempts")}),
+                                                  "initiated_by", "cause", "self_heal_attempts",
+                                                  "sync_options")}),
     "retry": (RetryState, {"retry_count": "count", "next_attempt_at": "next_attempt_at",
                            "step_errors": "step_errors", "retryable": "retryable",
                            "outage_since": "outage_since"}),

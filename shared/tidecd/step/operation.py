@@ -25,7 +25,8 @@ def new_operation(app: Application, *, prune: bool = False, dry_run: bool = Fals
                   resources: Iterable[ResourceKey] | None = None, revision: str = "",
                   revisions: tuple[str, ...] = (), rollback: bool = False, initiated_by: str = "",
                   automated: bool = False, retry_count: int = 0, resolved: str = "",
-                  started_at: str = "", self_heal_attempts: int = 0) -> Operation:
+                  started_at: str = "", self_heal_attempts: int = 0,
+                  sync_options: Iterable[str] = ()) -> Operation:
     """A Running operation, not yet stepped. `revision`/`revisions` pin it (a rollback); `resolved` is the
     revision an automated one found (recorded as its revision, not pinned in its source)."""
     source: dict[str, Any] = {"repoURL": app.source.repo_url, "path": app.source.path,
@@ -41,7 +42,7 @@ def new_operation(app: Application, *, prune: bool = False, dry_run: bool = Fals
             source=source, automated=automated, dry_run=dry_run, prune=prune,
             only=None if resources is None else [k.to_dict() for k in sorted(resources)], rollback=rollback,
             initiated_by=initiated_by or ("automated" if automated else "user"),
-            self_heal_attempts=self_heal_attempts),
+            self_heal_attempts=self_heal_attempts, sync_options=list(sync_options)),
         retry=RetryState(count=retry_count), step="waiting for its first step",
     )
 

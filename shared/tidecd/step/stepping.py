@@ -339,6 +339,11 @@ class Step:
     def observe_and_advance(self) -> None:
         ctx, runtime = self.ctx, self.ctx.runtime
         app: Application = runtime.app(ctx.name)
+        op = self.state.operation
+        if op is not None and op.running and op.request.sync_options:  # the operation's own, beside the app's
+            extra = tuple(o for o in op.request.sync_options if o not in app.sync_policy.sync_options)
+            app = dataclasses.replace(app, sync_policy=dataclasses.replace(
+                app.sync_policy, sync_options=app.sync_policy.sync_options + extra))
         self.app = app
         config = runtime.config()
         project = config.projects[app.project]

@@ -4,7 +4,8 @@
     GET  /ui/apps/NAME              one app: header, live operation, resource tree with diffs, history
     GET  /ui/apps/NAME/live         the operation panel alone (htmx polls it every 2 s while one runs)
     GET  /ui/version, /ui/apps/NAME/version   live pages: 204 while unchanged, else the page (`watch`)
-    POST /ui/apps/NAME/{refresh,sync,terminate,rollback}    actions (admin role, CSRF, same origin)
+    POST /ui/apps/NAME/refresh      refresh (admin role, CSRF, same origin, as every action)
+    GET/POST /ui/apps/NAME/{sync,rollback,terminate}   the sync panel and the confirmations (`act`)
     GET  /ui/projects, /ui/clusters read-only lists with their rules and the apps using each
     GET/POST /ui/login, POST /ui/logout   a token, or a local account's password (argocd-cm accounts)
     GET  /ui/auth/login, /ui/auth/callback  single sign-on through argocd-cm's oidc.config (`sso`)
@@ -309,29 +310,6 @@ def refresh(ctx: Context) -> Page:
     return _done(ctx, actions.refresh(ctx.runtime, ctx.match["name"], _who(ctx)))
 
 
-@route("POST", f"/apps/{_NAME}/sync")
-def sync(ctx: Context) -> Page:
-    done = actions.sync(ctx.runtime, ctx.match["name"], _who(ctx), prune=_flag(ctx, "prune"),
-                        dry_run=_flag(ctx, "dry_run"))
-    return _done(ctx, done)
-
-
-@route("POST", f"/apps/{_NAME}/terminate")
-def terminate(ctx: Context) -> Page:
-    return _done(ctx, actions.terminate(ctx.runtime, ctx.match["name"], _who(ctx)))
-
-
-@route("POST", f"/apps/{_NAME}/rollback")
-def rollback(ctx: Context) -> Page:
-    wanted = ctx.request.form.get("id", "")
-    if not wanted.isdigit():
-        return _error_page(ctx.runtime, ctx.identity, 400, "field id (a history id) is required")
-    revert = ctx.request.form.get("revert", "")
-    if revert not in ("", "pr", "push"):
-        return _error_page(ctx.runtime, ctx.identity, 400, "field revert must be pr or push")
-    return _done(ctx, actions.rollback(ctx.runtime, ctx.match["name"], _who(ctx), int(wanted), revert=revert))
-
-
 @route("GET", "/projects")
 def projects(ctx: Context) -> Page:
     return render("projects.html", ctx, active="projects", projects=views.projects(_visible(ctx)))
@@ -351,4 +329,4 @@ def visible_names(ctx: Context) -> list[str]:
     return sorted(_visible(ctx).applications)
 
 
-from tidecd.ui import graph, resources, sso, watch  # noqa: E402,F401 - their routes use the helpers above
+from tidecd.ui import act, graph, resources, sso, watch  # noqa: E402,F401 - their routes use the helpers above

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import structlog
 
 from tidecd.base.errors import NotFound, OperationInProgress, PermanentError, PermissionDenied, TidecdError
+from tidecd.base.model import ResourceKey
 from tidecd.base.principal import Principal
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
@@ -75,8 +76,12 @@ def refresh(runtime: Runtime, name: str, by: Principal) -> Done:
     return Done(303, "refreshed")
 
 
-def sync(runtime: Runtime, name: str, by: Principal, *, prune: bool, dry_run: bool) -> Done:
-    return _sync(runtime, name, by, SyncRequest(prune=prune, dry_run=dry_run), "dry-run" if dry_run else "synced")
+def sync(runtime: Runtime, name: str, by: Principal, *, prune: bool, dry_run: bool,
+         resources: frozenset[ResourceKey] | None = None, revision: str = "",
+         sync_options: tuple[str, ...] = ()) -> Done:
+    request = SyncRequest(prune=prune, dry_run=dry_run, resources=resources, revision=revision,
+                          sync_options=sync_options)
+    return _sync(runtime, name, by, request, "dry-run" if dry_run else "synced")
 
 
 def rollback(runtime: Runtime, name: str, by: Principal, history_id: int, *, revert: str = "") -> Done:

@@ -316,6 +316,7 @@ def sync(runtime: Runtime, name: str, payload: dict[str, Any], _: Mapping[str, s
     request = SyncRequest(
         prune=bool(payload.get("prune", False)), dry_run=bool(payload.get("dryRun", False)),
         resources=select_resources(runtime, name, resources) if resources else None, initiated_by=principal().username,
+        revision=str(payload.get("revision") or ""), sync_options=tuple(payload.get("syncOptions") or ()),
     )
     return _started(runtime, name, request, "api sync")
 

@@ -8,6 +8,7 @@ precondition) and returns; the steps that run it are scheduled by the caller.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,6 +43,19 @@ class SyncRequest:
     history_id: int = 0  # the history entry a rollback goes back to
     revert: str = ""  # a rollback's revert in git: "pr" or "push" (`usecases.revert`); "" for none
     reverted: str = ""  # the revision the rollback leaves (read before it starts, the revert's "from")
+    sync_options: tuple[str, ...] = ()  # this operation's own options (`OPERATION_OPTIONS`), beside the app's
+
+
+OPERATION_OPTIONS = ("Replace=true", "Force=true")  # what a sync panel, the api and the CLI may ask for one sync
+
+
+def checked_options(options: Iterable[str]) -> tuple[str, ...]:
+    """An operation's sync options, each one of `OPERATION_OPTIONS`; an error names the first that is not."""
+    chosen = tuple(dict.fromkeys(options))
+    for option in chosen:
+        if option not in OPERATION_OPTIONS:
+            raise PermanentError(f"field syncOptions: {option!r} is not one of {', '.join(OPERATION_OPTIONS)}")
+    return chosen
 
 
 def start_operation(runtime: Runtime, name: str, request: SyncRequest, by: Principal | None = None) -> str:
@@ -62,7 +76,7 @@ def start_operation(runtime: Runtime, name: str, request: SyncRequest, by: Princ
             raise OperationInProgress(name, current.operation.id)
         op = new_operation(app, prune=request.prune, dry_run=request.dry_run, resources=request.resources,
                            revision=request.revision, revisions=request.revisions, rollback=request.rollback,
-                           initiated_by=request.initiated_by)
+                           initiated_by=request.initiated_by, sync_options=checked_options(request.sync_options))
         current.operation = op
         try:
             app_state.save(runtime.store, current, if_generation_match=generation)
