@@ -29,6 +29,6 @@ output "secret_ids" {
 }
 
 output "function_service_accounts" {
-  description = "Service account e-mail of each function, e.g. to grant reconcile access to GKE clusters."
+  description = "Service account e-mail of each function. reconcile's is the Kubernetes user of GKE clusters reached through its Google identity (gke_projects): bind it in each cluster's RBAC (e.g. to impersonate the ServiceAccounts of destinationServiceAccounts)."
   value       = { for name, sa in google_service_account.function : name => sa.email }
 }

@@ -215,6 +215,17 @@ variable "audit_log_projects" {
   }
 }
 
+variable "gke_projects" {
+  description = "Projects of GKE clusters that reconcile reaches with its own Google identity (cluster Secrets with execProviderConfig argocd-k8s-auth gcp or gke-gcloud-auth-plugin): its service account gets roles/container.clusterViewer there, enough to authenticate; bind its e-mail in each cluster's RBAC for what it may change. Empty: none (cluster Secrets carry their own credentials)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for p in var.gke_projects : can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", p))])
+    error_message = "gke_projects must be project IDs (6-30 characters: lowercase letters, digits, hyphens)."
+  }
+}
+
 variable "artifact_registry_projects" {
   description = "Projects whose Artifact Registry notifications (their `gcr` Pub/Sub topic) reach the webhook function: a pushed tag is checked by the image updater at once. The topic must exist (Artifact Registry creates it with its API). Empty: none (the images tick finds new tags)."
   type        = list(string)

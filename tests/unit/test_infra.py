@@ -48,7 +48,8 @@ REQUIRED_ENV = ("TIDECD_CONFIG", "TIDECD_STORE", "TIDECD_REFRESH_TOPIC", "TIDECD
 BROAD_ROLES = {"roles/owner", "roles/editor", "roles/viewer", "roles/iam.securityAdmin"}
 # The only for_each a grant to allUsers may use: the functions marked public in local.functions.
 PUBLIC_FUNCTIONS = "${local.public_functions}"
-PROJECT_ROLES = {"roles/logging.logWriter", "roles/storage.objectViewer"}  # allowed at project level
+# allowed at project level; container.clusterViewer only on gke_projects, for reconcile (check_gke)
+PROJECT_ROLES = {"roles/logging.logWriter", "roles/storage.objectViewer", "roles/container.clusterViewer"}
 
 # A stand-in for functions/main.py with the contract the Terraform needs, for the negative tests.
 MAIN_FIXTURE = '''
@@ -608,6 +609,7 @@ def test_terraform_evaluates_public_functions_and_size_overrides(terraform: Terr
         ("retention", "{deliveries_days=1,snapshots_days=90,manifests_days=7,history_limit=50}"),
         ("audit_log_projects", '["gke-prod-eu","gke-prod-us"]'),
         ("artifact_registry_projects", '["acme-images"]'),
+        ("gke_projects", '["gke-prod-eu"]'),
     ],
 )
 def test_variable_validations_accept(terraform: Terraform, name: str, value: str) -> None:
@@ -633,6 +635,7 @@ def test_variable_validations_accept(terraform: Terraform, name: str, value: str
          "retention values must be whole numbers of at least 1"),
         ("audit_log_projects", '["Prod Cluster"]', "audit_log_projects must be project IDs"),
         ("artifact_registry_projects", '["123456789012"]', "artifact_registry_projects must be project IDs"),
+        ("gke_projects", '["Prod"]', "gke_projects must be project IDs"),
     ],
 )
 def test_variable_validations_reject(terraform: Terraform, name: str, value: str, message: str) -> None:
@@ -666,6 +669,40 @@ def test_every_secret_a_function_reads_is_mounted(tf: Module) -> None:
 
 def test_no_role_broader_than_needed(tf: Module) -> None:
     assert check_roles(tf) == []
+
+
+def check_gke(tf: Module) -> list[str]:
+    """GKE through reconcile's Google identity: on each of gke_projects, reconcile alone may authenticate
+    (container.clusterViewer), and no other container role is granted anywhere."""
+    problems = []
+    for rtype, named in tf["resource"].items():
+        for name, body in named.items():
+            role = str(body.get("role", ""))
+            if not role.startswith("roles/container."):
+                continue
+            where = f"{rtype}.{name}"
+            if role != "roles/container.clusterViewer":
+                problems.append(f"{where}: {role} grants rights inside clusters (use their RBAC)")
+            if body.get("member") != '${google_service_account.function["reconcile"].member}':
+                problems.append(f"{where}: {role} for {body.get('member')}, not reconcile")
+            if body.get("for_each") != "${toset(var.gke_projects)}" or body.get("project") != "${each.key}":
+                problems.append(f"{where}: {role} outside gke_projects")
+    if not any("container" in str(b.get("role", "")) for named in tf["resource"].values() for b in named.values()):
+        problems.append("no grant lets reconcile authenticate to GKE (gke_projects)")
+    return problems
+
+
+def test_reconcile_alone_may_authenticate_to_gke_on_the_listed_projects(tf: Module, terraform: Terraform) -> None:
+    assert check_gke(tf) == []
+    broken = copy.deepcopy(tf)
+    grant = broken["resource"]["google_project_iam_member"]["gke_reconcile"]
+    grant["role"], grant["member"] = "roles/container.developer", '${google_service_account.function["api"].member}'
+    assert check_gke(broken) == [
+        "google_project_iam_member.gke_reconcile: roles/container.developer grants rights inside clusters (use their "
+        "RBAC)",
+        "google_project_iam_member.gke_reconcile: roles/container.developer for "
+        '${google_service_account.function["api"].member}, not reconcile']
+    assert terraform.problems(gke_projects='["gke-prod-eu","gke-prod-us"]') == ""
 
 
 def test_refreshes_reach_reconcile_with_retries_and_dead_letters(tf: Module) -> None:
