@@ -133,6 +133,17 @@ def test_a_failing_pods_reason_and_logs_are_shown(browser: Any, gitops: GitOps, 
     logs = tidecd(gitops, "app", "logs", app, "--kind", "Deployment", "--name", "web", "--tail", "10", *server)
     assert logs.returncode == 0, logs.stderr
     assert PANIC in logs.stdout and "starting web 1.2.3" in logs.stdout
+    env = {**os.environ, "TIDECD_CONFIG": str(gitops.config_dir), "TIDECD_STORE": str(gitops.store.root),
+           "KUBECONFIG": str(gitops.dev.kubeconfig)}
+    with subprocess.Popen([sys.executable, "-m", "tidecd.cli", "app", "logs", app, "--kind", "Pod", "--name",
+                           pod_name, "-f", "--timeout", "12", *server], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as follower:
+        time.sleep(6)
+        with gitops.dev.pod_log.open("a") as log:
+            log.write(f"{_now()} stdout F connected after all\n")
+        out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 0, err
+    assert out.count(PANIC) == 1 and out.count("connected after all") == 1, out  # each line once, new ones too
     described = tidecd(gitops, "app", "resources", app, "--kind", "Pod", "--name", pod_name, *server)
     assert described.returncode == 0, described.stderr
     assert "reason: CrashLoopBackOff" in described.stdout and "BackOff" in described.stdout
