@@ -205,6 +205,8 @@ def test_the_dashboard_opens_each_node_with_the_same_details(session: Session) -
     status, html = page(session, "/ui/apps/web/resource", group="", kind="Secret", namespace="ns", name="creds")
     assert status == 200 and "++++++++" in html and SECRET_VALUE not in html
     assert page(session, "/ui/apps/web/resource", kind="Pod", namespace="ns", name="stranger")[0] == 404
+    assert page(session, "/ui/apps/web/resource", kind="Pod", namespace="kube-system", name="x")[0] == 403
+    assert page(session, "/ui/apps/web/resource", kind="Pod")[0] == 400
 
 
 def test_logs_need_argo_cds_logs_get(session: Session) -> None:

@@ -16,8 +16,8 @@ from urllib.parse import urlencode
 
 import yaml
 
-from tidecd.base.errors import TidecdError
-from tidecd.ui import Context, Page, diffview, render, route
+from tidecd.base.errors import NotFound, PermanentError, TidecdError, disposition
+from tidecd.ui import Context, Page, diffview, error_page, render, route
 from tidecd.ui import who as _principal
 from tidecd.usecases import resources
 
@@ -47,14 +47,25 @@ def _logs(ctx: Context) -> dict[str, Any]:
             "container": q.get("container", ""), "again": again, "base": urlencode(_key_query(ctx))}
 
 
+def _refused(ctx: Context, exc: TidecdError) -> Page:
+    """A bad query (400) or an object outside the project's destinations (403) as the api answers them."""
+    return error_page(ctx.runtime, ctx.identity, disposition(exc).status, str(exc))
+
+
 @route("GET", f"/apps/{_NAME}/resource")
 def resource_page(ctx: Context) -> Page:
-    key = resources.key_of(ctx.request.query)
-    body = resources.detail(ctx.runtime, _principal(ctx), ctx.match["name"], key)
+    try:
+        key = resources.key_of(ctx.request.query)
+        body = resources.detail(ctx.runtime, _principal(ctx), ctx.match["name"], key)
+    except PermanentError as exc:
+        if isinstance(exc, NotFound):
+            raise  # the dashboard's 404 page
+        return _refused(ctx, exc)
     diff = diffview.lines(body["diff"], secret=key.kind == "Secret") if body.get("diff") else []
     dump = {side: yaml.safe_dump(body[side], sort_keys=False) if body.get(side) else "" for side in ("live", "desired")}
+    has_pods = key.kind == "Pod" or (key.group, key.kind) in resources.CHILD_KINDS
     return render("resource.html", ctx, active="apps", app_name=ctx.match["name"], key=key, res=body, diff=diff,
-                  manifests=dump, **(_logs(ctx) if key.kind == "Pod" or body.get("managed") else {"streams": None}))
+                  manifests=dump, **(_logs(ctx) if has_pods else {"streams": None}))
 
 
 @route("GET", f"/apps/{_NAME}/resource/logs")

@@ -149,8 +149,8 @@ def shown(obj: Manifest | None) -> Manifest | None:
     masked = dict(mask_secret(obj))
     meta = dict(masked.get("metadata") or {})
     meta.pop("managedFields", None)
-    masked["metadata"] = meta
-    return masked
+    head = {"apiVersion": masked.get("apiVersion", ""), "kind": masked.get("kind", ""), "metadata": meta}
+    return head | {k: v for k, v in masked.items() if k not in head}  # as kubectl prints it: kind first
 
 
 def tree(runtime: Runtime, who: Principal, name: str) -> list[dict[str, Any]]:
