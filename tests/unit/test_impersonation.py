@@ -4,11 +4,15 @@ the header the cluster client sends (the e2e test in tests/e2e/test_least_privil
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import yaml
 
 from tidecd.base.errors import ConfigError
+from tidecd.clients import cluster
+from tidecd.clients.cluster import ApiUnauthorized, KubeCluster
 from tidecd.config import argocd_cm
 from tidecd.config.argocd_settings import ArgoSettings
 from tidecd.config.load import load_config
@@ -90,3 +94,53 @@ def test_the_project_entries_load_and_a_bad_one_names_its_field(tmp_path: Path) 
     with pytest.raises(ConfigError, match=r"AppProject/team: spec.destinationServiceAccounts\[0\]"
                                           r".defaultServiceAccount: 'deploy/er'"):
         load([{"server": PROD, "namespace": "web", "defaultServiceAccount": "deploy/er"}])
+
+
+class HeaderApi:
+    """Just enough of kubernetes.client.ApiClient for KubeCluster.request: keeps each request's headers."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.configuration = SimpleNamespace(host="https://fake.invalid")
+        self.status, self.seen = status, list[tuple[str, dict[str, str]]]()
+
+    def param_serialize(self, *, method: str, resource_path: str, header_params: dict[str, str],
+                        **_: Any) -> tuple[Any, ...]:
+        return (method, resource_path, dict(header_params), None, None)
+
+    def call_api(self, method: str, path: str, headers: dict[str, str], **_: Any) -> Any:
+        self.seen.append((method, headers))
+        return SimpleNamespace(status=self.status, reason="x", headers={}, read=lambda: b"{}")
+
+
+def test_writes_carry_the_impersonated_user_and_reads_stay_the_clusters_own() -> None:
+    api = HeaderApi()
+    plain = KubeCluster(api)
+    assert plain.impersonating("") is plain
+    acting = plain.impersonating("system:serviceaccount:web:deployer")
+    acting.request("GET", "/api/v1/namespaces/web/configmaps")
+    acting.request("PATCH", "/api/v1/namespaces/web/configmaps/a", query={"dryRun": "All"})
+    acting.request("DELETE", "/api/v1/namespaces/web/configmaps/a")
+    plain.request("PATCH", "/api/v1/namespaces/web/configmaps/a")
+    assert [(m, h.get("Impersonate-User")) for m, h in api.seen] == [
+        ("GET", None), ("PATCH", "system:serviceaccount:web:deployer"),
+        ("DELETE", "system:serviceaccount:web:deployer"), ("PATCH", None)]
+
+
+def test_a_refused_short_lived_token_is_asked_for_again() -> None:
+    class Tokens:
+        forgotten = 0
+
+        def token(self) -> str:
+            return "t"
+
+        def forget(self) -> None:
+            self.forgotten += 1
+
+    api, tokens = HeaderApi(status=401), Tokens()
+    cluster._TOKENS[id(api)] = (api, tokens)
+    try:
+        with pytest.raises(ApiUnauthorized):
+            KubeCluster(api).request("GET", "/version")
+    finally:
+        del cluster._TOKENS[id(api)]
+    assert tokens.forgotten == 1
