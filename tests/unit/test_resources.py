@@ -227,3 +227,20 @@ def test_the_graph_draws_parent_to_child_and_each_node_opens_its_details(session
     assert 'href="/ui/apps/web/resource?group=&amp;kind=Pod&amp;namespace=ns&amp;name=web-abc-1"' in html
     assert html.count('class="edge"') == 4  # app → Deployment, app → Secret, Deployment → RS, RS → Pod
     assert "stranger" not in html and SECRET_VALUE not in html
+
+
+def test_manifests_at_a_revision(session: Session) -> None:
+    first = session.git.head  # type: ignore[attr-defined]
+    session.git.push([deployment("web:2"), SECRET])  # type: ignore[attr-defined]
+
+    def image(body: dict[str, Any]) -> str:
+        found = [m for m in body["manifests"] if m["kind"] == "Deployment"]
+        return str(found[0]["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    at_first = session.call("GET", f"/api/v1/apps/web/manifests?source=git&revision={first}").body
+    assert at_first["revision"] == first and image(at_first) == "web:1"
+    head = session.git.head  # type: ignore[attr-defined]
+    assert image(session.call("GET", f"/api/v1/apps/web/manifests?source=git&revision={head}").body) == "web:2"
+    assert image(session.call("GET", "/api/v1/apps/web/manifests?source=live").body) == "web:1"
+    refused = session.call("GET", f"/api/v1/apps/web/manifests?source=live&revision={head}")
+    assert refused.status == 400 and "revision" in refused.body["message"]
