@@ -17,6 +17,7 @@ from tests.support.apps import GitOps, configmap, service
 from tidecd.base import constants
 from tidecd.base.model import ResourceKey
 from tidecd.clients import credentials
+from tidecd.usecases.preview import preview_app
 
 RBAC = "rbac.authorization.k8s.io"
 
@@ -63,6 +64,10 @@ def test_a_sync_acts_as_the_projects_service_account_and_applies_nothing_it_may_
     assert "cannot patch" in message or "cannot create" in message, message
     # the up-front dry-run acted as the ServiceAccount too: nothing was half-applied
     assert gitops.live("ConfigMap", "settings") is None and gitops.live("Service", "web") is None
+    # a pull request's preview dry-runs as the sync would, so it shows the refusal before anyone syncs
+    runtime = gitops.runtime()
+    preview = preview_app(runtime, runtime.app(gitops.real("app")), "")
+    assert any('services "web" is forbidden' in error and user in error for error in preview.errors), preview.errors
 
     deployer(gitops, "deployer", ["configmaps", "services"])
     gitops.sync()

@@ -413,12 +413,17 @@ def preview_app(runtime: Runtime, app: Application, head_sha: str) -> AppPreview
     from tidecd.step.desired import desired_of
     from tidecd.step.observe import comparison_of, read
     from tidecd.step.operation import sync_window
+    from tidecd.step.stepping import sync_cluster
 
     refused = _scope_violations(runtime, app, head_sha, Mode.FULL)
     if refused is not None:
         return refused
+    try:  # its dry-runs act as the sync would (impersonation): a right the sync lacks shows here first
+        config = runtime.config()
+        cluster = sync_cluster(runtime, config.argo_settings, config.project_of(app), app)
+    except TidecdError as exc:
+        return AppPreview(app.name, head_sha, errors=(f"cluster: {exc}",))
     try:
-        cluster = runtime.cluster(app.destination)
         desired = desired_of(runtime, app, cluster, head_sha)
         manifests, namespaced = desired.manifests, desired.namespaced
     except TidecdError as exc:
