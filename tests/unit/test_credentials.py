@@ -162,3 +162,24 @@ def test_a_cluster_secret_with_a_plugin_signs_each_request_with_the_current_toke
     fake.valid = False
     second = client.configuration.auth_settings()["BearerToken"]["value"]
     assert (first, second) == ("Bearer ya29.access-1", "Bearer ya29.access-2")
+
+
+def test_no_google_identity_is_a_clear_error_and_a_failed_refresh_is_temporary(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import google.auth
+    import google.auth.exceptions
+
+    def nobody(**_: object) -> None:
+        raise google.auth.exceptions.DefaultCredentialsError("no credentials")  # type: ignore[no-untyped-call]
+
+    monkeypatch.setattr(google.auth, "default", nobody)
+    with pytest.raises(ClusterCredentialError, match="no Google identity found"):
+        GoogleTokens().token()
+
+    class Failing(FakeGoogle):
+        def refresh(self, request: object) -> None:
+            raise google.auth.exceptions.RefreshError("metadata server said no")  # type: ignore[no-untyped-call]
+
+    with pytest.raises(ClusterUnavailable, match=r"token refresh failed \(RefreshError\)") as caught:
+        GoogleTokens(Failing(), request=object()).token()
+    assert "metadata server" not in str(caught.value)

@@ -53,6 +53,10 @@ def test_no_match_is_argo_cds_message() -> None:
                                  f"account found for destination server {PROD} and namespace web")
     with pytest.raises(NoServiceAccount, match="invalid chars"):
         service_account(project(("*", "*", "de*ployer")), PROD, "web")
+    with pytest.raises(NoServiceAccount, match="no destination namespace, so name the service account as "
+                                               "NAMESPACE:deployer"):
+        service_account(project(("*", "*", "deployer")), PROD, "")
+    assert service_account(project(("*", "*", "team:deployer")), PROD, "") == "system:serviceaccount:team:deployer"
 
 
 def test_off_by_default_and_a_missing_match_is_the_clusters_own_identity_when_not_enforced() -> None:

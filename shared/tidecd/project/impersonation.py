@@ -46,6 +46,10 @@ def service_account(project: AppProject, server: str, namespace: str) -> str:
                                        f"service account contains invalid chars {account!r}")
             if ":" in account:  # NAMESPACE:NAME, a ServiceAccount of another namespace
                 return f"system:serviceaccount:{account}"
+            if not namespace:  # Argo CD falls back to the Application's namespace, which tidecd apps lack
+                raise NoServiceAccount(f"failed to find a matching service account to impersonate: the app has "
+                                       f"no destination namespace, so name the service account as "
+                                       f"NAMESPACE:{account}")
             return f"system:serviceaccount:{namespace}:{account}"
     raise NoServiceAccount(f"failed to find a matching service account to impersonate: no matching service "
                            f"account found for destination server {server} and namespace {namespace}")
