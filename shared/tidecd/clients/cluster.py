@@ -4,6 +4,9 @@ The typed models of the `kubernetes` package are slow to deserialize, so every c
 (`Manifest` dicts) through `ApiClient.call_api`. API discovery (which group/kind is served where, and
 whether it is namespaced) is one aggregated-discovery request per cluster, cached per server version in
 memory. API errors are mapped to tidecd's exceptions at this boundary, without echoing request bodies.
+
+Every call has a deadline (`clients.deadlines`: in a reconcile step what is left of its budget, elsewhere
+a fixed timeout), and urllib3 retries nothing by itself (`clients.transport`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from tidecd.base import constants
 from tidecd.base.errors import ClusterUnavailable, ConfigError, PermanentError, TemporaryError, TidecdError
 from tidecd.base.model import Manifest, ResourceKey
 from tidecd.base.ownership import selector
-from tidecd.clients import clustersecrets, credentials, metrics
+from tidecd.clients import clustersecrets, credentials, metrics, transport
+from tidecd.clients.deadlines import ApiTimeouts
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -196,9 +200,11 @@ VERSION_TTL = 300.0  # seconds: an upgraded server is noticed (and discovered ag
 class KubeCluster:
     """A cluster reached through a `kubernetes.client.ApiClient` (kubeconfig or unsealed cluster secret)."""
 
-    def __init__(self, api_client: Any, *, name: str = "in-cluster", impersonate: str = "") -> None:
+    def __init__(self, api_client: Any, *, name: str = "in-cluster", impersonate: str = "",
+                 timeouts: ApiTimeouts | None = None) -> None:
         self.api = api_client
         self.name = name
+        self.timeouts = timeouts or ApiTimeouts.from_env()
         self.writes = 0  # write calls made (apply, replace, delete): a no-op resync must make none
         self._lock = threading.Lock()
         # sync impersonation (tidecd.project.impersonation): every write, dry-runs included, is sent as
@@ -208,7 +214,7 @@ class KubeCluster:
     def impersonating(self, user: str) -> KubeCluster:
         """The same cluster (and connection pool) whose writes act as `user` (`system:serviceaccount:NS:SA`),
         so the cluster's RBAC for that user decides what a sync may change."""
-        return KubeCluster(self.api, name=self.name, impersonate=user) if user else self
+        return KubeCluster(self.api, name=self.name, impersonate=user, timeouts=self.timeouts) if user else self
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, *, context: str | None = None) -> KubeCluster:
@@ -221,7 +227,7 @@ class KubeCluster:
             _keep_credentials_in_memory()
             try:
                 client: ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                    config_file=path, context=context)
+                    config_file=path, context=context, client_configuration=transport.configuration())
                 return _as_tidecd(client)
             except Exception as exc:  # noqa: BLE001 - every failure of reading it is the same user problem
                 raise ConfigError(_kubeconfig_problem(path, exc)) from None
@@ -259,13 +265,17 @@ class KubeCluster:
         headers = {"Content-Type": content_type, "Accept": accept}
         if self.impersonate and method != "GET":
             headers["Impersonate-User"] = self.impersonate
-        try:
+        def attempt(timeout: float) -> tuple[Any, bytes]:
             prepared = self.api.param_serialize(method=method, resource_path=path,
                                                 query_params=list(query.items()) if query else None,
                                                 header_params=headers, body=body, auth_settings=["BearerToken"])
+            # one number: urllib3's total, bounding the connect (and TLS handshake) and the answer together
             resp = self.api.call_api(*prepared[:3], body=prepared[3], post_params=prepared[4],
-                                     _request_timeout=(5, 60))
-            data = resp.read()
+                                     _request_timeout=timeout)
+            return resp, resp.read()
+
+        try:
+            resp, data = transport.send(method, self.timeouts, attempt)
         except (ApiException, HTTPError, OSError) as exc:
             raise _transport_error(self.server, key, exc, body) from None
         if resp.status == 401 and (found := _TOKENS.get(id(self.api))) is not None and found[0] is self.api:
@@ -472,28 +482,7 @@ def _transport_error(server: str, key: ResourceKey | None, exc: Exception, body:
         return ApiError(key, 413, "RequestEntityTooLarge",
                         f"request entity too large: the object is {size / 1e6:.1f} MB, the API server accepts "
                         f"about {MAX_REQUEST_BYTES / 2**20:.0f} MiB (the connection closed while sending)")
-    return ClusterUnavailable(f"API server {server} unreachable: {_transport_reason(exc)}")
-
-
-def _transport_reason(exc: BaseException) -> str:
-    """What went wrong below HTTP, in a few words ("connection refused", "timed out", ...): urllib3 wraps
-    the socket's error (MaxRetryError → NewConnectionError → ConnectionRefusedError), and its class name
-    alone says nothing. Only the kind is kept, never the request."""
-    found, chain = exc, [exc]
-    for _ in range(6):
-        inner = getattr(found, "reason", None) or found.__cause__ or found.__context__
-        if not isinstance(inner, BaseException) or inner in chain:
-            break
-        found = inner
-        chain.append(found)
-    text = " ".join(f"{type(e).__name__} {e}" for e in chain).lower()
-    for marker, reason in (("refused", "connection refused"), ("timed out", "timed out"),
-                           ("timeout", "timed out"), ("reset", "connection reset"),
-                           ("remotedisconnected", "connection closed by the server"),
-                           ("aborted", "connection aborted"), ("name or service", "host not found")):
-        if marker in text:
-            return reason
-    return type(found).__name__
+    return ClusterUnavailable(f"API server {server} unreachable: {transport.reason(exc)}")
 
 
 def _body_size(body: Any) -> int:
@@ -578,7 +567,8 @@ def client_for_secret(secret: Manifest) -> ApiClient:
 
     def connect() -> ApiClient:
         try:
-            client: ApiClient = kube_config.new_client_from_config_dict(login.kubeconfig)  # type: ignore[no-untyped-call]
+            client: ApiClient = kube_config.new_client_from_config_dict(  # type: ignore[no-untyped-call]
+                login.kubeconfig, client_configuration=transport.configuration())
             if login.tokens is not None:
                 _ask_before_each_request(client, login.tokens)
             return _as_tidecd(client)

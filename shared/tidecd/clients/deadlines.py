@@ -1,9 +1,14 @@
-"""Deadlines of object store calls: how long one GCS request may wait, how long a failing call is retried
-(google-cloud-storage's own Retry and backoff), and the budget a caller that must answer quickly (the
-webhook, the api) gives all the store calls made in its context.
+"""Deadlines of outside calls. Object store calls: how long one GCS request may wait, how
+long a failing call is retried (google-cloud-storage's own Retry and backoff), and the budget a caller that
+must answer quickly (the webhook, the api) gives all the store calls made in its context. Kubernetes API calls: the
+timeout of each one, derived from what is left of the deadline of the reconcile step that makes it (within
+a floor and a ceiling), or a fixed one outside a step (api reads, the CLI), so that an API server that hangs
+(paused, overloaded, a network that drops packets) ends the step within its budget instead of holding it
+for minutes (`clients.transport` sends each call with it).
 
-The budget lives in a context variable, so it follows the call (its thread or task) without being passed
-through every layer between the entry point and the store; threads a call starts get none of it.
+The budget and the deadline live in context variables, so they follow the call (its thread or task)
+without being passed through every layer between the entry point and the client; threads a call starts get
+none of them unless it hands them a copy of its context (`in_context`, as the step's pool does).
 """
 
 from __future__ import annotations
@@ -12,15 +17,22 @@ import contextlib
 import contextvars
 import os
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tidecd.base.errors import ConfigError
 
 STORE_TIMEOUT = 5.0  # seconds one GCS request may wait (connect, and each read of the answer)
 STORE_RETRY_DEADLINE = 10.0  # seconds a failing call is retried, with backoff, before StoreUnavailable
 _BACKOFF = (0.1, 2.0, 2.0)  # first delay, largest delay, multiplier (jittered by google.api_core)
+API_TIMEOUT = 30.0  # seconds one Kubernetes API call may take outside a step (api reads, the CLI, the image tick)
+API_TIMEOUT_FLOOR = 2.0  # the least a call in a step is given, even at or past its deadline
+API_TIMEOUT_CEILING = 60.0  # the most a call in a step is given, whatever its budget (a step's lease is 60 s)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def env_seconds(name: str, default: float, env: Mapping[str, str] | None = None) -> float:
@@ -118,3 +130,68 @@ def call_options(deadlines: Deadlines, left: float | None = None) -> CallOptions
         timeout, deadline = min(timeout, left), min(deadline, left)
     retry = DEFAULT_RETRY.with_deadline(deadline).with_delay(*_BACKOFF)
     return CallOptions(timeout, retry, ConditionalRetryPolicy(retry, is_generation_specified, ["query_params"]))
+
+
+@dataclass(frozen=True)
+class ApiTimeouts:
+    """How long one Kubernetes API call may take: `fixed` outside a step; in a step what is left of its
+    deadline, but at least `floor` (a call the step makes at its deadline, such as its last health read, is
+    not failed before it could be answered) and at most `ceiling`."""
+
+    fixed: float = API_TIMEOUT
+    floor: float = API_TIMEOUT_FLOOR
+    ceiling: float = API_TIMEOUT_CEILING
+
+    def __post_init__(self) -> None:
+        if not 0 < self.floor <= self.ceiling:
+            raise ConfigError(f"TIDECD_API_TIMEOUT_FLOOR={self.floor:g} and TIDECD_API_TIMEOUT_CEILING="
+                              f"{self.ceiling:g}: the floor must be more than 0 and at most the ceiling")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ApiTimeouts:
+        return cls(fixed=env_seconds("TIDECD_API_TIMEOUT", API_TIMEOUT, env),
+                   floor=env_seconds("TIDECD_API_TIMEOUT_FLOOR", API_TIMEOUT_FLOOR, env),
+                   ceiling=env_seconds("TIDECD_API_TIMEOUT_CEILING", API_TIMEOUT_CEILING, env))
+
+    def timeout(self, left: float | None) -> float:
+        """The timeout of one call, `left` being what its step's deadline still allows (None: no step)."""
+        if left is None:
+            return self.fixed
+        return min(max(left, self.floor), self.ceiling)
+
+
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("tidecd_api_deadline", default=None)
+
+
+@contextlib.contextmanager
+def api_deadline(seconds: float) -> Iterator[float]:
+    """The Kubernetes API calls made in this block (this thread or task, and the work it hands on with
+    `in_context`) are given what is left of `seconds` from now (`ApiTimeouts.timeout`); the monotonic
+    deadline is yielded. A reconcile step runs under its budget."""
+    token = _DEADLINE.set(time.monotonic() + seconds)
+    try:
+        current = _DEADLINE.get()
+        assert current is not None
+        yield current
+    finally:
+        _DEADLINE.reset(token)
+
+
+def api_time_left(now: float | None = None) -> float | None:
+    """Seconds until the context's API deadline (negative once past it; None outside a step)."""
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        return None
+    return deadline - (time.monotonic() if now is None else now)
+
+
+def in_context(fn: Callable[[T], R]) -> Callable[[T], R]:
+    """`fn`, run in a copy of the caller's context wherever it is called: a pool thread running it keeps the
+    caller's deadline and budget. (A copy per call: one context cannot be entered by two threads at once.)"""
+    context = contextvars.copy_context()
+
+    def run(item: T) -> R:
+        return context.copy().run(fn, item)
+
+    return run
+

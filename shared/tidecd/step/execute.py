@@ -16,7 +16,7 @@ from tidecd.base.model import Action, ChangeEntry, Manifest, ResourceKey
 from tidecd.clients.cluster import ApiError, KubeCluster, UnknownKind
 from tidecd.config.load import Application
 from tidecd.diff import respect_ignored
-from tidecd.step.observe import Target, pool, read
+from tidecd.step.observe import Target, each, read
 from tidecd.sync import decide as decision
 from tidecd.sync import options as syncoptions
 from tidecd.sync import plan
@@ -78,7 +78,7 @@ def dry_run(target: Target, step: decision.DryRun, live: Mapping[ResourceKey, Ma
         except UnknownKind as exc:
             return ChangeEntry(task.key, Action.FAILED, str(exc))
 
-    return Executed(tuple(pool().map(one, step.tasks)))
+    return Executed(tuple(each(one, step.tasks)))
 
 
 def delete_hooks(target: Target, step: decision.DeleteHooks) -> Executed:
@@ -118,7 +118,7 @@ def run_tasks(target: Target, step: decision.RunTasks, live: Mapping[ResourceKey
 
     done: list[Applied] = []
     for batch in plan.apply_batches(step.tasks):
-        done += list(pool().map(one, batch))
+        done += each(one, batch)
     position = {t.key: i for i, t in enumerate(step.tasks)}
     done.sort(key=lambda item: position.get(item.task.key, 0))
     return Executed(tuple(d.entry for d in done), tuple(done), applied)

@@ -15,13 +15,14 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tidecd import health
 from tidecd.base import constants, ownership
 from tidecd.base.errors import TemporaryError
 from tidecd.base.model import HealthStatus, Manifest, ResourceKey, SyncStatus
 from tidecd.clients.cluster import ApiError, KubeCluster, UnknownKind, managed_selector
+from tidecd.clients.deadlines import in_context
 from tidecd.config.load import Application, AppProject, Config
 from tidecd.diff import Comparison, ResourceDiff, compare, fingerprint, live_identity
 from tidecd.generated.appofapps import ChildCluster
@@ -33,6 +34,8 @@ from tidecd.sync.apply import conflict, explain, owned_by, with_ownership
 
 CONCURRENCY = 8  # concurrent cluster calls of one step (dry-runs, applies, gets)
 
+T = TypeVar("T")
+R = TypeVar("R")
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
@@ -46,6 +49,12 @@ def pool() -> ThreadPoolExecutor:
         if _POOL is None:
             _POOL = ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="tidecd-step")
         return _POOL
+
+
+def each(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """`fn` over `items` on the step's pool, in order, each in a copy of the step's context: its cluster
+    calls keep the step's deadline (`clients.deadlines`), which a pool thread would not otherwise see."""
+    return list(pool().map(in_context(fn), items))
 
 
 @dataclass(frozen=True)
@@ -195,7 +204,7 @@ def compare_all(cluster: KubeCluster, app: Application, config: Config, manifest
                                                     result.text)
         return result
 
-    results = list(pool().map(one, sorted(desired.items())))
+    results = each(one, sorted(desired.items()))
     for key, obj in sorted(live.items()):
         if key not in desired and key not in hooks and owned_by(obj, app.name) and not _ignores_extraneous(obj) \
                 and not excluded_kind(config, app, key):
@@ -264,7 +273,7 @@ def read(cluster: KubeCluster, keys: Iterable[ResourceKey]) -> list[tuple[Resour
         except UnknownKind:
             return key, None
 
-    return list(pool().map(get, wanted))
+    return each(get, wanted)
 
 
 def missing_namespaces(cluster: KubeCluster, tasks: Iterable[plan.Task], live: Mapping[ResourceKey, Manifest],

@@ -25,6 +25,7 @@ import structlog
 from tidecd.base.clock import SYSTEM, Clock
 from tidecd.base.errors import TidecdError
 from tidecd.base.model import ChangeSet
+from tidecd.clients.deadlines import api_deadline
 from tidecd.clients.store import LEASE_TTL, LeaseKeeper, PreconditionFailed, acquire_lease
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
@@ -69,17 +70,20 @@ def reconcile(runtime: Runtime, name: str, *, reason: str = "", budget: float = 
         current, _ = app_state.load(runtime.store, name)
         return Outcome(name, current, skipped=ALREADY_RUNNING, continue_after=RECHECK_AFTER)
     keeper = LeaseKeeper(runtime.store, name, holder, LEASE_TTL, clock=clock.now, acquired_at=acquired).start()
+    # Every Kubernetes API call of the step is given what is left of its budget (`clients.deadlines`): an
+    # API server that hangs ends the step near its budget, and the step records the outage it met.
     try:
-        ctx = StepContext(runtime, name, reason, automate, clock, keeper, head, clock.monotonic() + budget)
-        for _ in range(RACE_ATTEMPTS):
-            try:
-                return step(ctx)
-            except PreconditionFailed:
-                if keeper.lost:
-                    return Outcome(name, app_state.load(runtime.store, name)[0], skipped="lease lost")
-                log.info("state changed under the step; re-reading", app=name)
-        return Outcome(name, app_state.load(runtime.store, name)[0], skipped="state kept changing",
-                       continue_after=1.0)
+        with api_deadline(budget):
+            ctx = StepContext(runtime, name, reason, automate, clock, keeper, head, clock.monotonic() + budget)
+            for _ in range(RACE_ATTEMPTS):
+                try:
+                    return step(ctx)
+                except PreconditionFailed:
+                    if keeper.lost:
+                        return Outcome(name, app_state.load(runtime.store, name)[0], skipped="lease lost")
+                    log.info("state changed under the step; re-reading", app=name)
+            return Outcome(name, app_state.load(runtime.store, name)[0], skipped="state kept changing",
+                           continue_after=1.0)
     finally:
         keeper.close()
 

@@ -1,0 +1,89 @@
+"""How tidecd's Kubernetes clients send a call below HTTP: urllib3 retries nothing by itself
+(`configuration`), each call goes with the timeout its deadline leaves (`clients.deadlines`) and is tried
+again only where a new connection may help and the deadline allows (`send`), and a failure is said in a few
+words (`reason`).
+
+urllib3's default retried a call three times, each on a new connection: a GET to a paused API server took
+75 s (a 60 s read timeout, then three 5 s connect timeouts), past any step's budget.
+"""
+
+from __future__ import annotations
+
+import http.client
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from tidecd.clients.deadlines import ApiTimeouts, api_time_left
+
+if TYPE_CHECKING:
+    from kubernetes.client import Configuration
+
+T = TypeVar("T")
+
+# Methods a second try cannot make do twice what the first did: a server-side apply (PATCH) of the same
+# object is the same apply; POST is left out (a create may have been made before the connection dropped).
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "PATCH"})
+
+
+def configuration() -> Configuration:
+    """A Kubernetes client's settings before a kubeconfig fills them in: urllib3 retries nothing by itself."""
+    # lazy: cold start (kubernetes only when a cluster is reached)
+    from kubernetes.client import Configuration
+
+    return Configuration(retries=False)
+
+
+def send(method: str, timeouts: ApiTimeouts, attempt: Callable[[float], T]) -> T:
+    """`attempt(timeout)` with what the context's deadline leaves (`ApiTimeouts.timeout`); once more, on a
+    new connection, when `another_try` allows it and the deadline is not past. A failure is raised as it
+    came: the caller says what it means."""
+    try:
+        return attempt(timeouts.timeout(api_time_left()))
+    except Exception as exc:
+        left = api_time_left()
+        if not (another_try(method, exc) and (left is None or left > 0)):
+            raise
+    return attempt(timeouts.timeout(api_time_left()))
+
+
+def another_try(method: str, exc: BaseException) -> bool:
+    """Is a failed call worth one more try on a new connection? Only an idempotent one whose connection the
+    server closed before answering (reset, closed, broken pipe), as it does to a pooled connection it has
+    dropped. Never after a timeout: a server that does not answer is not asked again."""
+    # lazy: cold start (urllib3 only when a cluster is reached)
+    from urllib3.exceptions import ProtocolError
+    from urllib3.exceptions import TimeoutError as Urllib3Timeout
+
+    chain = causes(exc)
+    if method not in IDEMPOTENT or any(isinstance(e, TimeoutError | Urllib3Timeout) for e in chain):
+        return False
+    return any(isinstance(e, ProtocolError) for e in chain) and any(
+        isinstance(e, ConnectionResetError | BrokenPipeError | http.client.RemoteDisconnected) for e in chain)
+
+
+def causes(exc: BaseException) -> list[BaseException]:
+    """The error and what it wraps: urllib3 nests the socket's error (MaxRetryError → NewConnectionError →
+    ConnectionRefusedError, or ProtocolError('Connection aborted.', RemoteDisconnected(...)))."""
+    found, chain = exc, [exc]
+    for _ in range(6):
+        inner = (getattr(found, "reason", None) or found.__cause__ or found.__context__
+                 or next((a for a in found.args if isinstance(a, BaseException)), None))
+        if not isinstance(inner, BaseException) or inner in chain:
+            break
+        found = inner
+        chain.append(found)
+    return chain
+
+
+def reason(exc: BaseException) -> str:
+    """What went wrong below HTTP, in a few words ("connection refused", "timed out", ...): the class name
+    of urllib3's wrapper alone says nothing. Only the kind is kept, never the request."""
+    chain = causes(exc)
+    text = " ".join(f"{type(e).__name__} {e}" for e in chain).lower()
+    for marker, said in (("refused", "connection refused"), ("timed out", "timed out"),
+                         ("timeout", "timed out"), ("reset", "connection reset"),
+                         ("remotedisconnected", "connection closed by the server"),
+                         ("aborted", "connection aborted"), ("name or service", "host not found")):
+        if marker in text:
+            return said
+    return type(chain[-1]).__name__
