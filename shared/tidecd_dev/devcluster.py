@@ -22,6 +22,7 @@ import ipaddress
 import json
 import os
 import secrets
+import signal
 import socket
 import ssl
 import subprocess
@@ -182,6 +183,14 @@ class DevCluster:
     def stop_apiserver(self) -> None:
         """Stop only the API server (failure tests); `start_apiserver` brings it back on the same port."""
         stop_pid(self.pids.pop("kube-apiserver"))
+
+    def pause_apiserver(self) -> None:
+        """Freeze the API server (SIGSTOP; failure tests): its port stays open and the kernel still accepts
+        connections, but nothing answers, as a hung or overloaded server. `resume_apiserver` lets it go on."""
+        os.kill(self.pids["kube-apiserver"], signal.SIGSTOP)
+
+    def resume_apiserver(self) -> None:
+        os.kill(self.pids["kube-apiserver"], signal.SIGCONT)
 
     def start_apiserver(self, timeout: float = 60.0) -> None:
         self._start_apiserver(port=self.api_port)
