@@ -33,6 +33,7 @@ API_TIMEOUT_CEILING = 60.0  # the most a call in a step is given, whatever its b
 
 T = TypeVar("T")
 R = TypeVar("R")
+V = TypeVar("V")
 
 
 def env_seconds(name: str, default: float, env: Mapping[str, str] | None = None) -> float:
@@ -97,16 +98,19 @@ def current_budget() -> Budget | None:
     return _BUDGET.get()
 
 
-@contextlib.contextmanager
-def budget(seconds: float, what: str, *, failed_only: bool = False) -> Iterator[Budget]:
+def budget(seconds: float, what: str, *, failed_only: bool = False) -> contextlib.AbstractContextManager[Budget]:
     """Bound the time store calls made in this block (this thread or task) take together; see `Budget`."""
-    token = _BUDGET.set(Budget(seconds, what, failed_only=failed_only))
+    return _holding(_BUDGET, Budget(seconds, what, failed_only=failed_only))
+
+
+@contextlib.contextmanager
+def _holding(var: contextvars.ContextVar[V | None], value: V) -> Iterator[V]:
+    """`var` is `value` in this block (this thread or task), and what it was after it."""
+    token = var.set(value)
     try:
-        current = _BUDGET.get()
-        assert current is not None
-        yield current
+        yield value
     finally:
-        _BUDGET.reset(token)
+        var.reset(token)
 
 
 @dataclass(frozen=True)
@@ -163,18 +167,11 @@ class ApiTimeouts:
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("tidecd_api_deadline", default=None)
 
 
-@contextlib.contextmanager
-def api_deadline(seconds: float) -> Iterator[float]:
+def api_deadline(seconds: float) -> contextlib.AbstractContextManager[float]:
     """The Kubernetes API calls made in this block (this thread or task, and the work it hands on with
     `in_context`) are given what is left of `seconds` from now (`ApiTimeouts.timeout`); the monotonic
     deadline is yielded. A reconcile step runs under its budget."""
-    token = _DEADLINE.set(time.monotonic() + seconds)
-    try:
-        current = _DEADLINE.get()
-        assert current is not None
-        yield current
-    finally:
-        _DEADLINE.reset(token)
+    return _holding(_DEADLINE, time.monotonic() + seconds)
 
 
 def api_time_left(now: float | None = None) -> float | None:
