@@ -9,9 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from tests.e2e.test_ui import dashboard, log_in, wait_for
-from tests.support.apps import GitOps, configmap
+from tests.support.apps import GitOps, configmap, deployment
 from tests.support.browser import screenshot_dir
 from tests.support.functions import Functions
 
@@ -97,3 +98,48 @@ def test_the_sync_panel_syncs_chosen_resources_and_a_rollback_asks_first(browser
     wait_for(lambda: (gitops.live("ConfigMap", "a") or {}).get("data") == {"v": "1"}, 120, "the rollback")
     wait_for(lambda: gitops.state(app).automation.disabled, 60, "automated sync off")
     page.context.close()
+
+
+def test_the_restart_action_restarts_a_deployment(browser: Any, gitops: GitOps, functions: Functions,
+                                                  tmp_path: Path) -> None:
+    gitops.push({"app/web.yaml": deployment("web")})
+    app = gitops.application()
+    gitops.sync()
+    ns = gitops.namespace
+    kube = gitops.kube
+
+    def replica_sets() -> set[str]:
+        return {str(rs["metadata"]["name"]) for rs in kube.list("apps", "ReplicaSet", namespace=ns)}
+
+    first = wait_for(replica_sets, 60, "the first ReplicaSet")
+    query = {"group": "apps", "kind": "Deployment", "namespace": ns, "name": "web"}
+    listed = functions.api("GET", f"/apps/{app}/resource/actions?{urlencode(query)}")
+    assert listed.status_code == 200, listed.text
+    assert [a["name"] for a in listed.json()["actions"]] == ["restart", "scale", "delete"]
+    base = dashboard(functions)
+    page = log_in(browser, base, functions.token)
+    page.goto(f"{base}apps/{app}/resource?{urlencode(query)}")
+    page.click("[data-actions-link]")
+    page.click("button[name=action-restart]")
+    said = page.locator("[data-consequences]").inner_text()
+    assert "restartedAt" in said and "ReplicaSet" in said, said  # asks first, saying what it does
+    assert not ((gitops.live("Deployment", "web", group="apps") or {})["spec"]["template"]["metadata"]
+                .get("annotations"))
+    page.click("button[name=confirm-action]")
+    page.wait_for_selector("[data-notice]")
+    live = gitops.live("Deployment", "web", group="apps") or {}
+    stamp = live["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
+    assert stamp.endswith("Z") and stamp in page.locator("[data-notice]").inner_text()
+    later = wait_for(lambda: replica_sets() - first, 60, "a new ReplicaSet (the controller-manager's rollout)")
+    assert len(later) == 1
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "resource-action.png"), full_page=True)
+    page.context.close()
+    # the CLI lists the same actions, and scale runs through the same route
+    env = {**os.environ, "TIDECD_SERVER": functions.start("api").url, "TIDECD_API_TOKEN": functions.token}
+    cli = subprocess.run([sys.executable, "-m", "tidecd.cli", "app", "actions", "run", app, "scale", "--kind",
+                          "Deployment", "--name", "web", "--param", "replicas=2"], env=env, capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert cli.returncode == 0 and "scaled to 2 replicas" in cli.stdout, cli.stdout + cli.stderr
+    assert (gitops.live("Deployment", "web", group="apps") or {})["spec"]["replicas"] == 2
+    refused = functions.api("POST", f"/apps/{app}/resource/actions/explode?{urlencode(query)}")
+    assert refused.status_code == 400 and "no action 'explode'" in refused.text

@@ -13,7 +13,7 @@ import logging
 
 import typer
 
-from tidecd.cli import account, admin, listing, login, migrate, proj, resources, secrets
+from tidecd.cli import account, actions, admin, listing, login, migrate, proj, resources, secrets
 from tidecd.cli import app as apps
 from tidecd.cli import image as images
 
@@ -24,7 +24,7 @@ app.add_typer(images.app, name="image")
 app.add_typer(admin.app, name="admin")
 app.add_typer(proj.app, name="proj")
 app.add_typer(account.app, name="account")
-__all__ = ["app", "listing", "main", "resources"]  # listing and resources register `app` commands on import
+__all__ = ["actions", "app", "listing", "main", "resources"]  # these register `app` commands on import
 
 PROCESS = "tidecd process"  # main()'s context object: only the process entry sets the global log level
 

@@ -9,12 +9,13 @@ carries `confirm=yes`, acts. The step is on the server, so it holds without Java
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote, urlencode
 
-from tidecd.base.errors import PermissionDenied
+from tidecd.base.errors import PermanentError, PermissionDenied, TidecdError
 from tidecd.base.model import ResourceKey
 from tidecd.state import app as app_state
-from tidecd.ui import Context, Page, _app_context, _done, _error_page, _flag, _who, actions, render, route
-from tidecd.usecases import authz
+from tidecd.ui import Context, Page, _app_context, _done, _error_page, _flag, _who, actions, redirect, render, route
+from tidecd.usecases import authz, resource_actions, resources
 from tidecd.usecases.commands import OPERATION_OPTIONS
 
 _NAME = r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,252})"
@@ -133,3 +134,60 @@ def _confirm(ctx: Context, values: dict[str, Any], what: str, *, fields: dict[st
     if (refused := _refused(ctx)) is not None:
         return refused
     return render("confirm.html", ctx, active="apps", what=what, fields=fields, **values, **more)
+
+
+# -- resource actions --------------------------------------------------------------------------------------
+
+ACTION_SAYS = {
+    "restart": "sets the pod template's kubectl.kubernetes.io/restartedAt annotation to now: the controller "
+               "replaces every pod (a Deployment rolls a new ReplicaSet), as `kubectl rollout restart` does",
+    "scale": "sets spec.replicas; git is not changed, so the app reads OutOfSync until git agrees "
+             "(self-heal, where on, puts it back)",
+    "delete": "deletes the object from the cluster now (in the background); an object git has is created "
+              "again by the next sync",
+}
+
+
+def _key(ctx: Context) -> ResourceKey:
+    source = ctx.request.form if ctx.request.method == "POST" else ctx.request.query
+    return resources.key_of(source)
+
+
+def _key_fields(key: ResourceKey) -> dict[str, str]:
+    return {"group": key.group, "kind": key.kind, "namespace": key.namespace, "name": key.name}
+
+
+@route("GET", f"/apps/{_NAME}/resource/actions")
+def resource_actions_page(ctx: Context) -> Page:
+    key = _key(ctx)
+    try:
+        offered = resource_actions.list_actions(ctx.runtime, _who(ctx), ctx.match["name"], key)
+    except TidecdError as exc:
+        return _done(ctx, actions.error(exc))
+    return render("resource_actions.html", ctx, active="apps", app_name=ctx.match["name"], key=key,
+                  fields=_key_fields(key), offered=offered, says=ACTION_SAYS, notice=ctx.request.query.get("done", ""),
+                  asked="", params={})
+
+
+@route("POST", f"/apps/{_NAME}/resource/actions")
+def resource_action(ctx: Context) -> Page:
+    key, name = _key(ctx), ctx.match["name"]
+    action = ctx.request.form.get("action", "")
+    params = {"replicas": ctx.request.form["replicas"]} if "replicas" in ctx.request.form else {}
+    if not _confirmed(ctx):
+        try:
+            offered = {a.name for a in resource_actions.list_actions(ctx.runtime, _who(ctx), name, key)}
+            if action not in offered:
+                raise PermanentError(f"{key} has no action {action!r} (it has: {', '.join(sorted(offered))})")
+            if action == "scale":
+                resource_actions.replicas_of(params)
+        except TidecdError as exc:
+            return _done(ctx, actions.error(exc))
+        return render("resource_actions.html", ctx, active="apps", app_name=name, key=key, fields=_key_fields(key),
+                      offered=[], says=ACTION_SAYS, asked=action, params=params, notice="")
+    try:
+        done = resource_actions.run_action(ctx.runtime, _who(ctx), name, key, action, params)
+    except TidecdError as exc:
+        return _done(ctx, actions.error(exc))
+    query = urlencode({**_key_fields(key), "done": done["message"]})
+    return redirect(f"/ui/apps/{quote(name)}/resource/actions?{query}")

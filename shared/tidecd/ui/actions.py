@@ -54,7 +54,7 @@ NOTICES = {
 }
 
 
-def _error(exc: TidecdError) -> Done:
+def error(exc: TidecdError) -> Done:
     """NotFound → 404, PermanentError → 400, any other TidecdError (temporary) → 503."""
     if isinstance(exc, NotFound):
         return Done(404, message=str(exc))
@@ -70,7 +70,7 @@ def refresh(runtime: Runtime, name: str, by: Principal) -> Done:
         authz.app_for(runtime, by, name)  # Argo CD: a refresh is a `get`
         outcome = reconcile_step(runtime, name, automate=False, reason="ui refresh")
     except TidecdError as exc:
-        return _error(exc)
+        return error(exc)
     if outcome.skipped:
         return Done(409, message=f"app {name!r}: {outcome.skipped}")
     return Done(303, "refreshed")
@@ -90,7 +90,7 @@ def rollback(runtime: Runtime, name: str, by: Principal, history_id: int, *, rev
         authz.app_for(runtime, by, name)  # visible first: its history is read (start_operation: `sync`)
         request = rollback_request(runtime, name, history_id, initiated_by="", revert=revert)
     except TidecdError as exc:
-        return _error(exc)
+        return error(exc)
     done = _sync(runtime, name, by, request, "rollback")
     if done.status != 303 or not revert:
         return done
@@ -103,13 +103,13 @@ def terminate(runtime: Runtime, name: str, by: Principal) -> Done:
         authz.app_for(runtime, by, name)
         current = app_state.load(runtime.store, name)[0]
     except TidecdError as exc:
-        return _error(exc)
+        return error(exc)
     if current.operation is None or not current.operation.running:
         return Done(409, message=f"app {name!r} has no running operation to terminate")
     try:
         terminate_operation(runtime, name, by=by)
     except TidecdError as exc:
-        return _error(exc)
+        return error(exc)
     return Done(303, "terminated")
 
 
@@ -121,7 +121,7 @@ def _sync(runtime: Runtime, name: str, by: Principal, request: SyncRequest, noti
     except OperationInProgress as exc:
         return Done(409, message=str(exc))
     except TidecdError as exc:
-        return _error(exc)
+        return error(exc)
     try:
         dispatch.dispatcher_for(runtime).schedule(name, 0.0, f"ui {notice}")
     except TidecdError as exc:  # not handed over: take the first step here; the page's watch goes on
@@ -129,7 +129,7 @@ def _sync(runtime: Runtime, name: str, by: Principal, request: SyncRequest, noti
         try:
             reconcile_step(runtime, name, automate=False, reason=f"ui {notice}", budget=STEP_BUDGET)
         except TidecdError as step_error:
-            return _error(step_error)
+            return error(step_error)
     return Done(303, notice + "-started")
 
 
