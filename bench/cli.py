@@ -1,5 +1,6 @@
 """CLI start (issue 14): wall time of a fresh `tidecd app list --cached` process, before and after the dev
-tooling left the product.
+tooling left the product; and (issue 25) `tidecd --server URL app list`, the thin client, against the bare
+interpreter (`python -c pass`) and Argo CD's `argocd version --client` (when ~/.cache/tidecd/bin has it).
 
 `tidecd` runs `tidecd.cli.main`; the peer runs the same command after importing `tidecd_dev.cli` (the local
 control plane, git server and their clients), which is what every CLI start paid while `tidecd dev` was
@@ -9,18 +10,29 @@ the cases are interleaved so machine noise hits both alike.
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 from bench.harness import REPO_ROOT, Bench, Row, median, say, spread
+from tidecd.clients.store import LocalStore
+from tidecd.runtime import Runtime, Settings
+from tidecd.usecases import api
 
 GROUP = "cli"
 REPS = 9
 COMMAND = ["app", "list", "--cached"]
 NOW = "import sys; from tidecd.cli import main; sys.argv = ['tidecd', *sys.argv[1:]]; main()"
 BEFORE = "import tidecd_dev.cli; " + NOW  # the eager `dev` group of the old CLI
+TOKEN = secrets.token_hex(16)
+THIN_LIMIT = 0.300
 
 
 def run(bench: Bench) -> list[Row]:
@@ -33,7 +45,68 @@ def run(bench: Bench) -> list[Row]:
             times[case].append(_wall(code, env))
     return [Row(GROUP, f"start: tidecd {' '.join(COMMAND)}", median(times["now"]), median(times["before"]),
                 "with tidecd_dev imported", f"process wall, spread {spread(times['now'])}; "
-                "the old CLI imported the dev tooling on every start")]
+                "the old CLI imported the dev tooling on every start"), *_server_start(store, env)]
+
+
+def _server_start(store: Path, env: dict[str, str]) -> list[Row]:
+    """`tidecd --server URL app list` (the thin client) against the api use case served over HTTP here; the
+    full CLI with the same arguments (`tidecd.cli.root`), the bare interpreter and `argocd version --client`."""
+    settings = Settings(config=str(REPO_ROOT / "examples" / "config"), store=str(store), api_token=TOKEN)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            parts = urlsplit(self.path)
+            runtime = Runtime(settings=settings, store=LocalStore(store))
+            answer = api.handle("GET", parts.path, dict(self.headers), b"", runtime, query=dict(parse_qsl(parts.query)))
+            body = json.dumps(answer.body).encode()
+            self.send_response(answer.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    args = ["app", "list", "--server", f"http://127.0.0.1:{httpd.server_address[1]}", "--token", TOKEN]
+    quiet = {k: v for k, v in env.items() if not k.startswith("TIDECD_")}
+    argocd = Path.home() / ".cache" / "tidecd" / "bin" / "argocd"
+    cases = {"thin": [sys.executable, "-c", NOW, *args],
+             "full": [sys.executable, "-c", NOW.replace("tidecd.cli import", "tidecd.cli.root import"), *args],
+             "bare": [sys.executable, "-c", "pass"]}
+    if argocd.exists():
+        cases["argocd"] = [str(argocd), "version", "--client"]
+    times: dict[str, list[float]] = {case: [] for case in cases}
+    say(f"cli: `tidecd app list --server URL` start vs {', '.join(c for c in cases if c != 'thin')}")
+    try:
+        for _ in range(REPS):
+            for case, command in cases.items():
+                times[case].append(_run(command, quiet, "guestbook" if case in ("thin", "full") else ""))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    thin = median(times["thin"])
+    verdict = "PASS" if thin < THIN_LIMIT else "FAIL"
+    rows = [Row(GROUP, "start: tidecd --server URL app list (thin client) vs the full CLI", thin,
+                median(times["full"]), "the same through typer",
+                f"{verdict} (< 300 ms); spread {spread(times['thin'])}"),
+            Row(GROUP, "start: tidecd --server URL app list vs the bare interpreter", thin, median(times["bare"]),
+                "python -c pass", f"spread {spread(times['bare'])}")]
+    if "argocd" in times:
+        rows.append(Row(GROUP, "start: tidecd --server URL app list vs argocd version --client", thin,
+                        median(times["argocd"]), "argocd v3 (Go)", f"spread {spread(times['argocd'])}"))
+    return rows
+
+
+def _run(command: list[str], env: dict[str, str], expect: str) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    wall = time.perf_counter() - start
+    if expect and expect not in proc.stdout:
+        raise RuntimeError(f"{command[-6:]} failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
+    return wall
 
 
 def _wall(code: str, env: dict[str, str]) -> float:

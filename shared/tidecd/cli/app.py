@@ -31,6 +31,14 @@ import yaml
 
 from tidecd.base.errors import TidecdError
 from tidecd.base.model import Action, ChangeSet
+from tidecd.cli.thin import (  # the thin client's: both print and exit alike
+    EXIT_APP_ERROR,
+    EXIT_CONFLICT,
+    EXIT_NOT_FOUND,
+    EXIT_UNREACHABLE,
+    in_error,
+    short_revision,
+)
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
@@ -41,11 +49,6 @@ SERVER = typer.Option("", "--server", envvar="TIDECD_SERVER", help="api URL; emp
 TOKEN = typer.Option("", "--token", envvar="TIDECD_API_TOKEN", help="api bearer token.")
 OUTPUT = typer.Option("table", "-o", "--output", help="table, json or yaml.")
 
-EXIT_FAILED = 1  # out of sync (diff), the operation failed, or it timed out
-EXIT_NOT_FOUND = 2  # no such app (404), or the request was refused; click's usage errors are 2 as well
-EXIT_CONFLICT = 3  # an operation already runs (409)
-EXIT_UNREACHABLE = 4  # cannot connect to the api, or it could not reach what it depends on (502/503/504)
-EXIT_APP_ERROR = 5  # the app fails to compare: sync or health Unknown with an ...Error condition
 EXIT_CODES = ("exit codes: 0 done; 1 out of sync, operation failed or timed out; 2 not found or refused; "
               "3 an operation already runs; 4 cannot connect; 5 the app is in error (fails to compare)")
 
@@ -116,13 +119,6 @@ def checked(status: int, body: dict[str, Any]) -> dict[str, Any]:
                 504: EXIT_UNREACHABLE}.get(status, EXIT_NOT_FOUND)
         fail(str(body.get("message") or body), code=code)
     return body
-
-
-def in_error(sync: str, health: str, conditions: list[dict[str, Any]]) -> bool:
-    """Whether an app fails to compare (Argo CD's ComparisonError and its kin): its status is Unknown and a
-    condition says why. An app never compared yet is Unknown with no condition: not an error."""
-    unknown = "Unknown" in (sync, health)
-    return unknown and any(str(c.get("type", "")).endswith("Error") for c in conditions)
 
 
 def emit(body: dict[str, Any], output: str, table: Any) -> None:
@@ -353,14 +349,6 @@ def refresh(name: str, server: str = SERVER, token: str = TOKEN, output: str = O
     body = checked(*call_api("POST", f"/apps/{name}/refresh", server, token))
     emit(body, output, _print_changes)
     _finish(body)
-
-
-def short_revision(record: dict[str, Any]) -> str:
-    """A revision as tables print it: 12 characters, or each source's (multi-source) joined by ", "."""
-    revisions = record.get("revisions") or []
-    if revisions:
-        return ", ".join(str(r)[:12] for r in revisions)
-    return str(record.get("revision", ""))[:12]
 
 
 @app.command("history")

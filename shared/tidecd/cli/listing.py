@@ -15,8 +15,6 @@ from typing import Any
 import typer
 
 from tidecd.cli.app import (
-    EXIT_APP_ERROR,
-    EXIT_NOT_FOUND,
     SERVER,
     TOKEN,
     app,
@@ -24,10 +22,9 @@ from tidecd.cli.app import (
     checked,
     emit,
     fail,
-    in_error,
     print_table,
-    short_revision,
 )
+from tidecd.cli.thin import EXIT_APP_ERROR, EXIT_NOT_FOUND, in_error, short_revision
 
 FORMATS = ("table", "wide", "json", "yaml", "name")
 

@@ -175,7 +175,8 @@ def register(app: typer.Typer) -> None:
               browser: bool = typer.Option(True, "--browser/--no-browser",
                                            help="Open the browser (else only print the URL).")) -> None:
         """Log in to an api server and keep its token in the CLI's config file (0600)."""
-        from tidecd.cli.app import EXIT_NOT_FOUND, call_api  # lazy: cold start (as the other commands)
+        from tidecd.cli.app import call_api  # lazy: cold start (as the other commands)
+        from tidecd.cli.thin import EXIT_NOT_FOUND  # lazy: as above
 
         started = time.monotonic()
         try:

@@ -1,0 +1,124 @@
+"""The thin client (`tidecd.cli.thin`): `tidecd --server URL app list` answered with the standard library,
+printing and exiting as the full CLI does, against the real api use case served over HTTP in the test."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from tidecd.base.model import HealthStatus, SyncStatus
+from tidecd.cli import thin
+from tidecd.clients.store import LocalStore
+from tidecd.runtime import Runtime, Settings
+from tidecd.state import app as app_state
+from tidecd.usecases import api
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "thin-t0ken-0123456789"
+HEAVY = ("typer", "click", "rich", "requests", "urllib3", "yaml", "structlog", "pydantic", "kubernetes", "google",
+         "dulwich", "github", "jinja2", "casbin", "tidecd.config", "tidecd.runtime", "tidecd.cli.root",
+         "tidecd.cli.app")
+
+
+@pytest.fixture()
+def server(tmp_path: Path) -> Iterator[str]:
+    """The api use case over HTTP: the example config, a store where one app fails to compare."""
+    store = LocalStore(tmp_path / "store")
+    broken = app_state.AppState(app="helm-guestbook", sync_status=SyncStatus.UNKNOWN, health=HealthStatus.UNKNOWN)
+    broken.conditions = [{"type": "ComparisonError", "message": "cannot render"}]
+    app_state.save(store, broken)
+    synced = app_state.AppState(app="guestbook", sync_status=SyncStatus.SYNCED, health=HealthStatus.HEALTHY,
+                                revision="ab" * 20)
+    app_state.save(store, synced)
+    settings = Settings(config=str(ROOT / "examples" / "config"), store=str(tmp_path / "store"), api_token=TOKEN)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            parts = urlsplit(self.path)
+            answer = api.handle("GET", parts.path, dict(self.headers), b"", Runtime(settings=settings, store=store),
+                                query=dict(parse_qsl(parts.query)))
+            body = json.dumps(answer.body).encode()
+            self.send_response(answer.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _tidecd(*args: str, full: bool = False, probe: bool = False) -> subprocess.CompletedProcess[str]:
+    """`tidecd ARGS` in a fresh process (the console script's `main`); `full` forces the full CLI, `probe`
+    prints the loaded modules on stderr at exit."""
+    code = ("import atexit, json, sys; "
+            "atexit.register(lambda: print('MODULES', json.dumps(sorted(sys.modules)), file=sys.stderr)); "
+            if probe else "import sys; ")
+    code += ("from tidecd.cli import root; sys.argv = ['tidecd', *sys.argv[1:]]; root.main()" if full else
+             "from tidecd.cli import main; sys.argv = ['tidecd', *sys.argv[1:]]; main()")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDECD_")}
+    env["PYTHONPATH"] = f"{ROOT / 'shared'}{os.pathsep}{ROOT}"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                          env=env, check=False)
+
+
+def test_a_server_app_list_loads_nothing_heavy(server: str) -> None:
+    done = _tidecd("--server", server, "app", "list", "--token", TOKEN, probe=True)
+    assert done.returncode == thin.EXIT_APP_ERROR, done.stderr  # helm-guestbook fails to compare
+    assert "guestbook" in done.stdout
+    loaded = set(json.loads(done.stderr.rsplit("MODULES ", 1)[1]))
+    bare = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sorted(sys.modules)))"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    loaded -= set(json.loads(bare.stdout))  # what the interpreter loads by itself (namespace packages' .pth)
+    heavy = sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY))
+    assert heavy == [], heavy
+
+
+@pytest.mark.parametrize("output", ["table", "json", "name"])
+def test_the_thin_client_prints_and_exits_as_the_full_cli(server: str, output: str) -> None:
+    args = ("app", "list", "--server", server, "--token", TOKEN, "-o", output)
+    thin_run, full_run = _tidecd(*args), _tidecd(*args, full=True)
+    assert (thin_run.returncode, full_run.returncode) == (thin.EXIT_APP_ERROR, thin.EXIT_APP_ERROR)
+    assert [line.rstrip() for line in thin_run.stdout.splitlines()] == \
+        [line.rstrip() for line in full_run.stdout.splitlines()]
+    assert "abababababab" in thin_run.stdout or output == "name"
+
+
+def test_failures_exit_with_the_full_clis_codes(server: str) -> None:
+    for args, code in ((("--token", "wrong"), thin.EXIT_NOT_FOUND),
+                       (("--server", "http://127.0.0.1:9"), thin.EXIT_UNREACHABLE)):
+        both = [_tidecd("app", "list", "--server", server, "--token", TOKEN, *args, full=full)
+                for full in (False, True)]
+        assert [b.returncode for b in both] == [code, code], [b.stderr for b in both]
+        assert all(b.stderr.startswith("error: ") for b in both)
+
+
+def test_what_the_thin_client_leaves_to_the_full_cli() -> None:
+    assert thin.parse(["--server", "http://x", "--token", "t", "app", "list", "-o", "json"]) == \
+        {"server": "http://x", "token": "t", "output": "json"}
+    assert thin.parse(["app", "list", "--server=http://x", "--token=t", "-ojson", "--cached"]) is not None
+    for argv in (["app", "list", "--server", "http://x"],  # no token: the full CLI reads the saved one
+                 ["app", "list", "--token", "t"],  # no server: local
+                 ["app", "list", "--server", "http://x", "--token", "t", "-o", "wide"],
+                 ["app", "list", "--server", "http://x", "--token", "t", "-p", "default"],
+                 ["app", "list", "--server", "http://x", "--token", "t", "--refresh"],
+                 ["app", "get", "web", "--server", "http://x", "--token", "t"],
+                 ["--help"], ["-v", "app", "list", "--server", "http://x", "--token", "t"]):
+        assert thin.parse(argv) is None, argv
