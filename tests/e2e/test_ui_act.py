@@ -97,6 +97,16 @@ def test_the_sync_panel_syncs_chosen_resources_and_a_rollback_asks_first(browser
     page.wait_for_selector("[data-notice]")
     wait_for(lambda: (gitops.live("ConfigMap", "a") or {}).get("data") == {"v": "1"}, 120, "the rollback")
     wait_for(lambda: gitops.state(app).automation.disabled, 60, "automated sync off")
+    # history: who, what triggered each, which were rollbacks; "current" is what is deployed, one row only
+    done = wait_for(lambda: [h for h in gitops.state(app).history if h.rollback], 60, "the rollback's entry")[-1]
+    assert done.trigger == "rollback" and done.initiated_by and done.revision == first.revision
+    page.goto(f"{base}apps/{app}")
+    assert page.locator("[data-history] [data-current]").count() == 1
+    assert page.locator(f"tr[data-history='{done.id}'] [data-current]").count() == 1
+    assert page.locator(f"tr[data-history='{done.id}'] [data-rollback]").count() == 1
+    assert page.locator("[data-deployed]").get_attribute("data-deployed") == first.revision
+    history = functions.api("GET", f"/apps/{app}/history").json()["history"]
+    assert [h["trigger"] for h in history] == ["manual sync", "manual sync", "rollback"], history
     page.context.close()
 
 

@@ -353,11 +353,13 @@ def refresh(name: str, server: str = SERVER, token: str = TOKEN, output: str = O
 
 @app.command("history")
 def history(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
-    """The last deployments (id, revision, time, result, who started them)."""
+    """The last deployments (id, revision, time, result, who and what started them; * marks the deployed one)."""
     body = checked(*call_api("GET", f"/apps/{name}/history", server, token))
+    deployed = next((h["id"] for h in reversed(body["history"]) if h["result"] == "Succeeded"), None)
     emit(body, output, lambda b: print_table(
-        ["ID", "REVISION", "DEPLOYED AT", "RESULT", "BY"],
-        [[str(h["id"]), short_revision(h), h["deployedAt"], h["result"], h.get("initiatedBy") or ""]
+        ["ID", "REVISION", "DEPLOYED AT", "RESULT", "BY", "TRIGGER"],
+        [[f"{h['id']}{'*' if h['id'] == deployed else ''}", short_revision(h), h["deployedAt"], h["result"],
+          h.get("initiatedBy") or "", h.get("trigger") or ("rollback" if h.get("rollback") else "")]
          for h in b["history"]]))
 
 

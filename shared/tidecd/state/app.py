@@ -316,12 +316,14 @@ class HistoryEntry:
     revisions: list[str] = field(default_factory=list)  # multi-source: each source's, as deployed
     cause: str = ""  # a self-heal's: who drifted what, and whether it was restored
     initiated_by: str = ""  # who started the operation (Argo CD's initiatedBy.username)
+    rollback: bool = False  # the operation was a rollback (to an earlier entry's revision)
+    trigger: str = ""  # what started it: "manual sync", "automated sync", "self-heal", "rollback"
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "revision": self.revision, "deployed_at": self.deployed_at, "result": self.result,
                 "source_path": self.source_path, "target_revision": self.target_revision,
                 "operation_id": self.operation_id, "revisions": list(self.revisions), "cause": self.cause,
-                "initiated_by": self.initiated_by}
+                "initiated_by": self.initiated_by, "rollback": self.rollback, "trigger": self.trigger}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HistoryEntry:
@@ -454,14 +456,19 @@ class AppState:
 
     def add_history(self, revision: str, result: str, source_path: str, target_revision: str,
                     operation_id: str = "", revisions: list[str] | None = None, cause: str = "",
-                    initiated_by: str = "") -> HistoryEntry:
+                    initiated_by: str = "", *, rollback: bool = False, trigger: str = "") -> HistoryEntry:
         next_id = (self.history[-1].id + 1) if self.history else 1
         entry = HistoryEntry(next_id, revision, now_iso(), result, source_path, target_revision, operation_id,
                              list(revisions) if revisions is not None else split_revisions(revision), cause,
-                             initiated_by)
+                             initiated_by, rollback, trigger)
 
         self.history = [*self.history, entry][-history_limit():]  # TIDECD_HISTORY_LIMIT (default 10)
         return entry
+
+    @property
+    def deployed(self) -> HistoryEntry | None:
+        """The entry of what is deployed: the last operation that succeeded (git's target may differ)."""
+        return next((h for h in reversed(self.history) if h.result == "Succeeded"), None)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {

@@ -412,10 +412,19 @@ def finish(state: AppState, phase: OperationPhase, message: str, end: Finished) 
     new.add_history(op.revision, phase.value, str(op.request.source.get("path", "")),
                     str(op.request.source.get("targetRevision", "")), op.id,
                     op.revisions or (revisions_of(app, op.revision) if app is not None else None), cause,
-                    op.request.initiated_by)
+                    op.request.initiated_by, rollback=op.request.rollback, trigger=trigger_of(op))
     if end.target is not None:
         new = remember_writes(new, end.target, end.written)
     return new, delay
+
+
+def trigger_of(op: Operation) -> str:
+    """What started an operation, for its history entry."""
+    if op.request.rollback:
+        return "automatic rollback" if op.request.initiated_by == "auto-rollback" else "rollback"
+    if op.request.cause:
+        return "self-heal"
+    return "automated sync" if op.request.automated else "manual sync"
 
 
 def remember_writes(state: AppState, target: Target, written: Mapping[ResourceKey, str]) -> AppState:
