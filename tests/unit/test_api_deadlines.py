@@ -57,7 +57,7 @@ def test_the_deadline_follows_the_block_and_is_restored_after_it() -> None:
     with api_deadline(10.0) as deadline:
         left = api_time_left()
         assert left is not None and 9.0 < left <= 10.0
-        assert api_time_left(now=deadline - 3.0) == pytest.approx(3.0)
+        assert api_time_left(now=deadline.at - 3.0) == pytest.approx(3.0)
         with api_deadline(1.0):
             inner = api_time_left()
             assert inner is not None and inner <= 1.0
@@ -190,6 +190,36 @@ def test_a_paused_server_fails_a_new_connection_at_the_steps_deadline() -> None:
         with api_deadline(-1.0):  # past the deadline: the floor, not an instant failure
             took, _ = timed_failure(cluster)
         assert FAST.floor - 0.1 <= took <= FAST.floor + SLACK, took
+
+
+def test_once_a_call_timed_out_the_steps_later_calls_to_that_server_fail_at_once(server: Server) -> None:
+    """The calls a step's pool had queued drain at once instead of each waiting out the floor (and holding
+    the pool from the next step)."""
+    other = cluster_at(server.port)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        cluster = cluster_at(listener.getsockname()[1])
+        with api_deadline(1.0):
+            first, _ = timed_failure(cluster)
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                later = list(pool.map(in_context(lambda _: timed_failure(cluster)), range(8)))
+            assert other.request("GET", "/version") == {"gitVersion": "v1.31.0"}  # another server is asked
+        assert 0.9 <= first <= 1.0 + SLACK, first
+        assert all(took < 0.2 and "an earlier call of this step" in said for took, said in later), later
+        with api_deadline(1.0):  # the next step asks again
+            again, message = timed_failure(cluster)
+        assert again >= 0.9 and "earlier" not in message
+
+
+def test_a_refused_connection_does_not_mark_the_server_as_hanging() -> None:
+    with socket.socket() as placeholder:  # a port nobody listens on
+        placeholder.bind(("127.0.0.1", 0))
+        cluster = cluster_at(placeholder.getsockname()[1])
+        with api_deadline(5.0) as deadline:
+            _, message = timed_failure(cluster)
+            assert "connection refused" in message
+            assert not deadline.hung(cluster.server)
 
 
 def test_a_server_that_hangs_on_a_pooled_connection_is_not_asked_again(server: Server) -> None:

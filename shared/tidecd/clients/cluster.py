@@ -275,7 +275,7 @@ class KubeCluster:
             return resp, resp.read()
 
         try:
-            resp, data = transport.send(method, self.timeouts, attempt)
+            resp, data = transport.send(method, self.timeouts, attempt, self.server)
         except (ApiException, HTTPError, OSError) as exc:
             raise _transport_error(self.server, key, exc, body) from None
         if resp.status == 401 and (found := _TOKENS.get(id(self.api))) is not None and found[0] is self.api:

@@ -164,22 +164,47 @@ class ApiTimeouts:
         return min(max(left, self.floor), self.ceiling)
 
 
-_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("tidecd_api_deadline", default=None)
+class ApiDeadline:
+    """A step's deadline for its Kubernetes API calls (monotonic `at`), and the servers that let one of its
+    calls time out: the step's later calls to such a server fail at once (`clients.transport.send`), those
+    its pool had queued too, so a server that hangs costs the step one timeout, not one per call."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self._hung: set[str] = set()
+        self._lock = threading.Lock()
+
+    def left(self, now: float | None = None) -> float:
+        return self.at - (time.monotonic() if now is None else now)
+
+    def timed_out(self, server: str) -> None:
+        with self._lock:
+            self._hung.add(server)
+
+    def hung(self, server: str) -> bool:
+        with self._lock:
+            return server in self._hung
 
 
-def api_deadline(seconds: float) -> contextlib.AbstractContextManager[float]:
+_DEADLINE: contextvars.ContextVar[ApiDeadline | None] = contextvars.ContextVar("tidecd_api_deadline", default=None)
+
+
+def api_deadline(seconds: float) -> contextlib.AbstractContextManager[ApiDeadline]:
     """The Kubernetes API calls made in this block (this thread or task, and the work it hands on with
-    `in_context`) are given what is left of `seconds` from now (`ApiTimeouts.timeout`); the monotonic
-    deadline is yielded. A reconcile step runs under its budget."""
-    return _holding(_DEADLINE, time.monotonic() + seconds)
+    `in_context`) are given what is left of `seconds` from now (`ApiTimeouts.timeout`). A reconcile step
+    runs under its budget."""
+    return _holding(_DEADLINE, ApiDeadline(time.monotonic() + seconds))
+
+
+def current_api_deadline() -> ApiDeadline | None:
+    """The deadline of the context the caller runs in (None outside a step)."""
+    return _DEADLINE.get()
 
 
 def api_time_left(now: float | None = None) -> float | None:
     """Seconds until the context's API deadline (negative once past it; None outside a step)."""
     deadline = _DEADLINE.get()
-    if deadline is None:
-        return None
-    return deadline - (time.monotonic() if now is None else now)
+    return None if deadline is None else deadline.left(now)
 
 
 def in_context(fn: Callable[[T], R]) -> Callable[[T], R]:

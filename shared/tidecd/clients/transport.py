@@ -1,7 +1,7 @@
 """How tidecd's Kubernetes clients send a call below HTTP: urllib3 retries nothing by itself
 (`configuration`), each call goes with the timeout its deadline leaves (`clients.deadlines`) and is tried
-again only where a new connection may help and the deadline allows (`send`), and a failure is said in a few
-words (`reason`).
+again only where a new connection may help and the deadline allows (`send`), a server that let a step's
+call time out is not asked again in that step, and a failure is said in a few words (`reason`).
 
 urllib3's default retried a call three times, each on a new connection: a GET to a paused API server took
 75 s (a 60 s read timeout, then three 5 s connect timeouts), past any step's budget.
@@ -13,7 +13,8 @@ import http.client
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from tidecd.clients.deadlines import ApiTimeouts, api_time_left
+from tidecd.base.errors import ClusterUnavailable
+from tidecd.clients.deadlines import ApiTimeouts, api_time_left, current_api_deadline
 
 if TYPE_CHECKING:
     from kubernetes.client import Configuration
@@ -33,17 +34,41 @@ def configuration() -> Configuration:
     return Configuration(retries=False)
 
 
-def send(method: str, timeouts: ApiTimeouts, attempt: Callable[[float], T]) -> T:
+def send(method: str, timeouts: ApiTimeouts, attempt: Callable[[float], T], server: str) -> T:
     """`attempt(timeout)` with what the context's deadline leaves (`ApiTimeouts.timeout`); once more, on a
     new connection, when `another_try` allows it and the deadline is not past. A failure is raised as it
-    came: the caller says what it means."""
+    came: the caller says what it means. Under a step's deadline, once a call to `server` timed out, the
+    step's later calls to it fail at once (`ApiDeadline`)."""
+    deadline = current_api_deadline()
+    if deadline is not None and deadline.hung(server):
+        raise ClusterUnavailable(f"API server {server} unreachable: timed out (an earlier call of this step)")
+
+    def once() -> T:
+        try:
+            return attempt(timeouts.timeout(api_time_left()))
+        except Exception as exc:
+            if deadline is not None and timed_out(exc):
+                deadline.timed_out(server)
+            raise
+
     try:
-        return attempt(timeouts.timeout(api_time_left()))
+        return once()
     except Exception as exc:
         left = api_time_left()
         if not (another_try(method, exc) and (left is None or left > 0)):
             raise
-    return attempt(timeouts.timeout(api_time_left()))
+    return once()
+
+
+def timed_out(exc: BaseException) -> bool:
+    """The server did not answer in time (to connect, hand-shake or answer); a refused connection is not
+    that, though urllib3 makes its NewConnectionError a ConnectTimeoutError."""
+    # lazy: cold start (urllib3 only when a cluster is reached)
+    from urllib3.exceptions import NewConnectionError
+    from urllib3.exceptions import TimeoutError as Urllib3Timeout
+
+    return any(isinstance(e, TimeoutError | Urllib3Timeout) and not isinstance(e, NewConnectionError)
+               for e in causes(exc))
 
 
 def another_try(method: str, exc: BaseException) -> bool:
@@ -52,10 +77,9 @@ def another_try(method: str, exc: BaseException) -> bool:
     dropped. Never after a timeout: a server that does not answer is not asked again."""
     # lazy: cold start (urllib3 only when a cluster is reached)
     from urllib3.exceptions import ProtocolError
-    from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
     chain = causes(exc)
-    if method not in IDEMPOTENT or any(isinstance(e, TimeoutError | Urllib3Timeout) for e in chain):
+    if method not in IDEMPOTENT or timed_out(exc):
         return False
     return any(isinstance(e, ProtocolError) for e in chain) and any(
         isinstance(e, ConnectionResetError | BrokenPipeError | http.client.RemoteDisconnected) for e in chain)
