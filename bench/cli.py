@@ -10,21 +10,17 @@ the cases are interleaved so machine noise hits both alike.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit
+
+from tests.support.localhttp import serve_api, stop
 
 from bench.harness import REPO_ROOT, Bench, Row, median, say, spread
-from tidecd.clients.store import LocalStore
-from tidecd.runtime import Runtime, Settings
-from tidecd.usecases import api
+from tidecd.runtime import Settings
 
 GROUP = "cli"
 REPS = 9
@@ -53,23 +49,7 @@ def _server_start(store: Path, env: dict[str, str]) -> list[Row]:
     full CLI with the same arguments (`tidecd.cli.root`), the bare interpreter and `argocd version --client`."""
     settings = Settings(config=str(REPO_ROOT / "examples" / "config"), store=str(store), api_token=TOKEN)
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            parts = urlsplit(self.path)
-            runtime = Runtime(settings=settings, store=LocalStore(store))
-            answer = api.handle("GET", parts.path, dict(self.headers), b"", runtime, query=dict(parse_qsl(parts.query)))
-            body = json.dumps(answer.body).encode()
-            self.send_response(answer.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            return
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    httpd = serve_api(settings)
     args = ["app", "list", "--server", f"http://127.0.0.1:{httpd.server_address[1]}", "--token", TOKEN]
     quiet = {k: v for k, v in env.items() if not k.startswith("TIDECD_")}
     argocd = Path.home() / ".cache" / "tidecd" / "bin" / "argocd"
@@ -85,8 +65,7 @@ def _server_start(store: Path, env: dict[str, str]) -> list[Row]:
             for case, command in cases.items():
                 times[case].append(_run(command, quiet, "guestbook" if case in ("thin", "full") else ""))
     finally:
-        httpd.shutdown()
-        httpd.server_close()
+        stop(httpd)
     thin = median(times["thin"])
     verdict = "PASS" if thin < THIN_LIMIT else "FAIL"
     rows = [Row(GROUP, "start: tidecd --server URL app list (thin client) vs the full CLI", thin,

@@ -7,20 +7,17 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
+from tests.support.localhttp import serve_api, stop
 from tidecd.base.model import HealthStatus, SyncStatus
 from tidecd.cli import thin
 from tidecd.clients.store import LocalStore
-from tidecd.runtime import Runtime, Settings
+from tidecd.runtime import Settings
 from tidecd.state import app as app_state
-from tidecd.usecases import api
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "thin-t0ken-0123456789"
@@ -40,29 +37,11 @@ def server(tmp_path: Path) -> Iterator[str]:
                                 revision="ab" * 20)
     app_state.save(store, synced)
     settings = Settings(config=str(ROOT / "examples" / "config"), store=str(tmp_path / "store"), api_token=TOKEN)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            parts = urlsplit(self.path)
-            answer = api.handle("GET", parts.path, dict(self.headers), b"", Runtime(settings=settings, store=store),
-                                query=dict(parse_qsl(parts.query)))
-            body = json.dumps(answer.body).encode()
-            self.send_response(answer.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            return
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    httpd = serve_api(settings)
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"
     finally:
-        httpd.shutdown()
-        httpd.server_close()
+        stop(httpd)
 
 
 def _tidecd(*args: str, full: bool = False, probe: bool = False) -> subprocess.CompletedProcess[str]:

@@ -30,7 +30,9 @@ def _poll(runtime: Runtime, url: str, token: str = "") -> tuple[int, bytes, dict
 
 
 def test_an_open_app_page_polls_a_version_and_gets_the_page_when_a_step_records(runtime: Runtime) -> None:
-    watch = _watch(get(runtime, "/ui/apps/web", diff="split").body.decode())
+    html = get(runtime, "/ui/apps/web", diff="split").body.decode()
+    watch = _watch(html)
+    assert '<noscript><meta http-equiv="refresh" content="30"></noscript>' in html  # without JavaScript
     assert watch.startswith("/ui/apps/web/version?v=") and "diff=split" in watch
     status, body, _ = _poll(runtime, watch)
     assert (status, body) == (204, b"")  # nothing recorded: no page rendered, nothing swapped
