@@ -101,3 +101,14 @@ def test_what_the_thin_client_leaves_to_the_full_cli() -> None:
                  ["app", "get", "web", "--server", "http://x", "--token", "t"],
                  ["--help"], ["-v", "app", "list", "--server", "http://x", "--token", "t"]):
         assert thin.parse(argv) is None, argv
+
+
+def test_the_full_cli_takes_server_and_token_before_the_command_too(server: str) -> None:
+    wide = _tidecd("--server", server, "--token", TOKEN, "app", "list", "-o", "wide")  # not the thin client's
+    assert wide.returncode == thin.EXIT_APP_ERROR, wide.stderr
+    assert wide.stdout.split()[:8] == ["NAME", "SYNC", "HEALTH", "REVISION", "PROJECT", "CLUSTER", "NAMESPACE",
+                                       "CONDITIONS"]
+    history = _tidecd("--server", server, "--token", TOKEN, "app", "history", "guestbook")
+    assert history.returncode == 0 and history.stdout.startswith("ID"), history.stderr
+    refused = _tidecd("--server", server, "--token", "wrong", "app", "history", "guestbook")
+    assert refused.returncode == thin.EXIT_NOT_FOUND and "bearer token" in refused.stderr

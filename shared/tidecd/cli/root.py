@@ -59,13 +59,31 @@ def root(ctx: typer.Context,
          verbose: int = typer.Option(0, "-v", "--verbose", count=True,
                                      help="Log lines on stderr: -v at INFO, -vv at DEBUG (default: warnings only)."),
          _shown: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                     help="Print the version and exit.")) -> None:
+                                     help="Print the version and exit."),
+         server: str = typer.Option("", "--server", help="api URL for every command that talks to one (as "
+                                    "argocd --server); a command's own --server or TIDECD_SERVER wins."),
+         token: str = typer.Option("", "--token", help="api bearer token, likewise.")) -> None:
     """GitOps continuous delivery, serverless."""
+    if server or token:
+        ctx.default_map = _defaults(ctx.command, {k: v for k, v in (("server", server), ("token", token)) if v})
     if ctx.obj == PROCESS:  # in-process callers (tests, tools) keep their own logging
         # lazy: cold start (structlog costs ~0.3 s; `--help` and `--version` never get here)
         from tidecd.base import logs
 
         logs.configure(logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
+
+
+def _defaults(command: object, values: dict[str, str]) -> dict[str, object]:
+    """click's default map giving `values` to every command below `command` that has such options."""
+    found: dict[str, object] = {}
+    for name, sub in (getattr(command, "commands", None) or {}).items():
+        if getattr(sub, "commands", None):
+            found[name] = _defaults(sub, values)
+        else:
+            names = {getattr(p, "name", "") for p in getattr(sub, "params", [])}
+            found[name] = {k: v for k, v in values.items() if k in names}
+    return found
+
 
 DEV_CLI = "tidecd_dev.cli"  # named, not imported: the product never depends on the dev tooling
 
