@@ -111,7 +111,8 @@ def test_the_sync_panel_syncs_chosen_resources_and_a_rollback_asks_first(browser
 
 
 def test_the_restart_action_restarts_a_deployment(browser: Any, gitops: GitOps, functions: Functions,
-                                                  tmp_path: Path) -> None:
+                                                  tmp_path: Path, argocd_catalogue: Path) -> None:
+    functions.extra_env["TIDECD_RESOURCE_ACTIONS"] = str(argocd_catalogue)  # Argo CD's Lua actions, unmodified
     gitops.push({"app/web.yaml": deployment("web")})
     app = gitops.application()
     gitops.sync()
@@ -125,7 +126,8 @@ def test_the_restart_action_restarts_a_deployment(browser: Any, gitops: GitOps, 
     query = {"group": "apps", "kind": "Deployment", "namespace": ns, "name": "web"}
     listed = functions.api("GET", f"/apps/{app}/resource/actions?{urlencode(query)}")
     assert listed.status_code == 200, listed.text
-    assert [a["name"] for a in listed.json()["actions"]] == ["restart", "scale", "delete"]
+    names = [a["name"] for a in listed.json()["actions"]]
+    assert names[:3] == ["restart", "scale", "delete"] and "pause" in names, names
     base = dashboard(functions)
     page = log_in(browser, base, functions.token)
     page.goto(f"{base}apps/{app}/resource?{urlencode(query)}")
@@ -151,5 +153,9 @@ def test_the_restart_action_restarts_a_deployment(browser: Any, gitops: GitOps, 
                          text=True, timeout=300, check=False)
     assert cli.returncode == 0 and "scaled to 2 replicas" in cli.stdout, cli.stdout + cli.stderr
     assert (gitops.live("Deployment", "web", group="apps") or {})["spec"]["replicas"] == 2
+    # Argo CD's own apps/Deployment/actions/pause/action.lua, run unmodified: the Deployment is paused
+    paused = functions.api("POST", f"/apps/{app}/resource/actions/pause?{urlencode(query)}")
+    assert paused.status_code == 200 and "pause (Lua): patched" in paused.json()["message"], paused.text
+    assert (gitops.live("Deployment", "web", group="apps") or {})["spec"].get("paused") is True
     refused = functions.api("POST", f"/apps/{app}/resource/actions/explode?{urlencode(query)}")
     assert refused.status_code == 400 and "no action 'explode'" in refused.text

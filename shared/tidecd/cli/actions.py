@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from tidecd.cli.app import OUTPUT, SERVER, TOKEN, app, call_api, checked, emit, fail, print_table
-from tidecd.cli.resources import GROUP, KIND, NAME, NAMESPACE, _resolved
+from tidecd.cli.resources import GROUP, KIND, NAME, NAMESPACE, resolved
 
 actions = typer.Typer(help="Resource actions (restart, scale, delete) on one object of an app.",
                       no_args_is_help=True)
@@ -24,7 +24,7 @@ def _target(app_name: str, group: str, kind: str, namespace: str, name: str, ser
             token: str) -> dict[str, str]:
     if not kind or not name:
         fail("--kind and --name name the object (with --group/--namespace when several match)")
-    return _resolved(app_name, group, kind, namespace, name, server, token)
+    return resolved(app_name, group, kind, namespace, name, server, token)
 
 
 @actions.command("list")

@@ -170,3 +170,6 @@ def local_diff(app_name: str, directory: str, server: str, token: str, output: s
     emit(body, output, text)
     if body["sync"] != "Synced":
         raise typer.Exit(1)
+
+
+resolved = _resolved  # `tidecd app actions` names its object the same way

@@ -389,6 +389,13 @@ class KubeCluster:
                                  query={"fieldManager": constants.FIELD_MANAGER},
                                  content_type="application/json-patch+json", key=key))
 
+    def merge_patch(self, key: ResourceKey, patch: Mapping[str, Any]) -> Manifest:
+        """A JSON merge patch (RFC 7386) of one object: what a resource action changed (Argo CD's way)."""
+        res = self.resource(key.group, key.kind)
+        return dict(self.request("PATCH", res.path(key.namespace, key.name), body=dict(patch),
+                                 query={"fieldManager": constants.FIELD_MANAGER},
+                                 content_type="application/merge-patch+json", key=key))
+
     def replace(self, obj: Manifest) -> Manifest:
         """Sync option Replace=true: PUT the object whole (POST when absent). When a field is immutable,
         delete the object and create it again, as `kubectl replace --force` does."""

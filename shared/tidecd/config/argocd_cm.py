@@ -61,7 +61,8 @@ HONOURED_PREFIXES = ("resource.customizations.health.", "resource.customizations
 _UI = "Argo CD's web UI settings: tidecd's dashboard has its own"
 _TRACKING = "tidecd writes its own ownership marks, never Argo CD's (README, Ownership)"
 NOT_HONOURED: tuple[tuple[str, str], ...] = (
-    ("resource.customizations.actions.", "resource actions are not implemented by tidecd"),
+    ("resource.customizations.actions.", "tidecd reads Lua resource actions from TIDECD_RESOURCE_ACTIONS (a directory "
+                                         "laid out as Argo CD's resource_customizations/), not from argocd-cm"),
     ("resource.customizations.ignoreResourceUpdates.", "tidecd keeps no watch cache: nothing to skip"),
     ("resource.ignoreResourceUpdatesEnabled", "tidecd keeps no watch cache: nothing to skip"),
     ("resource.customizations.knownTypeFields.", "tidecd diffs through a server-side dry-run, which knows "

@@ -173,6 +173,44 @@ def evaluate(script: str, obj: Manifest, *, where: str = "", budget: Budget = Bu
 
 
 def _evaluate(script: str, obj: Manifest, budget: Budget) -> HealthResult | None:
+    runtime, result = _run(script, obj, budget)
+    return _result(runtime, result)
+
+
+class ScriptError(Exception):
+    """A resource action's script failed: what went wrong (a Lua error, a spent budget), for the caller."""
+
+
+def run_script(script: str, obj: Manifest, *, budget: Budget = Budget()) -> Any:
+    """Run a script of Argo CD's resource actions (`discovery.lua`, `action.lua`) on `obj` in the same
+    sandbox and budgets as a health check; its return value as JSON-shaped Python (a Lua table with keys
+    1..n is a list, another a dict; an empty one is an empty dict). ScriptError says why it failed."""
+    from lupa import lua52 as lua51  # lazy: cold start (lupa only for a Lua script)
+
+    try:
+        runtime, result = _run(script, obj, budget)
+    except _ScriptFailed as exc:
+        raise ScriptError(str(exc)) from exc
+    try:
+        return _from_lua(lua51, result, 0)
+    finally:
+        del runtime
+
+
+def _from_lua(lua: Any, value: Any, depth: int) -> Any:
+    if lua.lua_type(value) != "table":
+        return value
+    if depth >= _MAX_DEPTH:
+        return {}
+    items = list(value.items())
+    if items and all(isinstance(k, int) for k, _ in items) and sorted(k for k, _ in items) == list(
+            range(1, len(items) + 1)):
+        return [_from_lua(lua, v, depth + 1) for _, v in sorted(items, key=lambda kv: kv[0])]
+    return {str(k): _from_lua(lua, v, depth + 1) for k, v in items}
+
+
+def _run(script: str, obj: Manifest, budget: Budget) -> tuple[Any, Any]:
+    """(the interpreter, the script's return value) or _ScriptFailed."""
     # lazy: cold start (lupa only for a Lua health check)
     from lupa import lua52 as lua51
 
@@ -199,7 +237,7 @@ def _evaluate(script: str, obj: Manifest, budget: Budget) -> HealthResult | None
     if not ok:
         raise _ScriptFailed(_failure(str(result), budget, time.monotonic() - started),
                             spent="\0budget" in str(result))
-    return _result(runtime, result)
+    return runtime, result
 
 
 def _failure(text: str, budget: Budget, elapsed: float) -> str:

@@ -322,6 +322,7 @@ def clusters(ctx: Context) -> Page:
 
 # the page helpers the single sign-on routes share, under public names
 error_page, safe_next, redirect, secured, who = _error_page, _next, _redirect, _secured, _who
+app_context, done_page, flag = _app_context, _done, _flag  # for `act`
 
 
 def visible_names(ctx: Context) -> list[str]:

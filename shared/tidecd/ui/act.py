@@ -14,7 +14,7 @@ from urllib.parse import quote, urlencode
 from tidecd.base.errors import PermanentError, PermissionDenied, TidecdError
 from tidecd.base.model import ResourceKey
 from tidecd.state import app as app_state
-from tidecd.ui import Context, Page, _app_context, _done, _error_page, _flag, _who, actions, redirect, render, route
+from tidecd.ui import Context, Page, actions, app_context, done_page, error_page, flag, redirect, render, route, who
 from tidecd.usecases import authz, resource_actions, resources
 from tidecd.usecases.commands import OPERATION_OPTIONS
 
@@ -26,9 +26,9 @@ def _refused(ctx: Context) -> Page | None:
     """A caller who may not sync the app (Argo CD's `applications, sync`, which rollback and terminate need
     too) gets a 403 before any panel or confirmation is shown."""
     try:
-        authz.app_for(ctx.runtime, _who(ctx), ctx.match["name"], "sync")
+        authz.app_for(ctx.runtime, who(ctx), ctx.match["name"], "sync")
     except PermissionDenied as exc:
-        return _error_page(ctx.runtime, ctx.identity, 403, str(exc))
+        return error_page(ctx.runtime, ctx.identity, 403, str(exc))
     return None
 
 
@@ -49,7 +49,7 @@ def sync_panel(ctx: Context) -> Page:
 def _panel(ctx: Context, problem: str = "") -> Page:
     if (refused := _refused(ctx)) is not None:
         return refused
-    values = _app_context(ctx)
+    values = app_context(ctx)
     form = ctx.request.form if ctx.request.method == "POST" else ctx.request.query
     current: app_state.AppState = values["state"]
     chosen = _chosen(ctx)
@@ -74,7 +74,7 @@ def sync(ctx: Context) -> Page:
     revision = form.get("revision", "").strip()
     if len(revision) > 255 or not set(revision) <= REVISION_CHARS:
         return _panel(ctx, "field revision: a sha, tag or branch name (letters, digits, . _ / -)")
-    options = tuple(o for o in OPERATION_OPTIONS if _flag(ctx, o.partition("=")[0].lower()))
+    options = tuple(o for o in OPERATION_OPTIONS if flag(ctx, o.partition("=")[0].lower()))
     wanted = _chosen(ctx)
     name = ctx.match["name"]
     current = app_state.load(ctx.runtime.store, name)[0]
@@ -82,10 +82,10 @@ def sync(ctx: Context) -> Page:
     unknown = sorted(wanted - known.keys())
     if unknown:
         return _panel(ctx, f"field resource: app {name!r} has no resource {unknown[0]!r} (refresh the app)")
-    done = actions.sync(ctx.runtime, name, _who(ctx), prune=_flag(ctx, "prune"), dry_run=_flag(ctx, "dry_run"),
+    done = actions.sync(ctx.runtime, name, who(ctx), prune=flag(ctx, "prune"), dry_run=flag(ctx, "dry_run"),
                         resources=frozenset(known[v] for v in wanted) or None,
                         revision=revision if revision != values_target(ctx) else "", sync_options=options)
-    return _done(ctx, done)
+    return done_page(ctx, done)
 
 
 def values_target(ctx: Context) -> str:
@@ -103,17 +103,17 @@ def rollback(ctx: Context) -> Page:
     form = ctx.request.form if ctx.request.method == "POST" else ctx.request.query
     wanted = form.get("id", "")
     if not wanted.isdigit():
-        return _error_page(ctx.runtime, ctx.identity, 400, "field id (a history id) is required")
+        return error_page(ctx.runtime, ctx.identity, 400, "field id (a history id) is required")
     revert = form.get("revert", "")
     if revert not in ("", "pr", "push"):
-        return _error_page(ctx.runtime, ctx.identity, 400, "field revert must be pr or push")
+        return error_page(ctx.runtime, ctx.identity, 400, "field revert must be pr or push")
     if _confirmed(ctx):
-        return _done(ctx, actions.rollback(ctx.runtime, ctx.match["name"], _who(ctx), int(wanted), revert=revert))
-    values = _app_context(ctx)
+        return done_page(ctx, actions.rollback(ctx.runtime, ctx.match["name"], who(ctx), int(wanted), revert=revert))
+    values = app_context(ctx)
     current: app_state.AppState = values["state"]
     entry = next((h for h in current.history if h.id == int(wanted)), None)
     if entry is None:
-        return _error_page(ctx.runtime, ctx.identity, 404, f"app {ctx.match['name']!r} has no history entry {wanted}")
+        return error_page(ctx.runtime, ctx.identity, 404, f"app {ctx.match['name']!r} has no history entry {wanted}")
     return _confirm(ctx, values, "rollback", entry=entry, revert_mode=revert,
                     fields={"id": wanted, **({"revert": revert} if revert else {})})
 
@@ -126,8 +126,8 @@ def terminate_page(ctx: Context) -> Page:
 @route("POST", f"/apps/{_NAME}/terminate")
 def terminate(ctx: Context) -> Page:
     if _confirmed(ctx):
-        return _done(ctx, actions.terminate(ctx.runtime, ctx.match["name"], _who(ctx)))
-    return _confirm(ctx, _app_context(ctx), "terminate", fields={})
+        return done_page(ctx, actions.terminate(ctx.runtime, ctx.match["name"], who(ctx)))
+    return _confirm(ctx, app_context(ctx), "terminate", fields={})
 
 
 def _confirm(ctx: Context, values: dict[str, Any], what: str, *, fields: dict[str, str], **more: Any) -> Page:
@@ -161,9 +161,9 @@ def _key_fields(key: ResourceKey) -> dict[str, str]:
 def resource_actions_page(ctx: Context) -> Page:
     key = _key(ctx)
     try:
-        offered = resource_actions.list_actions(ctx.runtime, _who(ctx), ctx.match["name"], key)
+        offered = resource_actions.list_actions(ctx.runtime, who(ctx), ctx.match["name"], key)
     except TidecdError as exc:
-        return _done(ctx, actions.error(exc))
+        return done_page(ctx, actions.error(exc))
     return render("resource_actions.html", ctx, active="apps", app_name=ctx.match["name"], key=key,
                   fields=_key_fields(key), offered=offered, says=ACTION_SAYS, notice=ctx.request.query.get("done", ""),
                   asked="", params={})
@@ -176,18 +176,18 @@ def resource_action(ctx: Context) -> Page:
     params = {"replicas": ctx.request.form["replicas"]} if "replicas" in ctx.request.form else {}
     if not _confirmed(ctx):
         try:
-            offered = {a.name for a in resource_actions.list_actions(ctx.runtime, _who(ctx), name, key)}
+            offered = {a.name for a in resource_actions.list_actions(ctx.runtime, who(ctx), name, key)}
             if action not in offered:
                 raise PermanentError(f"{key} has no action {action!r} (it has: {', '.join(sorted(offered))})")
             if action == "scale":
                 resource_actions.replicas_of(params)
         except TidecdError as exc:
-            return _done(ctx, actions.error(exc))
+            return done_page(ctx, actions.error(exc))
         return render("resource_actions.html", ctx, active="apps", app_name=name, key=key, fields=_key_fields(key),
                       offered=[], says=ACTION_SAYS, asked=action, params=params, notice="")
     try:
-        done = resource_actions.run_action(ctx.runtime, _who(ctx), name, key, action, params)
+        done = resource_actions.run_action(ctx.runtime, who(ctx), name, key, action, params)
     except TidecdError as exc:
-        return _done(ctx, actions.error(exc))
+        return done_page(ctx, actions.error(exc))
     query = urlencode({**_key_fields(key), "done": done["message"]})
     return redirect(f"/ui/apps/{quote(name)}/resource/actions?{query}")

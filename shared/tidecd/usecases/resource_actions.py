@@ -16,7 +16,7 @@ with shows OutOfSync (and self-heal, where on, puts it back), as in Argo CD.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from tidecd.base.errors import NotFound, PermanentError
 from tidecd.base.model import Manifest, ResourceKey
 from tidecd.base.principal import Principal
 from tidecd.runtime import Runtime
-from tidecd.usecases import authz, resources
+from tidecd.usecases import authz, lua_actions, resources
 
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 RESTARTABLE = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "DaemonSet")})
@@ -40,13 +40,16 @@ class ActionInfo:
     params: tuple[str, ...] = ()
     disabled: bool = False
     reason: str = ""
+    lua: bool = False  # one of Argo CD's Lua actions (`lua_actions`)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "params": list(self.params), "disabled": self.disabled, "reason": self.reason}
 
 
-def offered(key: ResourceKey, live: Manifest | None) -> list[ActionInfo]:
-    """The actions of an object as it is now (none when it is gone)."""
+def offered(key: ResourceKey, live: Manifest | None,
+            scripted: Sequence[lua_actions.Offered] = ()) -> list[ActionInfo]:
+    """The actions of an object as it is now (none when it is gone): tidecd's own, then the Lua ones
+    (`lua_actions`) whose names differ."""
     if live is None:
         return []
     kind = (key.group, key.kind)
@@ -57,13 +60,20 @@ def offered(key: ResourceKey, live: Manifest | None) -> list[ActionInfo]:
         found.append(ActionInfo("scale", ("replicas",)))
     deleting = bool((live.get("metadata") or {}).get("deletionTimestamp"))
     found.append(ActionInfo("delete", disabled=deleting, reason="being deleted" if deleting else ""))
+    own = {a.name for a in found}
+    found += [ActionInfo(s.name, disabled=s.disabled, reason="not now (discovery.lua)" if s.disabled else "",
+                         lua=True) for s in scripted if s.name not in own]
     return found
 
 
 def list_actions(runtime: Runtime, who: Principal, name: str, key: ResourceKey) -> list[ActionInfo]:
     """The actions object `key` of app `name` offers (the caller must see the app)."""
     found = resources.locate(runtime, who, name, key)
-    return offered(found.key, found.live)
+    return offered(found.key, found.live, _scripted(runtime, found.key, found.live))
+
+
+def _scripted(runtime: Runtime, key: ResourceKey, live: Manifest | None) -> list[lua_actions.Offered]:
+    return lua_actions.discover(lua_actions.catalogue(), key, live) if live is not None else []
 
 
 def rbac_action(key: ResourceKey, action: str) -> str:
@@ -81,7 +91,7 @@ def run_action(runtime: Runtime, who: Principal, name: str, key: ResourceKey, ac
     found = resources.locate(runtime, who, name, key)
     if found.live is None:
         raise NotFound(f"app {name!r}: {key} is not live")
-    offers = {a.name: a for a in offered(found.key, found.live)}
+    offers = {a.name: a for a in offered(found.key, found.live, _scripted(runtime, found.key, found.live))}
     chosen = offers.get(action)
     if chosen is None:
         raise PermanentError(f"{key} has no action {action!r} (it has: {', '.join(offers) or 'none'})")
@@ -94,6 +104,8 @@ def run_action(runtime: Runtime, who: Principal, name: str, key: ResourceKey, ac
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         cluster.json_patch(key, restart_patch(found.live, now))
         message = f"restarted at {now}: the pod template's {RESTARTED_AT} annotation"
+    elif chosen.lua:
+        message = _run_lua(runtime, found.cluster, key, action, found.live)
     elif action == "scale":
         replicas = replicas_of(params or {})
         cluster.json_patch(key, [{"op": "add", "path": "/spec/replicas", "value": replicas}])
@@ -103,6 +115,21 @@ def run_action(runtime: Runtime, who: Principal, name: str, key: ResourceKey, ac
         message = "deleted"
     authz.done(runtime, who, "applications", verb, obj, f"{key}: {message}")
     return {"app": name, "resource": str(key), "key": key.to_dict(), "action": action, "message": message}
+
+
+def _run_lua(runtime: Runtime, cluster: Any, key: ResourceKey, action: str, live: Manifest) -> str:
+    """Do what the action's script asks: patch the object with what it changed, create what it made."""
+    done = []
+    for operation, obj in lua_actions.run(lua_actions.catalogue(), key, action, live):
+        if operation == "patch":
+            patch = lua_actions.merge_patch(live, obj)
+            if patch:
+                cluster.merge_patch(key, patch)
+            done.append(f"patched {key}" if patch else f"{key} unchanged")
+        else:
+            created = cluster.apply(obj)
+            done.append(f"created {ResourceKey.of(created)}")
+    return f"{action} (Lua): " + "; ".join(done)
 
 
 def restart_patch(live: Manifest, now: str) -> list[dict[str, Any]]:
