@@ -59,6 +59,7 @@ def test_open_pages_follow_a_webhook_push_and_fit_the_screen(browser: Any, gitop
                         ("app page at 390 px", phone)):
         _fits(each, where)
 
+    page.locator("#live details > summary").click()  # the task results, opened: they stay open across swaps
     # A signed push to the webhook: the automated sync takes the app to the new revision.
     second = gitops.push(_manifests("two"), "every ConfigMap at version two")
     answer = functions.deliver("push", push_payload(gitops.repo.url, "refs/heads/main", first, second,
@@ -88,6 +89,9 @@ def test_open_pages_follow_a_webhook_push_and_fit_the_screen(browser: Any, gitop
         lag = shown - recorded
         assert lag <= LAG, f"{where} showed the new revision {lag:.1f} s after it was recorded"
     assert page.url.endswith(f"/apps/{app}") and listing.url.endswith("/ui/")  # swapped in place, no navigation
+    wait_for(lambda: page.locator("#live").get_attribute("data-phase") == "Succeeded", 60, "the page to show it ended")
+    assert page.locator("#live details").evaluate("d => d.open"), "the opened task results closed on a swap"
+    assert phone.locator("#live details").evaluate("d => !d.open")  # never opened there: rendered closed
 
     # Every task result of the sync, open, at both widths; and the other pages.
     def succeeded() -> bool:

@@ -77,3 +77,12 @@ def test_generations_read_headers_not_bodies(tmp_path: Path) -> None:
         assert store.write("state/apps/a.json", b"y") != first
         assert generations(store, "state/apps/a.json")["state/apps/a.json"] != first
         assert generations(store, "nothing/") == {}
+
+
+def test_live_pages_load_the_script_that_keeps_opened_details(runtime: Runtime) -> None:
+    html = get(runtime, "/ui/apps/web").body.decode()
+    found = re.search(r'<script src="(/ui/static/live\.js\?v=[0-9a-f]+)"', html)
+    assert found, "the app page does not load live.js"
+    script = get(runtime, "/ui/static/live.js")
+    assert script.status == 200 and script.content_type.startswith("text/javascript") and b"details" in script.body
+    assert b"live.js" not in get(runtime, "/ui/projects").body  # a page that does not poll has no need of it
