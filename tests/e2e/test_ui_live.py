@@ -109,9 +109,11 @@ def test_open_pages_follow_a_webhook_push_and_fit_the_screen(browser: Any, gitop
             document.querySelector('#live tr[data-task] td').getBoundingClientRect()].map(r => [r.right, r.width])""")
         assert table[0] <= panel[0], f"{where}: the task results ({table[1]} px) overflow their panel ({panel[1]} px)"
         assert name[1] >= 120, f"{where}: the resource names get a {name[1]} px column (a letter per line)"
-        for other in ("", "projects", "clusters"):
+        detail = each.locator("#tree a[href*='/resource?']").first.get_attribute("href") or ""
+        assert detail, "the tree links no resource page"
+        for other in ("", "projects", "clusters", f"apps/{app}/sync", f"apps/{app}/graph", detail.removeprefix("/ui/")):
             each.goto(base + other)
-            _fits(each, f"{where.replace('app page', other or 'apps list')}")
+            _fits(each, f"{where.replace('app page', other.split('?')[0] or 'apps list')}")
         each.goto(f"{base}apps/{app}")
     page.locator("#live details").evaluate("d => d.open = true")
     page.screenshot(path=str(shots / "app-live.png"), full_page=True)
