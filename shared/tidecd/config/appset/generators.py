@@ -2,7 +2,8 @@
 
     list          `elements` (or `elementsYaml`), one parameter set per element
     clusters      the clusters tidecd knows (cluster Secrets of the config source, and `in-cluster` when no
-                  selector is given), filtered by `selector`; `values` added
+                  selector is given), filtered by `selector`; `values` added; `flatList`: one set,
+                  `{clusters: [...]}`
     git           `directories` (one set per matching directory, `exclude` entries removed) or `files` (the
                   content of each matching JSON/YAML file, one set per list item), at `revision`
     matrix        the product of two generators; the second may use the first's parameters
@@ -66,6 +67,7 @@ class ClusterInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     project: str = ""
+    local: bool = False  # the cluster tidecd runs beside, without a Secret (Argo CD's in-cluster)
 
 
 @dataclass(frozen=True)
@@ -300,19 +302,32 @@ class Evaluator:
         selector = body.get("selector") or None
         clusters = list(self.sources.clusters())
         if not selector and not any(c.server.rstrip("/") == IN_CLUSTER[1] for c in clusters):
-            clusters.append(ClusterInfo(name=IN_CLUSTER[0], server=IN_CLUSTER[1]))
+            clusters.append(ClusterInfo(name=IN_CLUSTER[0], server=IN_CLUSTER[1], local=True))
         out = []
         for cluster in sorted(clusters, key=lambda c: c.name):
             if not selector_matches(selector, cluster.labels):
                 continue
-            nested: dict[str, Any] = {
-                "name": cluster.name, "nameNormalized": _normalized(cluster.name), "server": cluster.server,
-                "project": cluster.project,
-                "metadata": {"labels": dict(cluster.labels), "annotations": dict(cluster.annotations)}}
-            values = nested if self.go else flatten(nested)
+            values = self._cluster_params(cluster)
             self._values(body, values, where)
             out.append(Params(values, origin=f"cluster {cluster.name}"))
+        if body.get("flatList"):
+            return [Params({"clusters": [p.values for p in out]},
+                           origin=f"clusters (flat list of {len(out)})")]
         return out
+
+    def _cluster_params(self, cluster: ClusterInfo) -> dict[str, Any]:
+        """Argo CD's parameters of one cluster. The local cluster (no Secret) has only `name`, `nameNormalized`
+        (its name as is) and `server`; a Secret's cluster adds `metadata` with only the non-empty maps."""
+        if cluster.local:
+            return {"name": cluster.name, "nameNormalized": cluster.name, "server": cluster.server}
+        meta: dict[str, Any] = {}
+        if cluster.annotations:
+            meta["annotations"] = dict(cluster.annotations)
+        if cluster.labels:
+            meta["labels"] = dict(cluster.labels)
+        nested: dict[str, Any] = {"name": cluster.name, "nameNormalized": _sanitized(cluster.name),
+                                  "server": cluster.server, "project": cluster.project, "metadata": meta}
+        return nested if self.go else flatten(nested)
 
     def _values(self, body: Mapping[str, Any], values: dict[str, Any], where: str) -> None:
         """`values`: extra parameters, themselves templated with the generator's parameters."""
@@ -435,6 +450,11 @@ class Evaluator:
 def _normalized(text: str) -> str:
     """Argo CD's `basenameNormalized`/`nameNormalized`: lowercase, anything but [a-z0-9-.] becomes '-'."""
     return re.sub(r"[^a-z0-9-.]", "-", text.lower())
+
+
+def _sanitized(text: str) -> str:
+    """Argo CD's cluster `nameNormalized`: `_normalized`, at most 253 characters, no leading/trailing '-' or '.'."""
+    return _normalized(text)[:253].strip("-.")
 
 
 def _slug(text: str) -> str:
