@@ -53,3 +53,47 @@ def test_cluster_params_as_argo_cd_gives_them(tmp_path: Path) -> None:
     assert flat["in-cluster"] == {"name": "in-cluster", "nameNormalized": "in-cluster",
                                   "server": "https://kubernetes.default.svc"}
     assert flat["staging-1"]["metadata.annotations.owner"] == "a"
+
+
+def test_matrix_first_generators_values_win_with_go_templates(tmp_path: Path) -> None:
+    """matrix.go merges the second's set into a copy of the first's without override (mergo.Merge): the first's
+    values win, the second fills what is missing or empty, nested maps are combined."""
+    gen = {"matrix": {"generators": [
+        {"list": {"elements": [{"a": "first", "empty": "", "nested": {"x": "1"}}]}},
+        {"list": {"elements": [{"a": "second", "b": "b2", "empty": "filled", "nested": {"x": "2", "y": "3"}}]}}]}}
+    assert params(gen, tmp_path) == [{"a": "first", "b": "b2", "empty": "filled", "nested": {"x": "1", "y": "3"}}]
+
+
+def test_matrix_fasttemplate_refuses_a_key_both_give_differently(tmp_path: Path) -> None:
+    """CombineStringMaps: the same key with the same value is fine; with different values the matrix fails."""
+    same = {"matrix": {"generators": [{"list": {"elements": [{"a": "1", "b": "x"}]}},
+                                      {"list": {"elements": [{"a": "1", "c": "y"}]}}]}}
+    assert params(same, tmp_path, go=False) == [{"a": "1", "b": "x", "c": "y"}]
+    differ = {"matrix": {"generators": [{"list": {"elements": [{"a": "1"}]}},
+                                        {"list": {"elements": [{"a": "2"}]}}]}}
+    out = expand(appset([differ], name="{{a}}"), FakeSources(tmp_path))
+    assert out.failed and not out.apps
+    assert "spec.generators[0].matrix: both generators give parameter 'a'" in out.errors[0]
+
+
+def test_merge_refuses_duplicate_merge_keys_after_the_base_generator(tmp_path: Path) -> None:
+    """merge.go (ErrNonUniqueParamSets): the base generator may repeat a merge key, a later one may not."""
+    base_repeats = {"merge": {"mergeKeys": ["name"], "generators": [
+        {"list": {"elements": [{"name": "a", "v": "1"}, {"name": "a", "v": "2"}]}},
+        {"list": {"elements": [{"name": "a", "w": "x"}]}}]}}
+    assert params(base_repeats, tmp_path) == [{"name": "a", "v": "1", "w": "x"}, {"name": "a", "v": "2", "w": "x"}]
+    later_repeats = {"merge": {"mergeKeys": ["name"], "generators": [
+        {"list": {"elements": [{"name": "a"}]}},
+        {"list": {"elements": [{"name": "a", "w": "1"}, {"name": "a", "w": "2"}]}}]}}
+    out = expand(appset([later_repeats], name="{{name}}"), FakeSources(tmp_path))
+    assert out.failed and not out.apps
+    assert "spec.generators[0].merge.generators[1]: two parameter sets have the same merge keys (name='a')" \
+        in out.errors[0]
+
+
+def test_merge_key_missing_on_both_sides_matches_as_null(tmp_path: Path) -> None:
+    """merge.go keys each set by the JSON of its merge-key values; a missing key is null on both sides."""
+    gen = {"merge": {"mergeKeys": ["name", "zone"], "generators": [
+        {"list": {"elements": [{"name": "a", "v": "base"}]}},
+        {"list": {"elements": [{"name": "a", "v": "override"}]}}]}}
+    assert params(gen, tmp_path) == [{"name": "a", "v": "override"}]

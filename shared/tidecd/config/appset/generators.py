@@ -6,8 +6,10 @@
                   `{clusters: [...]}`
     git           `directories` (one set per matching directory, `exclude` entries removed) or `files` (the
                   content of each matching JSON/YAML file, one set per list item), at `revision`
-    matrix        the product of two generators; the second may use the first's parameters
-    merge         the first generator's sets, updated by later ones whose `mergeKeys` values match
+    matrix        the product of two generators; the second may use the first's parameters; the first's
+                  values win (Go templates), a key both give differently is an error (fasttemplate)
+    merge         the first generator's sets, updated by later ones whose `mergeKeys` values match (a later
+                  generator's merge keys must be unique)
     pullRequest   open pull requests of a GitHub repository (PyGithub), filtered by `labels`
 
 Parameters follow the template form: nested values for Go templates (`.path.basename`), flat keys for
@@ -394,7 +396,8 @@ class Evaluator:
             except TemplateError as exc:
                 raise GeneratorError(str(exc)) from None
             for right in self.run(interpolated, f"{where}.generators[1]"):
-                values = merge(left.values, right.values) if self.go else {**left.values, **right.values}
+                values = _first_wins(left.values, right.values) if self.go else _combined(
+                    left.values, right.values, where)
                 template = merge(left.template or {}, right.template or {}) or None
                 out.append(Params(values, template, f"{left.origin} x {right.origin}"))
                 if len(out) > MAX_PARAMS:
@@ -406,20 +409,22 @@ class Evaluator:
         sets = [self.run(g, f"{where}.generators[{i}]") for i, g in enumerate(body["generators"])]
         base = list(sets[0])
 
-        def key_of(params: Params) -> tuple[str, ...] | None:
+        def key_of(params: Params) -> tuple[str | None, ...]:
+            """A missing key is null, as in Argo CD (sets that both lack it match)."""
             flat = flatten(params.values) if self.go else params.values
-            if any(k not in flat for k in keys):
-                return None
-            return tuple(str(flat[k]) for k in keys)
+            return tuple(str(flat[k]) if k in flat else None for k in keys)
 
-        for later in sets[1:]:
-            by_key: dict[tuple[str, ...], Params] = {}
+        for number, later in enumerate(sets[1:], start=1):
+            by_key: dict[tuple[str | None, ...], Params] = {}
             for params in later:
                 found = key_of(params)
-                if found is not None:
-                    by_key.setdefault(found, params)
+                if found in by_key:  # Argo CD: only the base generator may repeat a key
+                    shown = ", ".join(f"{k}={v!r}" for k, v in zip(keys, found, strict=True))
+                    raise GeneratorError(f"{where}.generators[{number}]: two parameter sets have the same merge "
+                                         f"keys ({shown}); a merge needs them unique after the first generator")
+                by_key[found] = params
             for index, params in enumerate(base):
-                match = by_key.get(key_of(params) or ("\0",))
+                match = by_key.get(key_of(params))
                 if match is not None:
                     values = merge(params.values, match.values) if self.go else {**params.values, **match.values}
                     base[index] = Params(values, merge(params.template or {}, match.template or {}) or None,
@@ -445,6 +450,28 @@ class Evaluator:
                 nested["labels"] = list(pr.labels)
             out.append(Params(nested, origin=f"pull request #{pr.number}"))
         return out
+
+
+def _first_wins(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """Argo CD's matrix with Go templates (mergo without override): the first generator's values win; the
+    second fills what is missing or empty, and maps present in both are combined the same way."""
+    out = dict(first)
+    for key, value in second.items():
+        mine = out.get(key)
+        if isinstance(mine, Mapping) and isinstance(value, Mapping):
+            out[key] = _first_wins(mine, value)
+        elif key not in out or mine in (None, "", 0, False) or (isinstance(mine, list | Mapping) and not mine):
+            out[key] = value
+    return out
+
+
+def _combined(first: Mapping[str, Any], second: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Argo CD's matrix with fasttemplate: the flat parameters of both; a key both give differently is an error."""
+    for key, value in second.items():
+        if key in first and first[key] != value:
+            raise GeneratorError(f"{where}: both generators give parameter {key!r}, with different values "
+                                 f"({str(first[key])[:40]!r} and {str(value)[:40]!r})")
+    return {**first, **second}
 
 
 def _normalized(text: str) -> str:
