@@ -52,6 +52,7 @@ def test_a_dry_run_lists_what_it_would_do_per_resource(browser: Any, gitops: Git
     assert shown == {f"ConfigMap {ns}/a": "would configure", f"ConfigMap {ns}/b": "would create",
                      f"ConfigMap {ns}/gone": "would not prune (pruning off)"}, shown
     page.locator("#live details").evaluate("d => d.open = true")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280  # the results fit the page
     page.screenshot(path=str(screenshot_dir(tmp_path) / "dry-run.png"), full_page=True)
     page.context.close()
     # the CLI against the api: a line per object, saying what it would do
