@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
 from tidecd.base.clock import FakeClock
-from tidecd.base.errors import NotFound, OperationInProgress
+from tidecd.base.errors import NotFound, OperationInProgress, PermanentError
 from tidecd.base.model import Action, ResourceKey
 from tidecd.clients.store import LEASE_TTL, MemoryStore, acquire_lease
 from tidecd.runtime import Runtime
@@ -545,3 +545,17 @@ def test_a_progressing_app_is_followed_after_its_sync_until_healthy(h: Harness) 
     h.cluster.ready(key("Deployment", "web"))
     outcome = h.step()
     assert h.state().health == "Healthy" and outcome.continue_after is None
+
+
+def test_an_operations_own_sync_options_replace_its_objects(h: Harness) -> None:
+    """The sync panel's (and the api's) Replace=true: this operation replaces, the app's next sync applies."""
+    h.git.push([configmap("a")])
+    h.sync()
+    h.until_done()
+    h.git.push([configmap("a", "changed")])
+    h.cluster.calls.clear()
+    h.sync(sync_options=("Replace=true",))
+    h.until_done()
+    assert ("replace", key("ConfigMap", "a")) in h.cluster.calls and h.op().request.sync_options == ["Replace=true"]
+    with pytest.raises(PermanentError, match="field syncOptions: 'Prune=false' is not one of"):
+        h.sync(sync_options=("Prune=false",))
