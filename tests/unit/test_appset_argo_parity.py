@@ -97,3 +97,63 @@ def test_merge_key_missing_on_both_sides_matches_as_null(tmp_path: Path) -> None
         {"list": {"elements": [{"name": "a", "v": "base"}]}},
         {"list": {"elements": [{"name": "a", "v": "override"}]}}]}}
     assert params(gen, tmp_path) == [{"name": "a", "v": "override"}]
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_git_empty_file_gives_the_path_parameters(tmp_path: Path) -> None:
+    """parseFileParams: "This will also succeed for empty files" — one set with the path parameters only."""
+    _tree(tmp_path, {"clusters/Web_1/config.yaml": ""})
+    gen = {"git": {"repoURL": "https://git.example/apps", "files": [{"path": "clusters/*/config.yaml"}]}}
+    assert params(gen, tmp_path) == [{"path": {
+        "path": "clusters/Web_1", "basename": "Web_1", "basenameNormalized": "web-1", "segments": ["clusters", "Web_1"],
+        "filename": "config.yaml", "filenameNormalized": "config.yaml"}}]
+    assert params(gen, tmp_path, go=False) == [{
+        "path": "clusters/Web_1", "path.basename": "Web_1", "path.basenameNormalized": "web-1",
+        "path.filename": "config.yaml", "path.filenameNormalized": "config.yaml",
+        "path[0]": "clusters", "path[1]": "Web_1"}]
+
+
+def test_git_files_match_as_a_git_pathspec_by_default(tmp_path: Path) -> None:
+    """Argo CD's default file globbing is `git ls-files -- PATTERN`: `*` crosses folders; a pattern without
+    wildcards names a file or a folder (everything under it); doublestar is its controller's opt-in."""
+    _tree(tmp_path, {"config.json": "{}", "envs/a.json": "{}", "envs/prod/b.json": "{}", "envs/prod/x/c.json": "{}",
+                     "other/d.json": "{}"})
+
+    def files(pattern: str) -> list[str]:
+        gen = {"git": {"repoURL": "https://git.example/apps", "files": [{"path": pattern}]}}
+        return [f"{p['path']['path']}/{p['path']['filename']}" for p in params(gen, tmp_path)]
+
+    assert files("envs/*.json") == ["envs/a.json", "envs/prod/b.json", "envs/prod/x/c.json"]
+    assert files("envs/*/b.json") == ["envs/prod/b.json"]
+    assert files("**/*.json") == ["envs/a.json", "envs/prod/b.json", "envs/prod/x/c.json", "other/d.json"]
+    assert files("envs/prod") == ["envs/prod/b.json", "envs/prod/x/c.json"]
+    assert files("config.json") == ["./config.json"]
+
+
+def test_git_directories_match_as_go_path_match(tmp_path: Path) -> None:
+    """filterPaths uses Go's path.Match: `*` stays within one folder and `**` is no more than `*`."""
+    _tree(tmp_path, {"apps/web/base/k.yaml": "", "apps/api/k.yaml": ""})
+
+    def dirs(pattern: str) -> list[str]:
+        gen = {"git": {"repoURL": "https://git.example/apps", "directories": [{"path": pattern}]}}
+        return [p["path"]["path"] for p in params(gen, tmp_path)]
+
+    assert dirs("apps/*") == ["apps/api", "apps/web"]
+    assert dirs("apps/**") == ["apps/api", "apps/web"]
+    assert dirs("apps/*/base") == ["apps/web/base"]
+
+
+def test_git_file_at_the_root_has_dot_as_its_path(tmp_path: Path) -> None:
+    """path.Dir("config.json") is "." and path.Base(".") is ".", so segments is ["."]."""
+    _tree(tmp_path, {"config.json": '{"env": "root"}'})
+    gen = {"git": {"repoURL": "https://git.example/apps", "files": [{"path": "config.json"}]}}
+    assert params(gen, tmp_path)[0]["path"] == {"path": ".", "basename": ".", "basenameNormalized": "",
+                                                "segments": ["."], "filename": "config.json",
+                                                "filenameNormalized": "config.json"}
+    assert params(gen, tmp_path, go=False)[0]["path[0]"] == "."

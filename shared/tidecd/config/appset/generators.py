@@ -4,8 +4,9 @@
     clusters      the clusters tidecd knows (cluster Secrets of the config source, and `in-cluster` when no
                   selector is given), filtered by `selector`; `values` added; `flatList`: one set,
                   `{clusters: [...]}`
-    git           `directories` (one set per matching directory, `exclude` entries removed) or `files` (the
-                  content of each matching JSON/YAML file, one set per list item), at `revision`
+    git           `directories` (one set per matching directory, `exclude` entries removed; Go's path.Match) or
+                  `files` (the content of each matching JSON/YAML file, one set per list item, an empty file one
+                  set of path parameters; git pathspec matching), at `revision`
     matrix        the product of two generators; the second may use the first's parameters; the first's
                   values win (Go templates), a key both give differently is an error (fasttemplate)
     merge         the first generator's sets, updated by later ones whose `mergeKeys` values match (a later
@@ -158,11 +159,11 @@ def _validate_git(node: Node) -> None:
     dirs, files = body.children("directories", _GIT_PATH), body.children("files", _GIT_PATH)
     if bool(dirs) == bool(files):
         body.error("", "set exactly one of directories or files")
-    for entry in [*dirs, *files]:
+    for entry, matcher in [*((d, _path_match) for d in dirs), *((f, _pathspec) for f in files)]:
         pattern = entry.text("path", required=True)
         entry.flag("exclude")
         try:
-            compile_glob(pattern, separator="/", globstar=True)
+            matcher(pattern)
         except ValueError as exc:
             entry.error("path", str(exc))
 
@@ -353,12 +354,12 @@ class Evaluator:
         prefix = str(body.get("pathParamPrefix") or "")
         out = []
         if body.get("directories"):
-            for path in _match(_directories(root), body["directories"]):
+            for path in _match(_directories(root), body["directories"], _path_match):
                 params = self._path_params(path, prefix, file=False)
                 self._values(body, params, where)
                 out.append(Params(params, origin=f"git directory {path} at {sha[:12]}"))
             return out
-        for path in _match(_files(root), body.get("files") or []):
+        for path in _match(_files(root), body.get("files") or [], _pathspec):
             for index, content in enumerate(_file_contents(root, path, where)):
                 params = dict(content) if self.go else flatten(content)
                 params.update(self._path_params(str(Path(path).parent.as_posix()), prefix, file=path))
@@ -368,13 +369,14 @@ class Evaluator:
         return out
 
     def _path_params(self, path: str, prefix: str, file: str | bool) -> dict[str, Any]:
-        segments = [] if path in ("", ".") else path.split("/")
-        base = segments[-1] if segments else ""
-        nested: dict[str, Any] = {"path": path if segments else ".", "basename": base,
-                                  "basenameNormalized": _normalized(base), "segments": segments}
+        path = path or "."  # a file at the root: Go's path.Dir gives ".", and path.Base(".") is "."
+        segments = path.split("/")
+        base = segments[-1]
+        nested: dict[str, Any] = {"path": path, "basename": base,
+                                  "basenameNormalized": _sanitized(base), "segments": segments}
         if isinstance(file, str):
             name = file.rsplit("/", 1)[-1]
-            nested |= {"filename": name, "filenameNormalized": _normalized(name)}
+            nested |= {"filename": name, "filenameNormalized": _sanitized(name)}
         if self.go:
             return {prefix: {"path": nested}} if prefix else {"path": nested}
         key = f"{prefix}.path" if prefix else "path"
@@ -474,14 +476,10 @@ def _combined(first: Mapping[str, Any], second: Mapping[str, Any], where: str) -
     return {**first, **second}
 
 
-def _normalized(text: str) -> str:
-    """Argo CD's `basenameNormalized`/`nameNormalized`: lowercase, anything but [a-z0-9-.] becomes '-'."""
-    return re.sub(r"[^a-z0-9-.]", "-", text.lower())
-
-
 def _sanitized(text: str) -> str:
-    """Argo CD's cluster `nameNormalized`: `_normalized`, at most 253 characters, no leading/trailing '-' or '.'."""
-    return _normalized(text)[:253].strip("-.")
+    """Argo CD's SanitizeName (`nameNormalized`, `basenameNormalized`): lowercase, anything but [-a-z0-9.] becomes
+    '-', at most 253 characters, no leading or trailing '-' or '.'."""
+    return re.sub(r"[^a-z0-9-.]", "-", text.lower())[:253].strip("-.")
 
 
 def _slug(text: str) -> str:
@@ -490,11 +488,30 @@ def _slug(text: str) -> str:
     return value[:50].rstrip("-")
 
 
-def _match(paths: list[str], entries: Sequence[Mapping[str, Any]]) -> list[str]:
+def _match(paths: list[str], entries: Sequence[Mapping[str, Any]],
+           matcher: Callable[[str], Callable[[str], bool]]) -> list[str]:
     """Paths matching an including entry and no excluding one (Argo CD: excludes win)."""
-    include = [compile_glob(str(e["path"]), separator="/", globstar=True) for e in entries if not e.get("exclude")]
-    exclude = [compile_glob(str(e["path"]), separator="/", globstar=True) for e in entries if e.get("exclude")]
-    return [p for p in paths if any(r.fullmatch(p) for r in include) and not any(r.fullmatch(p) for r in exclude)]
+    include = [matcher(str(e["path"])) for e in entries if not e.get("exclude")]
+    exclude = [matcher(str(e["path"])) for e in entries if e.get("exclude")]
+    return [p for p in paths if any(m(p) for m in include) and not any(m(p) for m in exclude)]
+
+
+def _path_match(pattern: str) -> Callable[[str], bool]:
+    """A git directories entry, as Go's `path.Match` (Argo CD's filterPaths): `*` stays within one folder, and
+    `**` is no more than `*`, so `apps/**` matches `apps/web` and not `apps/web/base`."""
+    regex = compile_glob(re.sub(r"\*{2,}", "*", pattern), separator="/")
+    return lambda path: regex.fullmatch(path) is not None
+
+
+def _pathspec(pattern: str) -> Callable[[str], bool]:
+    """A git files entry, as Argo CD's default (`git ls-files -- PATTERN`, a git pathspec; doublestar globbing
+    is an opt-in of its controller, not tidecd's): `*` crosses folders, so `envs/*` matches
+    `envs/prod/config.json`; a pattern without wildcards matches that file or everything under that folder."""
+    if not any(c in pattern for c in "*?["):
+        folder = pattern.rstrip("/") + "/"
+        return lambda path: path == pattern or path.startswith(folder)
+    regex = compile_glob(pattern)
+    return lambda path: regex.fullmatch(path) is not None
 
 
 def _directories(root: Path) -> list[str]:
@@ -535,6 +552,8 @@ def _file_contents(root: Path, path: str, where: str) -> list[dict[str, Any]]:
         raise GeneratorError(f"{where}.files: {path}: not JSON or YAML ({type(exc).__name__})") from None
     except ValueError as exc:
         raise GeneratorError(f"{where}.files: {path}: {exc}") from None
+    if loaded is None:  # an empty file: one set with only the path parameters (Argo CD's parseFileParams)
+        return [{}]
     items = loaded if isinstance(loaded, list) else [loaded]
     if not all(isinstance(i, dict) for i in items):
         raise GeneratorError(f"{where}.files: {path}: expected a mapping or a list of mappings")
