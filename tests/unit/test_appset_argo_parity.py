@@ -157,3 +157,20 @@ def test_git_file_at_the_root_has_dot_as_its_path(tmp_path: Path) -> None:
                                                 "segments": ["."], "filename": "config.json",
                                                 "filenameNormalized": "config.json"}
     assert params(gen, tmp_path, go=False)[0]["path[0]"] == "."
+
+
+def test_empty_generators_generate_nothing(tmp_path: Path) -> None:
+    """`generators: []` is valid in Argo CD and generates no Application (so what was generated goes)."""
+    out = expand(appset([]), FakeSources(tmp_path))
+    assert out.apps == {} and out.errors == [] and not out.failed
+
+
+def test_a_duplicated_name_keeps_the_first_app(tmp_path: Path) -> None:
+    """validateGeneratedApplications: a name already generated is an error for the later app only."""
+    gens = [{"list": {"elements": [{"n": "same", "v": "first"}]}}, {"list": {"elements": [{"n": "same", "v": "2"}]}}]
+    out = expand(appset(gens, name="{{n}}", extra={"source": {"repoURL": "https://git.example/{{v}}"}}),
+                 FakeSources(tmp_path))
+    assert list(out.apps) == ["same"]
+    assert out.apps["same"].doc["spec"]["source"]["repoURL"] == "https://git.example/first"
+    assert "spec.generators[1] (list element 0): spec.template.metadata.name: 'same' is generated twice" \
+        in out.errors[0]

@@ -3,7 +3,8 @@
 `expand` renders the template for each parameter set (the generator's own `template` merged over the
 ApplicationSet's, then `templatePatch`) and returns the Application documents by name, each with the
 generator that produced it as its origin. A problem sets aside only what it concerns: a parameter set whose
-rendering fails, or whose name collides with another one's, is reported with the dotted field; a generator
+rendering fails, or whose name an earlier set already gave (the first is kept, as in Argo CD), is reported
+with the dotted field; a generator
 that fails (an unreachable repository, a bad file) fails the whole evaluation, and the caller keeps what
 was generated before (Argo CD keeps the Applications of an ApplicationSet in error).
 
@@ -81,10 +82,9 @@ def expand(appset: ApplicationSet, sources: Sources) -> Expansion:
                 out.errors.append(f"{where}: {label}: spec.template.metadata.name: rendered name {shown} is not a "
                                   "valid Application name")
                 continue
-            if name in seen:
+            if name in seen:  # Argo CD's validateGeneratedApplications keeps the first
                 out.errors.append(f"{where}: {label}: spec.template.metadata.name: {name!r} is generated twice "
-                                  f"(also by {seen[name]}); both are set aside")
-                out.apps.pop(name, None)
+                                  f"(first by {seen[name]}, which is kept); this one is set aside")
                 continue
             seen[name] = label
             doc["metadata"].pop("namespace", None)  # Argo CD's `argocd`: not a destination

@@ -90,9 +90,7 @@ def parse_application_set(top: Node) -> ApplicationSet | None:
     if patch and not go:
         spec.error("templatePatch", "needs goTemplate: true (as in Argo CD)")
     gens = spec.children("generators", generators.GENERATOR_KEYS)
-    if spec.data.get("generators") is not None and not gens and not spec.data.get("generators"):
-        spec.error("generators", "must list at least one generator")
-    elif spec.data.get("generators") is None:
+    if "generators" not in spec.data:  # `generators: []` generates nothing, as in Argo CD
         spec.error("generators", "required field is missing")
     for node in gens:
         generators.validate(node)
