@@ -6,6 +6,7 @@
 #   requirements.txt   pyproject's [project.dependencies], pinned to the versions in .venv
 #   bin/helm           pinned linux/amd64 static binaries built by scripts/tools.sh; the functions find
 #   bin/kustomize      them through TIDECD_BIN_DIR=/workspace/bin (tidecd.clients.tools.binary)
+#   bin/gotemplate     (tools/gotemplate: ApplicationSet templates, Go's text/template + Argo CD's Sprig)
 #
 # Reproducible: the same inputs give the same bytes (sorted entries, fixed timestamps and modes), so the
 # archive's hash names the deployed version and an unchanged tree redeploys nothing.
@@ -17,7 +18,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${1:-$ROOT/dist/tidecd-functions.zip}"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 BIN="${XDG_CACHE_HOME:-$HOME/.cache}/tidecd/bin"
-TOOLS=(helm kustomize)
+TOOLS=(helm kustomize gotemplate)
 
 die() { printf 'package: %s\n' "$*" >&2; exit 1; }
 

@@ -55,7 +55,11 @@ ARGOCD_VERSION=v3.6.1
 PEER_GO_TOOLCHAIN=go1.27.3
 PEER_TOOLS="gitops-agent source-controller kustomize-controller argocd redis-server"
 
-DEFAULT_TOOLS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm kustomize kubeseal fake-gcs-server registry"
+# gotemplate: tidecd's own helper (tools/gotemplate), Go's text/template with the Sprig Argo CD v3.6.1 pins;
+# its version is a hash of its source, so an edit rebuilds it.
+GOTEMPLATE_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tools/gotemplate"
+
+DEFAULT_TOOLS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm kustomize kubeseal fake-gcs-server registry gotemplate"
 
 log() { printf '[tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -77,6 +81,7 @@ version_of() {
     source-controller|kustomize-controller) echo "$FLUX_VERSION" ;;
     argocd) echo "$ARGOCD_VERSION" ;;
     redis-server) echo "debian" ;;
+    gotemplate) echo "src-$(cat "$GOTEMPLATE_SRC"/main.go "$GOTEMPLATE_SRC"/go.mod "$GOTEMPLATE_SRC"/go.sum | sha256sum | cut -c1-16)" ;;
     *) echo "unknown tool: $1" >&2; return 1 ;;
   esac
 }
@@ -270,6 +275,8 @@ build() {
     source-controller|kustomize-controller) build_flux "$name" ;;
     argocd) build_argocd ;;
     redis-server) install_redis ;;
+    gotemplate) mkdir -p "$(dirname "$(target_of gotemplate)")"
+                ( cd "$GOTEMPLATE_SRC" && go build -trimpath -o "$(target_of gotemplate)" . ) ;;
   esac
   link "$name"
 }
@@ -297,6 +304,8 @@ version_check() {  # print the tool's own version line, proving the binary runs
                   out="built ($FLUX_VERSION), $out" ;;
     argocd) out=$("$BIN/argocd" version --client --short 2>&1 | head -1) ;;
     redis-server) out=$("$BIN/redis-server" --version) ;;
+    gotemplate) out=$(echo '{"goTemplate":true,"params":[{"a":"ok"}],"items":[{"template":"{{ .a | upper }}"}]}' \
+                      | "$BIN/gotemplate") ;;
   esac
   log "ok $name: $out"
 }

@@ -126,7 +126,8 @@ def test_archive_holds_main_the_library_requirements_and_tools(archive: Path) ->
     with zipfile.ZipFile(archive) as zf:
         names = zf.namelist()
         assert names == sorted(names), "entries must be sorted"
-        assert {"main.py", "requirements.txt", "bin/helm", "bin/kustomize", "tidecd/__init__.py"} <= set(names)
+        assert {"main.py", "requirements.txt", "bin/helm", "bin/kustomize", "bin/gotemplate",
+                "tidecd/__init__.py"} <= set(names)
         assert zf.read("main.py") == (ROOT / "functions" / "main.py").read_bytes()
         library = {
             "tidecd/" + p.relative_to(ROOT / "shared" / "tidecd").as_posix()
@@ -166,7 +167,7 @@ def test_requirements_pin_the_installed_runtime_dependencies(archive: Path) -> N
 
 def test_tools_are_real_static_executables_of_the_pinned_versions(archive: Path, unpacked: Path) -> None:
     with zipfile.ZipFile(archive) as zf:
-        for tool in ("helm", "kustomize"):
+        for tool in ("helm", "kustomize", "gotemplate"):
             mode = zf.getinfo(f"bin/{tool}").external_attr >> 16
             assert mode == 0o100755, f"bin/{tool}: mode {oct(mode)} (must be a regular executable, not a link)"
     helm = subprocess.run([str(unpacked / "bin" / "helm"), "version", "--short"],
@@ -175,7 +176,11 @@ def test_tools_are_real_static_executables_of_the_pinned_versions(archive: Path,
     kustomize = subprocess.run([str(unpacked / "bin" / "kustomize"), "version"],
                                capture_output=True, text=True, timeout=60)
     assert pinned_version("kustomize") in kustomize.stdout, kustomize.stdout + kustomize.stderr
-    for tool in ("helm", "kustomize"):
+    batch = '{"goTemplate": true, "params": [{"a": "x"}], "items": [{"template": "{{ .a | upper }}"}]}'
+    rendered = subprocess.run([str(unpacked / "bin" / "gotemplate")], capture_output=True, text=True, timeout=60,
+                              input=batch)
+    assert json.loads(rendered.stdout) == {"results": [{"value": "X"}]}, rendered.stdout + rendered.stderr
+    for tool in ("helm", "kustomize", "gotemplate"):
         with (unpacked / "bin" / tool).open("rb") as f:
             head = f.read(64)
         assert head[:4] == b"\x7fELF" and int.from_bytes(head[18:20], "little") == 0x3E, tool
