@@ -44,7 +44,8 @@ def server(tmp_path: Path) -> Iterator[str]:
         stop(httpd)
 
 
-def _tidecd(*args: str, full: bool = False, probe: bool = False) -> subprocess.CompletedProcess[str]:
+def _tidecd(*args: str, full: bool = False, probe: bool = False,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`tidecd ARGS` in a fresh process (the console script's `main`); `full` forces the full CLI, `probe`
     prints the loaded modules on stderr at exit."""
     code = ("import atexit, json, sys; "
@@ -52,7 +53,7 @@ def _tidecd(*args: str, full: bool = False, probe: bool = False) -> subprocess.C
             if probe else "import sys; ")
     code += ("from tidecd.cli import root; sys.argv = ['tidecd', *sys.argv[1:]]; root.main()" if full else
              "from tidecd.cli import main; sys.argv = ['tidecd', *sys.argv[1:]]; main()")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDECD_")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TIDECD_")}, **(env or {})}
     env["PYTHONPATH"] = f"{ROOT / 'shared'}{os.pathsep}{ROOT}"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
                           env=env, check=False)
@@ -89,16 +90,49 @@ def test_failures_exit_with_the_full_clis_codes(server: str) -> None:
         assert all(b.stderr.startswith("error: ") for b in both)
 
 
-def test_what_the_thin_client_leaves_to_the_full_cli() -> None:
+@pytest.mark.parametrize("args", [
+    ("app", "get", "guestbook", "--cached"), ("app", "get", "guestbook", "--cached", "-o", "json"),
+    ("app", "get", "helm-guestbook", "--cached"), ("app", "get", "guestbook"), ("app", "get", "nope", "--cached"),
+    ("app", "history", "guestbook"), ("app", "history", "guestbook", "-o", "json"), ("app", "history", "nope"),
+])
+def test_each_command_prints_and_exits_as_the_full_cli(server: str, args: tuple[str, ...]) -> None:
+    both = [_tidecd("--server", server, *args, "--token", TOKEN, full=full) for full in (False, True)]
+    assert both[0].returncode == both[1].returncode, [b.stderr for b in both]
+    assert (both[0].stdout, both[0].stderr) == (both[1].stdout, both[1].stderr)
+    assert both[0].stdout or both[0].stderr.startswith("error: ")
+
+
+def test_a_token_kept_by_login_is_used(server: str, tmp_path: Path) -> None:
+    config = tmp_path / "cli.json"
+    config.write_text(json.dumps({"servers": {server: {"token": TOKEN, "subject": "me", "via": "token"}}}))
+    env = {"TIDECD_CLI_CONFIG": str(config)}
+    both = [_tidecd("--server", server, "app", "history", "guestbook", full=full, env=env, probe=not full)
+            for full in (False, True)]
+    assert [b.returncode for b in both] == [0, 0], [b.stderr for b in both]
+    assert both[0].stdout == both[1].stdout and both[0].stdout.startswith("ID")
+    assert "tidecd.cli.root" not in both[0].stderr  # answered by the thin client
+    config.write_text("not json")  # the full CLI names the problem
+    broken = _tidecd("--server", server, "app", "history", "guestbook", env=env)
+    assert broken.returncode == 2 and "Invalid value" in broken.stderr, broken.stderr
+
+
+def test_what_the_thin_client_leaves_to_the_full_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TIDECD_CLI_CONFIG", str(tmp_path / "none.json"))
     assert thin.parse(["--server", "http://x", "--token", "t", "app", "list", "-o", "json"]) == \
-        {"server": "http://x", "token": "t", "output": "json"}
+        thin.Call("list", "", "http://x", "t", "json")
     assert thin.parse(["app", "list", "--server=http://x", "--token=t", "-ojson", "--cached"]) is not None
-    for argv in (["app", "list", "--server", "http://x"],  # no token: the full CLI reads the saved one
+    assert thin.parse(["app", "get", "web", "--server", "http://x", "--token", "t", "--cached"]) == \
+        thin.Call("get", "web", "http://x", "t", "table", frozenset({"--cached"}))
+    for argv in (["app", "list", "--server", "http://x"],  # no token: none saved either
                  ["app", "list", "--token", "t"],  # no server: local
                  ["app", "list", "--server", "http://x", "--token", "t", "-o", "wide"],
                  ["app", "list", "--server", "http://x", "--token", "t", "-p", "default"],
                  ["app", "list", "--server", "http://x", "--token", "t", "--refresh"],
-                 ["app", "get", "web", "--server", "http://x", "--token", "t"],
+                 ["app", "get", "web", "--server", "http://x", "--token", "t", "-o", "yaml"],
+                 ["app", "get", "Web/x", "--server", "http://x", "--token", "t"],  # not a name: the full CLI says
+                 ["app", "get", "--server", "http://x", "--token", "t"],
+                 ["app", "history", "web", "extra", "--server", "http://x", "--token", "t"],
+                 ["app", "adopt", "web", "--server", "http://x", "--token", "t"],
                  ["--help"], ["-v", "app", "list", "--server", "http://x", "--token", "t"]):
         assert thin.parse(argv) is None, argv
 

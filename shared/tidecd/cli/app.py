@@ -31,13 +31,13 @@ import yaml
 
 from tidecd.base.errors import TidecdError
 from tidecd.base.model import Action, ChangeSet
+from tidecd.cli import thin  # the thin client's formatting: both print alike
 from tidecd.cli.thin import (  # the thin client's: both print and exit alike
     EXIT_APP_ERROR,
     EXIT_CONFLICT,
     EXIT_NOT_FOUND,
     EXIT_UNREACHABLE,
     in_error,
-    short_revision,
 )
 
 if TYPE_CHECKING:
@@ -134,14 +134,17 @@ def emit(body: dict[str, Any], output: str, table: Any) -> None:
 
 def print_table(headers: list[str], rows: list[list[str]]) -> None:
     """A table as wide as the terminal (rich wraps cells to fit); into a pipe or file, where there is no
-    width to fit, each row stays on one line so scripts can split it."""
+    width to fit, each row on one line so scripts can split it (`thin.table`, as the thin client prints)."""
+    if not sys.stdout.isatty():
+        thin.table(headers, rows, typer.echo)
+        return
     from rich.console import Console  # lazy: cold start (rich only when a table is printed)
     from rich.table import Table  # lazy: cold start (rich only when a table is printed)
 
     table = Table(*headers, box=None, pad_edge=False, header_style="bold")
     for row in rows:
         table.add_row(*row)
-    Console(width=None if sys.stdout.isatty() else 10_000).print(table)
+    Console().print(table)
 
 
 def _refreshed(name: str, server: str, token: str, cached: bool) -> dict[str, Any]:
@@ -158,41 +161,9 @@ def get(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPU
     body = _refreshed(name, server, token, cached)
 
     def table(b: dict[str, Any]) -> None:
-        typer.echo(f"Name:       {b['app']}\nSync:       {b['syncStatus']}  (revision {short_revision(b)})\n"
-                   f"Health:     {b['health']}" + (f"  ({b['healthMessage']})" if b.get("healthMessage") else ""))
-        if b.get("owner"):
-            typer.echo(f"Owner:      {b['owner']}" + (" (deleting)" if b.get("deleting") else "")
-                       + f"\nOrigin:     {b.get('origin', '')}")
-        if b.get("children"):
-            typer.echo(f"Children:   {', '.join(b['children'])}")
-        for cond in b.get("conditions", []):
-            typer.echo(f"Condition:  {cond['type']}: {cond['message']}")
-        if b.get("operation"):
-            op = b["operation"]
-            typer.echo(f"Operation:  {op['phase']}" + (f": {op['message']}" if op.get("message") else "")
-                       + f"  (id {op.get('id', '')}, started {op.get('startedAt', '')} by {op.get('initiatedBy', '')})")
-            if op.get("phase") in ("Running", "Terminating"):
-                wave = op.get("wave")
-                typer.echo(f"Wave:       {wave if wave is not None else '-'}")
-                typer.echo(f"Waiting:    {op.get('step') or '-'}")
-        if b.get("autoRollback"):
-            auto = b["autoRollback"]
-            typer.echo(f"Rolled back automatically: {auto['revision'][:12]} → {auto['to'][:12]} at {auto['at']} "
-                       f"({auto['reason']}); revert: {auto['revert']}")
-        if b.get("revert"):
-            typer.echo(f"Revert:     {b['revert']['message']}")
-        images = b.get("images") or {}
-        if images.get("override"):
-            typer.echo(f"Images:     {', '.join(images['override'])}  (image updater, argocd write-back)")
-        if images.get("pinned"):
-            typer.echo(f"Images:     {images['pinned']} (tidecd image unpin {b['app']})")
-        elif images.get("check"):
-            typer.echo(f"Images:     {images['check'].get('status')}: {images['check'].get('message')}")
-        typer.echo("")
-        print_table(["KIND", "NAMESPACE", "NAME", "STATUS", "HEALTH", "MESSAGE"], [
-            [(r["group"] + "/" if r["group"] else "") + r["kind"], r["namespace"], r["name"],
-             r["status"] + (" (requires pruning)" if r.get("requiresPruning") else ""), r["health"],
-             r.get("healthMessage") or ", ".join(r.get("changed") or [])] for r in b["resources"]])
+        for line in thin.app_lines(b):
+            typer.echo(line)
+        print_table(thin.RESOURCE_COLUMNS, thin.resource_rows(b))
 
     emit(body, output, table)
     if in_error(str(body.get("syncStatus", "")), str(body.get("health", "")), body.get("conditions") or []):
@@ -355,12 +326,7 @@ def refresh(name: str, server: str = SERVER, token: str = TOKEN, output: str = O
 def history(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
     """The last deployments (id, revision, time, result, who and what started them; * marks the deployed one)."""
     body = checked(*call_api("GET", f"/apps/{name}/history", server, token))
-    deployed = next((h["id"] for h in reversed(body["history"]) if h["result"] == "Succeeded"), None)
-    emit(body, output, lambda b: print_table(
-        ["ID", "REVISION", "DEPLOYED AT", "RESULT", "BY", "TRIGGER"],
-        [[f"{h['id']}{'*' if h['id'] == deployed else ''}", short_revision(h), h["deployedAt"], h["result"],
-          h.get("initiatedBy") or "", h.get("trigger") or ("rollback" if h.get("rollback") else "")]
-         for h in b["history"]]))
+    emit(body, output, lambda b: print_table(thin.HISTORY_COLUMNS, thin.history_rows(b)))
 
 
 @app.command("rollback")

@@ -24,7 +24,7 @@ from tidecd.cli.app import (
     fail,
     print_table,
 )
-from tidecd.cli.thin import EXIT_APP_ERROR, EXIT_NOT_FOUND, in_error, short_revision
+from tidecd.cli.thin import EXIT_APP_ERROR, EXIT_NOT_FOUND, LIST_COLUMNS, in_error, list_notes, list_row, owner
 
 FORMATS = ("table", "wide", "json", "yaml", "name")
 
@@ -130,15 +130,8 @@ def _table(body: dict[str, Any], specs: dict[str, Spec], *, wide: bool) -> None:
     rows = []
     for a in body["apps"]:
         spec = specs.get(a["name"], Spec())
-        owner = a.get("owner", "") + (" (deleting)" if a.get("deleting") else "")
-        row = [a["name"], a["sync"] if "error" not in a else "Invalid", a["health"], short_revision(a)]
-        if wide:
-            row += [spec.project, spec.cluster, spec.namespace, ", ".join(spec.conditions)]
-        rows.append([*row, owner])
-    headers = ["NAME", "SYNC", "HEALTH", "REVISION"]
-    print_table([*headers, *(["PROJECT", "CLUSTER", "NAMESPACE", "CONDITIONS"] if wide else []), "OWNER"], rows)
-    for a in body["apps"]:
-        if "error" in a:
-            typer.echo(f"invalid: {a['name']}: {a['error']}", err=True)
-    for problem in body.get("configProblems", []):
-        typer.echo(f"config problem: {problem}", err=True)
+        wide_cells = [spec.project, spec.cluster, spec.namespace, ", ".join(spec.conditions)] if wide else []
+        rows.append([*list_row(a), *wide_cells, owner(a)])
+    print_table([*LIST_COLUMNS, *(["PROJECT", "CLUSTER", "NAMESPACE", "CONDITIONS"] if wide else []), "OWNER"], rows)
+    for note in list_notes(body):
+        typer.echo(note, err=True)

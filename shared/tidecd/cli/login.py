@@ -27,17 +27,9 @@ from urllib.parse import parse_qs, urlsplit
 import typer
 
 from tidecd.base.errors import TidecdError
+from tidecd.cli.thin import MAX_CONFIG, config_path
 
 SSO_TIMEOUT = 300.0  # seconds the CLI waits for the browser to come back
-MAX_CONFIG = 1024 * 1024
-
-
-def config_path() -> Path:
-    explicit = os.environ.get("TIDECD_CLI_CONFIG", "")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CONFIG_HOME", "") or str(Path.home() / ".config")
-    return Path(base) / "tidecd" / "cli.json"
 
 
 def load() -> dict[str, Any]:
