@@ -20,6 +20,7 @@ from tidecd.cli.actions import actions as app_actions
 from tidecd.cli.admin import app as admin_app
 from tidecd.cli.app import EXIT_CODES
 from tidecd.cli.app import app as apps_app
+from tidecd.cli.appset import app as appset_app
 from tidecd.cli.image import app as image_app
 from tidecd.cli.listing import list_apps
 from tidecd.cli.login import register as register_login
@@ -31,6 +32,7 @@ from tidecd.cli.secrets import register as register_secrets
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help=f"GitOps continuous delivery, serverless.\n\n{EXIT_CODES}.")
 app.add_typer(apps_app, name="app")
+app.add_typer(appset_app, name="appset")
 app.add_typer(image_app, name="image")
 app.add_typer(admin_app, name="admin")
 app.add_typer(proj_app, name="proj")

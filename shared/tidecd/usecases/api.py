@@ -480,4 +480,4 @@ def select_resources(runtime: Runtime, name: str, texts: list[str]) -> frozenset
     return frozenset(chosen)
 
 
-from tidecd.usecases import accounts, actions_api, resources_api  # noqa: E402,F401 - register their routes, which use `route`
+from tidecd.usecases import accounts, actions_api, appset_views, resources_api  # noqa: E402,F401 - register their routes, which use `route`
