@@ -125,3 +125,27 @@ def test_the_policy_decides_what_a_diff_would_do() -> None:
     assert (list(update["changed"]), update["removed"], update["kept"]) == (["x"], [], ["z"])
     failed = compare_records(of("sync"), Expansion(failed=True), record)
     assert (failed["added"], failed["removed"], failed["kept"]) == ([], [], ["x", "z"])
+
+
+def test_the_dashboard_and_the_list_show_only_what_the_caller_may_see(tmp_path: Path) -> None:
+    from tidecd import ui
+    from tidecd.base.principal import Principal
+    from tidecd.usecases.appset_views import summaries
+
+    rbac = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "argocd-rbac-cm", "namespace": "argocd"},
+            "data": {"policy.csv": "p, alice, applicationsets, get, default/sets, allow\n"
+                                   "p, alice, applications, get, default/set-a, allow\n"}}
+    (tmp_path / "rbac.yaml").write_text(yaml.safe_dump(rbac))
+    runtime = runtime_with(tmp_path, appset([{"name": "a", "path": "apps/a"}, {"name": "b", "path": "apps/b"}]),
+                           {"set-a": app_doc("set-a", "apps/a"), "set-b": app_doc("set-b", "apps/b")})
+    [seen] = summaries(runtime, Principal("alice"))
+    assert [a["name"] for a in seen["apps"]] == ["set-a"]
+    assert summaries(runtime, Principal("bob")) == []
+
+    page = ui.handle(ui.Request("GET", "/ui/appsets", {"Authorization": f"Bearer {TOKEN}", "Host": "h"}), runtime)
+    html = page.body.decode()
+    assert page.status == 200, html[:500]
+    assert 'data-appset="sets"' in html
+    assert 'data-generated-app="set-a"' in html and 'data-generated-app="set-b"' in html
+    assert 'href="/ui/appsets"' in html and "config/sets.yaml" in html
+    assert ui.handle(ui.Request("GET", "/ui/appsets", {"Host": "h"}), runtime).status in (302, 303)

@@ -7,6 +7,7 @@
     POST /ui/apps/NAME/refresh      refresh (admin role, CSRF, same origin, as every action)
     GET/POST /ui/apps/NAME/{sync,rollback,terminate}   the sync panel and the confirmations (`act`)
     GET  /ui/projects, /ui/clusters read-only lists with their rules and the apps using each
+    GET  /ui/appsets                each ApplicationSet, its generated apps and its errors (`appsets`)
     GET/POST /ui/login, POST /ui/logout   a token, or a local account's password (argocd-cm accounts)
     GET  /ui/auth/login, /ui/auth/callback  single sign-on through argocd-cm's oidc.config (`sso`)
     GET  /ui/static/FILE            htmx (vendored, see static/VENDORED.md) and the style sheet
@@ -331,4 +332,4 @@ def visible_names(ctx: Context) -> list[str]:
     return sorted(_visible(ctx).applications)
 
 
-from tidecd.ui import act, graph, resources, sso, watch  # noqa: E402,F401 - their routes use the helpers above
+from tidecd.ui import act, appsets, graph, resources, sso, watch  # noqa: E402,F401 - their routes use the helpers above
