@@ -170,6 +170,17 @@ def test_git_directories_application_set_yields_an_app_per_directory_and_follows
     assert answer.body["applicationsets"]["created"] == [golf], answer.body
     assert golf in answer.body["refreshed"] and golf in {r.app for r in dispatched.refreshes}
 
+    # a directory removed from git: its app (given Argo CD's resources finalizer, the template names none) is
+    # deleting, prunes what it owns through the ordinary sync, then leaves; the other apps' objects stay
+    charlie = f"charlie-{gitops.namespace}"
+    gitops.push({"services/charlie/cm.yaml": None}, "charlie is retired")
+    summary = poll(gitops.runtime(), ManualDispatcher(), jitter_seconds=0)
+    assert charlie in gitops.runtime().config().deleting, summary
+    gitops.reconcile("charlie")
+    assert gitops.live("ConfigMap", "svc-charlie") is None
+    assert gitops.live("ConfigMap", "svc-foxtrot") is not None
+    assert charlie not in gitops.runtime().config().applications
+
 
 def test_pull_request_generator_through_pygithub_and_the_webhook(
         gitops: GitOps, github_standin: GitHubStandIn, webhook_examples: dict[str, list[dict[str, Any]]]) -> None:

@@ -3,6 +3,7 @@ their Go test tables and the ApplicationSet docs; the code and cases here are ti
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +175,19 @@ def test_a_duplicated_name_keeps_the_first_app(tmp_path: Path) -> None:
     assert out.apps["same"].doc["spec"]["source"]["repoURL"] == "https://git.example/first"
     assert "spec.generators[1] (list element 0): spec.template.metadata.name: 'same' is generated twice" \
         in out.errors[0]
+
+
+def test_the_resources_finalizer_is_added_as_argo_cd_adds_it(tmp_path: Path) -> None:
+    """RenderTemplateParams (TestRenderTemplateParamsFinalizers): added when the template names no finalizer and
+    preserveResourcesOnDeletion is off; a template's own finalizers stay; empty parameters leave the template."""
+    def finalizers(elements: list[dict[str, Any]], own: list[str] | None = None, **spec: Any) -> object:
+        made = appset([{"list": {"elements": elements}}], name="app", **spec)
+        if own is not None:
+            made = dataclasses.replace(made, template={**made.template, "metadata": {"name": "app",
+                                                                                     "finalizers": own}})
+        return expand(made, FakeSources(tmp_path)).apps["app"].doc["metadata"].get("finalizers")
+
+    assert finalizers([{"a": "1"}]) == ["resources-finalizer.argocd.argoproj.io"]
+    assert finalizers([{"a": "1"}], syncPolicy={"preserveResourcesOnDeletion": True}) is None
+    assert finalizers([{}]) is None
+    assert finalizers([{"a": "1"}], own=["example.com/mine"]) == ["example.com/mine"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tidecd.clients.store import LocalStore
@@ -19,10 +20,12 @@ APP = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": 
                 "destination": {"name": "in-cluster", "namespace": "a"}}}
 
 
-def list_set(elements: list[str], *, finalizer: bool = True, **spec: Any) -> dict[str, Any]:
+def list_set(elements: list[str], *, finalizer: str | None = "resources-finalizer.argocd.argoproj.io",
+             **spec: Any) -> dict[str, Any]:
+    """`finalizer=None`: the template names none, so Argo CD (and tidecd) add the resources finalizer."""
     meta: dict[str, Any] = {"name": "{{name}}"}
     if finalizer:
-        meta["finalizers"] = ["resources-finalizer.argocd.argoproj.io"]
+        meta["finalizers"] = [finalizer]
     return {"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet", "metadata": {"name": "envs"},
             "spec": {"generators": [{"list": {"elements": [{"name": e} for e in elements]}}],
                      "template": {"metadata": meta, "spec": {
@@ -93,7 +96,7 @@ def test_removed_apps_with_the_finalizer_are_deleting_until_forgotten(tmp_path: 
 
 
 def test_without_the_finalizer_or_with_preserve_removed_apps_leave_at_once(tmp_path: Path) -> None:
-    for doc in (list_set(["one", "two"], finalizer=False),
+    for doc in (list_set(["one", "two"], finalizer="example.com/another"),
                 list_set(["one", "two"], syncPolicy={"preserveResourcesOnDeletion": True})):
         write(tmp_path / "config", doc)
         refresh(runtime(tmp_path))
@@ -180,3 +183,43 @@ def test_the_api_shows_owner_and_origin_and_an_app_of_apps_children(tmp_path: Pa
     one = get("/api/v1/apps/one")
     assert one["owner"] == "ApplicationSet/envs" and one["app"] == "one"
     assert get("/api/v1/apps/written")["children"] == ["kid"]
+
+
+def test_generated_apps_get_the_resources_finalizer_so_removal_deletes_their_objects(tmp_path: Path) -> None:
+    """Argo CD's RenderTemplateParams adds resources-finalizer.argocd.argoproj.io when the template names no
+    finalizer and preserveResourcesOnDeletion is off (its e2e TestSyncPolicyCreateDelete expects it)."""
+    def finalizers(name: str) -> object:
+        apps = generated.load_records(runtime(tmp_path).store)["ApplicationSet/envs"]["apps"]
+        return apps[name]["doc"]["metadata"].get("finalizers")
+
+    write(tmp_path / "config", list_set(["one", "two"], finalizer=None))
+    refresh(runtime(tmp_path))
+    assert finalizers("one") == ["resources-finalizer.argocd.argoproj.io"]
+    write(tmp_path / "config", list_set(["one"], finalizer=None))
+    refresh(runtime(tmp_path))
+    assert runtime(tmp_path).config().deleting == {"two"}
+    write(tmp_path / "config", list_set(["one", "two"], finalizer=None,
+                                        syncPolicy={"preserveResourcesOnDeletion": True}))
+    refresh(runtime(tmp_path))
+    assert finalizers("one") is None and finalizers("two") is None
+
+
+@pytest.mark.parametrize(("policy", "stays"), [("create-only", True), ("create-update", True),
+                                               ("create-delete", False), ("sync", False)])
+def test_a_removed_application_set_honours_applications_sync(tmp_path: Path, policy: str, stays: bool) -> None:
+    """Argo CD's e2e TestSyncPolicyCreateUpdate: deleting the ApplicationSet under a policy that may not delete
+    removes the owner references and the Applications still exist; create-delete and sync delete them."""
+    write(tmp_path / "config", APP, list_set(["one"], finalizer=None, syncPolicy={"applicationsSync": policy}))
+    refresh(runtime(tmp_path))
+    write(tmp_path / "config", APP)
+    for _ in range(2):  # the next tick changes nothing more
+        refresh(runtime(tmp_path))
+        config = runtime(tmp_path).config()
+        if stays:
+            assert "one" in config.applications and config.deleting == set()
+        else:
+            assert config.deleting == {"one"}
+    if stays:  # the ApplicationSet back: it owns its apps again, and may delete them under its new policy
+        write(tmp_path / "config", APP, list_set(["two"], finalizer=None))
+        refresh(runtime(tmp_path))
+        assert runtime(tmp_path).config().deleting == {"one"}

@@ -18,6 +18,8 @@ Removal, as Argo CD's finalizer does it: an app no longer generated (or whose ow
 `preserveResourcesOnDeletion`) stays in the config as *deleting*: it renders nothing and prunes what it
 owns, through the ordinary engine (reverse waves, no waiting), and once nothing is left its record entry
 is dropped (`forget`). Without the finalizer it leaves the config at once and its objects are left alone.
+An ApplicationSet removed under `applicationsSync: create-only|create-update` leaves its record `orphaned`:
+its apps stay as they are (Argo CD removes their owner references instead of deleting them).
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ def _owner_gone(config: Config, owner: str, pending: Mapping[str, Any]) -> bool:
 
 def _merge_record(config: Config, record: Mapping[str, Any], owner: str, written_apps: set[str],
                   written_projects: set[str]) -> None:
-    gone = not _owner_known(config, owner)
+    gone = not _owner_known(config, owner) and not record.get("orphaned")  # orphaned: its apps stay, unowned
     appset = config.appsets.get(owner_name(owner)) if owner_kind(owner) == "ApplicationSet" else None
     preserve = bool(getattr(appset, "preserve_resources_on_deletion", False))
     parent = config.applications.get(owner_name(owner)) if owner_kind(owner) == "Application" else None

@@ -288,7 +288,8 @@ def _one(runtime: Runtime, appset: ApplicationSet, sources: RuntimeSources, now:
             removed.append(name)
         created.extend(sorted(n for n in kept if n not in live_old and not kept[n].get("deleting")))
         out = {**record, "apps": kept, "errors": list(expansion.errors), "specHash": appset.spec_hash(),
-               "origin": appset.origin, "inputs": dict(sources.inputs), "failed": expansion.failed}
+               "origin": appset.origin, "inputs": dict(sources.inputs), "failed": expansion.failed,
+               "applicationsSync": appset.applications_sync, "orphaned": False}
         if _uses_pull_requests(appset.generators):
             out["evaluatedAt"] = now()
         return out
@@ -303,7 +304,12 @@ def _one(runtime: Runtime, appset: ApplicationSet, sources: RuntimeSources, now:
 
 
 def _gone(runtime: Runtime, owner: str, summary: RefreshSummary) -> None:
+    """An ApplicationSet removed from the config. Under `create-only` or `create-update` (its last recorded
+    policy) its apps stay, unowned, as Argo CD's controller removes their owner references instead of
+    deleting them; otherwise they go, and each one's finalizer decides whether its objects go too."""
     def change(record: dict[str, Any]) -> dict[str, Any]:
+        if record.get("applicationsSync") in ("create-only", "create-update"):
+            return {**record, "orphaned": True, "errors": []}
         apps = {}
         for name, entry in (record.get("apps") or {}).items():
             if isinstance(entry, dict) and generated.cascades(entry.get("doc") or {}):

@@ -25,7 +25,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidecd.base.constants import ARGO_VERSION
+from tidecd.base.constants import ARGO_VERSION, ARGOCD_RESOURCES_FINALIZER
 from tidecd.config.appset.generators import Evaluator, GeneratorError, Sources
 from tidecd.config.appset.gotemplate import TemplateError
 from tidecd.config.appset.model import ApplicationSet
@@ -71,6 +71,7 @@ def expand(appset: ApplicationSet, sources: Sources) -> Expansion:
                 doc: dict[str, Any] = {"apiVersion": ARGO_VERSION, "kind": "Application",
                        "metadata": copy.deepcopy(meta) if isinstance(meta, dict) else {},
                        "spec": copy.deepcopy(rendered.get("spec") or {})}
+                _finalizer(doc, appset, params.values)
                 if appset.template_patch:
                     doc = _patched(doc, appset, params.values)
             except TemplateError as exc:
@@ -90,6 +91,16 @@ def expand(appset: ApplicationSet, sources: Sources) -> Expansion:
             doc["metadata"].pop("namespace", None)  # Argo CD's `argocd`: not a destination
             out.apps[name] = Generated(name, doc, label)
     return out
+
+
+def _finalizer(doc: dict[str, Any], appset: ApplicationSet, params: dict[str, Any]) -> None:
+    """Argo CD's RenderTemplateParams gives a generated app `resources-finalizer.argocd.argoproj.io` when its
+    template names no finalizer and `preserveResourcesOnDeletion` is off, so removing the app (no longer
+    generated, or its ApplicationSet deleted) deletes its objects. Like Argo CD, an empty parameter set
+    returns the template as written (no finalizer added); a templatePatch, applied after, may change it."""
+    if appset.preserve_resources_on_deletion or not params or doc["metadata"].get("finalizers"):
+        return
+    doc["metadata"]["finalizers"] = [ARGOCD_RESOURCES_FINALIZER]
 
 
 def _patched(doc: dict[str, Any], appset: ApplicationSet, params: dict[str, Any]) -> dict[str, Any]:
