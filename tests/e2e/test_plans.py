@@ -3,6 +3,8 @@ functions-framework, the OpenAPI-driven GitHub stand-in, the real git server and
 
 - A pull request to the config source (in git) that adds an Application and edits an ApplicationSet gets
   one `tidecd/plan` status and one comment listing the new and changed apps with their rendered diffs.
+- A pull request that changes only an ApplicationSet gets a plan listing the apps it would add, change and
+  remove (issue 24's preview of an ApplicationSet change).
 - An app that requires a plan: a plan is approved by merging its pull request; a live object changed by hand
   before the sync stops the sync, which names the object and applies nothing; without the hand change the
   sync applies exactly the plan, and the pull request's check names the operation.
@@ -112,6 +114,43 @@ def test_a_config_source_pull_request_lists_new_and_changed_apps_with_their_rend
     assert f"Service {ns}/bad: dry-run failed" in comment and "99999" in comment  # the server's refusal of a new object
     assert hub.live("ConfigMap", "set-a")["data"] == {"v": "1"}  # type: ignore[index]  # nothing applied
     assert hub.live("ConfigMap", "brand-new") is None
+
+
+def test_a_pull_request_changing_only_an_application_set_lists_the_apps_it_adds_changes_and_removes(
+        hub: GitOps, hub_functions: Functions, github_standin: GitHubStandIn, sealing: tuple[KeyPair, Path],  # noqa: F811
+        webhook_examples: dict[str, list[dict[str, Any]]], git_server: Any, tmp_path: Path) -> None:
+    """Issue 24, Build 4: the preview of an ApplicationSet change is the config source's plan."""
+    functions = hub_functions
+    _env(functions, github_standin, sealing[1])
+    hub.push({f"apps/{n}/cm.yaml": configmap(f"set-{n}", {"v": n}) for n in ("a", "a2", "b", "c")})
+    full = f"octo/config-{uuid.uuid4().hex[:8]}"
+    config = GitRepo(git_server, full, tmp_path / "config-work")
+    for item in hub.config_dir.iterdir():  # the sealed github Secret
+        shutil.copy(item, config.workdir / item.name)
+    config.write("sets.yaml", yaml.safe_dump(_appset(hub, [{"name": "a", "path": "apps/a"},
+                                                           {"name": "c", "path": "apps/c"}])))
+    config.commit("config")
+    config.push()
+    source = f"{config.url}#main"
+    functions.extra_env["TIDECD_CONFIG"] = source
+    ns = hub.namespace
+    runtime = hub.runtime(config=source, sealing_keys=str(sealing[1]))
+    assert appsets.refresh(runtime).created == [f"set-a-{ns}", f"set-c-{ns}"]
+
+    config.git("checkout", "--quiet", "-b", "plan")
+    config.write("sets.yaml", yaml.safe_dump(_appset(hub, [{"name": "a", "path": "apps/a2"},
+                                                           {"name": "b", "path": "apps/b"}])))
+    head = config.commit("the ApplicationSet alone: a moves, b is new, c goes")
+    config.push("plan")
+    answer = functions.deliver("pull_request", _config_pr(webhook_examples, config, full, 7, head))
+    assert answer.status_code == 202 and answer.json()["plan"] is True, answer.text
+    states = eventually(lambda: github_standin.status_states(full, head, "tidecd/plan"), what="the plan's status")
+    [comment] = github_standin.comment_bodies(full, 7)
+    assert "1 app(s) added, 1 changed, 1 removed" in comment, comment
+    assert f"new app `set-b-{ns}`" in comment and f"changed app `set-a-{ns}`" in comment
+    assert f"removed app `set-c-{ns}`" in comment and "apps/a2" in comment
+    assert f"ConfigMap {ns}/set-b" in comment  # the new app's rendered objects
+    assert states == ["success"], (states, comment)
 
 
 def _merge(gitops: GitOps, branch: str) -> str:
