@@ -191,3 +191,35 @@ def test_the_resources_finalizer_is_added_as_argo_cd_adds_it(tmp_path: Path) -> 
     assert finalizers([{"a": "1"}], syncPolicy={"preserveResourcesOnDeletion": True}) is None
     assert finalizers([{}]) is None
     assert finalizers([{"a": "1"}], own=["example.com/mine"]) == ["example.com/mine"]
+
+
+TAB_INDENTED_JSON_PATCH = """{
+\t"metadata": {
+\t\t"annotations": {
+\t\t\t{{- range $k, $v := .annotations }}
+\t\t\t"{{ $k }}": "{{ $v }}"
+\t\t\t{{- end }}
+\t\t}
+\t},
+\t{{- if .createNamespace }}
+\t"spec": {"syncPolicy": {"syncOptions": ["CreateNamespace=true"]}}
+\t{{- end }}
+}
+"""
+
+
+def test_a_json_template_patch_is_read_as_json(tmp_path: Path) -> None:
+    """ConvertYAMLToJSON: a patch starting with `{` is JSON (Argo CD's e2e patch is JSON indented with tabs,
+    which YAML refuses); anything else is YAML. A bad JSON patch sets the app aside naming the line."""
+    element = {"cluster": "my-cluster", "createNamespace": True, "annotations": {"some-key": "some-value"}}
+    out = expand(appset([{"list": {"elements": [element]}}], go=True, name="{{ .cluster }}-guestbook",
+                        patch=TAB_INDENTED_JSON_PATCH), FakeSources(tmp_path))
+    doc = out.apps["my-cluster-guestbook"].doc
+    assert doc["metadata"]["annotations"] == {"some-key": "some-value"}
+    assert doc["spec"]["syncPolicy"] == {"syncOptions": ["CreateNamespace=true"]}
+    bad = expand(appset([{"list": {"elements": [element]}}], go=True, name="x", patch='{"metadata": {,}}'),
+                 FakeSources(tmp_path))
+    assert not bad.apps and "it is not JSON (line 1, column 15)" in bad.errors[0]
+    yaml_patch = expand(appset([{"list": {"elements": [element]}}], go=True, name="x",
+                               patch="metadata:\n  labels:\n    c: '{{ .cluster }}'\n"), FakeSources(tmp_path))
+    assert yaml_patch.apps["x"].doc["metadata"]["labels"] == {"c": "my-cluster"}

@@ -7,7 +7,8 @@ Two forms, chosen by `spec.goTemplate`:
   as the dot (`{{ .path.basename }}`), with `goTemplateOptions` (`missingkey=error`); see `gotemplate`.
 
 Strings are rendered one by one (map keys too), so a template can never produce YAML structure it did not
-have, except through `templatePatch`: a Go template rendered as a whole, parsed as YAML and merged over
+have, except through `templatePatch`: a Go template rendered as a whole, parsed as JSON when it starts with
+`{` and as YAML otherwise (Argo CD's ConvertYAMLToJSON; JSON indented with tabs is not YAML), and merged over
 the rendered template (maps merged key by key, anything else replaced, `null` removes a key), as Argo CD's
 strategic merge of an Application (which has no merge keys on its lists) does.
 """
@@ -15,6 +16,7 @@ strategic merge of an Application (which has no merge keys on its lists) does.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -104,14 +106,29 @@ def merge(base: Any, patch: Any) -> Any:
 
 
 def apply_patch(doc: dict[str, Any], patch: str, params: Mapping[str, Any], options: Sequence[str]) -> dict[str, Any]:
-    """`templatePatch`: rendered as one Go template, parsed as YAML, merged over the rendered template."""
+    """`templatePatch`: rendered as one Go template, read as JSON or YAML, merged over the rendered template."""
     text = gotemplate.render(patch, params, options=options)
+    if text.strip().startswith("{"):  # Argo CD's ConvertYAMLToJSON: a patch starting with `{` is JSON
+        try:
+            loaded = json.loads(text)
+            limits.check_depth(loaded, "templatePatch")
+        except (json.JSONDecodeError, RecursionError) as exc:
+            where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+            raise TemplateError("templatePatch: the rendered patch starts with '{' so it is read as JSON (as Argo "
+                                f"CD reads it), and it is not JSON{where}") from None
+        except ValueError as exc:
+            raise TemplateError(f"templatePatch: {exc}") from exc
+        return _merged(doc, loaded)
     try:
         loaded = limits.load_yaml(text, "templatePatch")
     except yaml.YAMLError as exc:
         raise TemplateError(f"templatePatch: the rendered patch is not YAML ({type(exc).__name__})") from exc
     except ValueError as exc:
         raise TemplateError(f"templatePatch: {exc}") from exc
+    return _merged(doc, loaded)
+
+
+def _merged(doc: dict[str, Any], loaded: Any) -> dict[str, Any]:
     if loaded is None:
         return doc
     if not isinstance(loaded, Mapping):
