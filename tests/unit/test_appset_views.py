@@ -38,7 +38,8 @@ def appset(elements: list[dict[str, str]], *, project: str = "default", policy: 
 
 
 def app_doc(name: str, path: str) -> dict[str, Any]:
-    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": name},
+    meta = {"name": name, "finalizers": ["resources-finalizer.argocd.argoproj.io"]}  # as expand adds it
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": meta,
             "spec": {"project": "default", "source": {"repoURL": REPO, "targetRevision": "main", "path": path},
                      "destination": {"name": "in-cluster", "namespace": "ns"}}}
 
@@ -105,7 +106,8 @@ def test_generate_from_a_manifest_names_the_file_and_field_and_checks_the_projec
     elsewhere = appset([{"name": "a", "path": "apps/a"}], project="nope")
     answer = call(runtime, "POST", "/api/v1/applicationsets/generate", {"manifest": yaml.safe_dump(elsewhere)})
     [problem] = answer.body["errors"]
-    assert "spec.template.spec.project" in problem and "'nope'" in problem and "set-a" in problem
+    assert "spec.project" in problem and "'nope'" in problem and "Application/set-a" in problem, problem
+    assert problem.startswith("applicationset.yaml: ApplicationSet/sets (spec.generators[0]")
 
 
 def test_the_policy_decides_what_a_diff_would_do() -> None:

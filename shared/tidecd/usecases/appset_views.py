@@ -16,6 +16,8 @@ Generate asks the same), and only the generated apps the caller may `application
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
@@ -108,12 +110,7 @@ def generate(runtime: Runtime, principal: Principal, appset: ApplicationSet, con
             expansion = Expansion(errors=[f"{appset.origin}: {appset.label}: {exc}"], failed=True)
     finally:
         sources.close()
-    errors = list(expansion.errors)
-    for found in expansion.apps.values():
-        project = str((found.doc.get("spec") or {}).get("project") or "default")
-        if project not in config.projects:
-            errors.append(f"{appset.origin}: {appset.label}: {found.generator}: spec.template.spec.project: project "
-                          f"{project!r} of Application/{found.name} is not defined in the config source")
+    errors = list(expansion.errors) + _set_aside(config, appset, expansion)
     record = generated.load_records(runtime.store).get(appset.label) or {}
     diff = compare_records(appset, expansion, record)
     shown = {n for n, g in expansion.apps.items() if _visible_doc(config, principal, n, g.doc)}
@@ -126,6 +123,20 @@ def generate(runtime: Runtime, principal: Principal, appset: ApplicationSet, con
             "applications": [_app_item(g.name, g.doc, g.generator) for n, g in sorted(expansion.apps.items())
                              if n in shown],
             "diff": diff}
+
+
+def _set_aside(config: Config, appset: ApplicationSet, expansion: Expansion) -> list[str]:
+    """Why generated apps would be set aside once recorded: each is joined to the config by the records' own
+    `merge`, as the refresh's record is (every field validated, its project defined, no written app shadowed),
+    in place of what the ApplicationSet generated before."""
+    base = dataclasses.replace(config, appsets={**config.appsets, appset.name: appset}, applications={
+        n: a for n, a in config.applications.items() if config.owners.get(n) != appset.label},
+        invalid={n: p for n, p in config.invalid.items() if n not in expansion.apps}, problems=[])
+    record = {"owner": appset.label, "apps": {g.name: {"doc": copy.deepcopy(g.doc), "generator": g.generator}
+                                              for g in expansion.apps.values()}}
+    merged = generated.merge(base, {appset.label: record})
+    found = [merged.invalid[n] for n in sorted(expansion.apps) if n in merged.invalid]
+    return [f"{appset.origin}: {e}" for e in [*found, *merged.problems]]
 
 
 def read_manifest(text: str, filename: str) -> ApplicationSet:
