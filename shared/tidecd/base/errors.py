@@ -22,7 +22,7 @@
     │   ├── OperationInProgress         an operation of the app is running already (`.operation_id`)
     │   ├── SyncWindowClosed            the project's sync windows do not let this sync start now
     │   ├── PermissionDenied            RBAC (argocd-rbac-cm, project roles) refuses the caller this action
-    │   ├── clients.tools.MissingTool  a binary tidecd runs (helm, kustomize) is not installed
+    │   ├── base.tools.MissingTool      a binary tidecd runs (helm, kustomize, gotemplate) is not installed
     │   ├── triggers.dispatch.BadRefreshMessage  a refresh message that cannot be decoded
     │   ├── clients.github.Rejected     GitHub refused a request (4xx other than rate limiting)
     │   ├── clients.oidc.LoginRefused   an OIDC answer or ID token that proves nobody (never includes the token)

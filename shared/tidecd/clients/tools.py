@@ -1,47 +1,6 @@
-"""Find the external binaries tidecd runs (helm, kustomize; the dev tooling finds etcd, kwok, ... the same way).
+"""The external binaries tidecd runs: `tidecd.base.tools`, named here too for the clients and stages that
+import it from here (it moved to base so that `config.appset` can run the gotemplate helper)."""
 
-Looked up, in order: `$TIDECD_BIN_DIR`, a `bin/` folder beside the deployed function source (where
-`make package` puts pinned Linux binaries), the build cache of `scripts/tools.sh`, then `$PATH`. Building a
-missing tool is dev-only (`tidecd_dev.tools.ensure`).
-"""
+from tidecd.base.tools import MissingTool, binary, cache_dir, search_dirs
 
-from __future__ import annotations
-
-import os
-import shutil
-from pathlib import Path
-
-from tidecd.base.errors import PermanentError
-
-
-class MissingTool(PermanentError):
-    """A binary tidecd needs is not installed."""
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tidecd"
-
-
-def search_dirs() -> list[Path]:
-    dirs = []
-    if env := os.environ.get("TIDECD_BIN_DIR"):
-        dirs.append(Path(env))
-    dirs.append(Path.cwd() / "bin")
-    dirs.append(cache_dir() / "bin")
-    return dirs
-
-
-def binary(name: str) -> str:
-    """Absolute path of `name`, or MissingTool saying how to get it."""
-    for directory in search_dirs():
-        candidate = directory / name
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    found = shutil.which(name)
-    if found:
-        return found
-    raise MissingTool(
-        f"{name} not found (looked in {', '.join(str(d) for d in search_dirs())} and $PATH); "
-        f"run `make tools` locally, or `make package` to bundle it with the function source"
-    )
+__all__ = ["MissingTool", "binary", "cache_dir", "search_dirs"]

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidecd.base.constants import ARGO_VERSION, ARGOCD_RESOURCES_FINALIZER
-from tidecd.config.appset.generators import Evaluator, GeneratorError, Sources
+from tidecd.config.appset.generators import Evaluator, GeneratorError, Params, Sources
 from tidecd.config.appset.gotemplate import TemplateError
 from tidecd.config.appset.model import ApplicationSet
-from tidecd.config.appset.template import apply_patch, merge
+from tidecd.config.appset.template import Renderer, apply_patch, merge
 from tidecd.config.model import DNS_NAME
 
 
@@ -61,9 +61,16 @@ def expand(appset: ApplicationSet, sources: Sources) -> Expansion:
             out.errors.append(f"{where}: {exc}")
             out.failed = True
             continue
+        try:  # every string of every parameter set in one helper run; the loop below looks them up
+            renderer.prefetch([(_template(appset, p), p.values) for p in found]
+                              + [(appset.template_patch, p.values) for p in found if appset.template_patch])
+        except TemplateError as exc:
+            out.errors.append(f"{where}: {path}: {exc}")
+            out.failed = True
+            continue
         for params in found:
             label = f"{path} ({params.origin})"
-            template = appset.template if params.template is None else merge(appset.template, params.template)
+            template = _template(appset, params)
             try:
                 rendered = renderer.value(template, params.values, "spec.template")
                 assert isinstance(rendered, dict)
@@ -73,7 +80,7 @@ def expand(appset: ApplicationSet, sources: Sources) -> Expansion:
                        "spec": copy.deepcopy(rendered.get("spec") or {})}
                 _finalizer(doc, appset, params.values)
                 if appset.template_patch:
-                    doc = _patched(doc, appset, params.values)
+                    doc = _patched(doc, appset, params.values, renderer)
             except TemplateError as exc:
                 out.errors.append(f"{where}: {label}: {exc}")
                 continue
@@ -103,10 +110,15 @@ def _finalizer(doc: dict[str, Any], appset: ApplicationSet, params: dict[str, An
     doc["metadata"]["finalizers"] = [ARGOCD_RESOURCES_FINALIZER]
 
 
-def _patched(doc: dict[str, Any], appset: ApplicationSet, params: dict[str, Any]) -> dict[str, Any]:
+def _template(appset: ApplicationSet, params: Params) -> dict[str, Any]:
+    return appset.template if params.template is None else merge(appset.template, params.template)
+
+
+def _patched(doc: dict[str, Any], appset: ApplicationSet, params: dict[str, Any],
+             renderer: Renderer) -> dict[str, Any]:
     template = {"metadata": doc["metadata"], "spec": doc["spec"]}
     project = doc["spec"].get("project")
-    patched = apply_patch(template, appset.template_patch, params, appset.go_template_options)
+    patched = apply_patch(template, appset.template_patch, params, renderer)
     spec = patched.get("spec")
     after = spec.get("project") if isinstance(spec, dict) else None
     if after != project:

@@ -17,11 +17,9 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from tidecd.base import child
-from tidecd.clients import tools
+from tidecd.base import child, tools
 from tidecd.config.appset.gotemplate.values import MAX_OUTPUT, TemplateError
 
 SECONDS = 10.0  # one batch: thousands of strings take well under a second
@@ -30,23 +28,16 @@ BATCH_OUTPUT_BYTES = 64 * 1024 * 1024  # the whole answer; each string stops at 
 STDERR_SHOWN = 2000
 
 
-@dataclass(frozen=True)
-class Item:
-    """One string to render, with the index of its parameter set in the batch."""
-
-    template: str
-    params: int = 0
-
-
-def render_batch(items: Sequence[Item], params: Sequence[Mapping[str, Any]], *, go: bool = True,
+def render_batch(items: Sequence[tuple[str, int]], params: Sequence[Mapping[str, Any]], *, go: bool = True,
                  options: Sequence[str] = ()) -> list[str | TemplateError]:
-    """Each item rendered, in order: its text, or a TemplateError with Argo CD's wording (the template is
+    """Each (template, index of its parameter set) rendered, in order: its text, or a TemplateError with
+    Argo CD's wording (the template is
     quoted, as Argo CD quotes it; the parameter values never are). Raises TemplateError when the helper
     cannot run, passes its limits or refuses the batch (a bad `goTemplateOptions`)."""
     if not items:
         return []
     batch = {"goTemplate": go, "options": list(options), "params": [dict(p) for p in params],
-             "items": [{"template": i.template, "params": i.params} for i in items], "maxOutput": MAX_OUTPUT}
+             "items": [{"template": t, "params": i} for t, i in items], "maxOutput": MAX_OUTPUT}
     try:
         binary = tools.binary("gotemplate")
     except tools.MissingTool as exc:
