@@ -62,7 +62,7 @@ __all__ = [
     "GroupKind", "HelmParameter", "HelmSpec", "IgnoreDifference", "JsonnetSpec", "JsonnetVar", "KustomizeSpec",
     "ProjectDestination", "Retry", "TEAM_SOURCES", "TeamSource",
     "SyncPolicy", "config_files", "load_config", "load_config_source", "normalize_repo_url",
-    "parse_config_source", "parse_duration", "redact_repo_url", "repo_key",
+    "parse_config_source", "parse_duration", "parse_object", "redact_repo_url", "repo_key",
 ]
 
 
@@ -406,6 +406,14 @@ def _parse_document(doc: Any, origin: str, index: int, errors: list[str]) -> Con
     before = len(errors)
     item = parser(Node(doc, "", errs))
     return item if len(errors) == before else None
+
+
+def parse_object(doc: Any, origin: str) -> tuple[ConfigItem | None, list[str]]:
+    """One object as the config source would read it from `origin` (the object and its problems, each naming
+    the field): what a manifest written from the dashboard or the api is checked with before it is committed."""
+    errors: list[str] = []
+    item = _parse_document(doc, origin, 1, errors)
+    return item, errors
 
 
 def _assemble(found: list[ConfigItem], errors: list[str]) -> Config:

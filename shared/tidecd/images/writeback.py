@@ -22,7 +22,7 @@ import yaml
 
 from tidecd import source as git
 from tidecd.base import limits
-from tidecd.base.errors import ConfigError, SourceUnavailable, TemporaryError, UnsafePathError
+from tidecd.base.errors import ConfigError, PermanentError, SourceUnavailable, TemporaryError, UnsafePathError
 from tidecd.config.load import redact_repo_url
 from tidecd.images.state import ImageValue
 from tidecd.render.overrides import kustomize_image_name
@@ -40,6 +40,14 @@ KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization
 
 class PushRejected(TemporaryError):
     """The branch moved while we committed (or the server refused the update): fetch again and retry."""
+
+
+class PushDeclined(PermanentError):
+    """The server's hook declined the update (a protected branch): trying again would not help; a caller may
+    push to another branch and open a pull request instead."""
+
+
+_DECLINED = ("declined", "protected branch")  # git's "pre-receive hook declined", GitHub's "protected branch hook"
 
 
 @dataclass(frozen=True)
@@ -334,5 +342,7 @@ def _send(repo_url: str, creds: git.RepoCredentials | None, repo: MemoryRepo, re
                 raise PushRejected(str(exc)[:200]) from None
             raise git.unavailable_error(repo_url, exc, creds) from exc
     status = (result.ref_status or {}).get(ref_b)
+    if status and any(word in str(status).lower() for word in _DECLINED):
+        raise PushDeclined(f"{redact_repo_url(repo_url)} declined the push to {ref}: {str(status)[:200]}")
     if status:
         raise PushRejected(f"{ref}: {status}")

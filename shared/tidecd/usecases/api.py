@@ -409,6 +409,11 @@ def delete_token(runtime: Runtime, name: str, _: dict[str, Any], __: Mapping[str
     return Response(200, {"project": project, "role": role, "revoked": record})
 
 
+def chosen_dispatcher() -> Dispatcher | None:
+    """The dispatcher the caller of `handle` handed in, if any (routes in other modules pass it on)."""
+    return _DISPATCHER.get()
+
+
 def _dispatcher(runtime: Runtime) -> Dispatcher:
     chosen = _DISPATCHER.get()
     return chosen if chosen is not None else dispatcher_for(runtime)
@@ -480,4 +485,4 @@ def select_resources(runtime: Runtime, name: str, texts: list[str]) -> frozenset
     return frozenset(chosen)
 
 
-from tidecd.usecases import accounts, actions_api, appset_views, resources_api  # noqa: E402,F401 - register their routes, which use `route`
+from tidecd.usecases import accounts, actions_api, app_write_api, appset_views, resources_api  # noqa: E402,F401 - register their routes, which use `route`
