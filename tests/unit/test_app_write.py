@@ -3,16 +3,19 @@ form builds, the checks that name the field, RBAC before any git is touched, and
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tidecd import ui
 from tidecd.base.errors import ConfigError, PermissionDenied
 from tidecd.base.principal import ADMIN, READONLY
 from tidecd.clients.store import MemoryStore
 from tidecd.config.load import ConfigSourceRef, load_config
 from tidecd.runtime import Runtime, Settings
+from tidecd.ui import auth
 from tidecd.usecases import app_write
 
 SOURCE = "https://git.example.invalid/config.git#main:apps"
@@ -101,3 +104,40 @@ def test_a_change_rewrites_only_its_document_of_the_file_it_came_from() -> None:
     new = {"kind": "Application", "metadata": {"name": "web"}, "spec": {"project": "team"}}
     docs = list(yaml.safe_load_all(app_write.replaced(text, new, "web")))
     assert docs == [PROJECT, new]
+
+
+HOST = "dash.example"
+
+
+def _session(runtime: Runtime, token: str) -> tuple[str, str]:
+    """(cookie, CSRF token) of a dashboard session, and the New app form it shows."""
+    page = ui.handle(ui.Request("POST", "/ui/login", {"Host": HOST, "Origin": f"https://{HOST}"},
+                                form={"token": token, "next": "/ui/new-app"}), runtime)
+    cookie = next(v for k, v in page.headers if k == "Set-Cookie").split(";")[0]
+    html = ui.handle(ui.Request("GET", "/ui/new-app", {"Host": HOST, "Cookie": cookie}), runtime).body.decode()
+    assert 'name="repoURL"' in html and 'name="createNamespace"' in html and "team" in html  # project choices
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    return cookie, found.group(1) if found else ""
+
+
+def test_the_form_shows_the_problem_on_its_field_and_refuses_a_reader(tmp_path: Path) -> None:
+    base = _runtime(tmp_path)
+    runtime = Runtime.of(Settings(config=SOURCE, api_token="admin-t0ken", api_readonly_token="read-t0ken"),
+                         MemoryStore(), config=base.config())
+    fields = {"name": "web", "project": "team", "repoURL": "https://git.example.invalid/team/web.git",
+              "path": "deploy", "server": "https://kubernetes.default.svc", "namespace": "prod"}
+    cookie, csrf = _session(runtime, "admin-t0ken")
+    headers = {"Host": HOST, "Cookie": cookie, "Origin": f"https://{HOST}"}
+    page = ui.handle(ui.Request("POST", "/ui/new-app", headers, form={**fields, "csrf": csrf}), runtime)
+    html = page.body.decode()
+    assert page.status == 400 and "spec.destination: destination server" in html
+    assert re.search(r'name="namespace"[^>]*value="prod"[^>]*aria-invalid=true', html)  # what was typed, marked
+    assert not re.search(r'name="repoURL"[^>]*aria-invalid', html)
+    no_csrf = ui.handle(ui.Request("POST", "/ui/new-app", headers, form=fields), runtime)
+    assert no_csrf.status == 403
+    read_cookie, _ = _session(runtime, "read-t0ken")
+    session = auth.identify(ui.tokens_of(runtime), {"Cookie": read_cookie})
+    assert session is not None
+    refused = ui.handle(ui.Request("POST", "/ui/new-app", {**headers, "Cookie": read_cookie},
+                                   form={**fields, "namespace": "team-web", "csrf": session.csrf}), runtime)
+    assert refused.status == 403 and "permission denied" in refused.body.decode()

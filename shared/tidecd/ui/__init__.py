@@ -332,4 +332,4 @@ def visible_names(ctx: Context) -> list[str]:
     return sorted(_visible(ctx).applications)
 
 
-from tidecd.ui import act, appsets, graph, resources, sso, watch  # noqa: E402,F401 - their routes use the helpers above
+from tidecd.ui import act, appsets, create, graph, resources, sso, watch  # noqa: E402,F401 - their routes use the helpers above
