@@ -10,8 +10,9 @@ by the file, the object and the field, as when the config source loads; its gene
 against the config source's projects.
 
 RBAC as Argo CD's ApplicationSet service: `applicationsets, get` on `PROJECT/NAME` (the template's
-project) to see an ApplicationSet, `applicationsets, create` to generate from a manifest (Argo CD's
-Generate asks the same), and only the generated apps the caller may `applications, get` are listed.
+project) to see an ApplicationSet; `applicationsets, create` to generate from a manifest, whose template's
+project must be set, not templated, and defined (Argo CD's Generate asks the same); only the generated apps
+the caller may `applications, get` are listed.
 """
 
 from __future__ import annotations
@@ -211,7 +212,12 @@ def generate_manifest(runtime: Runtime, _: str, payload: dict[str, Any], __: Map
     filename = str(payload.get("file") or "applicationset.yaml")
     appset = read_manifest(str(payload["manifest"]), filename)
     config = runtime.config()
+    where = f"{appset.origin}: {appset.label}: spec.template.spec.project"
+    if project_of(appset) == "*":  # as Argo CD's Generate (validateAppSet), before RBAC
+        raise PermanentError(f"{where}: must be set and not templated to generate through the api (as Argo CD)")
     authz.require(runtime, api.principal(), rbac.APPLICATIONSETS, "create", f"{project_of(appset)}/{appset.name}")
+    if project_of(appset) not in config.projects:  # as Argo CD's checkCreatePermissions
+        raise PermanentError(f"{where}: project {project_of(appset)!r} is not defined in the config source")
     return Response(200, generate(runtime, api.principal(), appset, config))
 
 
