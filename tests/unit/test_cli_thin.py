@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,22 +28,28 @@ HEAVY = ("typer", "click", "rich", "requests", "urllib3", "yaml", "structlog", "
          "tidecd.cli.app")
 
 
-@pytest.fixture()
-def server(tmp_path: Path) -> Iterator[str]:
+@contextmanager
+def _served(where: Path) -> Iterator[str]:
     """The api use case over HTTP: the example config, a store where one app fails to compare."""
-    store = LocalStore(tmp_path / "store")
+    store = LocalStore(where / "store")
     broken = app_state.AppState(app="helm-guestbook", sync_status=SyncStatus.UNKNOWN, health=HealthStatus.UNKNOWN)
     broken.conditions = [{"type": "ComparisonError", "message": "cannot render"}]
     app_state.save(store, broken)
     synced = app_state.AppState(app="guestbook", sync_status=SyncStatus.SYNCED, health=HealthStatus.HEALTHY,
                                 revision="ab" * 20)
     app_state.save(store, synced)
-    settings = Settings(config=str(ROOT / "examples" / "config"), store=str(tmp_path / "store"), api_token=TOKEN)
+    settings = Settings(config=str(ROOT / "examples" / "config"), store=str(where / "store"), api_token=TOKEN)
     httpd = serve_api(settings)
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"
     finally:
         stop(httpd)
+
+
+@pytest.fixture()
+def server(tmp_path: Path) -> Iterator[str]:
+    with _served(tmp_path) as url:
+        yield url
 
 
 def _tidecd(*args: str, full: bool = False, probe: bool = False,
@@ -94,12 +102,45 @@ def test_failures_exit_with_the_full_clis_codes(server: str) -> None:
     ("app", "get", "guestbook", "--cached"), ("app", "get", "guestbook", "--cached", "-o", "json"),
     ("app", "get", "helm-guestbook", "--cached"), ("app", "get", "guestbook"), ("app", "get", "nope", "--cached"),
     ("app", "history", "guestbook"), ("app", "history", "guestbook", "-o", "json"), ("app", "history", "nope"),
+    ("app", "diff", "guestbook", "--cached"), ("app", "diff", "guestbook", "-o", "json"),
+    ("app", "refresh", "guestbook"), ("app", "refresh", "guestbook", "-o", "json"),
+    ("app", "terminate-op", "guestbook"), ("app", "rollback", "guestbook", "1"),
+    ("app", "wait", "guestbook", "--health", "--timeout", "1"), ("app", "wait", "guestbook", "--operation"),
+    # the api's own step fails to reach git here (a real sync: tests/e2e/test_cli_and_demo.py)
+    ("app", "sync", "guestbook", "--dry-run", "--timeout", "60"),
+    ("app", "sync", "guestbook", "--prune", "--force", "--replace", "--revision", "main", "-o", "json"),
+    ("app", "sync", "guestbook", "--resource", "apps/Deployment/guestbook-ui"),
 ])
-def test_each_command_prints_and_exits_as_the_full_cli(server: str, args: tuple[str, ...]) -> None:
-    both = [_tidecd("--server", server, *args, "--token", TOKEN, full=full) for full in (False, True)]
+def test_each_command_prints_and_exits_as_the_full_cli(tmp_path: Path, args: tuple[str, ...]) -> None:
+    both = []
+    for full in (False, True):  # each against a store of its own: the same state before each
+        with _served(tmp_path / str(full)) as server:
+            both.append(_tidecd("--server", server, *args, "--token", TOKEN, full=full))
     assert both[0].returncode == both[1].returncode, [b.stderr for b in both]
-    assert (both[0].stdout, both[0].stderr) == (both[1].stdout, both[1].stderr)
+    assert (_masked(both[0].stdout), both[0].stderr) == (_masked(both[1].stdout), both[1].stderr)
     assert both[0].stdout or both[0].stderr.startswith("error: ")
+
+
+def _masked(text: str) -> str:
+    """Without what differs between two runs: operation ids, times, and what a followed operation waited for
+    (whether a poll comes before the step is a race)."""
+    text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("... "))
+    text = re.sub(r"\b[0-9a-f]{16}\b", "ID", text)
+    return re.sub(r"\d{4}-\d\d-\d\dT[0-9:.]+Z?|\d+\.\d+s\b", "TIME", text)
+
+
+def test_async_starts_and_wait_follows_as_the_full_cli(tmp_path: Path) -> None:
+    runs = []
+    for full in (False, True):
+        with _served(tmp_path / str(full)) as server:
+            started = _tidecd("--server", server, "app", "sync", "guestbook", "--async", "--token", TOKEN,
+                              full=full)
+            waited = _tidecd("--server", server, "app", "wait", "guestbook", "--operation", "--timeout", "60",
+                             "--token", TOKEN, full=full)
+        runs.append([(r.returncode, _masked(r.stdout), r.stderr) for r in (started, waited)])
+    assert runs[0] == runs[1]
+    assert runs[0][0][1] == "operation ID started\n"
+    assert runs[0][1][0] == 1 and "operation Failed" in runs[0][1][1]  # git is unreachable here
 
 
 def test_a_token_kept_by_login_is_used(server: str, tmp_path: Path) -> None:
@@ -119,10 +160,14 @@ def test_a_token_kept_by_login_is_used(server: str, tmp_path: Path) -> None:
 def test_what_the_thin_client_leaves_to_the_full_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("TIDECD_CLI_CONFIG", str(tmp_path / "none.json"))
     assert thin.parse(["--server", "http://x", "--token", "t", "app", "list", "-o", "json"]) == \
-        thin.Call("list", "", "http://x", "t", "json")
+        thin.Call("list", (), "http://x", "t", "json")
     assert thin.parse(["app", "list", "--server=http://x", "--token=t", "-ojson", "--cached"]) is not None
     assert thin.parse(["app", "get", "web", "--server", "http://x", "--token", "t", "--cached"]) == \
-        thin.Call("get", "web", "http://x", "t", "table", frozenset({"--cached"}))
+        thin.Call("get", ("web",), "http://x", "t", "table", frozenset({"--cached"}))
+    assert thin.parse(["app", "sync", "web", "--resource", "a", "--resource=b", "--dry-run", "--timeout", "5",
+                       "--server", "http://x", "--token", "t"]) == \
+        thin.Call("sync", ("web",), "http://x", "t", "table", frozenset({"--dry-run"}),
+                  (("--resource", "a"), ("--resource", "b"), ("--timeout", "5")))
     for argv in (["app", "list", "--server", "http://x"],  # no token: none saved either
                  ["app", "list", "--token", "t"],  # no server: local
                  ["app", "list", "--server", "http://x", "--token", "t", "-o", "wide"],
@@ -133,6 +178,14 @@ def test_what_the_thin_client_leaves_to_the_full_cli(monkeypatch: pytest.MonkeyP
                  ["app", "get", "--server", "http://x", "--token", "t"],
                  ["app", "history", "web", "extra", "--server", "http://x", "--token", "t"],
                  ["app", "adopt", "web", "--server", "http://x", "--token", "t"],
+                 ["app", "sync", "web", "--timeout", "soon", "--server", "http://x", "--token", "t"],
+                 ["app", "sync", "web", "--revert", "pr", "--server", "http://x", "--token", "t"],
+                 ["app", "rollback", "web", "one", "--server", "http://x", "--token", "t"],
+                 ["app", "rollback", "web", "1", "--revert-pr", "--revert", "push", "--server", "http://x",
+                  "--token", "t"],
+                 ["app", "wait", "web", "-o", "table", "--server", "http://x", "--token", "t"],
+                 ["app", "sync", "web", "-o", "yaml", "--server", "http://x", "--token", "t"],
+                 ["app", "get", "web", "--server", "file:///x", "--token", "t"],
                  ["--help"], ["-v", "app", "list", "--server", "http://x", "--token", "t"]):
         assert thin.parse(argv) is None, argv
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
@@ -185,28 +184,14 @@ def diff(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTP
     _refreshed(name, server, token, cached)
     body = checked(*call_api("GET", f"/apps/{name}/diff", server, token))
 
-    def text(b: dict[str, Any]) -> None:
-        typer.echo("\n".join(ChangeSet.from_dicts(b["changes"]).lines(diffs=True)))
-
-    emit(body, output, text)
+    emit(body, output, lambda b: typer.echo(thin.diff_text(b)))
     if body["sync"] != "Synced":
         raise typer.Exit(1)
 
 
 def _print_changes(body: dict[str, Any]) -> None:
-    for line in ChangeSet.from_dicts(body.get("changes", [])).lines():
-        typer.echo(line)
-    if "operation" in body:
-        typer.echo(f"\n{body['operation']['phase']}: {body['operation']['message']}")
-    for cond in body.get("conditions", []):
-        typer.echo(f"{cond['type']}: {cond['message']}", err=True)
-    typer.echo(f"sync: {body['sync']}  health: {body['health']}")
-
-
-def _finish(body: dict[str, Any]) -> None:
-    failed = body.get("operation", {}).get("phase") == "Failed" or bool(body.get("conditions"))
-    if failed:
-        raise typer.Exit(1)
+    for line, err in thin.change_lines(body):
+        typer.echo(line, err=err)
 
 
 @app.command("sync")
@@ -236,8 +221,7 @@ def _started(name: str, started: dict[str, Any], run_async: bool, timeout: float
              output: str) -> None:
     operation_id = str(started.get("operationId", ""))
     if run_async:
-        emit(started, output, lambda b: typer.echo(f"operation {operation_id} started"
-                                                    + (f" ({b['warning']})" if b.get("warning") else "")))
+        emit(started, output, lambda b: typer.echo(thin.started_line(b)))
         return
     body = _follow(name, operation_id, server, token, timeout, quiet=output != "table")
     if not server:
@@ -254,64 +238,20 @@ def _started(name: str, started: dict[str, Any], run_async: bool, timeout: float
 
 def _follow(name: str, operation_id: str, server: str, token: str, timeout: float, *,
             quiet: bool = False) -> dict[str, Any]:
-    """Until the operation `operation_id` (or the running one, when empty) has ended: the app's last status.
-    Prints each change once: locally, the step's own change lines as it takes them; then every task result
-    when it first appears or changes, unless the step already printed that very change (a task's later
-    health is a new line); and each new thing it waits for."""
-    deadline = time.monotonic() + timeout if timeout > 0 else None
-    seen: dict[tuple[str, str], tuple[str, str, str]] = {}
-    printed: set[tuple[str, str]] = set()  # (resource, action) the local step printed
-    last_step = ""
-    while True:
-        delay, changes = _local_step(name) if not server else (2.0, ChangeSet())
-        if not quiet:
-            for entry in changes.entries:
-                typer.echo(str(entry))
-                printed.add((str(entry.key), entry.action.value))
-        body = checked(*call_api("GET", f"/apps/{name}", server, token))
-        op = body.get("operation") or {}
-        mine = op and (not operation_id or op.get("id") == operation_id)
-        if mine and not quiet:
-            _print_results(op, body, seen, printed)
-            step = str(op.get("step", ""))
-            if step and step != last_step and op.get("phase") in ("Running", "Terminating"):
-                typer.echo(f"... {step}")
-            last_step = step
-        if not mine or op.get("phase") not in ("Running", "Terminating"):
-            if mine and not quiet:
-                typer.echo(f"\n{op.get('phase')}" + (f": {op['message']}" if op.get("message") else ""))
-                typer.echo(f"sync: {body.get('syncStatus')}  health: {body.get('health')}")
-            return body
-        if deadline is not None and time.monotonic() + delay > deadline:
-            fail(f"operation {op.get('id')} still {op.get('phase')} after {timeout:g}s: {op.get('step', '')}", code=1)
-        time.sleep(min(max(delay, 0.2), 5.0))
+    """Until the operation `operation_id` (or the running one, when empty) has ended: the app's last status
+    (`thin.follow`, as the thin client follows it). Locally this process takes the steps and prints each
+    step's own change lines; with --server it polls every 2 s."""
 
+    def local() -> tuple[float, list[tuple[str, str, str]]]:
+        delay, changes = _local_step(name)
+        return delay, [(str(e), str(e.key), e.action.value) for e in changes.entries]
 
-def _print_results(op: dict[str, Any], body: dict[str, Any], seen: dict[tuple[str, str], tuple[str, str, str]],
-                   printed: set[tuple[str, str]]) -> None:
-    """A line per task result that is new or changed since `seen`; a result whose change the local step has
-    just printed (`printed`) is only remembered, so no change shows twice."""
-    health = {(r.get("group", ""), r.get("kind", ""), r.get("namespace", ""), r.get("name", "")):
-              r.get("health", "") for r in body.get("resources", [])}
-    for result in op.get("results", []):
-        key = result.get("key") or {}
-        rk = (key.get("group", ""), key.get("kind", ""), key.get("namespace", ""), key.get("name", ""))
-        state = (str(result.get("action", "")), str(result.get("phase", "")), str(health.get(rk, "")))
-        ident = (str(result.get("resource", "")), str(result.get("syncPhase", "")))
-        if seen.get(ident) == state:
-            continue
-        first = ident not in seen
-        seen[ident] = state
-        if first and (ident[0], state[0]) in printed:
-            continue
-        note = f": {result['message']}" if result.get("message") and not op.get("dryRun") else ""
-        done = f"would {WOULD.get(state[0], state[0])}" if op.get("dryRun") else f"{state[0]}, {state[1]}"
-        typer.echo(f"  [{ident[1]} wave {result.get('wave', 0)}] {ident[0]} {done}"
-                   + (f", {state[2]}" if state[2] and not op.get("dryRun") else "") + note)
-
-
-WOULD = {"created": "create", "configured": "configure", "pruned": "prune", "unchanged": "stay unchanged",
-         "prune-skipped": "not prune (pruning off)"}  # a dry run's result, as what it would do
+    try:
+        return thin.follow(lambda: checked(*call_api("GET", f"/apps/{name}", server, token)),
+                           local if not server else (lambda: (2.0, [])), operation_id, timeout, quiet=quiet,
+                           echo=typer.echo)
+    except thin.Failed as exc:
+        fail(str(exc), code=exc.code)
 
 
 @app.command("refresh")
@@ -319,7 +259,8 @@ def refresh(name: str, server: str = SERVER, token: str = TOKEN, output: str = O
     """One reconcile: refresh, then the automated sync or self-heal the app's policy asks for."""
     body = checked(*call_api("POST", f"/apps/{name}/refresh", server, token))
     emit(body, output, _print_changes)
-    _finish(body)
+    if thin.refresh_failed(body):
+        raise typer.Exit(1)
 
 
 @app.command("history")
@@ -365,30 +306,15 @@ def wait(name: str, sync_: bool = typer.Option(False, "--sync", help="Wait until
     """Wait for the app to be Synced, Healthy and/or done with its operation (all three without flags)."""
     if not (sync_ or health or operation):
         sync_ = health = operation = True
-    deadline = time.monotonic() + timeout if timeout > 0 else None
-    while True:
-        delay = _local_step(name)[0] if not server else 3.0
-        body = checked(*call_api("GET", f"/apps/{name}", server, token))  # locally: just refreshed by the step
-        if server and (body.get("operation") or {}).get("phase") not in ("Running", "Terminating"):
-            # no step is coming: ask the api for a refresh (one bounded step there)
-            body = checked(*call_api("GET", f"/apps/{name}", server, token, query={"refresh": "true"}))
-        op = body.get("operation") or {}
-        running = op.get("phase") in ("Running", "Terminating")
-        missing = [what for what, wanted, ok in (
-            ("sync", sync_, body.get("syncStatus") == "Synced"),
-            ("health", health, body.get("health") == "Healthy"),
-            ("operation", operation, not running)) if wanted and not ok]
-        if not missing:
-            typer.echo(f"{name}: sync {body.get('syncStatus')}, health {body.get('health')}"
-                       + (f", operation {op.get('phase')}" if op else ""))
-            if operation and op.get("phase") in ("Failed", "Error"):
-                raise typer.Exit(1)
-            return
-        if deadline is not None and time.monotonic() + min(delay, 3.0) > deadline:
-            fail(f"{name}: timed out after {timeout:g}s waiting for {', '.join(missing)} (sync "
-                  f"{body.get('syncStatus')}, health {body.get('health')}"
-                  + (f", operation {op.get('phase')}: {op.get('step', '')}" if op else "") + ")", code=1)
-        time.sleep(min(max(delay, 0.2), 3.0))
+    try:
+        code = thin.wait_until(
+            name, lambda fresh: checked(*call_api("GET", f"/apps/{name}", server, token,
+                                                  query={"refresh": "true"} if fresh else None)),
+            (lambda: _local_step(name)[0]) if not server else None, (sync_, health, operation), timeout, typer.echo)
+    except thin.Failed as exc:
+        fail(str(exc), code=exc.code)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("terminate-op")

@@ -1,4 +1,5 @@
-"""The thin client: `tidecd --server URL app list|get|history` answered with the standard library alone.
+"""The thin client: `tidecd --server URL app list|get|history|diff|sync|refresh|rollback|terminate-op|wait`
+answered with the standard library alone.
 
 A `--server` call does 4–100 ms of api work, but the full CLI (typer, rich, requests, structlog, the config
 schema) takes over a second to start. This module imports only the standard library (`json`, `os`, `re`,
@@ -18,6 +19,7 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,32 +59,56 @@ def short_revision(record: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Call:
-    """A command this client answers: its words after `app`, the app's name, options and flags."""
+    """A command this client answers: its word after `app`, its arguments (the app's name first), the options
+    and flags given."""
 
     command: str
-    name: str
+    args: tuple[str, ...]
     server: str
     token: str
     output: str
     flags: frozenset[str] = frozenset()
+    values: tuple[tuple[str, str], ...] = ()  # the command's own valued options, in order (some repeat)
+
+    @property
+    def name(self) -> str:
+        return self.args[0] if self.args else ""
+
+    def value(self, option: str, default: str = "") -> str:
+        """The option's last value (as click takes a repeated single option), else `default`."""
+        return next((v for o, v in reversed(self.values) if o == option), default)
+
+    def every(self, option: str) -> list[str]:
+        return [v for o, v in self.values if o == option]
 
 
-# Per command: whether it takes an app's NAME, the flags it knows here, and the outputs it prints here (yaml
-# and the rest are the full CLI's).
-_COMMANDS: dict[str, tuple[bool, frozenset[str], tuple[str, ...]]] = {
-    "list": (False, frozenset({"--cached"}), ("table", "json", "name")),
-    "get": (True, frozenset({"--cached"}), ("table", "json")),
-    "history": (True, frozenset(), ("table", "json")),
+_FOLLOW = frozenset({"--async"})
+# Per command: its arguments (NAME, or NAME and a history ID), the flags and valued options it knows here, and
+# the outputs it prints here (yaml, and what the full CLI refuses, stay the full CLI's).
+_COMMANDS: dict[str, tuple[int, frozenset[str], frozenset[str], tuple[str, ...]]] = {
+    "list": (0, frozenset({"--cached"}), frozenset(), ("table", "json", "name")),
+    "get": (1, frozenset({"--cached"}), frozenset(), ("table", "json")),
+    "history": (1, frozenset(), frozenset(), ("table", "json")),
+    "diff": (1, frozenset({"--cached"}), frozenset(), ("table", "json")),
+    "refresh": (1, frozenset(), frozenset(), ("table", "json")),
+    "terminate-op": (1, frozenset(), frozenset(), ("table", "json")),
+    "sync": (1, _FOLLOW | {"--prune", "--dry-run", "--replace", "--force"},
+             frozenset({"--resource", "--revision", "--timeout"}), ("table", "json")),
+    "rollback": (2, _FOLLOW | {"--prune", "--revert-pr"}, frozenset({"--timeout", "--revert"}), ("table", "json")),
+    "wait": (1, frozenset({"--sync", "--health", "--operation"}), frozenset({"--timeout"}), ()),  # no -o
 }
+_VALUED_OWN = frozenset().union(*(valued for _, _, valued, _ in _COMMANDS.values()))
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # an app's name: safe in a URL path as it is
+_NUMBER = re.compile(r"[0-9]{1,9}(\.[0-9]{1,6})?")  # --timeout and a history ID as both CLIs read them alike
 
 
 def parse(argv: list[str]) -> Call | None:
     """The command this client answers, or None (the full CLI's to answer)."""
     options = {"server": os.environ.get("TIDECD_SERVER", ""), "token": os.environ.get("TIDECD_API_TOKEN", ""),
-               "output": "table"}
+               "output": ""}
     words: list[str] = []
     flags: set[str] = set()
+    values: list[tuple[str, str]] = []
     rest = iter(argv)
     for arg in rest:
         name, eq, value = arg.partition("=")
@@ -90,6 +116,8 @@ def parse(argv: list[str]) -> Call | None:
             if not eq:
                 value = next(rest, "")
             options[_VALUED[name]] = value
+        elif name in _VALUED_OWN:
+            values.append((name, value if eq else next(rest, "")))
         elif arg.startswith("-o") and len(arg) > 2 and not arg.startswith("--"):
             options["output"] = arg[2:]
         elif arg.startswith("-"):
@@ -98,15 +126,27 @@ def parse(argv: list[str]) -> Call | None:
             words.append(arg)
     if len(words) < 2 or words[0] != "app" or words[1] not in _COMMANDS:
         return None
-    named, known, outputs = _COMMANDS[words[1]]
-    if len(words) != (3 if named else 2) or (named and not _NAME.fullmatch(words[2])) or not flags <= known:
+    arity, known, valued, outputs = _COMMANDS[words[1]]
+    args = tuple(words[2:])
+    if len(args) != arity or not all(_NAME.fullmatch(a) for a in args[:1]) or not flags <= known:
         return None
-    if options["output"] not in outputs or not options["server"].startswith(("http://", "https://")):
+    if arity == 2 and not args[1].isdigit() or any(o not in valued for o, _ in values):
+        return None
+    if any(o == "--timeout" and not _NUMBER.fullmatch(v) or o == "--revert" and v not in ("pr", "push")
+           or not v for o, v in values):
+        return None  # a value the full CLI would refuse: it says how
+    if "--revert-pr" in flags and any(o == "--revert" and v != "pr" for o, v in values):
+        return None
+    given = options["output"]  # "" when not given; a command without -o (wait) refuses any
+    if (given or "table") not in outputs if outputs else given:
+        return None
+    if not options["server"].startswith(("http://", "https://")):
         return None
     token = options["token"] or saved_token(options["server"])
     if not token:
         return None  # no token, or a config file the full CLI explains
-    return Call(words[1], words[2] if named else "", options["server"], token, options["output"], frozenset(flags))
+    return Call(words[1], args, options["server"], token, options["output"] or "table", frozenset(flags),
+                tuple(values))
 
 
 def config_path() -> Path:
@@ -137,16 +177,18 @@ def saved_token(server: str) -> str:
     return token if isinstance(token, str) else ""
 
 
-def call(server: str, token: str, path: str, *, refresh: bool = False) -> dict[str, Any]:
-    """GET `path` of the api (`?refresh=true` when `refresh`); its JSON object, or Failed with the full CLI's
-    exit code for the failure."""
+def call(server: str, token: str, path: str, *, refresh: bool = False, method: str = "GET",
+         body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`method` `path` of the api (`?refresh=true` when `refresh`) with the JSON `body`; its JSON object, or
+    Failed with the full CLI's exit code for the failure."""
     from urllib import error, request  # lazy: only a call that reaches the network pays for it
 
     if not server.startswith(("http://", "https://")):
         raise Failed(f"--server {server!r}: expected an http:// or https:// URL", EXIT_NOT_FOUND)
     url = server.rstrip("/") + "/api/v1" + path + ("?refresh=true" if refresh else "")
-    asked = request.Request(url, method="GET",  # noqa: S310 - http(s) only
-                            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+    asked = request.Request(url, method=method, data=json.dumps(body or {}).encode(),  # noqa: S310 - http(s) only
+                            headers={"Authorization": f"Bearer {token}", "Accept": "application/json",
+                                     "Content-Type": "application/json"})
     try:
         with request.urlopen(asked, timeout=TIMEOUT) as answer:  # noqa: S310 - http(s) only (above)
             status, kind, raw = answer.status, answer.headers.get("Content-Type", ""), answer.read()
@@ -246,8 +288,153 @@ def table(headers: list[str], rows: list[list[str]], echo: Callable[[str], None]
         echo("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
+WOULD = {"created": "create", "configured": "configure", "pruned": "prune", "unchanged": "stay unchanged",
+         "prune-skipped": "not prune (pruning off)"}  # a dry run's result, as what it would do
+
+
+def result_lines(op: dict[str, Any], body: dict[str, Any], seen: dict[tuple[str, str], tuple[str, str, str]],
+                 printed: set[tuple[str, str]]) -> list[str]:
+    """A line per task result that is new or changed since `seen`; a result whose change the local step has
+    just printed (`printed`) is only remembered, so no change shows twice."""
+    health = {(r.get("group", ""), r.get("kind", ""), r.get("namespace", ""), r.get("name", "")):
+              r.get("health", "") for r in body.get("resources", [])}
+    lines = []
+    for result in op.get("results", []):
+        key = result.get("key") or {}
+        rk = (key.get("group", ""), key.get("kind", ""), key.get("namespace", ""), key.get("name", ""))
+        state = (str(result.get("action", "")), str(result.get("phase", "")), str(health.get(rk, "")))
+        ident = (str(result.get("resource", "")), str(result.get("syncPhase", "")))
+        if seen.get(ident) == state:
+            continue
+        first = ident not in seen
+        seen[ident] = state
+        if first and (ident[0], state[0]) in printed:
+            continue
+        note = f": {result['message']}" if result.get("message") and not op.get("dryRun") else ""
+        done = f"would {WOULD.get(state[0], state[0])}" if op.get("dryRun") else f"{state[0]}, {state[1]}"
+        lines.append(f"  [{ident[1]} wave {result.get('wave', 0)}] {ident[0]} {done}"
+                     + (f", {state[2]}" if state[2] and not op.get("dryRun") else "") + note)
+    return lines
+
+
+Step = Callable[[], tuple[float, list[tuple[str, str, str]]]]
+"""One step taken by this process (locally; with --server the installation takes them): seconds until the
+next is due, and the changes it printed as (line, resource, action)."""
+
+
+def _remote(delay: float) -> Step:
+    return lambda: (delay, [])
+
+
+def follow(fetch: Callable[[], dict[str, Any]], step: Step, operation_id: str, timeout: float, *, quiet: bool,
+           echo: Callable[[str], None]) -> dict[str, Any]:
+    """Until the operation `operation_id` (or the running one, when empty) has ended: the app's last status
+    (`fetch`). Prints each change once: the step's own change lines as it takes them; then every task result
+    when it first appears or changes, unless the step already printed that very change (a task's later
+    health is a new line); and each new thing it waits for. Failed (exit 1) past `timeout` seconds (0: none)."""
+    deadline = time.monotonic() + timeout if timeout > 0 else None
+    seen: dict[tuple[str, str], tuple[str, str, str]] = {}
+    printed: set[tuple[str, str]] = set()  # (resource, action) the local step printed
+    last_step = ""
+    while True:
+        delay, changes = step()
+        if not quiet:
+            for line, resource, action in changes:
+                echo(line)
+                printed.add((resource, action))
+        body = fetch()
+        op = body.get("operation") or {}
+        mine = op and (not operation_id or op.get("id") == operation_id)
+        if mine and not quiet:
+            for line in result_lines(op, body, seen, printed):
+                echo(line)
+            waits = str(op.get("step", ""))
+            if waits and waits != last_step and op.get("phase") in ("Running", "Terminating"):
+                echo(f"... {waits}")
+            last_step = waits
+        if not mine or op.get("phase") not in ("Running", "Terminating"):
+            if mine and not quiet:
+                echo(f"\n{op.get('phase')}" + (f": {op['message']}" if op.get("message") else ""))
+                echo(f"sync: {body.get('syncStatus')}  health: {body.get('health')}")
+            return body
+        if deadline is not None and time.monotonic() + delay > deadline:
+            raise Failed(f"operation {op.get('id')} still {op.get('phase')} after {timeout:g}s: {op.get('step', '')}",
+                         EXIT_FAILED)
+        time.sleep(min(max(delay, 0.2), 5.0))
+
+
+def wait_until(name: str, fetch: Callable[[bool], dict[str, Any]], step: Callable[[], float] | None,
+               wanted: tuple[bool, bool, bool], timeout: float, echo: Callable[[str], None]) -> int:
+    """`app wait`: until the app is Synced, Healthy and/or done with its operation (`wanted`, in that order);
+    exit 1 when the operation it waited for failed, Failed (exit 1) past `timeout` seconds (0: none). `step`
+    takes a step locally; None (--server) asks the api for a refresh while no operation runs."""
+    sync_, health, operation = wanted
+    deadline = time.monotonic() + timeout if timeout > 0 else None
+    while True:
+        delay = step() if step is not None else 3.0
+        body = fetch(False)  # locally: just refreshed by the step
+        if step is None and (body.get("operation") or {}).get("phase") not in ("Running", "Terminating"):
+            body = fetch(True)  # no step is coming: ask the api for a refresh (one bounded step there)
+        op = body.get("operation") or {}
+        running = op.get("phase") in ("Running", "Terminating")
+        missing = [what for what, on, ok in (
+            ("sync", sync_, body.get("syncStatus") == "Synced"),
+            ("health", health, body.get("health") == "Healthy"),
+            ("operation", operation, not running)) if on and not ok]
+        if not missing:
+            echo(f"{name}: sync {body.get('syncStatus')}, health {body.get('health')}"
+                 + (f", operation {op.get('phase')}" if op else ""))
+            return EXIT_FAILED if operation and op.get("phase") in ("Failed", "Error") else 0
+        if deadline is not None and time.monotonic() + min(delay, 3.0) > deadline:
+            raise Failed(f"{name}: timed out after {timeout:g}s waiting for {', '.join(missing)} (sync "
+                         f"{body.get('syncStatus')}, health {body.get('health')}"
+                         + (f", operation {op.get('phase')}: {op.get('step', '')}" if op else "") + ")", EXIT_FAILED)
+        time.sleep(min(max(delay, 0.2), 3.0))
+
+
+def change_lines(body: dict[str, Any]) -> list[tuple[str, bool]]:
+    """What `app refresh` prints: (line, on stderr) — each change, the operation's end, each condition, the
+    status."""
+    from tidecd.base.model import ChangeSet  # lazy: cold start (only the commands that print changes)
+
+    lines = [(line, False) for line in ChangeSet.from_dicts(body.get("changes", [])).lines()]
+    if "operation" in body:
+        lines.append((f"\n{body['operation']['phase']}: {body['operation']['message']}", False))
+    lines += [(f"{cond['type']}: {cond['message']}", True) for cond in body.get("conditions", [])]
+    return [*lines, (f"sync: {body['sync']}  health: {body['health']}", False)]
+
+
+def refresh_failed(body: dict[str, Any]) -> bool:
+    """Whether `app refresh` exits 1: its operation failed, or a condition was raised."""
+    return body.get("operation", {}).get("phase") == "Failed" or bool(body.get("conditions"))
+
+
+def diff_text(body: dict[str, Any]) -> str:
+    """`app diff`'s text: each differing object and its diff."""
+    from tidecd.base.model import ChangeSet  # lazy: cold start (only the commands that print changes)
+
+    return "\n".join(ChangeSet.from_dicts(body["changes"]).lines(diffs=True))
+
+
+def started_line(started: dict[str, Any]) -> str:
+    """What `--async` prints for an operation it started."""
+    return f"operation {started.get('operationId', '')} started" + (
+        f" ({started['warning']})" if started.get("warning") else "")
+
+
 def _json(body: dict[str, Any]) -> None:
     print(json.dumps(body, indent=2))
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)  # a followed operation's lines as they come, also into a pipe
+
+
+def _emit(c: Call, body: dict[str, Any], text: Callable[[], None]) -> None:
+    if c.output == "json":
+        _json(body)
+    else:
+        text()
 
 
 def app_list(c: Call) -> int:
@@ -275,12 +462,13 @@ def app_list(c: Call) -> int:
 def app_get(c: Call) -> int:
     """`tidecd app get NAME`: a fresh comparison (unless --cached), exit 5 when the app fails to compare."""
     body = call(c.server, c.token, f"/apps/{c.name}", refresh="--cached" not in c.flags)
-    if c.output == "json":
-        _json(body)
-    else:
+
+    def text() -> None:
         for line in app_lines(body):
             print(line)
         table(RESOURCE_COLUMNS, resource_rows(body))
+
+    _emit(c, body, text)
     failing = in_error(str(body.get("syncStatus", "")), str(body.get("health", "")), body.get("conditions") or [])
     return EXIT_APP_ERROR if failing else 0
 
@@ -288,14 +476,88 @@ def app_get(c: Call) -> int:
 def app_history(c: Call) -> int:
     """`tidecd app history NAME`."""
     body = call(c.server, c.token, f"/apps/{c.name}/history")
-    if c.output == "json":
-        _json(body)
-    else:
-        table(HISTORY_COLUMNS, history_rows(body))
+    _emit(c, body, lambda: table(HISTORY_COLUMNS, history_rows(body)))
     return 0
 
 
-_HANDLERS: dict[str, Callable[[Call], int]] = {"list": app_list, "get": app_get, "history": app_history}
+def app_diff(c: Call) -> int:
+    """`tidecd app diff NAME`: exit 1 when out of sync."""
+    call(c.server, c.token, f"/apps/{c.name}", refresh="--cached" not in c.flags)
+    body = call(c.server, c.token, f"/apps/{c.name}/diff")
+    _emit(c, body, lambda: print(diff_text(body)))
+    return EXIT_FAILED if body["sync"] != "Synced" else 0
+
+
+def app_refresh(c: Call) -> int:
+    """`tidecd app refresh NAME`: one reconcile there."""
+    body = call(c.server, c.token, f"/apps/{c.name}/refresh", method="POST")
+
+    def text() -> None:
+        for line, err in change_lines(body):
+            print(line, file=sys.stderr if err else sys.stdout)
+
+    _emit(c, body, text)
+    return EXIT_FAILED if refresh_failed(body) else 0
+
+
+def app_terminate(c: Call) -> int:
+    """`tidecd app terminate-op NAME`."""
+    body = call(c.server, c.token, f"/apps/{c.name}/operation", method="DELETE")
+    _emit(c, body, lambda: print(f"operation {body['operationId']} of {c.name}: terminating"))
+    return 0
+
+
+def app_sync(c: Call) -> int:
+    """`tidecd app sync NAME`: start the operation and (unless --async) follow it."""
+    payload: dict[str, Any] = {"prune": "--prune" in c.flags, "dryRun": "--dry-run" in c.flags}
+    if c.value("--revision"):
+        payload["revision"] = c.value("--revision")
+    replace, force = "--replace" in c.flags, "--force" in c.flags
+    if replace or force:
+        payload["syncOptions"] = [o for o, on in (("Replace=true", replace), ("Force=true", force)) if on]
+    if c.every("--resource"):
+        call(c.server, c.token, f"/apps/{c.name}", refresh=True)
+        payload["resources"] = c.every("--resource")
+    return _started(c, call(c.server, c.token, f"/apps/{c.name}/sync", method="POST", body=payload))
+
+
+def app_rollback(c: Call) -> int:
+    """`tidecd app rollback NAME ID`: re-sync a revision from history (and revert git with --revert)."""
+    payload: dict[str, Any] = {"id": int(c.args[1]), "prune": "--prune" in c.flags}
+    if c.value("--revert") or "--revert-pr" in c.flags:
+        payload["revert"] = c.value("--revert") or "pr"
+    started = call(c.server, c.token, f"/apps/{c.name}/rollback", method="POST", body=payload)
+    if c.output == "table" and started.get("revert"):
+        print(started["revert"]["message"])
+    if started.get("revertError"):
+        print(f"warning: {started['revertError']}", file=sys.stderr)
+    return _started(c, started)
+
+
+def _started(c: Call, started: dict[str, Any]) -> int:
+    operation_id = str(started.get("operationId", ""))
+    if "--async" in c.flags:
+        _emit(c, started, lambda: print(started_line(started)))
+        return 0
+    body = follow(lambda: call(c.server, c.token, f"/apps/{c.name}"), _remote(2.0), operation_id,
+                  float(c.value("--timeout", "0")), quiet=c.output != "table", echo=_say)
+    if c.output != "table":
+        _json(body)
+    op = body.get("operation") or {}
+    return EXIT_FAILED if op.get("id") == operation_id and op.get("phase") != "Succeeded" else 0
+
+
+def app_wait(c: Call) -> int:
+    """`tidecd app wait NAME`: all three conditions without flags."""
+    wanted = tuple(f in c.flags for f in ("--sync", "--health", "--operation"))
+    return wait_until(c.name, lambda fresh: call(c.server, c.token, f"/apps/{c.name}", refresh=fresh), None,
+                      (wanted[0], wanted[1], wanted[2]) if any(wanted) else (True, True, True),
+                      float(c.value("--timeout", "0")), _say)
+
+
+_HANDLERS: dict[str, Callable[[Call], int]] = {
+    "list": app_list, "get": app_get, "history": app_history, "diff": app_diff, "refresh": app_refresh,
+    "terminate-op": app_terminate, "sync": app_sync, "rollback": app_rollback, "wait": app_wait}
 
 
 def run(argv: list[str]) -> int | None:
