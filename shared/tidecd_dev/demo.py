@@ -2,8 +2,10 @@
 
 Starts a control plane (with kwok) whose audit webhook backend posts to the webhook function, a git server
 holding `examples/apps`, and the webhook, poll and api functions under functions-framework with the local
-store; the first poll tick deploys the three example apps; then a commit is pushed, a signed GitHub push
-webhook is sent, and the demo shows the app going OutOfSync → Synced and Healthy. Last, a second person
+store; the first poll tick deploys the three example apps, and the demo waits until each is Synced and
+Healthy, then prints the dashboard's address and the token that logs in to it. Then a commit is pushed, a
+signed GitHub push webhook is sent, and the demo shows the app going OutOfSync → Synced and Healthy, and
+what its history recorded for the pushed revision. Last, a second person
 (alice@example.com) runs `kubectl scale` on the self-healed guestbook: the audit event undoes it within
 seconds, and the app names her. It keeps running until Ctrl-C (or exits at once with `--exit`).
 """
@@ -127,24 +129,19 @@ class Demo:
             raise RuntimeError(f"api {method} {path}: {status} {answer}")
         return answer
 
-    def show_apps(self, *, settle: float = 0.0) -> None:
-        """List the apps; with `settle`, first refresh them (as `argocd app get --refresh` does: a sync does
-        not wait for health) until all are Synced and Healthy, for at most `settle` seconds."""
-        deadline = time.monotonic() + settle
-        while settle:
-            apps = [self.api("GET", f"/apps/{app['name']}?refresh=true") for app in self.api("GET", "/apps")["apps"]]
-            if all(a["syncStatus"] == "Synced" and a["health"] == "Healthy" for a in apps) \
-                    or time.monotonic() > deadline:
-                break
-            time.sleep(2.0)
+    def show_apps(self) -> None:
+        """List the apps as recorded (no refresh)."""
         for app in self.api("GET", "/apps")["apps"]:
             print(f"    {app['name']:22} {app['sync']:10} {app['health']:12} {app['revision'][:12]}")
 
     def run(self) -> None:
         say("first poll tick (Cloud Scheduler calls this every three minutes): deploys every app")
+        t0 = time.monotonic()
         status, summary = http("POST", f"http://127.0.0.1:{self.ports['poll']}/")
         print(f"    poll answered {status}: {summary.get('apps_refreshed')}")
+        self.wait_all_deployed(t0)
         self.show_apps()
+        self.print_dashboard()
         say("a developer scales the guestbook frontend to 3 replicas and pushes")
         frontend = self.checkout / "apps" / "guestbook" / "frontend.yaml"
         frontend.write_text(frontend.read_text().replace("replicas: 1", "replicas: 3", 1))
@@ -152,6 +149,9 @@ class Demo:
         git("commit", "-qam", "guestbook: 3 frontend replicas", cwd=self.checkout)
         git("push", "-q", "origin", "HEAD:main", cwd=self.checkout)
         after = git("rev-parse", "HEAD", cwd=self.checkout)
+        pushed_at = time.strftime("%H:%M:%S", time.gmtime())
+        print(f"    pushed {after[:12]} \"guestbook: 3 frontend replicas\" (apps/guestbook/frontend.yaml: "
+              f"replicas 1 -> 3) at {pushed_at} UTC; guestbook is deployed at {before[:12]}")
         state = self.api("GET", "/apps/guestbook?refresh=true")
         print(f"    before the webhook: guestbook is {state['syncStatus']} "
               f"({', '.join(r['name'] + ': ' + ', '.join(r['changed']) for r in state['resources'] if r['changed'])})")
@@ -169,8 +169,49 @@ class Demo:
             "X-GitHub-Delivery": secrets.token_hex(8)})
         print(f"    webhook answered {status}: {answer}")
         self._wait_synced("guestbook", after, t0)
-        self.show_apps(settle=120.0)
+        self.tell_deployment("guestbook", after)
+        self.show_apps()
         self.drift()
+
+    def wait_all_deployed(self, t0: float, timeout: float = 180.0) -> None:
+        """Wait for the first deployment of every app, so the push below starts from a finished one.
+
+        The poll's sync does not wait for health, so refresh every second (as `argocd app wait` polls) and
+        print each app's state as it changes, read from what the api recorded."""
+        last: dict[str, str] = {}
+        while True:
+            names = [app["name"] for app in self.api("GET", "/apps")["apps"]]
+            states = {name: self.api("GET", f"/apps/{name}?refresh=true") for name in names}
+            for name, state in states.items():
+                now = f"{state['syncStatus']}/{state['health']}" + (
+                    f" at {state['revision'][:12]}" if state["revision"] else " (not compared yet)")
+                if last.get(name) != now:
+                    print(f"    {time.monotonic() - t0:5.1f}s  {name}: {now}")
+                    last[name] = now
+            if names and all(s["syncStatus"] == "Synced" and s["health"] == "Healthy" for s in states.values()):
+                say(f"first deployment done: every app is Synced and Healthy, {time.monotonic() - t0:.1f}s "
+                    "after the poll tick")
+                return
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"the first deployment did not finish within {timeout:.0f}s: "
+                                   + ", ".join(f"{n} {s}" for n, s in last.items()))
+            time.sleep(1.0)
+
+    def tell_deployment(self, name: str, revision: str) -> None:
+        """What the app's history recorded for the pushed revision: when, by what, and with what result."""
+        history = self.api("GET", f"/apps/{name}/history")["history"]
+        entry = next((h for h in reversed(history) if h["revision"] == revision), None)
+        if entry is None:
+            raise RuntimeError(f"{name}: no history entry records revision {revision[:12]}")
+        by = f" by {entry['initiatedBy']}" if entry.get("initiatedBy") else ""
+        print(f"    recorded: history #{entry['id']} {entry['result']} at revision {entry['revision'][:12]}, "
+              f"deployed {entry['deployedAt']}{by}" + (f" ({entry['trigger']})" if entry.get("trigger") else ""))
+
+    def print_dashboard(self) -> None:
+        """The dashboard's address and how to log in: the demo's api token, random for this run and
+        valid only on this loopback address until Ctrl-C (the login form takes it; no password exists)."""
+        say(f"the dashboard: http://127.0.0.1:{self.ports['api']}/ui/")
+        print(f"    log in by pasting this demo's api token: {self.token}")
 
     def drift(self, timeout: float = 60.0) -> None:
         """alice scales the self-healed frontend by hand; the API server's audit event brings it back."""
@@ -215,7 +256,8 @@ class Demo:
         env = (f"export KUBECONFIG={self.cluster.kubeconfig} TIDECD_CONFIG={self.config_dir} "
                f"TIDECD_STORE={self.workdir / 'store'}")
         print(f"""
-Look further (in another terminal):
+Look further: the dashboard is http://127.0.0.1:{self.ports['api']}/ui/ (log in with the token below), or
+in another terminal:
   {env}
   .venv/bin/tidecd app list
   .venv/bin/tidecd app get guestbook

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +60,12 @@ def test_demo_runs_end_to_end_and_leaves_nothing(tmp_path: Path) -> None:
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert "kwok-node-0   Ready" in demo.stdout
     assert "guestbook is Synced and Healthy" in demo.stdout
+    # the push waits for the first deployment, its story is read from the history, and the dashboard is named
+    out = demo.stdout
+    assert out.index("first deployment done: every app is Synced and Healthy") < out.index("pushed ")
+    pushed = re.search(r"pushed ([0-9a-f]{12}) ", out)
+    assert pushed and re.search(rf"recorded: history #2 Succeeded at revision {pushed[1]}, deployed 20", out), out
+    assert re.search(r"the dashboard: http://127\.0\.0\.1:\d+/ui/", out)
     # alice's kubectl scale, undone through the API server's audit webhook backend, and named
     assert "restored to 3 replicas" in demo.stdout
     assert "DriftDetected: Deployment guestbook/frontend: spec.replicas changed by alice@example.com via kubectl" \

@@ -121,11 +121,17 @@ def test_dashboard_shows_syncs_and_rolls_back_the_examples(browser: Any, example
     page.click("button[name=sync]")  # the sync panel first: options, resources, revision
     page.click("button[name=synchronize]")
     phases: list[str] = []
+    syncing = shots / "app-syncing.png"
+    syncing.unlink(missing_ok=True)
+    shot = {"steps": False}
 
     def settled() -> bool:
         phase = page.locator("#live").get_attribute("data-phase") or ""
         if not phases or phases[-1] != phase:
             phases.append(phase)
+        if phase == "Running" and not shot["steps"]:  # the README's "during a sync": with its steps, if seen
+            shot["steps"] = page.locator("#live [data-task]").count() > 0
+            page.screenshot(path=str(syncing), full_page=True)
         return header_status(page) == ("Synced", "Healthy") and phase == "Succeeded"
 
     try:
@@ -152,6 +158,7 @@ def test_dashboard_shows_syncs_and_rolls_back_the_examples(browser: Any, example
              60, "the page to show the rolled-back revision")
     assert page.locator("[data-history] [data-current]").count() == 1  # only what is deployed
     assert page.locator(".facts", has_text="manual (after a rollback)").count() == 1
+    page.locator("#history").screenshot(path=str(shots / "history.png"))  # who, what triggered it, rollback
     page.click("button[name=refresh]")  # compared with git again: an older revision than git's, as in Argo CD
     page.wait_for_selector("[data-notice]")
     assert header_status(page)[0] == "OutOfSync"
@@ -165,7 +172,7 @@ def test_dashboard_shows_syncs_and_rolls_back_the_examples(browser: Any, example
     phone.screenshot(path=str(shots / "app-phone-dark.png"), full_page=True)
     phone.context.close()
     page.context.close()
-    for name in ("apps.png", "app.png"):
+    for name in ("apps.png", "app.png", "app-syncing.png", "history.png"):
         assert (shots / name).stat().st_size > 10_000
 
 
