@@ -12,30 +12,18 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
 import yaml
 
+from tests.e2e.test_app_sets import directories_set as directories
 from tests.support.apps import GitOps, configmap
 from tests.support.functions import Functions
 from tidecd.generated import records as generated
 from tidecd.usecases import appsets
 
 pytestmark = pytest.mark.e2e
-
-
-def directories(gitops: GitOps) -> dict[str, Any]:
-    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet", "metadata": {"name": "dirs"},
-            "spec": {"goTemplate": True,
-                     "generators": [{"git": {"repoURL": gitops.repo.url, "revision": "main",
-                                             "directories": [{"path": "services/*"}]}}],
-                     "template": {"metadata": {"name": "{{ .path.basename }}-" + gitops.namespace},
-                                  "spec": {"project": "default",
-                                           "source": {"repoURL": gitops.repo.url, "targetRevision": "main",
-                                                      "path": "{{ .path.path }}"},
-                                           "destination": {"name": "in-cluster", "namespace": gitops.namespace}}}}}
 
 
 def tidecd(gitops: GitOps, *args: str) -> subprocess.CompletedProcess[str]:
