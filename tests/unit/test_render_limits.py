@@ -171,11 +171,12 @@ def test_no_render_child_is_started_any_other_way() -> None:
         text = path.read_text()
         for call in ("subprocess.run(", "subprocess.Popen(", "os.system(", "os.exec", "os.spawn"):
             count = text.count(call)
-            # the one-off sandbox probe (`unshare ... true`) and run_child (its trampoline is base.child's)
-            allowed = {"subprocess.run(": 1, "subprocess.Popen(": 1}.get(call, 0)
+            # the one-off sandbox probe (`unshare ... true`); run_child starts its child with base.child.run
+            allowed = {"subprocess.run(": 1}.get(call, 0)
             allowed = allowed if path.name == "tool.py" else 0
             assert count == allowed, (path.name, call, count)
-    assert tool._LIMITED is child.LIMITED and "child.limited(" in Path(tool.__file__).read_text()
+    assert tool._LIMITED is child.LIMITED and "child.run(" in Path(tool.__file__).read_text()
+    assert "limited(argv" in Path(child.__file__).read_text()
     assert "os.execvp" in child.LIMITED and textwrap.dedent(child.LIMITED) == child.LIMITED
     assert os.path.isabs(sys.executable)
 

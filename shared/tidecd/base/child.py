@@ -12,9 +12,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO
 
 CANNOT_RUN = 127  # the trampoline's exit status when the program cannot be started, after this on stderr:
 EXEC_FAILED = "tidecd-exec: "
@@ -63,3 +66,19 @@ def kill_group(pid: int) -> None:
     """Kill the child's whole process group (it was started with `process_group=0`)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def run(argv: Sequence[str], *, env: Mapping[str, str], memory_bytes: int, output_bytes: int, seconds: float,
+        stdin: IO[bytes] | None, stdout: IO[bytes], stderr: IO[bytes], cwd: Path | None = None) -> tuple[bool, int]:
+    """Run `argv` under the trampoline's limits in its own process group: (whether it ended within
+    `seconds`, its exit status). Whatever happens, nothing of its group is left running (killed before the
+    child is reaped, so its id cannot be another process's yet). OSError when it cannot be started."""
+    process = subprocess.Popen(limited(argv, memory_bytes, output_bytes), cwd=cwd, env=dict(env),
+                               stdin=stdin if stdin is not None else subprocess.DEVNULL, stdout=stdout,
+                               stderr=stderr, process_group=0)
+    try:
+        ended = exited(process.pid, seconds)
+    finally:
+        kill_group(process.pid)
+        returncode = process.wait()
+    return ended, returncode

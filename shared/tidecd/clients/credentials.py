@@ -23,7 +23,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import subprocess
 import tempfile
 import threading
 import time
@@ -108,15 +107,10 @@ class Ran:
 def run_plugin(argv: Sequence[str], env: Mapping[str, str]) -> Ran:
     """Run a credential plugin within PLUGIN_SECONDS, PLUGIN_MEMORY_BYTES and PLUGIN_OUTPUT_BYTES; its
     whole process group is killed when it passes the time."""
-    full = child.limited(argv, PLUGIN_MEMORY_BYTES, PLUGIN_OUTPUT_BYTES + 1)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(full, env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                   process_group=0)
-        try:
-            ended = child.exited(process.pid, PLUGIN_SECONDS)
-        finally:
-            child.kill_group(process.pid)
-            returncode = process.wait()
+        ended, returncode = child.run(argv, env=env, memory_bytes=PLUGIN_MEMORY_BYTES,
+                                      output_bytes=PLUGIN_OUTPUT_BYTES + 1, seconds=PLUGIN_SECONDS, stdin=None,
+                                      stdout=out, stderr=err)
         if not ended:
             raise ClusterUnavailable(f"{argv[0]}: no answer within {PLUGIN_SECONDS:.0f}s")
         out.seek(0)

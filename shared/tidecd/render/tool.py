@@ -261,20 +261,15 @@ def run_child(argv: Sequence[str], *, what: str, env: Mapping[str, str], cwd: Pa
     RenderError when it cannot be started. Any other exit status is the caller's to explain."""
     bound = limits.render_limits()
     deadline = seconds_left(what)
-    full = child.limited(argv, bound.render_memory_bytes, bound.render_output_bytes + 1)
     with tempfile.TemporaryFile() as given, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         given.write(stdin.encode())
         given.seek(0)
         try:
-            process = subprocess.Popen(full, cwd=cwd, env=dict(env), stdin=given, stdout=out, stderr=err,
-                                     process_group=0)
+            ended, returncode = child.run(argv, env=env, memory_bytes=bound.render_memory_bytes,
+                                          output_bytes=bound.render_output_bytes + 1, seconds=deadline,
+                                          stdin=given, stdout=out, stderr=err, cwd=cwd)
         except OSError as exc:
             raise RenderError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from exc
-        try:
-            ended = child.exited(process.pid, deadline)
-        finally:  # ended, out of time or interrupted: nothing of its group stays (killed before the child
-            child.kill_group(process.pid)  # is reaped, so its id cannot be another process's yet)
-            returncode = process.wait()
         if not ended:
             budget = _BUDGET.get()
             raise _over_time(what, budget.limit if budget else bound.render_seconds)

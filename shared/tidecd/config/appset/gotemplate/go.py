@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -42,22 +41,17 @@ def render_batch(items: Sequence[tuple[str, int]], params: Sequence[Mapping[str,
         binary = tools.binary("gotemplate")
     except tools.MissingTool as exc:
         raise TemplateError(f"cannot render Go templates: {exc}") from None
-    full = child.limited([binary], MEMORY_BYTES, BATCH_OUTPUT_BYTES + 1)
     with tempfile.TemporaryFile() as given, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         given.write(json.dumps(batch).encode())
         given.seek(0)
         try:
-            process = subprocess.Popen(full, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, stdin=given,
-                                       stdout=out, stderr=err, process_group=0)
+            ended, returncode = child.run([binary], env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                                          memory_bytes=MEMORY_BYTES, output_bytes=BATCH_OUTPUT_BYTES + 1,
+                                          seconds=SECONDS, stdin=given, stdout=out, stderr=err)
         except OSError as exc:
             raise TemplateError(f"cannot run the gotemplate helper: {exc.strerror}") from None
-        try:
-            ended = child.exited(process.pid, SECONDS)
-        finally:
-            child.kill_group(process.pid)
-            returncode = process.wait()
         if not ended:
-            raise TemplateError(f"the templates took more than {SECONDS:.0f}s to render")
+            raise TemplateError(f"the templates took more than {SECONDS:g}s to render")
         if os.fstat(out.fileno()).st_size > BATCH_OUTPUT_BYTES:
             raise TemplateError(f"the rendered templates are larger than {BATCH_OUTPUT_BYTES} bytes")
         err.seek(max(0, os.fstat(err.fileno()).st_size - STDERR_SHOWN))
