@@ -30,7 +30,8 @@ def _manifests(version: str) -> dict[str, Any]:
 
 
 def _width(page: Any) -> tuple[int, int]:
-    return page.evaluate("[document.scrollingElement.scrollWidth, window.innerWidth]")
+    scroll, viewport = page.evaluate("[document.scrollingElement.scrollWidth, window.innerWidth]")
+    return int(scroll), int(viewport)
 
 
 def _fits(page: Any, where: str) -> None:

@@ -3,6 +3,8 @@ RBAC action names Argo CD uses."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tidecd.base.errors import PermanentError
@@ -13,7 +15,7 @@ WEB = ResourceKey("apps", "Deployment", "ns", "web")
 
 
 def test_restart_stamps_the_pod_template_whatever_it_has() -> None:
-    bare = {"spec": {"template": {"spec": {}}}}
+    bare: dict[str, Any] = {"spec": {"template": {"spec": {}}}}
     assert ra.restart_patch(bare, "T") == [{"op": "add", "path": "/spec/template/metadata",
                                             "value": {"annotations": {ra.RESTARTED_AT: "T"}}}]
     no_notes = {"spec": {"template": {"metadata": {"labels": {"a": "b"}}}}}
