@@ -202,6 +202,9 @@ def test_generated_apps_get_the_resources_finalizer_so_removal_deletes_their_obj
                                         syncPolicy={"preserveResourcesOnDeletion": True}))
     refresh(runtime(tmp_path))
     assert finalizers("one") is None and finalizers("two") is None
+    write(tmp_path / "config", list_set(["one", "two"], finalizer=None))  # only the policy changes: re-evaluated
+    refresh(runtime(tmp_path))
+    assert finalizers("one") == ["resources-finalizer.argocd.argoproj.io"]
 
 
 @pytest.mark.parametrize(("policy", "stays"), [("create-only", True), ("create-update", True),

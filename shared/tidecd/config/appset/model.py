@@ -50,8 +50,11 @@ class ApplicationSet:
         return f"ApplicationSet/{self.name}"
 
     def spec_hash(self) -> str:
+        """What the generated documents follow from; `preserveResourcesOnDeletion` decides their finalizer, and
+        the version tag re-evaluates records written before generated apps had Argo CD's finalizer."""
         text = json.dumps([self.generators, self.template, self.template_patch, self.go_template,
-                           self.go_template_options, self.applications_sync], sort_keys=True, default=str)
+                           self.go_template_options, self.applications_sync, self.preserve_resources_on_deletion,
+                           "finalizer-1"], sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def renderer(self) -> Renderer:
