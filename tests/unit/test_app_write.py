@@ -3,6 +3,7 @@ form builds, the checks that name the field, RBAC before any git is touched, and
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from tidecd.clients.store import MemoryStore
 from tidecd.config.load import ConfigSourceRef, load_config
 from tidecd.runtime import Runtime, Settings
 from tidecd.ui import auth
-from tidecd.usecases import app_write
+from tidecd.usecases import api, app_write
 
 SOURCE = "https://git.example.invalid/config.git#main:apps"
 PROJECT = {"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject", "metadata": {"name": "team"},
@@ -141,3 +142,14 @@ def test_the_form_shows_the_problem_on_its_field_and_refuses_a_reader(tmp_path: 
     refused = ui.handle(ui.Request("POST", "/ui/new-app", {**headers, "Cookie": read_cookie},
                                    form={**fields, "namespace": "team-web", "csrf": session.csrf}), runtime)
     assert refused.status == 403 and "permission denied" in refused.body.decode()
+
+
+def test_the_api_routes_post_and_put_beside_get_and_answers_a_bad_manifest_naming_the_field(tmp_path: Path) -> None:
+    runtime = _runtime(tmp_path)
+    headers = {"Authorization": "Bearer t"}
+    doc = app_write.manifest(_form(namespace="prod"))
+    created = api.handle("POST", "/api/v1/apps", headers, json.dumps(doc).encode(), runtime)
+    assert created.status == 400 and "spec.destination: destination server" in created.body["message"]
+    changed = api.handle("PUT", "/api/v1/apps/other", headers, json.dumps(doc).encode(), runtime)
+    assert changed.status == 400 and "metadata.name must be 'other'" in changed.body["message"]
+    assert api.handle("DELETE", "/api/v1/apps", headers, b"", runtime).status == 405

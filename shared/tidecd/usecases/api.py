@@ -124,8 +124,8 @@ def handle(method: str, path: str, headers: Mapping[str, str], body: bytes, runt
             except Exception as exc:  # noqa: BLE001 - every failure is answered as JSON, by the one table
                 return failure(exc)
             return Response(answer.status, camel(answer.body))
-        if match:
-            return error(405, "method_not_allowed", f"{method} is not allowed on {path}")
+    if any(pattern.match(path) for _, pattern, _, _ in _ROUTES):  # another method's path (GET and POST /apps)
+        return error(405, "method_not_allowed", f"{method} is not allowed on {path}")
     return error(404, "not_found", f"no such endpoint: {path}")
 
 

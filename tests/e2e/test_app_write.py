@@ -1,0 +1,102 @@
+"""Creating an app from the dashboard (issue 25): Debian's chromium fills the New app form of the real api
+function; the Application lands as a commit by the logged-in user in the config repo on the session's git
+server, and the app deploys from it on the session's control plane, Synced and Healthy, without a poll.
+A protected branch (a pre-receive hook that declines pushes to main) gets the commit on a branch instead,
+and main is left as it was."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from tests.e2e.test_ui import dashboard, log_in, wait_for
+from tests.support.apps import GitOps, deployment
+from tests.support.functions import Functions
+
+
+def _config_source(gitops: GitOps, functions: Functions) -> str:
+    """The app repo's `config/` folder as TIDECD_CONFIG, with the workload the new app will point at."""
+    gitops.push({"app/web.yaml": deployment("web"), "config/.keep": ""})
+    source = f"{gitops.repo.url}#main:config"
+    functions.extra_env["TIDECD_CONFIG"] = source
+    return source
+
+
+def _commit_of(gitops: GitOps, path: str, ref: str = "origin/main") -> tuple[str, str, str]:
+    """(author name, subject, file text) of the last commit touching `path` on `ref`, read from the server."""
+    gitops.repo.git("fetch", "--quiet", "origin", "+refs/heads/*:refs/remotes/origin/*")
+    log = gitops.repo.git("log", "-1", "--format=%an%x00%s", ref, "--", path)
+    author, _, subject = log.partition("\0")
+    return author, subject, gitops.repo.git("show", f"{ref}:{path}")
+
+
+def test_an_app_created_in_the_dashboard_is_a_commit_by_the_user_and_deploys_from_it(
+        browser: Any, gitops: GitOps, functions: Functions) -> None:
+    _config_source(gitops, functions)
+    name = gitops.real("made")
+    base = dashboard(functions)
+    page = log_in(browser, base, functions.token)
+    page.click("[data-new-app]")
+    page.wait_for_selector("[data-app-form]")
+    page.fill("input[name=name]", name)
+    page.fill("input[name=repoURL]", gitops.repo.url)
+    page.fill("input[name=targetRevision]", "main")
+    page.fill("input[name=path]", "app")
+    page.fill("input[name=namespace]", "elsewhere-not-permitted")
+    page.fill("input[name=project]", "no-such-project")
+    page.check("input[name=automated]")
+    page.click("button[name=save]")
+    problem = page.locator("[data-problem]").inner_text()  # the loader's own check, naming the field
+    assert "spec.project: project 'no-such-project' is not defined" in problem
+    assert page.locator("input[name=project]").get_attribute("aria-invalid") == "true"
+    assert page.input_value("input[name=name]") == name  # what was typed is kept
+
+    page.fill("input[name=project]", "default")
+    page.fill("input[name=namespace]", gitops.namespace)
+    page.click("button[name=save]")
+    page.wait_for_url(re.compile(rf"/ui/apps/{name}\?"))
+    author, subject, text = _commit_of(gitops, f"config/{name}.yaml")
+    assert (author, subject) == ("admin", f"Create Application {name}")
+    doc = yaml.safe_load(text)
+    assert doc["spec"]["source"] == {"repoURL": gitops.repo.url, "targetRevision": "main", "path": "app"}
+    assert doc["spec"]["syncPolicy"]["automated"] == {"prune": False, "selfHeal": False}
+
+    def deployed() -> bool:
+        state = gitops.state(name)
+        return state.sync_status == "Synced" and state.health == "Healthy"
+
+    wait_for(deployed, 120, "the new app to deploy from the commit")
+    assert gitops.live("Deployment", "web", group="apps") is not None
+
+    # Edit: the same file is rewritten, by the same user
+    page.goto(f"{base}apps/{name}/edit")
+    assert page.input_value("input[name=path]") == "app"
+    page.check("input[name=selfHeal]")
+    page.click("button[name=save]")
+    page.wait_for_url(re.compile(rf"/ui/apps/{name}\?"))
+    author, subject, text = _commit_of(gitops, f"config/{name}.yaml")
+    assert (author, subject) == ("admin", f"Update Application {name}")
+    assert yaml.safe_load(text)["spec"]["syncPolicy"]["automated"]["selfHeal"] is True
+
+
+def test_a_protected_branch_gets_the_app_on_a_branch_and_main_is_left_alone(
+        gitops: GitOps, functions: Functions) -> None:
+    _config_source(gitops, functions)
+    hook = gitops.repo.server.root / f"{gitops.repo.name}.git" / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\nwhile read old new ref; do\n  [ \"$ref\" = refs/heads/main ] && "
+                    "{ echo 'main is protected' >&2; exit 1; }\ndone\nexit 0\n")
+    hook.chmod(0o755)
+    before = gitops.repo.git("ls-remote", "origin", "refs/heads/main")
+    name = gitops.real("guarded")
+    manifest = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": name},
+                "spec": {"project": "default", "destination": {"name": "in-cluster", "namespace": gitops.namespace},
+                         "source": {"repoURL": gitops.repo.url, "targetRevision": "main", "path": "app"}}}
+    answer = functions.api("POST", "/apps", manifest)
+    # no GitHub here: the answer says where the commit went and that no pull request could be opened
+    assert answer.status_code == 400, answer.text
+    assert f"the commit is on the branch tidecd/app-{name}" in answer.json()["message"]
+    assert gitops.repo.git("ls-remote", "origin", "refs/heads/main") == before
+    author, subject, _ = _commit_of(gitops, f"config/{name}.yaml", f"origin/tidecd/app-{name}")
+    assert (author, subject) == ("admin", f"Create Application {name}")
