@@ -95,6 +95,9 @@ def _measure(bench: Bench, dev: DevCluster, port: int) -> list[Row]:
         if name in _BUILD_ERRORS:
             rows.append(Row(GROUP, label, ours, None, name, f"{name} {_BUILD_ERRORS[name]}"))
             continue
+        if name == "Flux" and FLUX_RUNS < 1:
+            rows.append(Row(GROUP, label, ours, None, name, "Flux not run: TIDECD_BENCH_DRIFT_FLUX_RUNS=0"))
+            continue
         try:
             theirs = measure(bench, dev)
         except Exception as exc:  # noqa: BLE001 - one peer's failure leaves the others' numbers
