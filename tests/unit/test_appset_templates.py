@@ -217,3 +217,30 @@ def test_to_text_prints_like_go() -> None:
     assert gotemplate.to_text([1, "a"]) == "[1 a]"
     assert gotemplate.to_text({"b": 1, "a": True}) == "map[a:true b:1]"
     assert gotemplate.to_text(2.0) == "2"
+
+
+def test_a_missing_helper_is_a_clear_error(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("TIDECD_BIN_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TemplateError, match="cannot render Go templates: gotemplate not found"):
+        render("{{ .env }}", DATA)
+    assert render("no action", DATA) == "no action"  # a string without `{{` needs no helper
+
+
+@pytest.mark.parametrize(("script", "error"), [
+    ("echo 'bad batch' >&2; exit 2", r"the gotemplate helper failed \(exit status 2\): bad batch"),
+    ("echo not-json", "the gotemplate helper's answer is not its JSON"),
+    ("echo '{\"results\": []}'", "answered for a different number of templates"),
+    ("head -c 100 /dev/zero; sleep 30", "took more than 2s"),
+])
+def test_a_broken_helper_is_a_clear_error(script: str, error: str, tmp_path: Any,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    helper = tmp_path / "gotemplate"
+    helper.write_text(f"#!/bin/sh\ncat >/dev/null\n{script}\n")
+    helper.chmod(0o755)
+    monkeypatch.setenv("TIDECD_BIN_DIR", str(tmp_path))
+    monkeypatch.setattr(go, "SECONDS", 2.0)
+    with pytest.raises(TemplateError, match=error):
+        render("{{ .env }}", DATA)

@@ -42,7 +42,7 @@ def render_batch(items: Sequence[tuple[str, int]], params: Sequence[Mapping[str,
     except tools.MissingTool as exc:
         raise TemplateError(f"cannot render Go templates: {exc}") from None
     with tempfile.TemporaryFile() as given, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        given.write(json.dumps(batch).encode())
+        given.write(json.dumps(batch, default=str).encode())  # a YAML date, should one come, as text
         given.seek(0)
         try:
             ended, returncode = child.run([binary], env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
