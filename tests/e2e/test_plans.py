@@ -102,7 +102,7 @@ def test_a_config_source_pull_request_lists_new_and_changed_apps_with_their_rend
     assert answer.json()["plan"] is True and answer.json()["preview"] == []
     states = eventually(lambda: github_standin.status_states(full, head, "tidecd/plan"), what="the plan's status")
     assert states == ["failure"], github_standin.statuses[(full, head)]  # set-b's Service is refused
-    [comment] = github_standin.comment_bodies(full, 5)
+    [comment] = eventually(lambda: github_standin.comment_bodies(full, 5), what="the plan's comment")
     ns = hub.namespace
     assert f"tidecd plan of the config source at `{head[:12]}`" in comment
     assert f"new app `new-{ns}`" in comment and f"new app `set-b-{ns}`" in comment
@@ -145,7 +145,8 @@ def test_a_pull_request_changing_only_an_application_set_lists_the_apps_it_adds_
     answer = functions.deliver("pull_request", _config_pr(webhook_examples, config, full, 7, head))
     assert answer.status_code == 202 and answer.json()["plan"] is True, answer.text
     states = eventually(lambda: github_standin.status_states(full, head, "tidecd/plan"), what="the plan's status")
-    [comment] = github_standin.comment_bodies(full, 7)
+    # the status and the comment are two calls to GitHub: wait for the comment too (it may come second)
+    [comment] = eventually(lambda: github_standin.comment_bodies(full, 7), what="the plan's comment")
     assert "1 app(s) added, 1 changed, 1 removed" in comment, comment
     assert f"new app `set-b-{ns}`" in comment and f"changed app `set-a-{ns}`" in comment
     assert f"removed app `set-c-{ns}`" in comment and "apps/a2" in comment
