@@ -128,3 +128,14 @@ def test_tools_sh_knows_the_peers_pinned_and_opt_in(tmp_path: Path) -> None:
         {"argocd", "gitops-agent", "source-controller", "kustomize-controller", "redis-server"})
     bogus = _tools(tmp_path, "--check", "not-a-tool")
     assert bogus.returncode != 0 and "unknown tool: not-a-tool" in bogus.stderr
+
+
+def test_resident_and_peak_sets_are_read_from_proc_and_zero_for_a_gone_process() -> None:
+    """The scale bench's idle memory (VmRSS) and peak (VmHWM): this process holds some, a gone one none."""
+    from tidecd_dev.peers import peak_rss, rss
+
+    now, peak = rss(os.getpid()), peak_rss(os.getpid())
+    assert 0 < now <= peak
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert rss(gone.pid) == peak_rss(gone.pid) == 0

@@ -112,6 +112,7 @@ def tidecd_measured() -> bench_scale.Measured:
     m.peak_rss = [100 * 2**20, 110 * 2**20]
     m.api = scale.ApiCalls(total=600, on_app_kinds=120, writes_on_app_kinds=24, dry_runs=24, by_verb={"APPLY": 48})
     m.git_per_repo = {"ls-remote": 2, "upload-pack": 1}
+    m.store_bytes = 3 * 2**20
     return m
 
 
@@ -119,6 +120,7 @@ def test_rows_give_tidecd_over_each_peer_and_say_why_a_peer_has_no_numbers() -> 
     flux = bench_sp.PeerMeasured("Flux", 6, 3, total=120.0, created=2.0, per_app=[40.0, 60.0, 80.0, 90.0, 100.0,
                                                                                    120.0],
                                  rss={"source-controller": 80 * 2**20, "kustomize-controller": 150 * 2**20},
+                                 idle_rss={"source-controller": 70 * 2**20, "kustomize-controller": 140 * 2**20},
                                  api=scale.ApiCalls(1200, 240, 24, 0, {"APPLY": 24}),
                                  git_per_repo={"ls-remote": 1, "upload-pack": 1}, load="3.0/2.0/1.0",
                                  per_app_own=[30.0, 35.0, 40.0])
@@ -132,6 +134,11 @@ def test_rows_give_tidecd_over_each_peer_and_say_why_a_peer_has_no_numbers() -> 
     p99 = next(r for r in rows if r.name == "per app p99, vs Flux")
     assert (p99.tidecd, p99.peer) == (60.0, 120.0)
     assert "kustomize-controller: 150 MiB" in next(r.notes for r in rows if r.name == "peak RSS, vs Flux")
+    idle = next(r.notes for r in rows if r.name == "idle memory held for 6 apps, vs Flux")
+    assert "kustomize-controller: 140 MiB (sum 210 MiB" in idle
+    assert "tidecd 0 MiB (no process between events; the store holds 3.0 MiB for its 6 apps)" in idle
+    held = next(r.notes for r in bench_scale.rows(tidecd_measured()) if r.name == "memory held between events")
+    assert held.startswith("0 MiB resident") and "3.0 MiB for 6 apps" in held
     api = next(r.notes for r in rows if r.name == "API calls per app, vs Flux")
     assert "Flux 40.0 on the app's 4 kinds" in api and "tidecd 20.0 on the app's 4 kinds" in api
     broken = [r for r in rows if r.peer_name == "Argo CD"]
