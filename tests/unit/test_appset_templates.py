@@ -244,3 +244,24 @@ def test_a_broken_helper_is_a_clear_error(script: str, error: str, tmp_path: Any
     monkeypatch.setattr(go, "SECONDS", 2.0)
     with pytest.raises(TemplateError, match=error):
         render("{{ .env }}", DATA)
+
+
+def test_an_evaluation_renders_every_generator_in_one_helper_run(tmp_path: Any,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.unit.test_appset_generators import FakeSources, appset
+    from tidecd.config.appset.expand import expand
+
+    runs: list[int] = []
+    real = go.render_batch
+
+    def counted(items: Any, params: Any, **kw: Any) -> Any:
+        runs.append(len(items))
+        return real(items, params, **kw)
+
+    monkeypatch.setattr(go, "render_batch", counted)
+    gens = [{"list": {"elements": [{"env": "a"}, {"env": "b"}]}}, {"list": {"elements": [{"env": "c"}]}}]
+    out = expand(appset(gens, go=True, name="{{ .env }}-app", extra={"source": {
+        "repoURL": "https://git.example/apps", "path": "{{ .env | upper }}"}}), FakeSources(tmp_path))
+    assert sorted(out.apps) == ["a-app", "b-app", "c-app"], out.errors
+    assert out.apps["c-app"].doc["spec"]["source"]["path"] == "C"
+    assert len(runs) == 1, runs

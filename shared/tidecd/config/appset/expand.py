@@ -53,21 +53,23 @@ def expand(appset: ApplicationSet, sources: Sources) -> Expansion:
     evaluator = Evaluator(sources, renderer)
     where = f"{appset.origin}: {appset.label}"
     seen: dict[str, str] = {}
+    evaluated: list[tuple[str, list[Params]]] = []
     for index, gen in enumerate(appset.generators):
         path = f"spec.generators[{index}]"
         try:
-            found = evaluator.run(gen, path)
+            evaluated.append((path, evaluator.run(gen, path)))
         except (GeneratorError, TemplateError) as exc:
             out.errors.append(f"{where}: {exc}")
             out.failed = True
-            continue
-        try:  # every string of every parameter set in one helper run; the loop below looks them up
-            renderer.prefetch([(_template(appset, p), p.values) for p in found]
-                              + [(appset.template_patch, p.values) for p in found if appset.template_patch])
-        except TemplateError as exc:
-            out.errors.append(f"{where}: {path}: {exc}")
-            out.failed = True
-            continue
+    everything = [p for _, found in evaluated for p in found]
+    try:  # every string of every parameter set in one helper run; the loop below looks them up
+        renderer.prefetch([(_template(appset, p), p.values) for p in everything]
+                          + [(appset.template_patch, p.values) for p in everything if appset.template_patch])
+    except TemplateError as exc:
+        out.errors.append(f"{where}: spec.template: {exc}")
+        out.failed = True
+        return out
+    for path, found in evaluated:
         for params in found:
             label = f"{path} ({params.origin})"
             template = _template(appset, params)
