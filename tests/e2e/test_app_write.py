@@ -6,7 +6,10 @@ and main is left as it was."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from typing import Any
 
 import yaml
@@ -100,3 +103,26 @@ def test_a_protected_branch_gets_the_app_on_a_branch_and_main_is_left_alone(
     assert gitops.repo.git("ls-remote", "origin", "refs/heads/main") == before
     author, subject, _ = _commit_of(gitops, f"config/{name}.yaml", f"origin/tidecd/app-{name}")
     assert (author, subject) == ("admin", f"Create Application {name}")
+
+
+def test_tidecd_app_create_commits_the_app_as_argocd_app_create_would_describe_it(
+        gitops: GitOps, functions: Functions) -> None:
+    source = _config_source(gitops, functions)
+    name = gitops.real("cli")
+    env = {**os.environ, "TIDECD_CONFIG": source, "TIDECD_STORE": str(gitops.store.root),
+           "KUBECONFIG": str(gitops.dev.kubeconfig)}
+    run = subprocess.run([sys.executable, "-m", "tidecd.cli", "app", "create", name, "--repo", gitops.repo.url,
+                          "--path", "app", "--revision", "main", "--dest-namespace", gitops.namespace,
+                          "--sync-policy", "automated", "--self-heal", "--sync-option", "CreateNamespace=true"],
+                         env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"application {name}: committed" in run.stdout and f"config/{name}.yaml on main" in run.stdout
+    author, subject, text = _commit_of(gitops, f"config/{name}.yaml")
+    assert (author, subject) == ("admin", f"Create Application {name}")
+    spec = yaml.safe_load(text)["spec"]
+    assert spec["syncPolicy"] == {"automated": {"prune": False, "selfHeal": True},
+                                  "syncOptions": ["CreateNamespace=true"]}
+    again = subprocess.run([sys.executable, "-m", "tidecd.cli", "app", "create", name, "--repo", gitops.repo.url,
+                            "--path", "app", "--dest-namespace", gitops.namespace],
+                           env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert again.returncode != 0 and f"metadata.name: an app '{name}' already exists" in again.stdout + again.stderr

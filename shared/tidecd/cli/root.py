@@ -21,6 +21,7 @@ from tidecd.cli.admin import app as admin_app
 from tidecd.cli.app import EXIT_CODES
 from tidecd.cli.app import app as apps_app
 from tidecd.cli.appset import app as appset_app
+from tidecd.cli.create import SYNC_POLICIES
 from tidecd.cli.image import app as image_app
 from tidecd.cli.listing import list_apps
 from tidecd.cli.login import register as register_login
@@ -37,8 +38,8 @@ app.add_typer(image_app, name="image")
 app.add_typer(admin_app, name="admin")
 app.add_typer(proj_app, name="proj")
 app.add_typer(account_app, name="account")
-# listing, resources and actions register `app` commands on import
-__all__ = ["app", "app_actions", "app_resources", "list_apps", "main"]
+# listing, resources, actions and create register `app` commands on import
+__all__ = ["SYNC_POLICIES", "app", "app_actions", "app_resources", "list_apps", "main"]
 sys.modules["tidecd.cli"].app = app  # type: ignore[attr-defined]  # `from tidecd.cli import app`: the root
 
 PROCESS = "tidecd process"  # main()'s context object: only the process entry sets the global log level
