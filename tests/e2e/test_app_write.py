@@ -6,10 +6,13 @@ and main is left as it was."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+import uuid
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -17,6 +20,13 @@ import yaml
 from tests.e2e.test_ui import dashboard, log_in, wait_for
 from tests.support.apps import GitOps, deployment
 from tests.support.functions import Functions
+from tests.support.github_repos import GitHubReposStandIn
+from tests.support.gitserver import GitRepo
+from tidecd.clients.secrets import KeyPair, seal_secret
+from tidecd.clients.store import LocalStore
+from tidecd.runtime import Runtime, Settings
+from tidecd.triggers.dispatch import ManualDispatcher
+from tidecd.usecases import api
 
 
 def _config_source(gitops: GitOps, functions: Functions) -> str:
@@ -126,3 +136,36 @@ def test_tidecd_app_create_commits_the_app_as_argocd_app_create_would_describe_i
                             "--path", "app", "--dest-namespace", gitops.namespace],
                            env=env, capture_output=True, text=True, timeout=300, check=False)
     assert again.returncode != 0 and f"metadata.name: an app '{name}' already exists" in again.stdout + again.stderr
+
+
+def test_on_github_a_protected_branch_gets_a_pull_request_opened_once(
+        git_server: Any, tmp_path: Path, sealing: tuple[KeyPair, Path], github_repos: GitHubReposStandIn) -> None:
+    """The config repo named owner/name as on GitHub, the github Secret sealed in it: the declined push becomes
+    a branch and a pull request on the stand-in; asking again finds that pull request instead of a second."""
+    repo = GitRepo(git_server, f"octo/config-{uuid.uuid4().hex[:10]}", tmp_path / "work")
+    secret = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "github", "namespace": "tidecd",
+                           "labels": {"argocd.argoproj.io/secret-type": "github"}},
+              "stringData": {"token": "e2e-github-token"}}
+    repo.write("config/github.yaml", yaml.safe_dump(seal_secret(secret, sealing[0].cert_pem)))
+    repo.commit("config")
+    repo.push()
+    hook = git_server.root / f"{repo.name}.git" / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\nwhile read old new ref; do\n  [ \"$ref\" = refs/heads/main ] && exit 1\ndone\nexit 0\n")
+    hook.chmod(0o755)
+    rt = Runtime(settings=Settings(config=f"{repo.url}#main:config", store=str(tmp_path / "store"), api_token="t",
+                                   sealing_keys=str(sealing[1]), github_api_url=github_repos.base_url),
+                 store=LocalStore(tmp_path / "store"))
+    manifest = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": {"name": "guarded"},
+                "spec": {"project": "default", "destination": {"name": "in-cluster", "namespace": "guarded"},
+                         "source": {"repoURL": repo.url, "targetRevision": "main", "path": "app"}}}
+    for _ in range(2):
+        answer = api.handle("POST", "/api/v1/apps", {"Authorization": "Bearer t"}, json.dumps(manifest).encode(),
+                            rt, dispatcher=ManualDispatcher())
+        assert answer.status == 201, answer.body
+        assert answer.body["branch"] == "tidecd/app-guarded" and "/pull/1" in answer.body["pull"]
+    created = github_repos.calls_to("pulls/create")
+    assert len(created) == 1 and created[0].body["base"] == "main" and created[0].body["head"] == "tidecd/app-guarded"
+    assert created[0].body["title"] == "Create Application guarded"
+    main = repo.git("ls-remote", "origin", "refs/heads/main").split()[0]
+    assert main == repo.head()  # main is as it was

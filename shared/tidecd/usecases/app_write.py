@@ -16,6 +16,7 @@ to the dispatcher at once, so it deploys without waiting for the poll; after a p
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -178,13 +179,16 @@ def save(runtime: Runtime, principal: Principal, doc: Any, *, create: bool,
                f"{app.project}, source {redact_repo_url(app.source.repo_url)}, destination "
                f"{app.destination.server or app.destination.name} namespace {app.destination.namespace}.\n")
 
-    def edit(read: Any) -> dict[str, str]:
+    def edit(read: Any, *, pending: bool = False) -> dict[str, str]:
+        """The file's new text; {} when it has it already. `pending`: on the pull request's branch, where an
+        earlier request's file is this app's, to be brought up to date rather than refused."""
         current = read(file)
-        if create and current is not None:
+        if create and current is not None and not pending:
             raise ConfigError(f"{source}: {file} already exists: pick another app name")
         if not create and current is None:
             raise ConfigError(f"{source}: {file}, where app {name!r} was defined, is gone: reload and retry")
-        return {file: replaced(current, doc, name) if current is not None else _dump([doc])}
+        text = replaced(current, doc, name) if current is not None else _dump([doc])
+        return {} if text == current else {file: text}
 
     author = writeback.Author(principal.subject[:200],
                               principal.subject if "@" in principal.subject else runtime.settings.git_commit_email)
@@ -194,10 +198,10 @@ def save(runtime: Runtime, principal: Principal, doc: Any, *, create: bool,
                                 author=author)
     except writeback.PushDeclined:
         branch = f"{BRANCH_PREFIX}{name}"
-        commit = writeback.push(source.repo_url, creds, base=base, target=branch, edit=edit, message=message,
-                                author=author)
-        commit = commit or git.ls_remote(source.repo_url, creds).get(f"refs/heads/{branch}", "")
+        commit = writeback.push(source.repo_url, creds, base=base, target=branch, message=message, author=author,
+                                edit=functools.partial(edit, pending=True))
         pull = _open_pull(runtime, source, base=base, head=branch, message=message)
+    commit = commit or git.ls_remote(source.repo_url, creds).get(f"refs/heads/{branch}", "")  # nothing to change
     authz.done(runtime, principal, rbac.APPLICATIONS, "create" if create else "update", authz.app_object(app),
                f"committed {commit[:12]} to {file}" + (f", pull request {pull}" if pull else ""))
     runtime.forget_config()
