@@ -30,12 +30,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tidecd_dev import examples
 from tidecd_dev.devcluster import USER, DevCluster, free_port
+from tidecd_dev.examples import git
 from tidecd_dev.gitserver import GitServer
 from tidecd_dev.processes import stop_sessions
 
 ROOT = Path(__file__).resolve().parents[2]
-PLACEHOLDER_REPO = "http://git.tidecd.local/examples.git"
 FUNCTIONS = ("webhook", "poll", "api")
 
 
@@ -51,10 +52,6 @@ def http(method: str, url: str, body: bytes = b"", headers: dict[str, str] | Non
             return int(resp.status), json.loads(resp.read() or b"{}")
     except urllib.error.HTTPError as exc:
         return int(exc.code), json.loads(exc.read() or b"{}")
-
-
-def git(*args: str, cwd: Path) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
 class Demo:
@@ -78,22 +75,8 @@ class Demo:
         print("    " + nodes.strip().replace("\n", "\n    "))
         say("starting a git server and pushing examples/apps into it")
         self.git_server.start()
-        self.repo_url = self.git_server.create_repo("examples")
-        self.checkout = self.workdir / "checkout"
-        git("clone", "-q", self.repo_url, str(self.checkout), cwd=self.workdir)
-        git("config", "user.email", "demo@tidecd.local", cwd=self.checkout)
-        git("config", "user.name", "tidecd demo", cwd=self.checkout)
-        shutil.copytree(ROOT / "examples" / "apps", self.checkout / "apps")
-        git("add", "-A", cwd=self.checkout)
-        git("commit", "-qm", "examples", cwd=self.checkout)
-        git("push", "-q", "origin", "HEAD:main", cwd=self.checkout)
+        self.repo_url, self.checkout, self.config_dir = examples.publish(self.git_server, self.workdir)
         print(f"    {self.repo_url}")
-        self.config_dir = self.workdir / "config"
-        self.config_dir.mkdir()
-        for path in (ROOT / "examples" / "config").glob("*.yaml"):
-            text = path.read_text().replace(PLACEHOLDER_REPO, self.repo_url)
-            text = text.replace("http://git.tidecd.local/*", self.git_server.url + "/*")
-            (self.config_dir / path.name).write_text(text)
         say("starting the functions under functions-framework: " + ", ".join(FUNCTIONS))
         for target in FUNCTIONS:
             self._function(target)

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -75,3 +76,32 @@ def test_demo_runs_end_to_end_and_leaves_nothing(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     assert leftovers == []
+
+
+def test_the_readmes_examples_server_serves_the_examples_and_stops(tmp_path: Path) -> None:
+    """README "Using it locally": `eval "$(python -m tidecd_dev.examples)"` leaves a git server holding
+    examples/apps and sets TIDECD_CONFIG to examples/config pointed at it; `--stop` ends it."""
+    where = tmp_path / "examples"
+    up = subprocess.run([sys.executable, "-m", "tidecd_dev.examples", "--dir", str(where)], capture_output=True,
+                        text=True, timeout=60, cwd=tmp_path)
+    assert up.returncode == 0, up.stderr
+    assert up.stdout == f"export TIDECD_CONFIG={where / 'config'}\n"
+    pid = int((where / "server.pid").read_text())
+    try:
+        url = (where / "ready").read_text()
+        config = (where / "config" / "guestbook.yaml").read_text()
+        assert f"repoURL: {url}\n" in config and "git.tidecd.local" not in config
+        assert "git.tidecd.local" not in (where / "config" / "project.yaml").read_text()
+        heads = subprocess.run(["git", "ls-remote", url, "refs/heads/main"], capture_output=True, text=True,
+                               timeout=30, check=True).stdout
+        tree = subprocess.run(["git", "ls-tree", "-r", "--name-only", heads.split()[0]], capture_output=True,
+                              text=True, cwd=where / "checkout", check=True).stdout.split()
+        assert "apps/guestbook/frontend.yaml" in tree
+    finally:
+        down = subprocess.run([sys.executable, "-m", "tidecd_dev.examples", "--dir", str(where), "--stop"],
+                              capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    assert down.returncode == 0 and "stopped" in down.stderr
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the examples' git server outlived --stop"
+        time.sleep(0.1)
