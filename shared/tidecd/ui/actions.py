@@ -51,6 +51,9 @@ NOTICES = {
                                "hold until the revert merges.",
     "rollback-revert-failed": "Rollback started, but its revert could not be opened (the function's log says "
                               "why): git still has the newer version.",
+    "app-committed": "Committed to the config source in git, authored by you: the app deploys from it.",
+    "app-pull-request": "The config branch is protected: the change is on a branch with a pull request; the app "
+                        "changes when it merges.",
 }
 
 

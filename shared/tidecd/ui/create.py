@@ -29,11 +29,12 @@ def _values(form: app_write.AppForm) -> dict[str, Any]:
             "selfHeal": form.self_heal, "createNamespace": form.create_namespace}
 
 
-def _form(ctx: Context, values: dict[str, Any], *, editing: str = "", problem: str = "", status: int = 200) -> Page:
+def _form(ctx: Context, values: dict[str, Any], *, editing: str = "", problem: str = "", status: int = 200,
+          pull: str = "") -> Page:
     invalid = {field for field, path in FIELDS.items() if f": {path}" in problem}
     projects = sorted(ctx.runtime.config().projects)
     return render("app_form.html", ctx, status, active="apps", values=values, editing=editing, problem=problem,
-                  invalid=invalid, projects=projects)
+                  invalid=invalid, projects=projects, pull=pull)
 
 
 @route("GET", "/new-app")
@@ -77,5 +78,6 @@ def _save(ctx: Context, *, create: bool) -> Page:
     except TidecdError as exc:
         status = 403 if "permission denied" in str(exc) else 400
         return _form(ctx, _values(form), editing=editing, problem=str(exc), status=status)
-    note = f"pull request {saved.pull}" if saved.pull else f"commit {saved.commit[:12]} in {saved.file}"
-    return redirect(f"/ui/apps/{quote(saved.app)}?written={quote(note)}")
+    if saved.pull and create:  # not in the config yet: no app page to show until the pull request merges
+        return _form(ctx, _values(form), pull=saved.pull)
+    return redirect(f"/ui/apps/{quote(saved.app)}?notice={'app-pull-request' if saved.pull else 'app-committed'}")
