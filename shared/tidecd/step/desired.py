@@ -303,7 +303,12 @@ def scope_lookup(cluster: Scopes, manifests: list[Manifest]) -> Callable[[str, s
     def namespaced(group: str, kind: str) -> bool:
         if (group, kind) in declared:
             return declared[(group, kind)]
-        return cluster.is_namespaced(group, kind)
+        try:
+            return cluster.is_namespaced(group, kind)
+        except UnknownKind:
+            # as Argo CD: a kind the cluster does not serve is not a reason to stop comparing the app; it is
+            # placed as namespaced (`with_namespaces`) and its comparison shows it OutOfSync and Missing
+            return True
 
     return namespaced
 

@@ -14,7 +14,7 @@ from typing import Any
 from tidecd.base import ownership
 from tidecd.base.errors import TemporaryError
 from tidecd.base.model import Action, ChangeEntry, Manifest, ResourceKey
-from tidecd.clients.cluster import ApiError, Cluster
+from tidecd.clients.cluster import ApiError, Cluster, UnknownKind
 from tidecd.sync.plan import Task
 
 REPLACE = "Replace=true"
@@ -46,8 +46,10 @@ def apply_task(cluster: Cluster, task: Task, app: str, *, dry_run: bool,
     existed = exists(task.key)
     try:
         if dry_run:
-            if not _kind_known(cluster, task.key):  # its CRD is created by this very sync
-                return ChangeEntry(task.key, Action.CREATED, "dry run skipped: kind not served yet", **placed(task))
+            if not _kind_known(cluster, task.key):
+                # `decide` already left out kinds a CRD of this sync brings (or SkipDryRunOnMissingResource):
+                # what reaches here has no CRD anywhere, and fails as in Argo CD (only this object's result)
+                return ChangeEntry(task.key, Action.FAILED, unserved_message(task.key), **placed(task))
             cluster.apply(obj, dry_run=True)
         else:
             result = cluster.replace(obj) if task.has_option(REPLACE) else cluster.apply(obj)
@@ -56,8 +58,18 @@ def apply_task(cluster: Cluster, task: Task, app: str, *, dry_run: bool,
     except ApiError as exc:
         return ChangeEntry(task.key, Action.FAILED, explain(exc), temporary=isinstance(exc, TemporaryError),
                            **placed(task))
+    except UnknownKind:  # SkipDryRunOnMissingResource, and the CRD never came
+        return ChangeEntry(task.key, Action.FAILED, unserved_message(task.key), **placed(task))
     action = Action.CONFIGURED if existed else Action.CREATED
     return ChangeEntry(task.key, action, "dry run" if dry_run else "", **placed(task))
+
+
+def unserved_message(key: ResourceKey) -> str:
+    """Argo CD's words for a kind the destination does not serve, and what the user can do about it."""
+    kind = f"{key.group}/{key.kind}" if key.group else key.kind
+    return (f"the server could not find the requested resource: {kind} is not served by the destination "
+            "(ensure CRDs are installed first, or add the sync option SkipDryRunOnMissingResource=true "
+            "when a CRD arrives later)")
 
 
 def _kind_known(cluster: Cluster, key: ResourceKey) -> bool:
