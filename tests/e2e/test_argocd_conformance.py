@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.apps import GitOps, configmap
+from tests.support.apps import GitOps, configmap, job
 
 WAVE = "argocd.argoproj.io/sync-wave"
 HOOK = "argocd.argoproj.io/hook"
 SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
 COMPARE_OPTIONS = "argocd.argoproj.io/compare-options"
+DELETE_POLICY = "argocd.argoproj.io/hook-delete-policy"
 
 
 def unknown_kind(namespace: str, name: str = "w1", **annotations: str) -> dict[str, Any]:
@@ -53,3 +54,37 @@ def test_an_unserved_kind_is_out_of_sync_and_missing_and_fails_only_its_sync(git
     assert gitops.live("ConfigMap", "plain") is not None
     [result] = [r for r in state.operation.results if r.key.kind == "Gadget"]
     assert "could not find the requested resource" in result.message, result
+
+
+def hook_job(generate_name: str, hook: str, policy: str = "") -> dict[str, Any]:
+    """A hook Job named only by `metadata.generateName`, as Argo CD's e2e hook testdata writes them."""
+    obj = job("unused", annotations={HOOK: hook, **({DELETE_POLICY: policy} if policy else {})})
+    del obj["metadata"]["name"]
+    obj["metadata"]["generateName"] = generate_name
+    return obj
+
+
+def test_hooks_named_by_generate_name_run_and_are_tracked(gitops: GitOps) -> None:
+    """Argo CD (hook_test.go, gitops-engine sync/doc.go): a hook with only `generateName` is created anew on
+    every sync, runs in its phase, and is tracked in the operation's results under its generated name."""
+    gitops.push({"app/cm.yaml": configmap("plain"),
+                 "app/pre.yaml": hook_job("pre-", "PreSync"),
+                 "app/post.yaml": hook_job("post-", "PostSync", "HookSucceeded")})
+    gitops.application()
+    gitops.sync()
+    state = gitops.state()
+    assert state.operation is not None and state.operation.phase == "Succeeded", state.operation
+    hooks = {r.key.name: r for r in state.operation.results if r.hook}
+    pre = [n for n in hooks if n.startswith("pre-")]
+    post = [n for n in hooks if n.startswith("post-")]
+    assert len(pre) == 1 and len(post) == 1, hooks
+    assert hooks[pre[0]].sync_phase == "PreSync" and hooks[post[0]].sync_phase == "PostSync"
+    assert all(r.phase.value == "Succeeded" for r in hooks.values()), hooks
+    assert gitops.live("Job", pre[0], "batch") is not None
+    assert gitops.live("Job", post[0], "batch") is None  # HookSucceeded
+    assert {r.kind for r in state.resources} == {"ConfigMap"}  # hooks are not resources
+    gitops.sync()  # a second sync creates a new copy, under a new name
+    again = gitops.state()
+    assert again.operation is not None and again.operation.phase == "Succeeded"
+    second = [r.key.name for r in again.operation.results if r.hook and r.key.name.startswith("pre-")]
+    assert len(second) == 1 and second[0] != pre[0], (pre, second)
