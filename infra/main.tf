@@ -35,6 +35,8 @@ locals {
     "deliveries/" = var.retention.deliveries_days
     "snapshots/"  = var.retention.snapshots_days
     "manifests/"  = var.retention.manifests_days
+    # the loaded config by commit (tidecd.config.cache): a cache, loaded in full again when expired
+    "config-cache/" = var.retention.snapshots_days
   }
 
   apis = toset(var.enable_apis ? [

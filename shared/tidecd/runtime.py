@@ -15,13 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from tidecd.base import constants
-from tidecd.base.errors import ConfigError, NotFound, TidecdError
+from tidecd.base.errors import ConfigError, NotFound, TemporaryError, TidecdError
 from tidecd.base.paths import inside
 from tidecd.clients.cluster import KubeCluster, client_for_secret
 from tidecd.clients.clustersecrets import find_cluster_secret
 from tidecd.clients.secrets import load_private_keys, text_fields, unseal
 from tidecd.clients.store import ObjectStore, open_store
+from tidecd.config import cache as config_cache
 from tidecd.config import teams
 from tidecd.config.load import (
     Application,
@@ -37,6 +40,7 @@ from tidecd.generated import records as generated
 if TYPE_CHECKING:
     from tidecd.source.gitremote import RepoCredentials
 
+log = structlog.get_logger("tidecd.runtime")
 IN_CLUSTER_SERVER = "https://kubernetes.default.svc"
 
 
@@ -235,9 +239,36 @@ class Runtime:
         creds = git.credentials_for(ref.repo_url, self.plain_secrets_unsealed_later())
         refs = git.ls_remote(ref.repo_url, creds)
         sha = git.resolve_revision(refs, ref.ref, ref.repo_url)
+        cache_key = config_cache.key(ref.repo_url, sha, ref.path, str(ref), team)
+        cached = self._cached_config(cache_key)
+        if cached is not None:
+            return cached
         with checkouts.tree(self.store, ref.repo_url, sha, creds) as root:  # read-only, kept while warm
             what = f"team config source {team!r} path" if team else "TIDECD_CONFIG path"
-            return load_config(inside(root, ref.path or ".", what=what), display=str(ref), strict=False, team=team)
+            config = load_config(inside(root, ref.path or ".", what=what), display=str(ref), strict=False, team=team)
+        blob = config_cache.encode(config)
+        if blob is None:
+            log.info("config not cached: a value does not round-trip through JSON", source=str(ref), commit=sha)
+        else:
+            try:
+                self.store.write(cache_key, blob)
+            except TemporaryError as exc:  # the next cold start loads in full again; this one has its config
+                log.warning("config cache not written", key=cache_key, error=str(exc)[:300])
+        return config
+
+    def _cached_config(self, cache_key: str) -> Config | None:
+        """The config loaded at this commit before (`tidecd.config.cache`): one store read instead of a
+        checkout and every file validated. An object that does not decode is only logged: the full load
+        follows and writes it again."""
+        blob = self.store.read(cache_key)
+        if blob is None:
+            return None
+        try:
+            return config_cache.decode(blob.data)
+        except config_cache.CacheFormatError as exc:
+            log.warning("config cache unreadable: loading the config source in full", key=cache_key,
+                        error=str(exc)[:300])
+            return None
 
     def plain_secrets_unsealed_later(self) -> list[dict[str, Any]]:
         """Repository credentials for the config repo itself can only come from the environment."""

@@ -957,7 +957,7 @@ def test_state_bucket_expires_deliveries_snapshots_and_manifests_by_lifecycle_ru
     assert one(content["action"], "action") == {"type": "Delete"}
     assert tf["locals"]["retention_prefixes"] == {
         "deliveries/": "${var.retention.deliveries_days}", "snapshots/": "${var.retention.snapshots_days}",
-        "manifests/": "${var.retention.manifests_days}"}
+        "manifests/": "${var.retention.manifests_days}", "config-cache/": "${var.retention.snapshots_days}"}
     env = tf["locals"]["common_env"]
     for variable, name in (("TIDECD_RETAIN_DELIVERIES_DAYS", "deliveries_days"),
                             ("TIDECD_RETAIN_SNAPSHOTS_DAYS", "snapshots_days"),

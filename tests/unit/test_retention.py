@@ -23,12 +23,14 @@ def _age(store: LocalStore, key: str, days: float) -> None:
 def test_sweep_deletes_only_what_is_past_its_retention(tmp_path: Path) -> None:
     store = LocalStore(tmp_path)
     keys = {"deliveries/old": 8, "deliveries/new": 1, "snapshots/r/a.tar.gz": 31, "snapshots/r/a.tar.gz.sha256": 31,
-            "snapshots/r/b.tar.gz": 2, "manifests/app/x.json": 40, "state/apps/app.json": 400, "leases/app": 400}
+            "snapshots/r/b.tar.gz": 2, "manifests/app/x.json": 40, "state/apps/app.json": 400, "leases/app": 400,
+            "config-cache/v1/old.json.gz": 31, "config-cache/v1/new.json.gz": 2}
     for key, days in keys.items():
         store.write(key, b"x")
         _age(store, key, days)
     result = retention.sweep(store)
-    assert sorted(result.deleted) == ["deliveries/old", "manifests/app/x.json", "snapshots/r/a.tar.gz",
+    assert store.read("config-cache/v1/new.json.gz") is not None
+    assert sorted(result.deleted) == ["config-cache/v1/old.json.gz", "deliveries/old", "manifests/app/x.json", "snapshots/r/a.tar.gz",
                                       "snapshots/r/a.tar.gz.sha256"]
     assert store.read("state/apps/app.json") is not None and store.read("leases/app") is not None
     assert store.read("deliveries/new") is not None and store.read("snapshots/r/b.tar.gz") is not None

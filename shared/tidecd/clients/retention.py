@@ -2,6 +2,7 @@
 
     TIDECD_RETAIN_DELIVERIES_DAYS  7    deliveries/<id>: a forge redelivers within hours, never after days
     TIDECD_RETAIN_SNAPSHOTS_DAYS   30   snapshots/: a cache; an expired one is fetched again when needed
+                                        (also config-cache/: the loaded config by commit, loaded again)
     TIDECD_RETAIN_MANIFESTS_DAYS   30   manifests/: a cache; an expired one is rendered again when needed
     TIDECD_HISTORY_LIMIT           10   entries of state history per app (rollback targets)
 
@@ -55,7 +56,7 @@ class Retention:
     def prefixes(self) -> dict[str, float]:
         """Object prefix → maximum age in seconds."""
         return {"deliveries/": self.deliveries_days * DAY, "snapshots/": self.snapshots_days * DAY,
-                "manifests/": self.manifests_days * DAY}
+                "manifests/": self.manifests_days * DAY, "config-cache/": self.snapshots_days * DAY}
 
 
 def history_limit() -> int:

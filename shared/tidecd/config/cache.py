@@ -1,0 +1,153 @@
+"""A loaded `Config` as one explicit, versioned JSON object, so a cold instance reads a config source in
+one store read instead of re-reading and re-validating every file (issue 30: 1,000 Application files
+cost 5.2 s of CPU per cold start).
+
+Why not pickle: the object lives in the store, and a pickle runs code when read. This encoding is
+driven by the dataclasses' own type hints, so every field of every value (apps, projects, argocd-cm
+settings, ApplicationSets, the problems and invalid apps set aside at load) round-trips, and a field
+added later is encoded without touching this module. `encode` refuses (returns None) any config whose
+decoded form would not equal the original, so a cache hit always behaves as the full load did.
+
+The key names the format version and a digest of this package's source (`code_digest`): a tidecd
+upgrade that changes how files are validated, or how values are shaped, never reads an older result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import json
+import types
+import typing
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from tidecd.config.appset.model import ApplicationSet
+from tidecd.config.model import Config
+
+FORMAT = 1
+PREFIX = "config-cache/"
+
+
+class CacheFormatError(ValueError):
+    """The object does not decode into a Config (truncated, corrupted, or written by another format)."""
+
+
+@cache
+def code_digest() -> str:
+    """The source of the config package (schema, load, model, ...): what a loaded Config follows from."""
+    root = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def key(repo_url: str, commit: str, path: str, display: str, team: str) -> str:
+    """The store key of one git config source's load at `commit` (a directory source has no commit and
+    is not cached in the store: its files are read where they are, and `runtime` keeps it warm in memory)."""
+    text = json.dumps([FORMAT, code_digest(), repo_url, commit, path, display, team])
+    return f"{PREFIX}v{FORMAT}/{commit}-{hashlib.sha256(text.encode()).hexdigest()[:24]}.json.gz"
+
+
+def encode(config: Config) -> bytes | None:
+    """The gzipped JSON of `config`, or None when some value would not come back equal (e.g. a Secret
+    holding a YAML timestamp): such a config is simply loaded in full each cold start."""
+    try:
+        data = {"format": FORMAT, "config": _encode(config, Config)}
+        text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    blob = gzip.compress(text.encode(), compresslevel=5)
+    try:
+        if decode(blob) != config:
+            return None
+    except CacheFormatError:
+        return None
+    return blob
+
+
+def decode(blob: bytes) -> Config:
+    try:
+        data = json.loads(gzip.decompress(blob))
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise CacheFormatError(f"format {data.get('format') if isinstance(data, dict) else '?'!r}, "
+                                   f"expected {FORMAT}")
+        config = _decode(data["config"], Config)
+    except CacheFormatError:
+        raise
+    except (OSError, EOFError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CacheFormatError(f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(config, Config):
+        raise CacheFormatError("not a Config")
+    return config
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return _HINTS.get(cls) or _HINTS.setdefault(cls, typing.get_type_hints(cls))
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _encode(value: Any, hint: Any) -> Any:
+    """`value` as JSON, shaped by `hint` (the field's type)."""
+    if hint is Any:
+        if isinstance(value, ApplicationSet):  # Config.appsets holds them under Any (config layering)
+            return _encode(value, ApplicationSet)
+        return value  # raw YAML data (Secrets, templates): JSON as is, checked by encode's round trip
+    if dataclasses.is_dataclass(hint):
+        return {f.name: _encode(getattr(value, f.name), _hints(hint)[f.name])  # type: ignore[arg-type]
+                for f in dataclasses.fields(hint)}
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _encode(value, inner[0]) if len(inner) == 1 else value
+    if origin in (dict, Mapping) or hint is dict:
+        item = args[1] if args else Any
+        return {str(k): _encode(v, item) for k, v in value.items()}
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return [_encode(v, args[0]) for v in value]
+    if origin is tuple:
+        return [_encode(v, a) for v, a in zip(value, args, strict=True)]
+    if origin in (list, set, frozenset):
+        items = [_encode(v, args[0] if args else Any) for v in value]
+        return items if origin is list else sorted(items)
+    return value
+
+
+def _decode(data: Any, hint: Any) -> Any:
+    if hint is Any:
+        if isinstance(data, dict) and set(data) == {f.name for f in dataclasses.fields(ApplicationSet)}:
+            return _decode(data, ApplicationSet)
+        return data
+    if dataclasses.is_dataclass(hint):
+        hints = _hints(hint)  # type: ignore[arg-type]
+        fields = {f.name: _decode(data[f.name], hints[f.name]) for f in dataclasses.fields(hint)}
+        return hint(**fields)  # type: ignore[operator]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if data is None:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _decode(data, inner[0]) if len(inner) == 1 else data
+    if origin is Mapping:
+        return types.MappingProxyType({k: _decode(v, args[1]) for k, v in data.items()})
+    if origin is dict or hint is dict:
+        item = args[1] if args else Any
+        return {k: _decode(v, item) for k, v in data.items()}
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return tuple(_decode(v, args[0]) for v in data)
+    if origin is tuple:
+        return tuple(_decode(v, a) for v, a in zip(data, args, strict=True))
+    if origin in (list, set, frozenset):
+        items = [_decode(v, args[0] if args else Any) for v in data]
+        return items if origin is list else origin(items)
+    if hint is float and isinstance(data, int) and not isinstance(data, bool):
+        return data  # an int written in a float field stays an int, as the loader left it
+    return data
