@@ -30,8 +30,8 @@ def test_sweep_deletes_only_what_is_past_its_retention(tmp_path: Path) -> None:
         _age(store, key, days)
     result = retention.sweep(store)
     assert store.read("config-cache/v1/new.json.gz") is not None
-    assert sorted(result.deleted) == ["config-cache/v1/old.json.gz", "deliveries/old", "manifests/app/x.json", "snapshots/r/a.tar.gz",
-                                      "snapshots/r/a.tar.gz.sha256"]
+    assert sorted(result.deleted) == ["config-cache/v1/old.json.gz", "deliveries/old", "manifests/app/x.json",
+                                      "snapshots/r/a.tar.gz", "snapshots/r/a.tar.gz.sha256"]
     assert store.read("state/apps/app.json") is not None and store.read("leases/app") is not None
     assert store.read("deliveries/new") is not None and store.read("snapshots/r/b.tar.gz") is not None
     assert not result.more

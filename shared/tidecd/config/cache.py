@@ -93,6 +93,12 @@ def _hints(cls: type) -> dict[str, Any]:
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
+def _optional(args: tuple[Any, ...]) -> Any:
+    """The type of `X | None`; a union of several types is carried as raw JSON (checked by the round trip)."""
+    inner = [a for a in args if a is not type(None)]
+    return inner[0] if len(inner) == 1 else Any
+
+
 def _encode(value: Any, hint: Any) -> Any:
     """`value` as JSON, shaped by `hint` (the field's type)."""
     if hint is Any:
@@ -104,10 +110,7 @@ def _encode(value: Any, hint: Any) -> Any:
                 for f in dataclasses.fields(hint)}
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _encode(value, inner[0]) if len(inner) == 1 else value
+        return None if value is None else _encode(value, _optional(args))
     if origin in (dict, Mapping) or hint is dict:
         item = args[1] if args else Any
         return {str(k): _encode(v, item) for k, v in value.items()}
@@ -132,10 +135,7 @@ def _decode(data: Any, hint: Any) -> Any:
         return hint(**fields)  # type: ignore[operator]
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        if data is None:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _decode(data, inner[0]) if len(inner) == 1 else data
+        return None if data is None else _decode(data, _optional(args))
     if origin is Mapping:
         return types.MappingProxyType({k: _decode(v, args[1]) for k, v in data.items()})
     if origin is dict or hint is dict:
