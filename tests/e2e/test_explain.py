@@ -149,6 +149,10 @@ def test_a_failing_pods_reason_and_logs_are_shown(browser: Any, gitops: GitOps, 
     assert "reason: CrashLoopBackOff" in described.stdout and "BackOff" in described.stdout
     tree = tidecd(gitops, "app", "resources", app)
     assert tree.returncode == 0 and pod_name in tree.stdout and "CrashLoopBackOff" in tree.stdout, tree.stdout
+    thin_tree = tidecd(gitops, "app", "resources", app, *server)  # the thin client: the same table
+    assert (thin_tree.returncode, thin_tree.stdout) == (0, tree.stdout), thin_tree.stderr
+    every = tidecd(gitops, "app", "logs", app, "--tail", "10", *server)  # every pod, through the thin client
+    assert every.returncode == 0 and PANIC in every.stdout, every.stderr
     for source in ("live", "git"):
         shown = tidecd(gitops, "app", "manifests", app, "--source", source, *server)
         assert shown.returncode == 0 and "++++++++" in shown.stdout, shown.stderr

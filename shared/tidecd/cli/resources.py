@@ -10,20 +10,19 @@ kubectl. Each reads the api's resource routes (`tidecd.usecases.resources_api`),
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import typer
 import yaml
 
+from tidecd.cli import thin  # the thin client's formatting: both print alike
 from tidecd.cli.app import OUTPUT, SERVER, TOKEN, app, call_api, checked, emit, fail, print_table
 
 GROUP = typer.Option("", "--group", help="The object's API group ('' for core kinds: Pod, Secret).")
 KIND = typer.Option("", "--kind", help="The object's kind (Deployment, Pod, ...).")
 NAMESPACE = typer.Option("", "--namespace", help="The object's namespace (default: any of the app's).")
 NAME = typer.Option("", "--name", help="The object's name.")
-FOLLOW_POLL = 2.0  # seconds between reads while following
 MAX_LOCAL_FILES = 2000
 
 
@@ -62,15 +61,7 @@ def resources(app_name: str = typer.Argument(..., metavar="NAME"), group: str = 
 
 
 def _tree(body: dict[str, Any]) -> None:
-    depth: dict[str, int] = {}
-    rows = []
-    for r in body["resources"]:
-        text = f"{r['group'] + '/' if r['group'] else ''}{r['kind']} " + \
-            (f"{r['namespace']}/{r['name']}" if r["namespace"] else r["name"])
-        depth[text] = depth.get(r["parent"], -1) + 1 if r["parent"] else 0
-        rows.append([r["group"], "  " * depth[text] + r["kind"], r["namespace"], r["name"], r["sync"], r["health"],
-                     r["message"]])
-    print_table(["GROUP", "KIND", "NAMESPACE", "NAME", "STATUS", "HEALTH", "MESSAGE"], rows)
+    print_table(thin.TREE_COLUMNS, thin.tree_rows(body))
 
 
 def _detail(body: dict[str, Any]) -> None:
@@ -127,24 +118,8 @@ def logs(app_name: str = typer.Argument(..., metavar="NAME"), group: str = GROUP
         if not (kind and name):
             fail("--kind and --name go together")
         query |= _resolved(app_name, group, kind, namespace, name, server, token)
-    seen: dict[tuple[str, str], str] = {}
-    deadline = time.monotonic() + timeout
-    while True:
-        body = checked(*call_api("GET", f"/apps/{app_name}/logs", server, token, query=query))
-        streams = body["logs"]
-        for stream in streams:
-            where = (stream["pod"], stream["container"])
-            prefix = f"{stream['pod']}/{stream['container']} " if len(streams) > 1 else ""
-            for line in stream["lines"]:
-                if line["time"] and line["time"] <= seen.get(where, ""):
-                    continue  # printed already (sinceTime is the oldest stream's: others repeat)
-                typer.echo(prefix + line["text"])
-                seen[where] = line["time"] or seen.get(where, "")
-        if not follow or time.monotonic() > deadline:
-            return
-        if seen:
-            query["sinceTime"] = min(seen.values())
-        time.sleep(FOLLOW_POLL)
+    thin.print_logs(lambda q: checked(*call_api("GET", f"/apps/{app_name}/logs", server, token, query=q)), query,
+                    follow=follow, timeout=timeout, echo=typer.echo)
 
 
 def local_diff(app_name: str, directory: str, server: str, token: str, output: str) -> None:

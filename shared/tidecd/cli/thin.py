@@ -1,5 +1,5 @@
-"""The thin client: `tidecd --server URL app list|get|history|diff|sync|refresh|rollback|terminate-op|wait`
-answered with the standard library alone.
+"""The thin client: `tidecd --server URL app list|get|history|diff|sync|refresh|rollback|terminate-op|wait|
+resources|logs` answered with the standard library alone.
 
 A `--server` call does 4–100 ms of api work, but the full CLI (typer, rich, requests, structlog, the config
 schema) takes over a second to start. This module imports only the standard library (`json`, `os`, `re`,
@@ -96,6 +96,8 @@ _COMMANDS: dict[str, tuple[int, frozenset[str], frozenset[str], tuple[str, ...]]
              frozenset({"--resource", "--revision", "--timeout"}), ("table", "json")),
     "rollback": (2, _FOLLOW | {"--prune", "--revert-pr"}, frozenset({"--timeout", "--revert"}), ("table", "json")),
     "wait": (1, frozenset({"--sync", "--health", "--operation"}), frozenset({"--timeout"}), ()),  # no -o
+    "resources": (1, frozenset(), frozenset(), ("table", "json")),  # the tree (one object's detail: the full CLI)
+    "logs": (1, frozenset({"-f", "--follow"}), frozenset({"-c", "--container", "--tail", "--timeout"}), ()),
 }
 _VALUED_OWN = frozenset().union(*(valued for _, _, valued, _ in _COMMANDS.values()))
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # an app's name: safe in a URL path as it is
@@ -112,11 +114,11 @@ def parse(argv: list[str]) -> Call | None:
     rest = iter(argv)
     for arg in rest:
         name, eq, value = arg.partition("=")
-        if name in _VALUED and (eq or name == "-o" or name.startswith("--")):
+        if name in _VALUED and (name.startswith("--") or not eq):  # click reads -o=x as "=x"
             if not eq:
                 value = next(rest, "")
             options[_VALUED[name]] = value
-        elif name in _VALUED_OWN:
+        elif name in _VALUED_OWN and (name.startswith("--") or not eq):
             values.append((name, value if eq else next(rest, "")))
         elif arg.startswith("-o") and len(arg) > 2 and not arg.startswith("--"):
             options["output"] = arg[2:]
@@ -133,7 +135,7 @@ def parse(argv: list[str]) -> Call | None:
     if arity == 2 and not args[1].isdigit() or any(o not in valued for o, _ in values):
         return None
     if any(o == "--timeout" and not _NUMBER.fullmatch(v) or o == "--revert" and v not in ("pr", "push")
-           or not v for o, v in values):
+           or o == "--tail" and not v.isdigit() or not v for o, v in values):
         return None  # a value the full CLI would refuse: it says how
     if "--revert-pr" in flags and any(o == "--revert" and v != "pr" for o, v in values):
         return None
@@ -278,6 +280,48 @@ def history_rows(b: dict[str, Any]) -> list[list[str]]:
     return [[f"{h['id']}{'*' if h['id'] == deployed else ''}", short_revision(h), h["deployedAt"], h["result"],
              h.get("initiatedBy") or "", h.get("trigger") or ("rollback" if h.get("rollback") else "")]
             for h in b["history"]]
+
+
+TREE_COLUMNS = ["GROUP", "KIND", "NAMESPACE", "NAME", "STATUS", "HEALTH", "MESSAGE"]
+
+
+def tree_rows(body: dict[str, Any]) -> list[list[str]]:
+    """`app resources`' tree (TREE_COLUMNS): each object indented under its parent (Pods under ReplicaSets)."""
+    depth: dict[str, int] = {}
+    rows = []
+    for r in body["resources"]:
+        text = f"{r['group'] + '/' if r['group'] else ''}{r['kind']} " + \
+            (f"{r['namespace']}/{r['name']}" if r["namespace"] else r["name"])
+        depth[text] = depth.get(r["parent"], -1) + 1 if r["parent"] else 0
+        rows.append([r["group"], "  " * depth[text] + r["kind"], r["namespace"], r["name"], r["sync"], r["health"],
+                     r["message"]])
+    return rows
+
+
+FOLLOW_LOGS = 2.0  # seconds between reads while following logs
+
+
+def print_logs(fetch: Callable[[dict[str, str]], dict[str, Any]], query: dict[str, str], *, follow: bool,
+               timeout: float, echo: Callable[[str], None]) -> None:
+    """`app logs`: each stream's lines (led by POD/CONTAINER when there are several); with `follow`, reads
+    again every 2 s from the oldest stream's last time, printing only lines not printed yet, until `timeout`."""
+    seen: dict[tuple[str, str], str] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        streams = fetch(query)["logs"]
+        for stream in streams:
+            where = (stream["pod"], stream["container"])
+            prefix = f"{stream['pod']}/{stream['container']} " if len(streams) > 1 else ""
+            for line in stream["lines"]:
+                if line["time"] and line["time"] <= seen.get(where, ""):
+                    continue  # printed already (sinceTime is the oldest stream's: others repeat)
+                echo(prefix + line["text"])
+                seen[where] = line["time"] or seen.get(where, "")
+        if not follow or time.monotonic() > deadline:
+            return
+        if seen:
+            query["sinceTime"] = min(seen.values())
+        time.sleep(FOLLOW_LOGS)
 
 
 def table(headers: list[str], rows: list[list[str]], echo: Callable[[str], None] = print) -> None:
@@ -547,6 +591,24 @@ def _started(c: Call, started: dict[str, Any]) -> int:
     return EXIT_FAILED if op.get("id") == operation_id and op.get("phase") != "Succeeded" else 0
 
 
+def app_resources(c: Call) -> int:
+    """`tidecd app resources NAME`: the tree."""
+    body = call(c.server, c.token, f"/apps/{c.name}/resources")
+    _emit(c, body, lambda: table(TREE_COLUMNS, tree_rows(body)))
+    return 0
+
+
+def app_logs(c: Call) -> int:
+    """`tidecd app logs NAME`: every pod's logs (--kind/--name narrow it in the full CLI)."""
+    from urllib.parse import urlencode  # lazy: only logs send a query
+
+    container = next((v for o, v in reversed(c.values) if o in ("-c", "--container")), "")  # the last given
+    query = {"tail": str(int(c.value("--tail", "100"))), **({"container": container} if container else {})}
+    print_logs(lambda q: call(c.server, c.token, f"/apps/{c.name}/logs?{urlencode(q)}"), query,
+               follow=bool({"-f", "--follow"} & c.flags), timeout=float(c.value("--timeout", "600")), echo=_say)
+    return 0
+
+
 def app_wait(c: Call) -> int:
     """`tidecd app wait NAME`: all three conditions without flags."""
     wanted = tuple(f in c.flags for f in ("--sync", "--health", "--operation"))
@@ -557,7 +619,8 @@ def app_wait(c: Call) -> int:
 
 _HANDLERS: dict[str, Callable[[Call], int]] = {
     "list": app_list, "get": app_get, "history": app_history, "diff": app_diff, "refresh": app_refresh,
-    "terminate-op": app_terminate, "sync": app_sync, "rollback": app_rollback, "wait": app_wait}
+    "terminate-op": app_terminate, "sync": app_sync, "rollback": app_rollback, "wait": app_wait,
+    "resources": app_resources, "logs": app_logs}
 
 
 def run(argv: list[str]) -> int | None:
