@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.support.apps import GitOps, configmap, job
+from tidecd.base.model import Action
 
 WAVE = "argocd.argoproj.io/sync-wave"
 HOOK = "argocd.argoproj.io/hook"
@@ -88,3 +89,23 @@ def test_hooks_named_by_generate_name_run_and_are_tracked(gitops: GitOps) -> Non
     assert again.operation is not None and again.operation.phase == "Succeeded"
     second = [r.key.name for r in again.operation.results if r.hook and r.key.name.startswith("pre-")]
     assert len(second) == 1 and second[0] != pre[0], (pre, second)
+
+
+def test_prune_runs_after_the_apply_waves_highest_wave_first(gitops: GitOps) -> None:
+    """Argo CD's sync-waves doc: waves are applied lowest first and pruned highest first, and pruning comes
+    after the sync phase's waves (gitops-engine gives prune tasks the last wave's turn)."""
+    gitops.push({f"app/{name}.yaml": configmap(name, annotations={WAVE: str(wave)})
+                 for name, wave in (("low", -1), ("mid", 0), ("high", 3))})
+    gitops.application()
+    gitops.sync()
+    gitops.push({"app/low.yaml": None, "app/mid.yaml": None, "app/high.yaml": None,
+                 "app/new.yaml": configmap("new", annotations={WAVE: "5"})})
+    outcome = gitops.sync(prune=True)
+    state = gitops.state()
+    assert state.operation is not None and state.operation.phase == "Succeeded", state.operation
+    order = [(e.key.name, e.action) for e in outcome.changes.entries
+             if e.action in (Action.PRUNED, Action.CREATED)]
+    assert order == [("new", Action.CREATED), ("high", Action.PRUNED), ("mid", Action.PRUNED),
+                     ("low", Action.PRUNED)], order
+    assert [gitops.live("ConfigMap", n) for n in ("low", "mid", "high")] == [None, None, None]
+    assert state.sync_status == "Synced"
