@@ -99,6 +99,7 @@ def test_failures_exit_with_the_full_clis_codes(server: str) -> None:
 
 
 @pytest.mark.parametrize("args", [
+    ("app", "list", "-o", "wide"), ("app", "list", "--refresh"), ("app", "list", "--refresh", "-o", "wide"),
     ("app", "get", "guestbook", "--cached"), ("app", "get", "guestbook", "--cached", "-o", "json"),
     ("app", "get", "helm-guestbook", "--cached"), ("app", "get", "guestbook"), ("app", "get", "nope", "--cached"),
     ("app", "history", "guestbook"), ("app", "history", "guestbook", "-o", "json"), ("app", "history", "nope"),
@@ -172,9 +173,9 @@ def test_what_the_thin_client_leaves_to_the_full_cli(monkeypatch: pytest.MonkeyP
                   (("--resource", "a"), ("--resource", "b"), ("--timeout", "5")))
     for argv in (["app", "list", "--server", "http://x"],  # no token: none saved either
                  ["app", "list", "--token", "t"],  # no server: local
-                 ["app", "list", "--server", "http://x", "--token", "t", "-o", "wide"],
+                 ["app", "list", "--server", "http://x", "--token", "t", "-o", "yaml"],
                  ["app", "list", "--server", "http://x", "--token", "t", "-p", "default"],
-                 ["app", "list", "--server", "http://x", "--token", "t", "--refresh"],
+                 ["app", "list", "--server", "http://x", "--token", "t", "-l", "team=a"],
                  ["app", "get", "web", "--server", "http://x", "--token", "t", "-o", "yaml"],
                  ["app", "get", "Web/x", "--server", "http://x", "--token", "t"],  # not a name: the full CLI says
                  ["app", "get", "--server", "http://x", "--token", "t"],
@@ -198,11 +199,11 @@ def test_what_the_thin_client_leaves_to_the_full_cli(monkeypatch: pytest.MonkeyP
 
 
 def test_the_full_cli_takes_server_and_token_before_the_command_too(server: str) -> None:
-    wide = _tidecd("--server", server, "--token", TOKEN, "app", "list", "-o", "wide")  # not the thin client's
+    wide = _tidecd("--server", server, "--token", TOKEN, "app", "list", "-o", "wide", full=True)
     assert wide.returncode == thin.EXIT_APP_ERROR, wide.stderr
     assert wide.stdout.split()[:8] == ["NAME", "SYNC", "HEALTH", "REVISION", "PROJECT", "CLUSTER", "NAMESPACE",
                                        "CONDITIONS"]
-    history = _tidecd("--server", server, "--token", TOKEN, "app", "history", "guestbook")
+    history = _tidecd("--server", server, "--token", TOKEN, "app", "history", "guestbook", full=True)
     assert history.returncode == 0 and history.stdout.startswith("ID"), history.stderr
-    refused = _tidecd("--server", server, "--token", "wrong", "app", "history", "guestbook")
+    refused = _tidecd("--server", server, "--token", "wrong", "app", "history", "guestbook", full=True)
     assert refused.returncode == thin.EXIT_NOT_FOUND and "bearer token" in refused.stderr

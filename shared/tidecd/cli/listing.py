@@ -24,7 +24,7 @@ from tidecd.cli.app import (
     fail,
     print_table,
 )
-from tidecd.cli.thin import EXIT_APP_ERROR, EXIT_NOT_FOUND, LIST_COLUMNS, in_error, list_notes, list_row, owner
+from tidecd.cli.thin import EXIT_APP_ERROR, EXIT_NOT_FOUND, in_error, list_notes, list_table
 
 FORMATS = ("table", "wide", "json", "yaml", "name")
 
@@ -127,11 +127,8 @@ def _local_specs() -> dict[str, Spec]:
 
 
 def _table(body: dict[str, Any], specs: dict[str, Spec], *, wide: bool) -> None:
-    rows = []
-    for a in body["apps"]:
-        spec = specs.get(a["name"], Spec())
-        wide_cells = [spec.project, spec.cluster, spec.namespace, ", ".join(spec.conditions)] if wide else []
-        rows.append([*list_row(a), *wide_cells, owner(a)])
-    print_table([*LIST_COLUMNS, *(["PROJECT", "CLUSTER", "NAMESPACE", "CONDITIONS"] if wide else []), "OWNER"], rows)
+    cells = {name: [spec.project, spec.cluster, spec.namespace, ", ".join(spec.conditions)]
+             for name, spec in specs.items()}
+    print_table(*list_table(body, cells if wide else None))
     for note in list_notes(body):
         typer.echo(note, err=True)

@@ -8,7 +8,7 @@ schema) takes over a second to start. This module imports only the standard libr
 
 It answers a command only when it can answer it exactly as the full CLI does (the same api calls, columns,
 output and exit codes): the full CLI prints through the formatting functions below, so there is one of each.
-Anything else — another command, a flag it does not know, `-o wide` or `yaml`, `-p`/`-l`, no token given nor
+Anything else — another command, a flag it does not know, `-o yaml`, `-p`/`-l`, no token given nor
 kept by `tidecd login` (or a config file the full CLI would complain about) — returns None, and `main` runs
 the full CLI with the same arguments.
 """
@@ -86,7 +86,7 @@ _FOLLOW = frozenset({"--async"})
 # Per command: its arguments (NAME, or NAME and a history ID), the flags and valued options it knows here, and
 # the outputs it prints here (yaml, and what the full CLI refuses, stay the full CLI's).
 _COMMANDS: dict[str, tuple[int, frozenset[str], frozenset[str], tuple[str, ...]]] = {
-    "list": (0, frozenset({"--cached"}), frozenset(), ("table", "json", "name")),
+    "list": (0, frozenset({"--cached", "--refresh"}), frozenset(), ("table", "wide", "json", "name")),
     "get": (1, frozenset({"--cached"}), frozenset(), ("table", "json")),
     "history": (1, frozenset(), frozenset(), ("table", "json")),
     "diff": (1, frozenset({"--cached"}), frozenset(), ("table", "json")),
@@ -227,6 +227,18 @@ def list_row(item: dict[str, Any]) -> list[str]:
 def owner(item: dict[str, Any]) -> str:
     """The OWNER column: the ApplicationSet (or app of apps) that made the app, and whether it is going."""
     return str(item.get("owner", "")) + (" (deleting)" if item.get("deleting") else "")
+
+
+WIDE_COLUMNS = ["PROJECT", "CLUSTER", "NAMESPACE", "CONDITIONS"]
+
+
+def list_table(body: dict[str, Any], wide: dict[str, list[str]] | None) -> tuple[list[str], list[list[str]]]:
+    """`app list`'s headers and rows; `wide`: each app's PROJECT, CLUSTER, NAMESPACE and CONDITIONS cells (-o
+    wide; blank for an app it lacks)."""
+    headers = [*LIST_COLUMNS, *(WIDE_COLUMNS if wide is not None else []), "OWNER"]
+    rows = [[*list_row(a), *((wide.get(a["name"]) or [""] * 4) if wide is not None else []), owner(a)]
+            for a in body["apps"]]
+    return headers, rows
 
 
 def list_notes(body: dict[str, Any]) -> list[str]:
@@ -482,22 +494,31 @@ def _emit(c: Call, body: dict[str, Any], text: Callable[[], None]) -> None:
 
 
 def app_list(c: Call) -> int:
-    """`tidecd app list` through the api: the recorded states, one GET more per Unknown app (only those can
-    be failing to compare, which makes the exit code 5)."""
+    """`tidecd app list` through the api: the recorded states (with --refresh, each app compared first), one
+    GET more per Unknown app (only those can be failing to compare, which makes the exit code 5), or per app
+    for the wide table's CONDITIONS."""
     body = call(c.server, c.token, "/apps")
+    if "--refresh" in c.flags and "--cached" not in c.flags:
+        for item in body["apps"]:
+            if "error" not in item:  # an app the config sets aside has nothing to refresh
+                call(c.server, c.token, f"/apps/{item['name']}", refresh=True)
+        body = call(c.server, c.token, "/apps")
     failing = False
+    wide: dict[str, list[str]] = {}
     for item in body["apps"]:
-        if "error" not in item and "Unknown" in (item["sync"], item["health"]):
-            got = call(c.server, c.token, f"/apps/{item['name']}")
-            failing |= in_error(str(got.get("syncStatus", "")), str(got.get("health", "")),
-                                got.get("conditions") or [])
+        if "error" in item or not (c.output == "wide" or "Unknown" in (item["sync"], item["health"])):
+            continue
+        got = call(c.server, c.token, f"/apps/{item['name']}")
+        conditions = got.get("conditions") or []
+        wide[item["name"]] = ["", "", "", ", ".join(str(cond.get("type", "")) for cond in conditions)]
+        failing |= in_error(str(got.get("syncStatus", "")), str(got.get("health", "")), conditions)
     if c.output == "json":
         _json(body)
     elif c.output == "name":
         for item in body["apps"]:
             print(item["name"])
     else:
-        table([*LIST_COLUMNS, "OWNER"], [[*list_row(a), owner(a)] for a in body["apps"]])
+        table(*list_table(body, wide if c.output == "wide" else None))
         for note in list_notes(body):
             print(note, file=sys.stderr)
     return EXIT_APP_ERROR if failing else 0
