@@ -183,13 +183,15 @@ def test_a_failing_generator_fails_the_evaluation(repo: Path) -> None:
 def test_parse_errors_name_the_field() -> None:
     errors = errors_of({"generators": [{"git": {"directories": [{"path": "a"}]}}, {"scmProvider": {}},
                                        {"list": {}, "clusters": {}}],
-                        "template": {"metadata": {"name": "x"}, "spec": {}}, "strategy": {"type": "RollingSync"},
+                        "template": {"metadata": {"name": "x"}, "spec": {}},
+                        "strategy": {"type": "RollingSync", "deletionOrder": "Reverse"},
                         "syncPolicy": {"applicationsSync": "sometimes"}, "templatePatch": "x"})
     text = "\n".join(errors)
     assert "spec.generators[0].git.repoURL: required field is missing" in text
     assert "spec.generators[1].scmProvider: Argo CD generator scmProvider is not implemented by tidecd" in text
     assert "spec.generators[2]: expected exactly one generator" in text
-    assert "spec.strategy: Argo CD field strategy (progressive syncs) is not implemented by tidecd" in text
+    assert "spec.strategy.rollingSync: required field is missing (type RollingSync)" in text
+    assert "spec.strategy.deletionOrder: Reverse is not implemented by tidecd" in text
     assert "spec.syncPolicy.applicationsSync: 'sometimes' is not one of" in text
     assert "spec.templatePatch: needs goTemplate: true" in text
     assert all(e.startswith("appsets.yaml: ApplicationSet/set: ") for e in errors)

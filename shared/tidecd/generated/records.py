@@ -13,6 +13,10 @@ set aside that app only, naming the owner and the generator), an app may not sha
 project, and a child of an app of apps must stay within its parent's project (its source repository and
 destination must be allowed there too: a child never widens what its parent may do).
 
+Under an ApplicationSet's RollingSync strategy a generated app's automated sync is held (Argo CD turns
+autosync off on them): the strategy's steps start its syncs, and the record keeps each app's
+`applicationStatus` (Waiting, Pending, Progressing, Healthy) between triggers.
+
 Removal, as Argo CD's finalizer does it: an app no longer generated (or whose owner is gone) with the
 `resources-finalizer.argocd.argoproj.io` finalizer (and, for ApplicationSets, without
 `preserveResourcesOnDeletion`) stays in the config as *deleting*: it renders nothing and prunes what it
@@ -201,6 +205,10 @@ def _merge_record(config: Config, record: Mapping[str, Any], owner: str, written
         if deleting:
             app = _deleting(app)
             config.deleting.add(name)
+        elif getattr(appset, "rolling_steps", None) is not None and app.sync_policy.automated:
+            # RollingSync: the ApplicationSet's steps start its syncs (`usecases.appsets.progress`), never itself
+            app = dataclasses.replace(app, sync_policy=dataclasses.replace(app.sync_policy, automated=False,
+                                                                           self_heal=False))
         config.applications[name] = app
         config.owners[name] = owner
 

@@ -182,14 +182,18 @@ def _summary(runtime: Runtime, principal: Principal, config: Config, appset: App
              record: Mapping[str, Any]) -> dict[str, Any]:
     owned = sorted(n for n, o in config.owners.items() if o == appset.label)
     apps = []
+    progress = record.get("applicationStatus") or {}
     for name in authz.visible(config, principal, owned):
         state = app_state.load(runtime.store, name)[0]
         apps.append({"name": name, "sync": str(state.sync_status), "health": str(state.health),
                      "generator": config.applications[name].origin, "deleting": name in config.deleting})
+        if appset.rolling_steps is not None and isinstance(progress.get(name), dict):  # RollingSync's status
+            apps[-1]["applicationStatus"] = {k: str(progress[name].get(k, "")) for k in ("status", "message", "step")}
     invalid = [{"name": n, "error": config.invalid[n]} for n in sorted(record.get("apps") or {})
                if n in config.invalid and authz.allowed(config, principal, rbac.APPLICATIONSETS, "get", "*/*")]
     return {"name": appset.name, "origin": appset.origin, "applicationsSync": appset.applications_sync,
-            "apps": apps, "invalidApps": invalid, "errors": [str(e) for e in record.get("errors") or []],
+            "strategy": "AllAtOnce" if appset.rolling_steps is None else "RollingSync", "apps": apps,
+            "invalidApps": invalid, "errors": [str(e) for e in record.get("errors") or []],
             "failed": bool(record.get("failed"))}
 
 

@@ -8,6 +8,12 @@ ApplicationSet (`tidecd.generated.records`); `applicationsSync` decides what may
 An ApplicationSet whose generator fails keeps what it generated before, with its error recorded; a
 pull-request generator is asked again only after `requeueAfterSeconds` (default 30 min) unless a webhook
 event forces it.
+
+RollingSync (`progress`): every refresh then asks `config.appset.rolling.decide` which generated apps sync
+now, from each one's labels, state and recorded `applicationStatus`, starts those syncs through the one
+command (`usecases.commands.start_operation`, initiated by the ApplicationSet) and records the statuses.
+Nothing waits: a step whose apps are not Healthy yet is simply asked again by the next refresh (each poll
+tick, a push webhook).
 """
 
 from __future__ import annotations
@@ -27,11 +33,13 @@ from tidecd.base.errors import TidecdError
 from tidecd.clients import github as gh
 from tidecd.clients.github import REQUEST_TIMEOUT, RateLimited, Rejected, Unavailable, translated_errors
 from tidecd.clients.secrets import text_fields
+from tidecd.config.appset import rolling
 from tidecd.config.appset.expand import Expansion, apply_policy, expand
 from tidecd.config.appset.generators import ClusterInfo, GeneratorError, PullRequest
 from tidecd.config.appset.model import ApplicationSet
 from tidecd.config.load import normalize_repo_url, redact_repo_url
 from tidecd.generated import records as generated
+from tidecd.state import app as app_state
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
@@ -48,6 +56,7 @@ class RefreshSummary:
     created: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)  # RollingSync: generated apps whose sync it started
 
 
 class RuntimeSources:
@@ -238,8 +247,11 @@ def refresh(runtime: Runtime, *, only: set[str] | None = None, force_pull_reques
                 _gone(runtime, owner, summary)
     if summary.changed:
         runtime.forget_config()
+    for name in sorted(config.appsets):
+        if (only is None or name in only) and config.appsets[name].rolling_steps is not None:
+            summary.started.extend(progress(runtime, config.appsets[name], summary))
     log.info("appsets refreshed", evaluated=len(summary.evaluated), changed=summary.changed,
-             created=summary.created, deleted=summary.deleted, errors=len(summary.errors))
+             created=summary.created, deleted=summary.deleted, started=summary.started, errors=len(summary.errors))
     return summary
 
 
@@ -322,3 +334,47 @@ def _gone(runtime: Runtime, owner: str, summary: RefreshSummary) -> None:
             summary.changed.append(generated.owner_name(owner))
     except TidecdError as exc:
         summary.errors.append(f"{owner}: {exc}")
+
+
+def progress(runtime: Runtime, appset: ApplicationSet, summary: RefreshSummary) -> list[str]:
+    """RollingSync: record every generated app's `applicationStatus` and start the syncs its steps allow
+    now (see the module docstring); the apps whose sync started, for the caller to step."""
+    # lazy: usecases.commands loads the step's operation model (only an ApplicationSet with RollingSync needs it)
+    from tidecd.usecases.commands import SyncRequest, start_operation
+
+    try:
+        config = runtime.config()
+        record = generated.load_records(runtime.store).get(appset.label) or {}
+        views = {}
+        for name in sorted(n for n, o in config.owners.items() if o == appset.label and n not in config.deleting):
+            state = app_state.load(runtime.store, name)[0]
+            views[name] = rolling.AppView(labels=dict(config.applications[name].labels),
+                                          synced=state.sync_status == "Synced", healthy=state.health == "Healthy",
+                                          running=state.operation is not None and state.operation.running)
+    except TidecdError as exc:
+        summary.errors.append(f"{appset.label}: RollingSync: {exc}")
+        return []
+    previous = {n: str(e.get("status", "")) for n, e in (record.get("applicationStatus") or {}).items()
+                if isinstance(e, dict)}
+    statuses, start = rolling.decide(appset.rolling_steps or (), views, previous)
+    started = []
+    for name in start:
+        app = config.applications[name]
+        try:
+            start_operation(runtime, name, SyncRequest(prune=appset.default_prune or app.sync_policy.prune,
+                                                       initiated_by=appset.label))
+        except TidecdError as exc:  # a sync window, an operation already running: asked again next time
+            statuses[name] = (rolling.PENDING, f"its sync could not start: {exc}", statuses[name][2])
+            continue
+        statuses[name] = (rolling.PROGRESSING, "its sync operation started", statuses[name][2])
+        started.append(name)
+    table = {n: {"status": s, "message": m, "step": "" if i is None else str(i + 1)}
+             for n, (s, m, i) in statuses.items()}
+    try:
+        generated.update(runtime.store, appset.label, lambda r: {**r, "applicationStatus": table}
+                         if r.get("apps") else None)
+    except TidecdError as exc:
+        summary.errors.append(f"{appset.label}: recording its applicationStatus: {exc}")
+    if started:
+        log.info("RollingSync started syncs", appset=appset.name, apps=started)
+    return started

@@ -80,6 +80,7 @@ class PollSummary:
     resumed: list[str] = field(default_factory=list)  # running operations whose continuation was lost
     expired: int = 0  # objects deleted by retention (local backend)
     appsets_changed: list[str] = field(default_factory=list)  # ApplicationSets whose generated apps changed
+    rolling_started: list[str] = field(default_factory=list)  # RollingSync syncs started this tick (stepped now)
     reverts: dict[str, str] = field(default_factory=dict)  # rollbacks' reverts: app → opened | merged | closed
 
 
@@ -136,6 +137,8 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
     refreshes = {r.app: r for r in pending if r.app in reachable}
     for name, refresh in _changes(runtime, repos, apps, summary).items():
         refreshes.setdefault(name, refresh)
+    for name in summary.rolling_started:
+        refreshes.setdefault(name, Refresh(name, "RollingSync: its step's sync started"))
     for refresh in _lost_continuations(runtime, {a.name for a in apps}, now_unix(), summary):
         refreshes.setdefault(refresh.app, refresh)
     drift = [_drift(a, repos) for a in sorted(apps, key=lambda a: a.name)
@@ -185,6 +188,7 @@ def _refresh_appsets(runtime: Runtime, ls_remote: LsRemote, summary: PollSummary
         return
     summary.errors.extend(f"config source: {e}" for e in found.errors)
     summary.appsets_changed = found.changed
+    summary.rolling_started = found.started
 
 
 def _due_for_sweep(runtime: Runtime, settings: ArgoSettings, drift: list[Refresh],

@@ -423,7 +423,8 @@ def team_source_apps(config: Config, push: Push, already: list[Application],
 
 def _pushed_appsets(config: Config, push: Push, runtime: Runtime, answer: dict[str, Any]) -> list[str] | None:
     """ApplicationSets whose git generators read the pushed repository are evaluated now; the apps they
-    created (None when no ApplicationSet reads it)."""
+    created and those whose RollingSync step started a sync, to be stepped (None when no ApplicationSet
+    reads it)."""
     from tidecd.usecases import appsets  # lazy: cold start (GitHub and ApplicationSets only when one is read)
 
     names = {n for n, s in config.appsets.items() if appsets.git_repos(s) & push.repo_urls}
@@ -434,7 +435,7 @@ def _pushed_appsets(config: Config, push: Push, runtime: Runtime, answer: dict[s
                                  "created": summary.created, "deleted": summary.deleted}
     if summary.errors:
         answer["applicationsets"]["errors"] = summary.errors
-    return summary.created
+    return [*summary.created, *(n for n in summary.started if n not in summary.created)]
 
 
 def _pull_request_generators(doc: Mapping[str, Any], runtime: Runtime, dispatcher: Dispatcher) -> dict[str, Any]:

@@ -3,10 +3,12 @@ object and the dotted field, as for Applications (`tidecd.config.schema`).
 
 Supported: `spec.generators` (list, clusters, git directories/files, matrix, merge, pullRequest with
 github), `spec.template`, `spec.templatePatch`, `spec.goTemplate`, `spec.goTemplateOptions`,
-`spec.syncPolicy.preserveResourcesOnDeletion` and `spec.syncPolicy.applicationsSync`. Read and ignored:
+`spec.syncPolicy.preserveResourcesOnDeletion`, `spec.syncPolicy.applicationsSync` and `spec.strategy`
+(`AllAtOnce`, or `RollingSync` with its steps, `maxUpdate` and `defaultPrune`: `config.appset.rolling`;
+`deletionOrder: Reverse` is refused as not implemented). Read and ignored:
 `status`, `preservedFields`, `ignoreApplicationDifferences`, `applyNestedSelectors` (tidecd applies
-nested selectors always). Refused by name ("not implemented by tidecd"): `strategy` (progressive syncs)
-and the other generators (scmProvider, clusterDecisionResource, plugin).
+nested selectors always). Refused by name ("not implemented by tidecd"): the other generators
+(scmProvider, clusterDecisionResource, plugin).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from tidecd.config.appset import generators
 from tidecd.config.appset.gotemplate import TemplateError
+from tidecd.config.appset.rolling import OPERATORS, Expression, Step
 from tidecd.config.appset.template import Renderer
 from tidecd.config.schema import Keys, Node
 
@@ -29,6 +32,10 @@ _METADATA = Keys(("name", "namespace", "labels", "annotations", "finalizers", "u
 _SPEC = Keys(("generators", "template", "templatePatch", "goTemplate", "goTemplateOptions", "syncPolicy",
                "preservedFields", "ignoreApplicationDifferences", "applyNestedSelectors", "strategy"))
 _SYNC_POLICY = Keys(("preserveResourcesOnDeletion", "applicationsSync"))
+_STRATEGY = Keys(("type", "rollingSync", "deletionOrder"))
+_ROLLING = Keys(("steps", "defaultPrune"))
+_STEP = Keys(("matchExpressions", "maxUpdate"))
+_EXPRESSION = Keys(("key", "operator", "values"))
 _TEMPLATE = Keys(("metadata", "spec"))
 _TEMPLATE_META = Keys(("name", "namespace", "labels", "annotations", "finalizers"))
 
@@ -44,6 +51,8 @@ class ApplicationSet:
     go_template_options: tuple[str, ...] = ()
     preserve_resources_on_deletion: bool = False
     applications_sync: str = "sync"
+    rolling_steps: tuple[Step, ...] | None = None  # None: AllAtOnce; RollingSync: its steps, in order
+    default_prune: bool = False  # RollingSync `defaultPrune`: its syncs prune
 
     @property
     def label(self) -> str:
@@ -54,7 +63,7 @@ class ApplicationSet:
         the version tag re-evaluates records written before generated apps had Argo CD's finalizer."""
         text = json.dumps([self.generators, self.template, self.template_patch, self.go_template,
                            self.go_template_options, self.applications_sync, self.preserve_resources_on_deletion,
-                           "finalizer-1"], sort_keys=True, default=str)
+                           "finalizer-1", self.rolling_steps is not None], sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def renderer(self) -> Renderer:
@@ -73,8 +82,7 @@ def parse_application_set(top: Node) -> ApplicationSet | None:
     spec = top.child("spec", _SPEC, required=True)
     if spec is None:
         return None
-    if spec.data.get("strategy") is not None:
-        spec.error("strategy", "Argo CD field strategy (progressive syncs) is not implemented by tidecd")
+    steps, default_prune = _strategy(spec.child("strategy", _STRATEGY))
     go = spec.flag("goTemplate")
     options = spec.texts("goTemplateOptions")
     try:
@@ -102,7 +110,51 @@ def parse_application_set(top: Node) -> ApplicationSet | None:
     return ApplicationSet(name=name, origin=top.errs.origin, generators=tuple(dict(n.data) for n in gens),
                           template=template, template_patch=patch, go_template=go,
                           go_template_options=options, preserve_resources_on_deletion=preserve,
-                          applications_sync=sync)
+                          applications_sync=sync, rolling_steps=steps, default_prune=default_prune)
+
+
+def _strategy(node: Node | None) -> tuple[tuple[Step, ...] | None, bool]:
+    """`spec.strategy`: (None, False) for AllAtOnce, else RollingSync's steps and `defaultPrune`."""
+    if node is None:
+        return None, False
+    kind = node.text("type", "AllAtOnce") or "AllAtOnce"
+    order = node.text("deletionOrder", "AllAtOnce") or "AllAtOnce"
+    if order == "Reverse":
+        node.error("deletionOrder", "Reverse is not implemented by tidecd (only AllAtOnce)")
+    elif order != "AllAtOnce":
+        node.error("deletionOrder", f"{order!r} is not one of AllAtOnce, Reverse")
+    rolling = node.child("rollingSync", _ROLLING)
+    if kind == "AllAtOnce":
+        return None, False
+    if kind != "RollingSync":
+        node.error("type", f"{kind!r} is not one of AllAtOnce, RollingSync")
+        return None, False
+    if rolling is None:
+        node.error("rollingSync", "required field is missing (type RollingSync)")
+        return (), False
+    steps = []
+    for step in rolling.children("steps", _STEP):
+        expressions = []
+        for expr in step.children("matchExpressions", _EXPRESSION):
+            operator = expr.text("operator", required=True)
+            if operator and operator not in OPERATORS:
+                expr.error("operator", f"{operator!r} is not one of {', '.join(OPERATORS)} (as in Argo CD)")
+            expressions.append(Expression(expr.text("key", required=True), operator, expr.texts("values")))
+        steps.append(Step(tuple(expressions), _max_update(step)))
+    return tuple(steps), rolling.flag("defaultPrune")
+
+
+def _max_update(step: Node) -> int | str | None:
+    value = step.get("maxUpdate", (int, str), "an integer or a percent such as 10%")
+    if isinstance(value, str):
+        number = value[:-1] if value.endswith("%") else ""
+        if not number.isdigit():
+            step.error("maxUpdate", f"{value!r} is neither an integer nor a percent such as 10%")
+            return None
+    elif isinstance(value, int) and value < 0:
+        step.error("maxUpdate", "must not be negative")
+        return None
+    return value
 
 
 def _template(node: Node | None) -> dict[str, Any] | None:
