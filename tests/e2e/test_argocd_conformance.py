@@ -109,3 +109,28 @@ def test_prune_runs_after_the_apply_waves_highest_wave_first(gitops: GitOps) -> 
                      ("low", Action.PRUNED)], order
     assert [gitops.live("ConfigMap", n) for n in ("low", "mid", "high")] == [None, None, None]
     assert state.sync_status == "Synced"
+
+
+def test_a_failed_automated_sync_sets_sync_error_until_a_sync_succeeds(gitops: GitOps) -> None:
+    """Argo CD's controller (`autoSync`): after an automated sync of a revision failed, the app carries a
+    `SyncError` condition "Failed last sync attempt to [<revision>]: <message>" and that revision is not
+    tried again; the condition goes once a later sync succeeds."""
+    sha = gitops.push({"app/cm.yaml": configmap("plain"), "app/gadget.yaml": unknown_kind(gitops.namespace)})
+    gitops.application(automated={})
+    gitops.reconcile()
+    state = gitops.state()
+    assert state.operation is not None and state.operation.phase == "Failed", state.operation
+    outcome = gitops.reconcile()
+    state = gitops.state()
+    assert state.operation is not None and state.operation.phase == "Failed"  # not started again
+    assert not outcome.changes.entries
+    [error] = [c for c in state.conditions if c["type"] == "SyncError"]
+    assert error["message"].startswith(f"Failed last sync attempt to [{sha}]: "), error
+    assert "Gadget" in error["message"], error
+    assert state.sync_status == "OutOfSync"  # a sync error is no comparison error
+    gitops.push({"app/gadget.yaml": None})
+    gitops.reconcile()
+    state = gitops.state()
+    assert state.operation is not None and state.operation.phase == "Succeeded", state.operation
+    gitops.reconcile()
+    assert not [c for c in gitops.state().conditions if c["type"] == "SyncError"], gitops.state().conditions

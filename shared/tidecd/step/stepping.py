@@ -414,6 +414,8 @@ class Step:
             self.state = record.decided(self.state, found)
             step = found.step
             if isinstance(step, decision.Nothing):
+                if step.sync_error:
+                    self.problem("SyncError", step.sync_error, unknown=False)
                 if step.retry_at is not None:
                     self.end.continue_after = max(0.0, step.retry_at - ctx.clock.now())
                 self.end.settled = step.retry_at is None

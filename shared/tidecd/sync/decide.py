@@ -133,6 +133,9 @@ class Nothing:
 
     reason: str = ""
     retry_at: float | None = None  # a failed automated operation will be retried from then on
+    # Argo CD's `SyncError` condition: automated sync will not try this revision again after its failure
+    # (alerting reads it); shown while this holds, gone once a sync succeeds or a new revision syncs
+    sync_error: str = ""
 
 
 @dataclass(frozen=True)
@@ -248,11 +251,12 @@ def _automated(obs: Observation, op: Operation | None, policy: Policy) -> Step:
         return Nothing("synced")
     if (op is not None and op.request.automated and op.phase is not OperationPhase.SUCCEEDED
             and op.revision == obs.revision):
+        failed = f"Failed last sync attempt to [{obs.revision}]: {op.message}"
         if not op.retry.retryable:
             return Nothing(f"automated sync of {obs.revision[:12]} failed for a reason a retry cannot change; "
-                           "not retried")
+                           "not retried", sync_error=failed)
         if not policy.may_retry(op.retry.count):
-            return Nothing(f"automated sync of {obs.revision[:12]} failed; retries exhausted")
+            return Nothing(f"automated sync of {obs.revision[:12]} failed; retries exhausted", sync_error=failed)
         if obs.now < op.retry.next_attempt_at:
             return Nothing("waiting to retry", retry_at=op.retry.next_attempt_at)
         return _start(obs, policy, op.retry.count + 1)
