@@ -18,7 +18,22 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from bench import cli, diff, drift, functions, images, live, operations, peers, render, scale, scale_peers, sync, ui
+from bench import (
+    cli,
+    coldstart,
+    diff,
+    drift,
+    functions,
+    images,
+    live,
+    operations,
+    peers,
+    render,
+    scale,
+    scale_peers,
+    sync,
+    ui,
+)
 from bench.harness import Bench, Row, fmt_time, print_plain, print_table, say
 from tidecd.base import logs
 
@@ -27,6 +42,7 @@ GROUPS: dict[str, Callable[[Bench], list[Row]]] = {
     "diff": diff.run,
     "sync": sync.run,
     "functions": functions.run,
+    "coldstart": coldstart.run,  # a cold instance's config load with and without the cache; each target's imports
     "drift": drift.run,  # someone's kubectl scale → restored: tidecd (audit webhook), Argo CD, Flux (issue 27)
     "images": images.run,
     "cli": cli.run,
