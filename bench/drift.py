@@ -1,7 +1,7 @@
 """Drift (issue 27): the time from someone's change of a self-healed app's object to its repair.
 
 tidecd with audit events: a control plane of this group's own whose API server sends its audit events to
-the webhook function (the audit webhook backend in batch mode, at most 1 s per batch, `tidecd dev cluster
+the webhook function (the audit webhook backend in batch mode, at most 200 ms per batch, `tidecd dev cluster
 up --audit-webhook`), the webhook and api targets as functions-framework processes (locally, the webhook's
 in-process scheduler runs the step). A second person, alice@example.com (a static token user), scales the
 app's Deployment with `kubectl scale`; the time is from kubectl's return until the live object is back.

@@ -47,7 +47,7 @@ COMPLETE_AFTER = "tidecd.test/complete-after"
 FAIL_AFTER = "tidecd.test/fail-after"
 
 USER = "alice@example.com"  # the second person (a static token user in group system:masters)
-AUDIT_MAX_WAIT = "1s"  # a batch of audit events leaves the API server at most this long after its first
+AUDIT_MAX_WAIT = "200ms"  # a batch of audit events leaves the API server at most this long after its first
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived", "ResponseStarted"],
     "rules": [
