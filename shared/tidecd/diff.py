@@ -42,6 +42,9 @@ class ResourceDiff:
     error: str = ""
     missing: bool = False  # no live object: a sync would create it
     temporary: bool = False  # `error` is a TemporaryError's (409, 429, 5xx): a later try may pass
+    # extraneous with `compare-options: IgnoreExtraneous`: listed OutOfSync (requires pruning) but left out of
+    # the app's sync status, as Argo CD does; a sync with prune still deletes it (use Prune=false to keep it)
+    ignore_extraneous: bool = False
 
     def change(self) -> ChangeEntry:
         """This comparison in the change-set vocabulary: what a sync would do to the object, with its diff."""
@@ -73,9 +76,10 @@ class Comparison:
 
     @property
     def status(self) -> SyncStatus:
-        if any(r.status is SyncStatus.UNKNOWN for r in self.resources):
+        counted = [r for r in self.resources if not r.ignore_extraneous]
+        if any(r.status is SyncStatus.UNKNOWN for r in counted):
             return SyncStatus.UNKNOWN
-        if any(r.status is SyncStatus.OUT_OF_SYNC for r in self.resources):
+        if any(r.status is SyncStatus.OUT_OF_SYNC for r in counted):
             return SyncStatus.OUT_OF_SYNC
         return SyncStatus.SYNCED
 

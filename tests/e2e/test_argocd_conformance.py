@@ -134,3 +134,21 @@ def test_a_failed_automated_sync_sets_sync_error_until_a_sync_succeeds(gitops: G
     assert state.operation is not None and state.operation.phase == "Succeeded", state.operation
     gitops.reconcile()
     assert not [c for c in gitops.state().conditions if c["type"] == "SyncError"], gitops.state().conditions
+
+
+def test_an_extraneous_object_with_ignore_extraneous_is_listed_but_keeps_the_app_synced(gitops: GitOps) -> None:
+    """Argo CD's compare-options page: `IgnoreExtraneous` leaves an extraneous object out of the app's sync
+    status only; the object is still listed OutOfSync (requires pruning), and a sync with prune deletes it."""
+    gitops.push({"app/a.yaml": configmap("a"),
+                 "app/gen.yaml": configmap("gen", annotations={COMPARE_OPTIONS: "IgnoreExtraneous"})})
+    gitops.application()
+    gitops.sync()
+    gitops.push({"app/gen.yaml": None})
+    state = gitops.reconcile(automate=False).state
+    assert state is not None
+    assert state.sync_status == "Synced", [(r.name, r.status) for r in state.resources]
+    [gen] = [r for r in state.resources if r.name == "gen"]
+    assert gen.status == "OutOfSync" and gen.requires_pruning, gen
+    outcome = gitops.sync(prune=True)
+    assert {e.key.name: e.action for e in outcome.changes.entries}.get("gen") is Action.PRUNED
+    assert gitops.live("ConfigMap", "gen") is None

@@ -206,9 +206,9 @@ def compare_all(cluster: KubeCluster, app: Application, config: Config, manifest
 
     results = each(one, sorted(desired.items()))
     for key, obj in sorted(live.items()):
-        if key not in desired and key not in hooks and owned_by(obj, app.name) and not _ignores_extraneous(obj) \
+        if key not in desired and key not in hooks and owned_by(obj, app.name) \
                 and not excluded_kind(config, app, key):
-            results.append(compare(key, obj, None))
+            results.append(dataclasses.replace(compare(key, obj, None), ignore_extraneous=_ignores_extraneous(obj)))
     return Compared(Comparison(results), new_cache, tuple(sorted(claimed)))
 
 
