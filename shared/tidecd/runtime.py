@@ -94,6 +94,10 @@ class Settings:
 # same bytes) is not parsed again. Hashing is ~100x cheaper than parsing: 1,000 Applications take
 # 0.3-1 s to load on two cores, their sha256 a few ms.
 _DIRECTORY_CONFIGS: dict[str, tuple[str, Config]] = {}
+# The same for a git config source, by its cache key (`tidecd.config.cache.key`: the commit): a warm call
+# at an unchanged commit pays its ls-remote only, not even the store read. A few sources, a few commits.
+_GIT_CONFIGS: dict[str, Config] = {}
+GIT_CONFIGS_KEPT = 8
 
 
 def cached_config_directories() -> list[str]:
@@ -102,8 +106,10 @@ def cached_config_directories() -> list[str]:
 
 
 def forget_config_directories() -> None:
-    """Parse every config directory again on its next load (the bench measures a cold parse)."""
+    """Parse every config directory again on its next load, and read every git config source's from the
+    store again (the bench measures a cold parse)."""
     _DIRECTORY_CONFIGS.clear()
+    _GIT_CONFIGS.clear()
 
 
 RACY_SECONDS = 2.0  # a file modified this recently is fingerprinted by content, not by its stat alone
@@ -146,6 +152,13 @@ def _directory_config(directory: Path, team: str = "") -> Config:
     config = load_config(directory, strict=False, team=team)
     _DIRECTORY_CONFIGS[key] = (stamp, config)
     return config
+
+
+def _keep_warm(cache_key: str, config: Config) -> None:
+    _GIT_CONFIGS.pop(cache_key, None)
+    _GIT_CONFIGS[cache_key] = config
+    while len(_GIT_CONFIGS) > GIT_CONFIGS_KEPT:
+        del _GIT_CONFIGS[next(iter(_GIT_CONFIGS))]
 
 
 def _seconds(env: dict[str, str], name: str, default: float, *, allow_zero: bool = False) -> float:
@@ -246,6 +259,7 @@ class Runtime:
         with checkouts.tree(self.store, ref.repo_url, sha, creds) as root:  # read-only, kept while warm
             what = f"team config source {team!r} path" if team else "TIDECD_CONFIG path"
             config = load_config(inside(root, ref.path or ".", what=what), display=str(ref), strict=False, team=team)
+        _keep_warm(cache_key, config)
         blob = config_cache.encode(config)
         if blob is None:
             log.info("config not cached: a value does not round-trip through JSON", source=str(ref), commit=sha)
@@ -260,15 +274,19 @@ class Runtime:
         """The config loaded at this commit before (`tidecd.config.cache`): one store read instead of a
         checkout and every file validated. An object that does not decode is only logged: the full load
         follows and writes it again."""
+        if (warm := _GIT_CONFIGS.get(cache_key)) is not None:
+            return warm
         blob = self.store.read(cache_key)
         if blob is None:
             return None
         try:
-            return config_cache.decode(blob.data)
+            config = config_cache.decode(blob.data)
         except config_cache.CacheFormatError as exc:
             log.warning("config cache unreadable: loading the config source in full", key=cache_key,
                         error=str(exc)[:300])
             return None
+        _keep_warm(cache_key, config)
+        return config
 
     def plain_secrets_unsealed_later(self) -> list[dict[str, Any]]:
         """Repository credentials for the config repo itself can only come from the environment."""

@@ -16,6 +16,7 @@ import structlog
 from structlog.testing import capture_logs
 
 from tests.support.gitserver import GitRepo
+from tidecd import runtime
 from tidecd.clients.store import LocalStore
 from tidecd.config import cache
 from tidecd.config.load import Config
@@ -123,6 +124,7 @@ def filled(git_server: GitServer, tmp_path: Path, name: str) -> GitRepo:
 
 def cold(main: GitRepo, store: Path) -> Runtime:
     """A new instance: nothing in memory, the store shared with every earlier one."""
+    runtime.forget_config_directories()
     return Runtime(settings=Settings(config=f"{main.url}#main:", store=str(store)), store=LocalStore(store))
 
 
@@ -155,6 +157,17 @@ def test_a_cold_start_from_the_cache_equals_the_full_load(git_server: GitServer,
     data["config"]["problems"].append("marked in the cache")
     LocalStore(store).write(key, gzip.compress(json.dumps(data).encode()))
     assert "marked in the cache" in cold(main, store).config().problems
+
+
+def test_a_warm_instance_keeps_the_config_of_a_commit_in_memory(git_server: GitServer, tmp_path: Path) -> None:
+    main = filled(git_server, tmp_path, "config-cache-warm")
+    store = tmp_path / "store"
+    loaded = cold(main, store).config()
+    for key in cached_keys(store):
+        LocalStore(store).delete(key)
+    warm = Runtime(settings=Settings(config=f"{main.url}#main:", store=str(store)), store=LocalStore(store))
+    assert warm.config() == loaded
+    assert cached_keys(store) == []  # neither read nor loaded again: held by the process
 
 
 def test_a_new_commit_is_loaded_in_full(git_server: GitServer, tmp_path: Path) -> None:
