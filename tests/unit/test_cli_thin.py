@@ -112,7 +112,9 @@ def test_failures_exit_with_the_full_clis_codes(server: str) -> None:
     ("app", "sync", "guestbook", "--prune", "--force", "--replace", "--revision", "main", "-o", "json"),
     ("app", "sync", "guestbook", "--resource", "apps/Deployment/guestbook-ui"),
     ("app", "resources", "guestbook"), ("app", "resources", "guestbook", "-o", "json"), ("app", "resources", "nope"),
-    ("app", "logs", "guestbook", "--tail", "5", "-c", "web"),  # no cluster: the same error (e2e: test_explain)
+    # no cluster here: the same errors (pods and their logs: tests/e2e/test_explain.py)
+    ("app", "logs", "guestbook", "--tail", "5", "-c", "web"), ("app", "resources", "guestbook", "--kind", "Pod",
+                                                                "--name", "p"),
 ])
 def test_each_command_prints_and_exits_as_the_full_cli(tmp_path: Path, args: tuple[str, ...]) -> None:
     both = []
@@ -192,7 +194,7 @@ def test_what_the_thin_client_leaves_to_the_full_cli(monkeypatch: pytest.MonkeyP
                  ["app", "get", "web", "-o=json", "--server", "http://x", "--token", "t"],  # click: "=json"
                  ["app", "logs", "web", "-c=web", "--server", "http://x", "--token", "t"],
                  ["app", "logs", "web", "--tail", "-1", "--server", "http://x", "--token", "t"],
-                 ["app", "resources", "web", "--kind", "Pod", "--name", "p", "--server", "http://x", "--token", "t"],
+                 ["app", "resources", "web", "--kind", "Pod", "--server", "http://x", "--token", "t"],  # no --name
                  ["app", "manifests", "web", "--server", "http://x", "--token", "t"],
                  ["--help"], ["-v", "app", "list", "--server", "http://x", "--token", "t"]):
         assert thin.parse(argv) is None, argv

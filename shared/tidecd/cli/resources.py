@@ -26,22 +26,15 @@ NAME = typer.Option("", "--name", help="The object's name.")
 MAX_LOCAL_FILES = 2000
 
 
-def _object(group: str, kind: str, namespace: str, name: str) -> dict[str, str]:
-    return {"group": group, "kind": kind, "namespace": namespace, "name": name}
-
-
 def _resolved(app_name: str, group: str, kind: str, namespace: str, name: str, server: str,
               token: str) -> dict[str, str]:
     """The object named by kind and name (and group/namespace when given), found in the app's tree:
-    one, or an error listing the candidates."""
+    one, or an error listing the candidates (`thin.resolved`)."""
     rows = checked(*call_api("GET", f"/apps/{app_name}/resources", server, token))["resources"]
-    found = [r for r in rows if r["kind"] == kind and r["name"] == name
-             and (not group or r["group"] == group) and (not namespace or r["namespace"] == namespace)]
-    if len(found) != 1:
-        where = ", ".join(f"{r['group'] or 'core'}/{r['kind']} {r['namespace']}/{r['name']}" for r in found)
-        fail(f"app {app_name!r} has {len(found) or 'no'} {kind} named {name!r}"
-             + (f": {where} (give --group/--namespace)" if found else ""))
-    return _object(found[0]["group"], kind, found[0]["namespace"], name)
+    try:
+        return thin.resolved(rows, app_name, group, kind, namespace, name)
+    except thin.Failed as exc:
+        fail(str(exc), code=exc.code)
 
 
 @app.command("resources")
@@ -65,31 +58,7 @@ def _tree(body: dict[str, Any]) -> None:
 
 
 def _detail(body: dict[str, Any]) -> None:
-    key = body["resource"]
-    typer.echo(f"{key['kind']} {key['namespace']}/{key['name']}" + ("" if body["managed"] else "  (not in git: "
-                                                                     "made by the cluster from the app's objects)"))
-    if body.get("reason"):
-        typer.echo(f"reason: {body['reason']}")
-    if body.get("sync"):
-        typer.echo(f"sync: {body['sync']}" + (f"  ({body['error']})" if body.get("error") else ""))
-    if body.get("containers"):
-        typer.echo("")
-        rows = []
-        for c in body["containers"]:
-            last = c.get("lastTermination") or {}
-            state = c["state"] + (f": {c['reason']}" if c["reason"] else "") + \
-                (f" (exit code {c['exitCode']})" if c.get("exitCode") is not None else "")
-            ended = f"{last['reason']} (exit code {last['exitCode']}) at {last['finishedAt']}" if last else ""
-            rows.append([c["name"] + (" (init)" if c["init"] else ""), c["image"], state,
-                         "yes" if c["ready"] else "no", str(c["restartCount"]), ended])
-        print_table(["CONTAINER", "IMAGE", "STATE", "READY", "RESTARTS", "LAST TERMINATION"], rows)
-    typer.echo("\nevents:" if body["events"] else "\nevents: none")
-    if body["events"]:
-        print_table(["LAST SEEN", "TYPE", "REASON", "COUNT", "FROM", "MESSAGE"],
-                    [[e["lastSeen"], e["type"], e["reason"], str(e["count"]), e["source"], e["message"]]
-                     for e in body["events"]])
-    if body.get("diff"):
-        typer.echo("\ndiff:\n" + body["diff"])
+    thin.print_detail(body, typer.echo, print_table)
 
 
 @app.command("manifests")

@@ -83,6 +83,7 @@ class Call:
 
 
 _FOLLOW = frozenset({"--async"})
+_OBJECT = frozenset({"--group", "--kind", "--namespace", "--name"})  # one object of the app's tree
 # Per command: its arguments (NAME, or NAME and a history ID), the flags and valued options it knows here, and
 # the outputs it prints here (yaml, and what the full CLI refuses, stay the full CLI's).
 _COMMANDS: dict[str, tuple[int, frozenset[str], frozenset[str], tuple[str, ...]]] = {
@@ -96,8 +97,8 @@ _COMMANDS: dict[str, tuple[int, frozenset[str], frozenset[str], tuple[str, ...]]
              frozenset({"--resource", "--revision", "--timeout"}), ("table", "json")),
     "rollback": (2, _FOLLOW | {"--prune", "--revert-pr"}, frozenset({"--timeout", "--revert"}), ("table", "json")),
     "wait": (1, frozenset({"--sync", "--health", "--operation"}), frozenset({"--timeout"}), ()),  # no -o
-    "resources": (1, frozenset(), frozenset(), ("table", "json")),  # the tree (one object's detail: the full CLI)
-    "logs": (1, frozenset({"-f", "--follow"}), frozenset({"-c", "--container", "--tail", "--timeout"}), ()),
+    "resources": (1, frozenset(), _OBJECT, ("table", "json")),
+    "logs": (1, frozenset({"-f", "--follow"}), _OBJECT | {"-c", "--container", "--tail", "--timeout"}, ()),
 }
 _VALUED_OWN = frozenset().union(*(valued for _, _, valued, _ in _COMMANDS.values()))
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # an app's name: safe in a URL path as it is
@@ -137,6 +138,8 @@ def parse(argv: list[str]) -> Call | None:
     if any(o == "--timeout" and not _NUMBER.fullmatch(v) or o == "--revert" and v not in ("pr", "push")
            or o == "--tail" and not v.isdigit() or not v for o, v in values):
         return None  # a value the full CLI would refuse: it says how
+    if bool(_value(values, "--kind")) != bool(_value(values, "--name")):
+        return None  # the full CLI says they go together
     if "--revert-pr" in flags and any(o == "--revert" and v != "pr" for o, v in values):
         return None
     given = options["output"]  # "" when not given; a command without -o (wait) refuses any
@@ -149,6 +152,10 @@ def parse(argv: list[str]) -> Call | None:
         return None  # no token, or a config file the full CLI explains
     return Call(words[1], args, options["server"], token, options["output"] or "table", frozenset(flags),
                 tuple(values))
+
+
+def _value(values: list[tuple[str, str]], option: str) -> str:
+    return next((v for o, v in reversed(values) if o == option), "")
 
 
 def config_path() -> Path:
@@ -308,6 +315,50 @@ def tree_rows(body: dict[str, Any]) -> list[list[str]]:
         rows.append([r["group"], "  " * depth[text] + r["kind"], r["namespace"], r["name"], r["sync"], r["health"],
                      r["message"]])
     return rows
+
+
+def resolved(rows: list[dict[str, Any]], app: str, group: str, kind: str, namespace: str,
+             name: str) -> dict[str, str]:
+    """The object of the app's tree (`rows`) named by kind and name (and group/namespace when given): one, or
+    Failed listing the candidates."""
+    found = [r for r in rows if r["kind"] == kind and r["name"] == name
+             and (not group or r["group"] == group) and (not namespace or r["namespace"] == namespace)]
+    if len(found) != 1:
+        where = ", ".join(f"{r['group'] or 'core'}/{r['kind']} {r['namespace']}/{r['name']}" for r in found)
+        raise Failed(f"app {app!r} has {len(found) or 'no'} {kind} named {name!r}"
+                     + (f": {where} (give --group/--namespace)" if found else ""), EXIT_NOT_FOUND)
+    return {"group": found[0]["group"], "kind": kind, "namespace": found[0]["namespace"], "name": name}
+
+
+def print_detail(body: dict[str, Any], echo: Callable[[str], None],
+                 tab: Callable[[list[str], list[list[str]]], None]) -> None:
+    """`app resources NAME --kind K --name N`: why the object is as it is — a Pod's reason, its containers
+    (state, restarts, last termination), the events and the diff."""
+    key = body["resource"]
+    echo(f"{key['kind']} {key['namespace']}/{key['name']}" + ("" if body["managed"] else "  (not in git: "
+                                                              "made by the cluster from the app's objects)"))
+    if body.get("reason"):
+        echo(f"reason: {body['reason']}")
+    if body.get("sync"):
+        echo(f"sync: {body['sync']}" + (f"  ({body['error']})" if body.get("error") else ""))
+    if body.get("containers"):
+        echo("")
+        rows = []
+        for c in body["containers"]:
+            last = c.get("lastTermination") or {}
+            state = c["state"] + (f": {c['reason']}" if c["reason"] else "") + \
+                (f" (exit code {c['exitCode']})" if c.get("exitCode") is not None else "")
+            ended = f"{last['reason']} (exit code {last['exitCode']}) at {last['finishedAt']}" if last else ""
+            rows.append([c["name"] + (" (init)" if c["init"] else ""), c["image"], state,
+                         "yes" if c["ready"] else "no", str(c["restartCount"]), ended])
+        tab(["CONTAINER", "IMAGE", "STATE", "READY", "RESTARTS", "LAST TERMINATION"], rows)
+    echo("\nevents:" if body["events"] else "\nevents: none")
+    if body["events"]:
+        tab(["LAST SEEN", "TYPE", "REASON", "COUNT", "FROM", "MESSAGE"],
+            [[e["lastSeen"], e["type"], e["reason"], str(e["count"]), e["source"], e["message"]]
+             for e in body["events"]])
+    if body.get("diff"):
+        echo("\ndiff:\n" + body["diff"])
 
 
 FOLLOW_LOGS = 2.0  # seconds between reads while following logs
@@ -612,19 +663,35 @@ def _started(c: Call, started: dict[str, Any]) -> int:
     return EXIT_FAILED if op.get("id") == operation_id and op.get("phase") != "Succeeded" else 0
 
 
+def _object(c: Call) -> dict[str, str]:
+    """The object --kind and --name (--group, --namespace) name in the app's tree; {} when not given."""
+    if not c.value("--kind"):
+        return {}
+    rows = call(c.server, c.token, f"/apps/{c.name}/resources")["resources"]
+    return resolved(rows, c.name, c.value("--group"), c.value("--kind"), c.value("--namespace"), c.value("--name"))
+
+
 def app_resources(c: Call) -> int:
-    """`tidecd app resources NAME`: the tree."""
+    """`tidecd app resources NAME`: the tree; with --kind and --name, one object's detail."""
+    from urllib.parse import urlencode  # lazy: only a query pays for it
+
+    query = _object(c)
+    if query:
+        detail = call(c.server, c.token, f"/apps/{c.name}/resource?{urlencode(query)}")
+        _emit(c, detail, lambda: print_detail(detail, print, table))
+        return 0
     body = call(c.server, c.token, f"/apps/{c.name}/resources")
     _emit(c, body, lambda: table(TREE_COLUMNS, tree_rows(body)))
     return 0
 
 
 def app_logs(c: Call) -> int:
-    """`tidecd app logs NAME`: every pod's logs (--kind/--name narrow it in the full CLI)."""
+    """`tidecd app logs NAME`: every pod's logs, or those under --kind/--name."""
     from urllib.parse import urlencode  # lazy: only logs send a query
 
     container = next((v for o, v in reversed(c.values) if o in ("-c", "--container")), "")  # the last given
-    query = {"tail": str(int(c.value("--tail", "100"))), **({"container": container} if container else {})}
+    query = {"tail": str(int(c.value("--tail", "100"))), **({"container": container} if container else {}),
+             **_object(c)}
     print_logs(lambda q: call(c.server, c.token, f"/apps/{c.name}/logs?{urlencode(q)}"), query,
                follow=bool({"-f", "--follow"} & c.flags), timeout=float(c.value("--timeout", "600")), echo=_say)
     return 0
