@@ -11,6 +11,7 @@ from typing import Any
 
 from tests.support.apps import GitOps, configmap, job
 from tidecd.base.model import Action
+from tidecd.usecases.commands import SyncRequest
 
 WAVE = "argocd.argoproj.io/sync-wave"
 HOOK = "argocd.argoproj.io/hook"
@@ -152,3 +153,21 @@ def test_an_extraneous_object_with_ignore_extraneous_is_listed_but_keeps_the_app
     outcome = gitops.sync(prune=True)
     assert {e.key.name: e.action for e in outcome.changes.entries}.get("gen") is Action.PRUNED
     assert gitops.live("ConfigMap", "gen") is None
+
+
+def test_replace_true_replaces_on_every_sync_even_when_synced(gitops: GitOps) -> None:
+    """Argo CD's TestSyncOptionReplace (app_management_test.go): a ConfigMap with `Replace=true` is created
+    by the first sync and "replaced" by the second, though it compared Synced in between."""
+    gitops.push({"app/cm.yaml": configmap("my-map", annotations={SYNC_OPTIONS: "Replace=true"})})
+    gitops.application()
+    first = gitops.sync()
+    assert [(e.key.name, e.action) for e in first.changes.entries] == [("my-map", Action.CREATED)]
+    assert gitops.state().sync_status == "Synced"
+    runtime = gitops.runtime()
+    second = gitops.reconcile(request=SyncRequest(), runtime=runtime)
+    state = gitops.state()
+    assert state.operation is not None and state.operation.phase == "Succeeded", state.operation
+    assert state.sync_status == "Synced"
+    [result] = [r for r in state.operation.results if r.key.name == "my-map"]
+    assert result.action is Action.CONFIGURED and result.message == "replaced", result
+    assert runtime.cluster(runtime.app(gitops.real("app")).destination).writes >= 1, second.changes.entries

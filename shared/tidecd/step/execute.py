@@ -20,7 +20,7 @@ from tidecd.step.observe import Target, each, read
 from tidecd.sync import decide as decision
 from tidecd.sync import options as syncoptions
 from tidecd.sync import plan
-from tidecd.sync.apply import apply_task, explain
+from tidecd.sync.apply import REPLACE, apply_task, explain
 from tidecd.sync.hooks import create_hook, delete_earlier_copies, dry_run_hook
 from tidecd.sync.prune import prune
 
@@ -96,6 +96,7 @@ def run_tasks(target: Target, step: decision.RunTasks, live: Mapping[ResourceKey
     returned it (from the pool's threads)."""
     cluster, name = target.cluster, target.name
     respect = target.app.sync_policy.has_option("RespectIgnoreDifferences=true")
+    only_out_of_sync = target.app.sync_policy.has_option("ApplyOutOfSyncOnly=true")
     applied: dict[ResourceKey, Manifest] = {}
 
     def note(key: ResourceKey, result: Manifest) -> None:
@@ -108,7 +109,9 @@ def run_tasks(target: Target, step: decision.RunTasks, live: Mapping[ResourceKey
                 delete_earlier_copies(cluster, task, name, operation_id)
             entry, uid = create_hook(cluster, task, name, operation_id)
             return Applied(task, entry, uid)
-        if task.key in live and task.key not in out_of_sync:
+        if task.key in live and task.key not in out_of_sync and not (task.has_option(REPLACE) and not only_out_of_sync):
+            # Replace=true is written on every sync even when it compares Synced, as Argo CD replaces it
+            # (unless ApplyOutOfSyncOnly=true leaves synced objects alone)
             return Applied(task, ChangeEntry(task.key, Action.UNCHANGED))
         if respect:
             obj = respect_ignored(task.obj, live.get(task.key), target.config.ignore_differences_of(target.app))

@@ -61,7 +61,8 @@ def apply_task(cluster: Cluster, task: Task, app: str, *, dry_run: bool,
     except UnknownKind:  # SkipDryRunOnMissingResource, and the CRD never came
         return ChangeEntry(task.key, Action.FAILED, unserved_message(task.key), **placed(task))
     action = Action.CONFIGURED if existed else Action.CREATED
-    return ChangeEntry(task.key, action, "dry run" if dry_run else "", **placed(task))
+    message = "dry run" if dry_run else "replaced" if existed and task.has_option(REPLACE) else ""
+    return ChangeEntry(task.key, action, message, **placed(task))
 
 
 def unserved_message(key: ResourceKey) -> str:
