@@ -20,7 +20,7 @@ import hashlib
 import json
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -125,29 +125,53 @@ def _encode(value: Any, hint: Any) -> Any:
 
 
 def _decode(data: Any, hint: Any) -> Any:
+    return _decoder(hint)(data)
+
+
+Decoder = Callable[[Any], Any]
+
+
+def _same(data: Any) -> Any:
+    return data
+
+
+@cache
+def _decoder(hint: Any) -> Decoder:
+    """The decoding of one type, built once per type: a cold start decodes thousands of values of a few
+    dozen types, so the type is looked at once, not once per value."""
     if hint is Any:
-        if isinstance(data, dict) and set(data) == {f.name for f in dataclasses.fields(ApplicationSet)}:
-            return _decode(data, ApplicationSet)
-        return data
+        appset_fields = frozenset(f.name for f in dataclasses.fields(ApplicationSet))
+        return lambda data: (_decoder(ApplicationSet)(data)
+                             if isinstance(data, dict) and data.keys() == appset_fields else data)
     if dataclasses.is_dataclass(hint):
-        hints = _hints(hint)  # type: ignore[arg-type]
-        fields = {f.name: _decode(data[f.name], hints[f.name]) for f in dataclasses.fields(hint)}
-        return hint(**fields)  # type: ignore[operator]
+        return _dataclass_decoder(hint)  # type: ignore[arg-type]
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        return None if data is None else _decode(data, _optional(args))
+        inner = _decoder(_optional(args))
+        return lambda data: None if data is None else inner(data)
     if origin is Mapping:
-        return types.MappingProxyType({k: _decode(v, args[1]) for k, v in data.items()})
+        value = _decoder(args[1])
+        return lambda data: types.MappingProxyType({k: value(v) for k, v in data.items()})
     if origin is dict or hint is dict:
-        item = args[1] if args else Any
-        return {k: _decode(v, item) for k, v in data.items()}
+        value = _decoder(args[1] if args else Any)
+        return _same if value is _same else lambda data: {k: value(v) for k, v in data.items()}
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        return tuple(_decode(v, args[0]) for v in data)
+        item = _decoder(args[0])
+        return lambda data: tuple(item(v) for v in data)
     if origin is tuple:
-        return tuple(_decode(v, a) for v, a in zip(data, args, strict=True))
+        items = [_decoder(a) for a in args]
+        return lambda data: tuple(each(v) for each, v in zip(items, data, strict=True))
     if origin in (list, set, frozenset):
-        items = [_decode(v, args[0] if args else Any) for v in data]
-        return items if origin is list else origin(items)
-    if hint is float and isinstance(data, int) and not isinstance(data, bool):
-        return data  # an int written in a float field stays an int, as the loader left it
-    return data
+        item = _decoder(args[0] if args else Any)
+        return lambda data: origin([item(v) for v in data])
+    return _same  # str, int, float (an int written in a float field stays an int, as the loader left it), bool
+
+
+def _dataclass_decoder(cls: type) -> Decoder:
+    hints = _hints(cls)
+    fields = [(f.name, _decoder(hints[f.name])) for f in dataclasses.fields(cls)]
+
+    def decode(data: Any) -> Any:
+        return cls(**{name: each(data[name]) for name, each in fields})
+
+    return decode
