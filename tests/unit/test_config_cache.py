@@ -190,7 +190,8 @@ def test_a_bad_cache_object_falls_back_to_the_full_load(git_server: GitServer, t
     assert whole is not None
     other_format = gzip.compress(json.dumps({"format": cache.FORMAT + 1, "config": {}}).encode())
     wrong_shape = gzip.compress(json.dumps({"format": cache.FORMAT, "config": {"applications": []}}).encode())
-    for bad in (whole.data[: len(whole.data) // 2], b"not gzip", other_format, wrong_shape):
+    bomb = gzip.compress(b" " * (cache.MAX_BYTES + 1))
+    for bad in (whole.data[: len(whole.data) // 2], b"not gzip", other_format, wrong_shape, bomb):
         LocalStore(store).write(key, bad)
         structlog.reset_defaults()
         with capture_logs() as logged:

@@ -20,6 +20,7 @@ import hashlib
 import json
 import types
 import typing
+import zlib
 from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
@@ -29,6 +30,7 @@ from tidecd.config.appset.model import ApplicationSet
 from tidecd.config.model import Config
 
 FORMAT = 1
+MAX_BYTES = 256 << 20  # inflated; 1,000 apps are about 1 MB of JSON: a bigger object is not a config of ours
 PREFIX = "config-cache/"
 
 
@@ -72,18 +74,29 @@ def encode(config: Config) -> bytes | None:
 
 def decode(blob: bytes) -> Config:
     try:
-        data = json.loads(gzip.decompress(blob))
+        data = json.loads(_inflate(blob))
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise CacheFormatError(f"format {data.get('format') if isinstance(data, dict) else '?'!r}, "
                                    f"expected {FORMAT}")
         config = _decode(data["config"], Config)
     except CacheFormatError:
         raise
-    except (OSError, EOFError, ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (OSError, EOFError, zlib.error, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise CacheFormatError(f"{type(exc).__name__}: {exc}") from exc
     if not isinstance(config, Config):
         raise CacheFormatError("not a Config")
     return config
+
+
+def _inflate(blob: bytes) -> bytes:
+    """The gzip member inflated, refused past MAX_BYTES (memory stays bounded whatever the object holds)."""
+    inflater = zlib.decompressobj(wbits=31)
+    data = inflater.decompress(blob, MAX_BYTES)
+    if inflater.unconsumed_tail:
+        raise CacheFormatError(f"inflates to more than {MAX_BYTES:,} bytes")
+    if not inflater.eof:
+        raise CacheFormatError("truncated")
+    return data
 
 
 def _hints(cls: type) -> dict[str, Any]:
