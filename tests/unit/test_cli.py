@@ -157,7 +157,7 @@ def test_a_local_sync_prints_each_change_once(monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setattr(apps, "_local_step", lambda name: (0.0, next(steps)))
     monkeypatch.setattr(apps, "call_api", status)
-    monkeypatch.setattr("tidecd.cli.thin.time.sleep", lambda s: None)  # the follow loop is thin.follow
+    monkeypatch.setattr("tidecd.cli.textout.time.sleep", lambda s: None)  # the follow loop is textout.follow
     apps._follow("web", "op1", "", "", 0)
     text = capsys.readouterr().out
     lines = [line for line in text.splitlines() if "ConfigMap ns/a" in line]

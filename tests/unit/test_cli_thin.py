@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.localhttp import serve_api, stop
 from tidecd.base.model import HealthStatus, SyncStatus
-from tidecd.cli import thin
+from tidecd.cli import exits, thin
 from tidecd.clients.store import LocalStore
 from tidecd.runtime import Settings
 from tidecd.state import app as app_state
@@ -69,7 +69,7 @@ def _tidecd(*args: str, full: bool = False, probe: bool = False,
 
 def test_a_server_app_list_loads_nothing_heavy(server: str) -> None:
     done = _tidecd("--server", server, "app", "list", "--token", TOKEN, probe=True)
-    assert done.returncode == thin.EXIT_APP_ERROR, done.stderr  # helm-guestbook fails to compare
+    assert done.returncode == exits.EXIT_APP_ERROR, done.stderr  # helm-guestbook fails to compare
     assert "guestbook" in done.stdout
     loaded = set(json.loads(done.stderr.rsplit("MODULES ", 1)[1]))
     bare = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sorted(sys.modules)))"],
@@ -83,15 +83,15 @@ def test_a_server_app_list_loads_nothing_heavy(server: str) -> None:
 def test_the_thin_client_prints_and_exits_as_the_full_cli(server: str, output: str) -> None:
     args = ("app", "list", "--server", server, "--token", TOKEN, "-o", output)
     thin_run, full_run = _tidecd(*args), _tidecd(*args, full=True)
-    assert (thin_run.returncode, full_run.returncode) == (thin.EXIT_APP_ERROR, thin.EXIT_APP_ERROR)
+    assert (thin_run.returncode, full_run.returncode) == (exits.EXIT_APP_ERROR, exits.EXIT_APP_ERROR)
     assert [line.rstrip() for line in thin_run.stdout.splitlines()] == \
         [line.rstrip() for line in full_run.stdout.splitlines()]
     assert "abababababab" in thin_run.stdout or output == "name"
 
 
 def test_failures_exit_with_the_full_clis_codes(server: str) -> None:
-    for args, code in ((("--token", "wrong"), thin.EXIT_NOT_FOUND),
-                       (("--server", "http://127.0.0.1:9"), thin.EXIT_UNREACHABLE)):
+    for args, code in ((("--token", "wrong"), exits.EXIT_NOT_FOUND),
+                       (("--server", "http://127.0.0.1:9"), exits.EXIT_UNREACHABLE)):
         both = [_tidecd("app", "list", "--server", server, "--token", TOKEN, *args, full=full)
                 for full in (False, True)]
         assert [b.returncode for b in both] == [code, code], [b.stderr for b in both]
@@ -202,10 +202,10 @@ def test_what_the_thin_client_leaves_to_the_full_cli(monkeypatch: pytest.MonkeyP
 
 def test_the_full_cli_takes_server_and_token_before_the_command_too(server: str) -> None:
     wide = _tidecd("--server", server, "--token", TOKEN, "app", "list", "-o", "wide", full=True)
-    assert wide.returncode == thin.EXIT_APP_ERROR, wide.stderr
+    assert wide.returncode == exits.EXIT_APP_ERROR, wide.stderr
     assert wide.stdout.split()[:8] == ["NAME", "SYNC", "HEALTH", "REVISION", "PROJECT", "CLUSTER", "NAMESPACE",
                                        "CONDITIONS"]
     history = _tidecd("--server", server, "--token", TOKEN, "app", "history", "guestbook", full=True)
     assert history.returncode == 0 and history.stdout.startswith("ID"), history.stderr
     refused = _tidecd("--server", server, "--token", "wrong", "app", "history", "guestbook", full=True)
-    assert refused.returncode == thin.EXIT_NOT_FOUND and "bearer token" in refused.stderr
+    assert refused.returncode == exits.EXIT_NOT_FOUND and "bearer token" in refused.stderr

@@ -30,8 +30,8 @@ import yaml
 
 from tidecd.base.errors import TidecdError
 from tidecd.base.model import Action, ChangeSet
-from tidecd.cli import thin  # the thin client's formatting: both print alike
-from tidecd.cli.thin import (  # the thin client's: both print and exit alike
+from tidecd.cli import exits, textout  # the thin client's formatting and exit codes: both print alike
+from tidecd.cli.exits import (  # the thin client's: both print and exit alike
     EXIT_APP_ERROR,
     EXIT_CONFLICT,
     EXIT_NOT_FOUND,
@@ -133,9 +133,9 @@ def emit(body: dict[str, Any], output: str, table: Any) -> None:
 
 def print_table(headers: list[str], rows: list[list[str]]) -> None:
     """A table as wide as the terminal (rich wraps cells to fit); into a pipe or file, where there is no
-    width to fit, each row on one line so scripts can split it (`thin.table`, as the thin client prints)."""
+    width to fit, each row on one line so scripts can split it (`textout.table`, as the thin client prints)."""
     if not sys.stdout.isatty():
-        thin.table(headers, rows, typer.echo)
+        textout.table(headers, rows, typer.echo)
         return
     from rich.console import Console  # lazy: cold start (rich only when a table is printed)
     from rich.table import Table  # lazy: cold start (rich only when a table is printed)
@@ -160,9 +160,9 @@ def get(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPU
     body = _refreshed(name, server, token, cached)
 
     def table(b: dict[str, Any]) -> None:
-        for line in thin.app_lines(b):
+        for line in textout.app_lines(b):
             typer.echo(line)
-        print_table(thin.RESOURCE_COLUMNS, thin.resource_rows(b))
+        print_table(textout.RESOURCE_COLUMNS, textout.resource_rows(b))
 
     emit(body, output, table)
     if in_error(str(body.get("syncStatus", "")), str(body.get("health", "")), body.get("conditions") or []):
@@ -184,13 +184,13 @@ def diff(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTP
     _refreshed(name, server, token, cached)
     body = checked(*call_api("GET", f"/apps/{name}/diff", server, token))
 
-    emit(body, output, lambda b: typer.echo(thin.diff_text(b)))
+    emit(body, output, lambda b: typer.echo(textout.diff_text(b)))
     if body["sync"] != "Synced":
         raise typer.Exit(1)
 
 
 def _print_changes(body: dict[str, Any]) -> None:
-    for line, err in thin.change_lines(body):
+    for line, err in textout.change_lines(body):
         typer.echo(line, err=err)
 
 
@@ -221,7 +221,7 @@ def _started(name: str, started: dict[str, Any], run_async: bool, timeout: float
              output: str) -> None:
     operation_id = str(started.get("operationId", ""))
     if run_async:
-        emit(started, output, lambda b: typer.echo(thin.started_line(b)))
+        emit(started, output, lambda b: typer.echo(textout.started_line(b)))
         return
     body = _follow(name, operation_id, server, token, timeout, quiet=output != "table")
     if not server:
@@ -239,7 +239,7 @@ def _started(name: str, started: dict[str, Any], run_async: bool, timeout: float
 def _follow(name: str, operation_id: str, server: str, token: str, timeout: float, *,
             quiet: bool = False) -> dict[str, Any]:
     """Until the operation `operation_id` (or the running one, when empty) has ended: the app's last status
-    (`thin.follow`, as the thin client follows it). Locally this process takes the steps and prints each
+    (`textout.follow`, as the thin client follows it). Locally this process takes the steps and prints each
     step's own change lines; with --server it polls every 2 s."""
 
     def local() -> tuple[float, list[tuple[str, str, str]]]:
@@ -247,10 +247,10 @@ def _follow(name: str, operation_id: str, server: str, token: str, timeout: floa
         return delay, [(str(e), str(e.key), e.action.value) for e in changes.entries]
 
     try:
-        return thin.follow(lambda: checked(*call_api("GET", f"/apps/{name}", server, token)),
+        return textout.follow(lambda: checked(*call_api("GET", f"/apps/{name}", server, token)),
                            local if not server else (lambda: (2.0, [])), operation_id, timeout, quiet=quiet,
                            echo=typer.echo)
-    except thin.Failed as exc:
+    except exits.Failed as exc:
         fail(str(exc), code=exc.code)
 
 
@@ -259,7 +259,7 @@ def refresh(name: str, server: str = SERVER, token: str = TOKEN, output: str = O
     """One reconcile: refresh, then the automated sync or self-heal the app's policy asks for."""
     body = checked(*call_api("POST", f"/apps/{name}/refresh", server, token))
     emit(body, output, _print_changes)
-    if thin.refresh_failed(body):
+    if textout.refresh_failed(body):
         raise typer.Exit(1)
 
 
@@ -267,7 +267,7 @@ def refresh(name: str, server: str = SERVER, token: str = TOKEN, output: str = O
 def history(name: str, server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
     """The last deployments (id, revision, time, result, who and what started them; * marks the deployed one)."""
     body = checked(*call_api("GET", f"/apps/{name}/history", server, token))
-    emit(body, output, lambda b: print_table(thin.HISTORY_COLUMNS, thin.history_rows(b)))
+    emit(body, output, lambda b: print_table(textout.HISTORY_COLUMNS, textout.history_rows(b)))
 
 
 @app.command("rollback")
@@ -307,11 +307,11 @@ def wait(name: str, sync_: bool = typer.Option(False, "--sync", help="Wait until
     if not (sync_ or health or operation):
         sync_ = health = operation = True
     try:
-        code = thin.wait_until(
+        code = textout.wait_until(
             name, lambda fresh: checked(*call_api("GET", f"/apps/{name}", server, token,
                                                   query={"refresh": "true"} if fresh else None)),
             (lambda: _local_step(name)[0]) if not server else None, (sync_, health, operation), timeout, typer.echo)
-    except thin.Failed as exc:
+    except exits.Failed as exc:
         fail(str(exc), code=exc.code)
     if code:
         raise typer.Exit(code)

@@ -20,7 +20,7 @@ import typer
 import yaml
 
 from tidecd.cli.app import SERVER, TOKEN, call_api, checked, fail, print_table
-from tidecd.cli.thin import EXIT_APP_ERROR
+from tidecd.cli.exits import EXIT_APP_ERROR
 
 app = typer.Typer(no_args_is_help=True, help="ApplicationSets: what they generate, now and as recorded.")
 FORMATS = ("table", "wide", "json", "yaml", "name")

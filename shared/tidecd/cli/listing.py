@@ -24,7 +24,8 @@ from tidecd.cli.app import (
     fail,
     print_table,
 )
-from tidecd.cli.thin import EXIT_APP_ERROR, EXIT_NOT_FOUND, in_error, list_notes, list_table
+from tidecd.cli.exits import EXIT_APP_ERROR, EXIT_NOT_FOUND, in_error
+from tidecd.cli.textout import list_notes, list_table
 
 FORMATS = ("table", "wide", "json", "yaml", "name")
 

@@ -168,7 +168,7 @@ def register(app: typer.Typer) -> None:
                                            help="Open the browser (else only print the URL).")) -> None:
         """Log in to an api server and keep its token in the CLI's config file (0600)."""
         from tidecd.cli.app import call_api  # lazy: cold start (as the other commands)
-        from tidecd.cli.thin import EXIT_NOT_FOUND  # lazy: as above
+        from tidecd.cli.exits import EXIT_NOT_FOUND  # lazy: as above
 
         started = time.monotonic()
         try:

@@ -16,7 +16,7 @@ from typing import Any
 import typer
 import yaml
 
-from tidecd.cli import thin  # the thin client's formatting: both print alike
+from tidecd.cli import exits, textout  # the thin client's formatting: both print alike
 from tidecd.cli.app import OUTPUT, SERVER, TOKEN, app, call_api, checked, emit, fail, print_table
 
 GROUP = typer.Option("", "--group", help="The object's API group ('' for core kinds: Pod, Secret).")
@@ -29,11 +29,11 @@ MAX_LOCAL_FILES = 2000
 def _resolved(app_name: str, group: str, kind: str, namespace: str, name: str, server: str,
               token: str) -> dict[str, str]:
     """The object named by kind and name (and group/namespace when given), found in the app's tree:
-    one, or an error listing the candidates (`thin.resolved`)."""
+    one, or an error listing the candidates (`textout.resolved`)."""
     rows = checked(*call_api("GET", f"/apps/{app_name}/resources", server, token))["resources"]
     try:
-        return thin.resolved(rows, app_name, group, kind, namespace, name)
-    except thin.Failed as exc:
+        return textout.resolved(rows, app_name, group, kind, namespace, name)
+    except exits.Failed as exc:
         fail(str(exc), code=exc.code)
 
 
@@ -54,11 +54,11 @@ def resources(app_name: str = typer.Argument(..., metavar="NAME"), group: str = 
 
 
 def _tree(body: dict[str, Any]) -> None:
-    print_table(thin.TREE_COLUMNS, thin.tree_rows(body))
+    print_table(textout.TREE_COLUMNS, textout.tree_rows(body))
 
 
 def _detail(body: dict[str, Any]) -> None:
-    thin.print_detail(body, typer.echo, print_table)
+    textout.print_detail(body, typer.echo, print_table)
 
 
 @app.command("manifests")
@@ -87,7 +87,7 @@ def logs(app_name: str = typer.Argument(..., metavar="NAME"), group: str = GROUP
         if not (kind and name):
             fail("--kind and --name go together")
         query |= _resolved(app_name, group, kind, namespace, name, server, token)
-    thin.print_logs(lambda q: checked(*call_api("GET", f"/apps/{app_name}/logs", server, token, query=q)), query,
+    textout.print_logs(lambda q: checked(*call_api("GET", f"/apps/{app_name}/logs", server, token, query=q)), query,
                     follow=follow, timeout=timeout, echo=typer.echo)
 
 
