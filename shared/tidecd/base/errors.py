@@ -30,6 +30,10 @@
     │   ├── usecases.migrate.MigrationError  `tidecd import` cannot read Argo CD or write its output
     │   ├── usecases.audit.BadBatch     an audit batch (or GKE log entry) that is not one (names the field)
     │   ├── clients.pushauth.NotAnEnvelope  a Pub/Sub push body that is not a push envelope
+    │   ├── images.writeback.PushDeclined  a git server's hook declined a push (a protected branch): not retried
+    │   ├── config.cache.CacheFormatError  a cached config object that does not decode (the full load runs instead)
+    │   ├── health.lua.ScriptError      a resource action's Lua script failed (a Lua error, a spent budget)
+    │   ├── cli.exits.Failed            the answer a CLI command ends with: its message and exit code
     │   ├── clients.pushauth.PushRefused  a Pub/Sub push whose OIDC token is not the subscription's (no token in it)
     │   ├── usecases.registry_events.Refused  a registry notification answered 4xx (a bad proof, a malformed payload)
     │   ├── usecases.registry_events.Ignored  a well-formed registry notification that names no push

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidecd.base.errors import PermanentError
+
 EXIT_FAILED = 1  # out of sync (diff), the operation failed, or it timed out
 EXIT_NOT_FOUND = 2  # no such app (404), or the request was refused; click's usage errors are 2 as well
 EXIT_CONFLICT = 3  # an operation already runs (409)
@@ -12,7 +14,7 @@ EXIT_UNREACHABLE = 4  # cannot connect to the api, or it could not reach what it
 EXIT_APP_ERROR = 5  # the app fails to compare: sync or health Unknown with an ...Error condition
 
 
-class Failed(Exception):
+class Failed(PermanentError):
     """An answer the command ends with: its message (on stderr) and exit code."""
 
     def __init__(self, message: str, code: int) -> None:

@@ -26,6 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from tidecd.base.errors import PermanentError
 from tidecd.config.appset.model import ApplicationSet
 from tidecd.config.model import Config
 
@@ -34,7 +35,7 @@ MAX_BYTES = 256 << 20  # inflated; 1,000 apps are about 1 MB of JSON: a bigger o
 PREFIX = "config-cache/"
 
 
-class CacheFormatError(ValueError):
+class CacheFormatError(PermanentError):
     """The object does not decode into a Config (truncated, corrupted, or written by another format)."""
 
 

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tidecd.base.errors import PermanentError
 from tidecd.base.model import HealthResult, HealthStatus, Manifest, ResourceKey
 
 MAX_MEMORY = 32 * 1024 * 1024
@@ -177,7 +178,7 @@ def _evaluate(script: str, obj: Manifest, budget: Budget) -> HealthResult | None
     return _result(runtime, result)
 
 
-class ScriptError(Exception):
+class ScriptError(PermanentError):
     """A resource action's script failed: what went wrong (a Lua error, a spent budget), for the caller."""
 
 
