@@ -1,4 +1,4 @@
-# GKE destinations reached through reconcile's own Google identity (README "Least privilege on clusters"):
+# GKE destinations reached through reconcile's own Google identity (docs/security.md, "Least privilege on clusters"):
 # a cluster Secret whose config is `{"execProviderConfig": {"command": "argocd-k8s-auth", "args": ["gcp"]}}`
 # (or gke-gcloud-auth-plugin) gets short-lived access tokens of `tidecd-reconcile@` from google-auth, and
 # the sealed Secret holds no token. GKE asks IAM for `container.clusters.get` before Kubernetes RBAC: this

@@ -4,12 +4,12 @@ The paths come from Argo CD's own CRD schemas (`manifests/crds/application-crd.y
 in the Go module github.com/argoproj/argo-cd/v3, fetched through the Go module proxy with the ordinary client:
 
     python3 scripts/argocd_fields.py [VERSION]        # default: the version in the generated file
-    python3 scripts/argocd_fields.py --readme          # the README's field tables, from the same list
+    python3 scripts/argocd_fields.py --readme          # docs/argocd-compatibility.md's field tables
 
 tidecd uses the list to tell a real Argo CD field it does not implement ("Argo CD field X is not implemented
-by tidecd") from a typo ("unknown field"), and the README's field table is checked against it. Only `spec`
-and the top-level keys are listed (`status` and `operation` are read-only and ignored as a whole); list items
-are written `[]` (`spec.sources[].helm.valueFiles`).
+by tidecd") from a typo ("unknown field"), and the field table of docs/argocd-compatibility.md is checked
+against it. Only `spec` and the top-level keys are listed (`status` and `operation` are read-only and
+ignored as a whole); list items are written `[]` (`spec.sources[].helm.valueFiles`).
 """
 
 from __future__ import annotations
@@ -90,15 +90,16 @@ def render(version: str, texts: dict[str, str]) -> str:
 
 
 def write_readme() -> None:
-    """Replace the generated field tables in README.md (between the markers) with the current ones."""
+    """Replace the generated field tables in docs/argocd-compatibility.md (between the markers) with the
+    current ones."""
     sys.path.insert(0, str(ROOT / "shared"))
     from tidecd.config import argocd_cm
 
-    readme = ROOT / "README.md"
+    readme = ROOT / "docs" / "argocd-compatibility.md"
     text = readme.read_text()
     begin, end = text.index(argocd_cm.README_BEGIN), text.index(argocd_cm.README_END) + len(argocd_cm.README_END)
     readme.write_text(text[:begin] + argocd_cm.readme_block() + text[end:])
-    print("wrote the field tables of README.md")
+    print("wrote the field tables of docs/argocd-compatibility.md")
 
 
 def main() -> None:

@@ -46,7 +46,7 @@ IN_CLUSTER_SERVER = "https://kubernetes.default.svc"
 
 @dataclass
 class Settings:
-    """DESIGN.md section 8; the README lists each variable with its default."""
+    """DESIGN.md section 8; docs/configuration.md and docs/security.md list each variable with its default."""
 
     config: str = "./examples/config"
     store: str = "./.tidecd"

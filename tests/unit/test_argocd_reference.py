@@ -1,7 +1,7 @@
 """Argo CD's own reference manifests (docs/operator-manual/application.yaml, project.yaml, argocd-cm.yaml, every
-field filled in) load as they are: conditions only for what the README's table lists as not implemented, and
-no crash. The table itself is generated from the same field list and must match the README, and every field
-it calls supported is really read by the loader."""
+field filled in) load as they are: conditions only for what docs/argocd-compatibility.md's table lists as
+not implemented, and no crash. The table itself is generated from the same field list and must match
+docs/argocd-compatibility.md, and every field it calls supported is really read by the loader."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tidecd.config import fields as config_fields
 from tidecd.config.load import load_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "argocd-reference"
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "argocd-compatibility.md"
 NOT_IMPLEMENTED = re.compile(r"Argo CD field (\S+) is not implemented by tidecd")
 
 

@@ -416,10 +416,10 @@ def check_refresh_fanout(tf: Module) -> list[str]:
 
 
 def check_continuations(tf: Module) -> list[str]:
-    """The continuation mechanism (README "Continuations"): reconcile refuses an early continuation and the
-    reconcile subscription's retry backoff is the delay, so the backoff must be short enough to be precise,
-    the attempts many enough that a minutes-long wait is not dead-lettered, and every function must know
-    its step budget, well inside reconcile's timeout."""
+    """The continuation mechanism (docs/running-locally.md, "Continuations and coalescing"): reconcile refuses
+    an early continuation and the reconcile subscription's retry backoff is the delay, so the backoff must
+    be short enough to be precise, the attempts many enough that a minutes-long wait is not dead-lettered,
+    and every function must know its step budget, well inside reconcile's timeout."""
     problems = []
     sub = tf["resource"].get("google_pubsub_subscription", {}).get("reconcile", {})
     policy = one(sub.get("retry_policy", [{}]), "retry_policy")

@@ -35,7 +35,7 @@ def test_the_render_limits_are_read_from_the_environment() -> None:
     defaults = limits.RenderLimits()
     assert (defaults.render_seconds, defaults.render_memory_bytes, defaults.render_output_bytes) == (
         120, 1024 * 2**20, 64 * 2**20)
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()  # the limits tables
     for field in limits.RenderLimits.__dataclass_fields__:
         assert limits.env_name(field) in readme, limits.env_name(field)
     with pytest.raises(ConfigError, match="TIDECD_MAX_RENDER_SECONDS='soon': expected a positive whole number"):

@@ -35,9 +35,9 @@ CONFIG_MAPS: Mapping[str, str] = MappingProxyType({
     ARGOCD_CM: "",  # read key by key below
     rbac.RBAC_CM: "",  # read below: policy.csv and overlays, policy.default, policy.matchMode, scopes
     "argocd-cmd-params-cm": "flags of Argo CD's own components (controller, repo-server, server); tidecd's "
-                            "functions are configured by environment variables (README)",
+                            "functions are configured by environment variables (docs/configuration.md)",
     "argocd-notifications-cm": "Argo CD notifications templates and triggers are not read: tidecd's "
-                               "notifications are configured by a notifications Secret (README)",
+                               "notifications are configured by a notifications Secret (docs/github.md)",
     "argocd-ssh-known-hosts-cm": "tidecd fetches git over HTTPS; SSH known hosts are not used",
     "argocd-tls-certs-cm": "custom TLS certificates for repositories are not implemented by tidecd",
     "argocd-gpg-keys-cm": "GnuPG commit verification is not implemented by tidecd (see AppProject "
@@ -48,7 +48,7 @@ SECRETS: Mapping[str, str] = MappingProxyType({
                      "the SealedSecret's admin.password, accounts.NAME.password, server.secretkey and the "
                      "key oidc.config's clientSecret names",
     "argocd-notifications-secret": "not read (tidecd's notifications are configured by a notifications "
-                                   "Secret, README)",
+                                   "Secret, docs/github.md)",
 })
 
 # argocd-cm keys tidecd reads; every other key gets a notice with the first matching reason below.
@@ -59,7 +59,7 @@ HONOURED_KEYS = ("resource.customizations", "resource.exclusions", "resource.inc
 HONOURED_PREFIXES = ("resource.customizations.health.", "resource.customizations.useOpenLibs.",
                      "resource.customizations.ignoreDifferences.")
 _UI = "Argo CD's web UI settings: tidecd's dashboard has its own"
-_TRACKING = "tidecd writes its own ownership marks, never Argo CD's (README, Ownership)"
+_TRACKING = "tidecd writes its own ownership marks, never Argo CD's (docs/argocd-compatibility.md, Ownership marks)"
 NOT_HONOURED: tuple[tuple[str, str], ...] = (
     ("resource.customizations.actions.", "tidecd reads Lua resource actions from TIDECD_RESOURCE_ACTIONS (a directory "
                                          "laid out as Argo CD's resource_customizations/), not from argocd-cm"),
@@ -126,7 +126,8 @@ HONOURED_WHAT: Mapping[str, str] = MappingProxyType({
 
 
 def table_rows() -> list[tuple[str, str, str]]:
-    """(key, status, reason) of argocd-cm for the README: what is read, and every not-honoured key family."""
+    """(key, status, reason) of argocd-cm for docs/argocd-compatibility.md: what is read, and every
+    not-honoured key family."""
 
     rows = [(key, SUPPORTED, what) for key, what in HONOURED_WHAT.items()]
     for prefix, reason in NOT_HONOURED:
@@ -142,7 +143,8 @@ README_END = "<!-- argocd-fields:end -->"
 
 
 def readme_block() -> str:
-    """The README's field tables (Application, AppProject, argocd-cm), checked by a unit test."""
+    """The field tables of docs/argocd-compatibility.md (Application, AppProject, argocd-cm), checked by a unit
+    test."""
 
     cm = ["| argocd-cm key | tidecd | why |", "|---|---|---|"]
     cm += [f"| `{key}` | {status} | {reason} |" for key, status, reason in table_rows()]

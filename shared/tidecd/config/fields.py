@@ -3,10 +3,12 @@ implemented, against the generated list of Argo CD's real fields (`tidecd.config
 
 The strict reader (`tidecd.config.schema`) asks `classify` about a field it does not read:
 - ignored: accepted silently (read-only fields such as `status` and what `kubectl get -o yaml` adds, or
-  fields whose effect tidecd has anyway or that only Argo CD's own UI/API uses); the reason is in the README.
+  fields whose effect tidecd has anyway or that only Argo CD's own UI/API uses); the reason is in
+  docs/argocd-compatibility.md.
 - not implemented: a real Argo CD field tidecd does not implement. The app (or the project's apps) is set
   aside with "Argo CD field X is not implemented by tidecd", never "unknown field", which is kept for typos.
-The README's field table is generated from `table_rows` and checked by a unit test, so neither drifts.
+The field table of docs/argocd-compatibility.md is generated from `table_rows` and checked by a unit test, so
+neither drifts.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def not_implemented_message(path: str, reason: str) -> str:
 
 def table_rows(kind: str) -> list[tuple[str, str, str]]:
     """(path, status, reason) for every Argo CD field of `kind` under `spec` (and the top-level keys), the
-    README table; a field whose parent is already ignored or not implemented is folded into the parent."""
+    field table; a field whose parent is already ignored or not implemented is folded into the parent."""
     known, ignored, missing = TABLES[kind]
     rows: list[tuple[str, str, str]] = []
     folded: list[str] = []
@@ -125,7 +127,7 @@ def table_rows(kind: str) -> list[tuple[str, str, str]]:
 
 
 def markdown_table(kind: str) -> str:
-    """The README table of `kind`'s fields (see `table_rows`)."""
+    """The docs table of `kind`'s fields (see `table_rows`)."""
     lines = [f"| {kind} field | tidecd | why |", "|---|---|---|"]
     lines += [f"| `{path}` | {status} | {reason} |" for path, status, reason in table_rows(kind)]
     return "\n".join(lines)

@@ -415,7 +415,7 @@ def _check(obs: Observation, op: Operation, policy: Policy, tasks: list[Task]) -
             continue
         if other.tool is ownership.Tool.ARGOCD:  # never overwritten: only `tidecd app adopt` moves it
             conflicts.append(f"{task.key}: {other.describe()}; not overwritten (move the app over with "
-                             f"`tidecd app adopt {obs.app}`, see the README's \"Moving from Argo CD\")")
+                             f"`tidecd app adopt {obs.app}`, see docs/moving-from-argocd.md)")
         elif other.installation != ownership.installation_id():
             conflicts.append(f"{task.key}: {other.describe()}; not overwritten")
         elif not task.has_option(ALLOW_TAKEOVER):

@@ -15,8 +15,9 @@ In the cloud each is one Pub/Sub message to the refresh topic (attribute `app`, 
 continuation), pushed to the reconcile function. Pub/Sub has no delivery delay: the reconcile function
 refuses a continuation that arrives early with HTTP 429 (`NotYet`), which Pub/Sub counts as a nack and
 redelivers after the subscription's retry-policy backoff, until it is due (infra/pubsub.tf sets the
-backoff; README "Continuations" explains the trade-off). Locally (`TIDECD_REFRESH_TOPIC` unset) both go to
-the process's `LocalScheduler`. Either way the step itself is `run_step`: the same code path.
+backoff; docs/running-locally.md "Continuations and coalescing" explains the trade-off). Locally
+(`TIDECD_REFRESH_TOPIC` unset) both go to the process's `LocalScheduler`. Either way the step itself is
+`run_step`: the same code path.
 
 A dispatcher never raises for one refresh that failed: `dispatch` returns the failures by app, so the
 caller can decide (the webhook answers 503, the poll keeps the refresh for its next tick).

@@ -544,7 +544,7 @@ def report_text(plan: ImportPlan, *, problems: Iterable[str] = ()) -> str:
     lines += ["", "## Not read", "",
               "- argocd-secret's webhook secrets and account tokens: set TIDECD_WEBHOOK_SECRET and "
               "TIDECD_API_TOKEN; its password hashes, server.secretkey and OIDC client secret are sealed into "
-              "settings/argocd-secret.yaml (README, Single sign-on and local accounts)",
+              "settings/argocd-secret.yaml (docs/dashboard.md, Single sign-on and local accounts)",
               ""]
     return "\n".join(lines)
 
