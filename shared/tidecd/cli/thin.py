@@ -189,11 +189,23 @@ def saved_token(server: str) -> str:
     return token if isinstance(token, str) else ""
 
 
+def _body(answer: Any) -> bytes:
+    """An answer's body; one cut off mid-read (IncompleteRead) is what arrived, which then reads as no api
+    answer (below), as the full CLI says of it."""
+    from http.client import IncompleteRead  # lazy: only a call that reaches the network pays for it
+
+    try:
+        return bytes(answer.read())
+    except IncompleteRead as exc:
+        return bytes(exc.partial)
+
+
 def call(server: str, token: str, path: str, *, refresh: bool = False, method: str = "GET",
          body: dict[str, Any] | None = None) -> dict[str, Any]:
     """`method` `path` of the api (`?refresh=true` when `refresh`) with the JSON `body`; its JSON object, or
     Failed with the full CLI's exit code for the failure."""
-    from urllib import error, request  # lazy: only a call that reaches the network pays for it
+    from http.client import HTTPException  # lazy: only a call that reaches the network pays for it
+    from urllib import error, request  # lazy: as above
 
     if not server.startswith(("http://", "https://")):
         raise Failed(f"--server {server!r}: expected an http:// or https:// URL", EXIT_NOT_FOUND)
@@ -203,10 +215,10 @@ def call(server: str, token: str, path: str, *, refresh: bool = False, method: s
                                      "Content-Type": "application/json"})
     try:
         with request.urlopen(asked, timeout=TIMEOUT) as answer:  # noqa: S310 - http(s) only (above)
-            status, kind, raw = answer.status, answer.headers.get("Content-Type", ""), answer.read()
+            status, kind, raw = answer.status, answer.headers.get("Content-Type", ""), _body(answer)
     except error.HTTPError as exc:
-        status, kind, raw = exc.code, exc.headers.get("Content-Type", ""), exc.read()
-    except (error.URLError, OSError, ValueError) as exc:
+        status, kind, raw = exc.code, exc.headers.get("Content-Type", ""), _body(exc)
+    except (error.URLError, OSError, ValueError, HTTPException) as exc:
         raise Failed(f"cannot reach {server}: {type(exc).__name__}", EXIT_UNREACHABLE) from None
     try:  # the api answers JSON objects, labelled so; anything else is not the api (a proxy, a web site)
         body = json.loads(raw) if kind.split(";")[0].strip() == "application/json" else None
@@ -222,7 +234,6 @@ def call(server: str, token: str, path: str, *, refresh: bool = False, method: s
     return body
 
 
-# The formatting both CLIs print (the full CLI imports these): one implementation, standard library only.
 
 def _json(body: dict[str, Any]) -> None:
     print(json.dumps(body, indent=2))
