@@ -103,7 +103,7 @@ def test_a_person_sees_syncs_and_is_refused_as_their_groups_allow(
     function = Function("api", env, tmp_path, port=port)
     try:
         context = browser.new_context()
-        context.set_default_timeout(60_000)
+        context.set_default_timeout(30_000)  # each wait fails fast
         page = context.new_page()
         page.goto(base + "/ui/login")
         page.click("a[data-sso]")
@@ -119,27 +119,32 @@ def test_a_person_sees_syncs_and_is_refused_as_their_groups_allow(
         assert other not in page.content()
         assert page.goto(f"{base}/ui/apps/{other}").status == 404
 
-        # A sync the policy denies: no button, and the route refuses it (audited)
+        # A sync the policy denies: no button, no sync panel, and the confirmed POST is refused (audited)
         page.goto(f"{base}/ui/apps/{locked}")
         assert page.locator("[data-actions]").count() == 0
+        assert page.goto(f"{base}/ui/apps/{locked}/sync").status == 403
         cookie = next(c["value"] for c in context.cookies() if c["name"] == auth.COOKIE)
         session = auth.read_session(auth.Tokens("", "", SERVER_KEY), cookie)
         assert session is not None
         answer = page.evaluate(f"""fetch('/ui/apps/{locked}/sync', {{method: 'POST',
-                                   body: new URLSearchParams({{csrf: '{session.csrf}'}})}})
+                                   body: new URLSearchParams({{csrf: '{session.csrf}', confirm: 'yes'}})}})
                                    .then(async r => [r.status, await r.text()])""")
         assert answer[0] == 403 and "permission denied: applications, sync" in answer[1], answer
 
         # A sync it may do, from the dashboard, on the real control plane
         page.goto(f"{base}/ui/apps/{web}")
-        page.click("button[name=sync]")
-        page.wait_for_selector("[data-initiated-by]", timeout=120_000)  # the history entry, once it ran
+        page.click("button[name=sync]")  # the sync panel first: options, resources, revision
+        page.wait_for_selector("[data-sync-panel]")
+        page.click("button[name=synchronize]")
+        page.wait_for_selector("[data-notice]")
+        page.wait_for_selector("[data-initiated-by]")  # the history entry, once it ran (the page is live)
         assert page.locator("[data-initiated-by]").first.inner_text() == f"by {person}"
+        assert page.locator("[data-trigger]").first.inner_text() == "manual sync"
         assert gitops.live("ConfigMap", "sso-made") is not None
         state = gitops.state(web)
         assert state.history[-1].initiated_by == person and state.operation is not None
         assert state.operation.request.initiated_by == person
-        deadline = time.monotonic() + 60  # the notification is sent after the step that ended the sync
+        deadline = time.monotonic() + 30  # the notification is sent after the step that ended the sync
         while not [b for b in bodies if b.get("trigger") == "on-sync-succeeded"] and time.monotonic() < deadline:
             time.sleep(0.2)
         told = [b for b in bodies if b.get("trigger") == "on-sync-succeeded"]
