@@ -159,8 +159,10 @@ def test_an_unknown_app_creates_nothing(session: Session) -> None:
 def test_one_change_vocabulary_for_the_api_the_logs_and_the_cli(session: Session) -> None:
     from structlog.testing import capture_logs
 
+    from tidecd.base import logs as log_setup
     from tidecd.base.model import ChangeSet
 
+    log_setup.configure()  # an in-process CLI test before this one may have left the level at WARNING
     with capture_logs() as logs:
         started = session.call("POST", "/api/v1/apps/web/sync", {}).body
         changes = session.run(started["operationId"]).to_dicts()

@@ -9,6 +9,8 @@ import structlog
 
 
 def configure(level: int = logging.INFO) -> None:
+    """Not cached on first use: a later `configure` (the CLI's -v, a test's capture) reaches every module's
+    logger, also one that has logged already."""
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -17,5 +19,5 @@ def configure(level: int = logging.INFO) -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=False,
     )
