@@ -263,6 +263,9 @@ def test_import_of_a_running_argocd_syncs_to_the_same_state(
         assert result.stdout.startswith(report.rstrip("\n")[:200])
         assert f"AppProject/{project}: spec.roles: kept, ignored by tidecd" in report
         assert "## Not converted (0)" in report
+        # argocd-secret is sealed when it holds login keys, else the report says there was nothing to seal
+        assert (out / "settings" / "argocd-secret.yaml").is_file() or (
+            f"Secret/{argo_namespace}/argocd-secret: not imported: it holds none of the keys" in report), report
         written = [p for base in (out, temp) for p in base.rglob("*") if p.is_file()]
         assert any(p.suffix == ".yaml" for p in written)
         for path in written:
@@ -344,7 +347,7 @@ def test_import_reports_bad_objects_by_name_and_changes_nothing(
          "metadata": {"name": "local", "namespace": argo_namespace, "labels": {LABEL_SECRET_TYPE: "cluster"}},
          "stringData": {"name": "local", "server": "https://kubernetes.default.svc", "config": "{}"}},
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "argocd-cm", "namespace": argo_namespace},
-         "data": {"timeout.reconciliation": "300s", "url": "https://argocd.example.com"}},
+         "data": {"timeout.reconciliation": "300s", "statusbadge.enabled": "true"}},
     ]
     for obj in objects:
         kube.apply(obj)
@@ -372,7 +375,7 @@ def test_import_reports_bad_objects_by_name_and_changes_nothing(
     assert f"Secret/{argo_namespace}/local: data.server: not imported: https://kubernetes.default.svc" in report
     assert "Application/web: spec.revisionHistoryLimit: kept, ignored by tidecd" in report
     assert f"Secret/{argo_namespace}/repo: data.project: kept (sealed), not honoured" in report
-    assert "ConfigMap/argocd-cm: data.url: not imported" in report
+    assert "ConfigMap/argocd-cm: data.statusbadge.enabled: not imported" in report  # a key tidecd does not have
     config = load_config(out)
     assert sorted(config.applications) == ["api", "web"]
     assert config.argo_settings.reconciliation_timeout == 300.0

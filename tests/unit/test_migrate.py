@@ -353,6 +353,23 @@ def test_argocd_secret_is_sealed_with_the_keys_the_logins_read(pair: KeyPair, tm
     assert opened["oidc.dex.clientSecret"] == "cl1ent" and opened["admin.password"] == hashed
 
 
+@pytest.mark.parametrize("data", [{}, {"webhook.github.secret": b64(PASSWORD)}], ids=["empty", "webhook-only"])
+def test_an_argocd_secret_without_login_keys_is_nothing_to_seal_not_an_error(
+        pair: KeyPair, tmp_path: Path, data: dict[str, str]) -> None:
+    # Argo CD's install ships argocd-secret empty (argocd-server fills it); a running Argo CD may have it so
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+              "metadata": server_metadata("argocd-secret", labels={"app.kubernetes.io/name": "argocd-secret"}),
+              "data": data}
+    plan = run_import([secret, application("a")], pair, tmp_path)
+    assert not plan.errors, [str(f) for f in plan.errors]
+    assert "nothing to seal" in finding(plan, "Secret/argocd/argocd-secret", "").note
+    assert not (tmp_path / "settings" / "argocd-secret.yaml").exists()
+    report = (tmp_path / migrate.REPORT_FILE).read_text()
+    assert "## Not converted (0)" in report and "Secret/argocd/argocd-secret: not imported" in report
+    assert PASSWORD not in texts(tmp_path)
+    assert sorted(load_config(tmp_path).applications) == ["a"]
+
+
 # -- writing ----------------------------------------------------------------------------------------------
 
 

@@ -435,8 +435,13 @@ def _client_secret_key(config_maps: list[Manifest]) -> str:
     return ""
 
 
-def convert_settings_secret(obj: Manifest, cert_pem: bytes, found: list[Finding], client_secret: str) -> Manifest:
-    """argocd-secret with the keys tidecd's logins read, sealed (strict scope); the others are named only."""
+def convert_settings_secret(obj: Manifest, cert_pem: bytes, found: list[Finding],
+                            client_secret: str) -> Manifest | None:
+    """argocd-secret with the keys tidecd's logins read, sealed (strict scope); the others are named only.
+
+    None (a note, not an error) when it holds none of those keys: Argo CD's install ships argocd-secret
+    empty and only argocd-server fills it, so a running Argo CD without it, or one whose secret holds only
+    webhook secrets, is normal and leaves nothing to seal."""
     label = _label("Secret", obj)
     meta = obj.get("metadata") or {}
     secret: Manifest = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": dict(obj.get("data") or {}),
@@ -451,6 +456,11 @@ def convert_settings_secret(obj: Manifest, cert_pem: bytes, found: list[Finding]
             f"not imported: Argo CD signed these tokens with its own key, which tidecd cannot check; issue new "
             f"ones with `tidecd account generate-token --account {account.group(1)}`") if account else (
             "not imported: tidecd's logins do not read it (webhook secrets are TIDECD_WEBHOOK_SECRET)")))
+    if not wanted:
+        found.append(Finding(label, "", "not imported: it holds none of the keys tidecd's logins read "
+                                        "(admin.password, accounts.NAME.password, server.secretkey, the oidc.config "
+                                        "clientSecret key); nothing to seal, settings/argocd-secret.yaml not written"))
+        return None
     secret["data"] = {k: v for k, v in secret["data"].items() if k in wanted}
     secret["stringData"] = {k: v for k, v in (obj.get("stringData") or {}).items() if k in wanted}
     if not secret["stringData"]:
