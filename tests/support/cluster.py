@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tidecd.clients.cluster import ApiError, KubeCluster
+from tidecd.clients.cluster import ApiError, ApiTooManyRequests, KubeCluster
 from tidecd_dev.devcluster import DevCluster
 from tidecd_dev.tools import ensure
 
@@ -44,16 +44,26 @@ def track_namespace(name: str, owner: str) -> None:
 def release_argocd_finalizers(kube: KubeCluster, namespace: str) -> list[str]:
     """Drop Argo CD's finalizers from every Application, ApplicationSet and AppProject in `namespace`, so
     that deleting them (or the namespace) needs no Argo CD; returns the objects changed. Other finalizers
-    stay. Nothing to do where Argo CD's CRDs are not installed."""
+    stay. Nothing to do where Argo CD's CRDs are not installed. A 429 "storage is (re)initializing" (a CRD
+    installed seconds ago whose storage is not ready yet, seen for applicationsets when a test never touched
+    them) is waited out, for 30 s at most."""
     released = []
     for plural in ARGOCD_KINDS:
         path = f"/apis/argoproj.io/v1alpha1/namespaces/{namespace}/{plural}"
-        try:
-            items = kube.request("GET", path).get("items") or []
-        except ApiError as exc:
-            if exc.status == 404:
-                continue
-            raise
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                items = kube.request("GET", path).get("items") or []
+                break
+            except ApiTooManyRequests:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+            except ApiError as exc:
+                if exc.status == 404:
+                    items = []
+                    break
+                raise
         for obj in items:
             meta = obj["metadata"]
             kept = [f for f in meta.get("finalizers") or [] if "argocd.argoproj.io" not in f]
