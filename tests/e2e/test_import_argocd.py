@@ -261,7 +261,9 @@ def test_import_of_a_running_argocd_syncs_to_the_same_state(
         assert sorted(s["kind"] for s in config.secrets) == ["SealedSecret", "SealedSecret"]
         report = (out / "IMPORT-REPORT.md").read_text()
         assert result.stdout.startswith(report.rstrip("\n")[:200])
-        assert f"AppProject/{project}: spec.roles: kept, ignored by tidecd" in report
+        assert f"AppProject/{project}: spec.roles" not in report  # honoured: tidecd's RBAC reads project roles
+        assert [(r.name, r.policies) for r in config.projects[project].roles] == [
+            ("ci", (f"p, proj:{project}:ci, applications, sync, {project}/*, allow",))]
         assert "## Not converted (0)" in report
         # argocd-secret is sealed when it holds login keys, else the report says there was nothing to seal
         assert (out / "settings" / "argocd-secret.yaml").is_file() or (
