@@ -5,7 +5,8 @@ urllib3's three hidden retries, each a 5 s connect timeout on a new connection).
 
 The derivation is pure; the calls go through the real kubernetes client and urllib3 to real sockets on
 loopback: a listener that never answers (a paused server: the kernel still completes the handshake), a
-server that answers once and then hangs on the pooled connection, and one that drops the pooled connection.
+server that answers once and then hangs on the pooled connection, one that drops the pooled connection, and
+a TLS server whose certificate the client's CA data does not verify (permanent: not an outage).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import http.server
 import socket
 import socketserver
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -21,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from tidecd.base.errors import ClusterUnavailable, ConfigError
+from tidecd.base.errors import ClusterUnavailable, ConfigError, disposition
 from tidecd.clients import transport
-from tidecd.clients.cluster import KubeCluster
+from tidecd.clients.cluster import ClusterTlsError, KubeCluster, unreachable
 from tidecd.clients.deadlines import (
     API_TIMEOUT,
     API_TIMEOUT_CEILING,
@@ -33,6 +35,7 @@ from tidecd.clients.deadlines import (
     api_time_left,
     in_context,
 )
+from tidecd.clients.secrets import generate_key
 
 # -- the derivation ---------------------------------------------------------------------------------------
 
@@ -249,3 +252,57 @@ def test_a_create_whose_connection_dropped_is_not_sent_twice(server: Server) -> 
     _, message = timed_failure(cluster, "POST")
     assert "closed by the server" in message or "reset" in message or "aborted" in message, message
     assert server.requests == 2
+
+
+def test_a_certificate_the_ca_data_does_not_verify_is_a_tls_error_at_once_never_an_outage(
+        tmp_path: Any) -> None:
+    """A cluster secret with another cluster's CA: each call fails in its handshake, at once, as the
+    permanent ClusterTlsError; it is not tried again on a new connection, not counted as unreachable, and
+    does not mark the server as hanging (the step's later calls say the same TLS error)."""
+    served, trusted = generate_key(1), generate_key(1)  # the server's certificate, and another CA
+    (tmp_path / "tls.crt").write_bytes(served.cert_pem)
+    (tmp_path / "tls.key").write_bytes(served.private_pem)
+    (tmp_path / "ca.crt").write_bytes(trusted.cert_pem)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    handshakes: list[str] = []
+
+    def serve(listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return  # closed: the test ended
+            try:
+                with context.wrap_socket(conn, server_side=True):
+                    handshakes.append("completed")
+            except (ssl.SSLError, OSError):
+                handshakes.append("refused by the client")
+
+    from kubernetes.client import ApiClient
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        threading.Thread(target=serve, args=(listener,), daemon=True).start()
+        configuration = transport.configuration()
+        configuration.host = f"https://127.0.0.1:{listener.getsockname()[1]}"
+        configuration.ssl_ca_cert = str(tmp_path / "ca.crt")
+        cluster = KubeCluster(ApiClient(configuration), name="test", timeouts=FAST)
+        errors = []
+        with api_deadline(5.0) as deadline:
+            for _ in range(2):
+                started = time.monotonic()
+                with pytest.raises(ClusterTlsError) as caught:
+                    cluster.request("GET", "/version")
+                errors.append((time.monotonic() - started, caught.value))
+            assert not deadline.hung(cluster.server)
+        waited = time.monotonic() + 2.0  # the server's side of the second handshake ends a moment later
+        while len(handshakes) < 2 and time.monotonic() < waited:
+            time.sleep(0.02)
+        listener.shutdown(socket.SHUT_RDWR)
+    for took, error in errors:
+        assert str(error) == f"API server {cluster.server}: TLS verification failed (check the cluster's CA data)"
+        assert took < 1.0, took
+        assert not unreachable(error) and not disposition(error).retry
+    assert handshakes == ["refused by the client"] * 2, handshakes  # one connection per call: no second try

@@ -481,8 +481,7 @@ MAX_REQUEST_BYTES = 3 * 1024 * 1024
 def _transport_error(server: str, key: ResourceKey | None, exc: Exception, body: Any) -> TidecdError:
     """A failure below HTTP: TLS verification (permanent), a connection broken while sending an oversized
     object (the server refused it: permanent), anything else unreachable (temporary)."""
-    text = repr(exc)
-    if "CERTIFICATE_VERIFY_FAILED" in text:
+    if transport.tls_unverified(exc):
         return ClusterTlsError(f"API server {server}: TLS verification failed (check the cluster's CA data)")
     size = _body_size(body)
     if size > MAX_REQUEST_BYTES:

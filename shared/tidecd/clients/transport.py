@@ -1,7 +1,8 @@
 """How tidecd's Kubernetes clients send a call below HTTP: urllib3 retries nothing by itself
 (`configuration`), each call goes with the timeout its deadline leaves (`clients.deadlines`) and is tried
 again only where a new connection may help and the deadline allows (`send`), a server that let a step's
-call time out is not asked again in that step, and a failure is said in a few words (`reason`).
+call time out is not asked again in that step, a certificate that does not verify is told apart from an
+unreachable server (`tls_unverified`), and a failure is said in a few words (`reason`).
 
 urllib3's default retried a call three times, each on a new connection: a GET to a paused API server took
 75 s (a 60 s read timeout, then three 5 s connect timeouts), past any step's budget.
@@ -10,6 +11,7 @@ urllib3's default retried a call three times, each on a new connection: a GET to
 from __future__ import annotations
 
 import http.client
+import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -67,19 +69,33 @@ def timed_out(exc: BaseException) -> bool:
     from urllib3.exceptions import NewConnectionError
     from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
+    if tls_unverified(exc):
+        return False
     return any(isinstance(e, TimeoutError | Urllib3Timeout) and not isinstance(e, NewConnectionError)
                for e in causes(exc))
+
+
+def tls_unverified(exc: BaseException) -> bool:
+    """The server answered the handshake with a certificate the client's CA data does not verify: a wrong
+    CA, not an outage, so never waited out or tried again. It comes as `ssl.SSLCertVerificationError`
+    inside urllib3's SSLError (or MaxRetryError), and the kubernetes client turns urllib3's SSLError into
+    an `ApiException(status=0)` that keeps only its text (OpenSSL's CERTIFICATE_VERIFY_FAILED)."""
+    chain = causes(exc)
+    if any(isinstance(e, ssl.SSLCertVerificationError) for e in chain):
+        return True
+    return any("CERTIFICATE_VERIFY_FAILED" in f"{e!r} {getattr(e, 'reason', '')}" for e in chain)
 
 
 def another_try(method: str, exc: BaseException) -> bool:
     """Is a failed call worth one more try on a new connection? Only an idempotent one whose connection the
     server closed before answering (reset, closed, broken pipe), as it does to a pooled connection it has
-    dropped. Never after a timeout: a server that does not answer is not asked again."""
+    dropped. Never after a timeout (a server that does not answer is not asked again), never after a
+    certificate that does not verify (it will not verify on a new connection either)."""
     # lazy: cold start (urllib3 only when a cluster is reached)
     from urllib3.exceptions import ProtocolError
 
     chain = causes(exc)
-    if method not in IDEMPOTENT or timed_out(exc):
+    if method not in IDEMPOTENT or timed_out(exc) or tls_unverified(exc):
         return False
     return any(isinstance(e, ProtocolError) for e in chain) and any(
         isinstance(e, ConnectionResetError | BrokenPipeError | http.client.RemoteDisconnected) for e in chain)
@@ -87,12 +103,13 @@ def another_try(method: str, exc: BaseException) -> bool:
 
 def causes(exc: BaseException) -> list[BaseException]:
     """The error and what it wraps: urllib3 nests the socket's error (MaxRetryError → NewConnectionError →
-    ConnectionRefusedError, or ProtocolError('Connection aborted.', RemoteDisconnected(...)))."""
+    ConnectionRefusedError, or ProtocolError('Connection aborted.', RemoteDisconnected(...))); the kubernetes
+    client's ApiException has a text `reason` and the urllib3 error it replaced as its context."""
     found, chain = exc, [exc]
     for _ in range(6):
-        inner = (getattr(found, "reason", None) or found.__cause__ or found.__context__
-                 or next((a for a in found.args if isinstance(a, BaseException)), None))
-        if not isinstance(inner, BaseException) or inner in chain:
+        inner = next((e for e in (getattr(found, "reason", None), found.__cause__, found.__context__, *found.args)
+                      if isinstance(e, BaseException)), None)
+        if inner is None or inner in chain:
             break
         found = inner
         chain.append(found)
