@@ -50,6 +50,7 @@ HELM_DELETE_POLICIES = {
     "before-hook-creation": "BeforeHookCreation", "hook-succeeded": "HookSucceeded", "hook-failed": "HookFailed",
 }
 DELETE_POLICIES = {"BeforeHookCreation", "HookSucceeded", "HookFailed"}
+DELETE_HOOKS = frozenset({"PreDelete", "PostDelete"})  # run around the app's deletion, never in a sync
 # App-level sync options that apply to each object as if it carried them in its own annotation.
 PER_OBJECT_OPTIONS = frozenset({"Replace", "Force", "ServerSideApply", "Validate", "SkipDryRunOnMissingResource",
                                 "PruneLast"})
@@ -141,15 +142,15 @@ def hook_phases(obj: Manifest) -> list[Phase] | None:
         names = [n.strip() for n in notes[constants.ANNOTATION_HOOK].split(",") if n.strip()]
         if "Skip" in names:
             return []
-        try:
-            return [Phase(name) for name in names]
+        try:  # PreDelete / PostDelete run only around the app's deletion (`tidecd.sync.hooks`), never in a sync
+            return [Phase(name) for name in names if name not in DELETE_HOOKS]
         except ValueError:
             raise ConfigError(f"{ResourceKey.of(obj)}: unknown hook {notes[constants.ANNOTATION_HOOK]!r} "
-                              f"(expected PreSync, Sync, PostSync, SyncFail or Skip)") from None
+                              f"(expected PreSync, Sync, PostSync, SyncFail, PreDelete, PostDelete or Skip)") from None
     if constants.HELM_HOOK in notes:
         names = [n.strip() for n in notes[constants.HELM_HOOK].split(",")]
         phases = sorted({HELM_HOOKS[n] for n in names if n in HELM_HOOKS}, key=PHASE_ORDER.index)
-        return phases  # helm hooks Argo CD does not map (tests, deletes) are skipped
+        return phases  # helm hooks a sync does not run (tests; deletes run around the app's deletion) are skipped
     return None
 
 
