@@ -100,6 +100,10 @@ def test_failures_exit_with_the_full_clis_codes(server: str) -> None:
 
 @pytest.mark.parametrize("args", [
     ("app", "list", "-o", "wide"), ("app", "list", "--refresh"), ("app", "list", "--refresh", "-o", "wide"),
+    ("app", "list", "-o", "wide", "-p", "default"), ("app", "list", "-p", "nope", "-o", "json"),
+    ("app", "list", "-l", "a=b", "--selector", "c=d"), ("app", "list", "-l", "nokey"),
+    ("app", "manifests", "guestbook"), ("app", "manifests", "guestbook", "--source", "live"),
+    ("app", "manifests", "guestbook", "--source", "nope"),
     ("app", "get", "guestbook", "--cached"), ("app", "get", "guestbook", "--cached", "-o", "json"),
     ("app", "get", "helm-guestbook", "--cached"), ("app", "get", "guestbook"), ("app", "get", "nope", "--cached"),
     ("app", "history", "guestbook"), ("app", "history", "guestbook", "-o", "json"), ("app", "history", "nope"),
@@ -176,8 +180,8 @@ def test_what_the_thin_client_leaves_to_the_full_cli(monkeypatch: pytest.MonkeyP
     for argv in (["app", "list", "--server", "http://x"],  # no token: none saved either
                  ["app", "list", "--token", "t"],  # no server: local
                  ["app", "list", "--server", "http://x", "--token", "t", "-o", "yaml"],
-                 ["app", "list", "--server", "http://x", "--token", "t", "-p", "default"],
-                 ["app", "list", "--server", "http://x", "--token", "t", "-l", "team=a"],
+                 ["app", "list", "--server", "http://x", "--token", "t", "-p=default"],  # click: "=default"
+                 ["app", "list", "--server", "http://x", "--token", "t", "-lteam=a"],  # glued: left to click
                  ["app", "get", "web", "--server", "http://x", "--token", "t", "-o", "yaml"],
                  ["app", "get", "Web/x", "--server", "http://x", "--token", "t"],  # not a name: the full CLI says
                  ["app", "get", "--server", "http://x", "--token", "t"],
@@ -195,7 +199,7 @@ def test_what_the_thin_client_leaves_to_the_full_cli(monkeypatch: pytest.MonkeyP
                  ["app", "logs", "web", "-c=web", "--server", "http://x", "--token", "t"],
                  ["app", "logs", "web", "--tail", "-1", "--server", "http://x", "--token", "t"],
                  ["app", "resources", "web", "--kind", "Pod", "--server", "http://x", "--token", "t"],  # no --name
-                 ["app", "manifests", "web", "--server", "http://x", "--token", "t"],
+                 ["app", "manifests", "web", "-o", "json", "--server", "http://x", "--token", "t"],
                  ["--help"], ["-v", "app", "list", "--server", "http://x", "--token", "t"]):
         assert thin.parse(argv) is None, argv
 

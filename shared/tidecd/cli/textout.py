@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tidecd.cli.exits import EXIT_FAILED, EXIT_NOT_FOUND, Failed, short_revision
+from tidecd.cli.exits import EXIT_FAILED, EXIT_NOT_FOUND, Failed, in_error, short_revision
 
 LIST_COLUMNS = ["NAME", "SYNC", "HEALTH", "REVISION"]
 RESOURCE_COLUMNS = ["KIND", "NAMESPACE", "NAME", "STATUS", "HEALTH", "MESSAGE"]
@@ -28,13 +28,43 @@ def owner(item: dict[str, Any]) -> str:
 WIDE_COLUMNS = ["PROJECT", "CLUSTER", "NAMESPACE", "CONDITIONS"]
 
 
-def list_table(body: dict[str, Any], wide: dict[str, list[str]] | None) -> tuple[list[str], list[list[str]]]:
-    """`app list`'s headers and rows; `wide`: each app's PROJECT, CLUSTER, NAMESPACE and CONDITIONS cells (-o
-    wide; blank for an app it lacks)."""
-    headers = [*LIST_COLUMNS, *(WIDE_COLUMNS if wide is not None else []), "OWNER"]
-    rows = [[*list_row(a), *((wide.get(a["name"]) or [""] * 4) if wide is not None else []), owner(a)]
-            for a in body["apps"]]
+def list_table(body: dict[str, Any], *, wide: bool) -> tuple[list[str], list[list[str]]]:
+    """`app list`'s headers and rows; `wide` adds each app's PROJECT, CLUSTER (its destination's name, else its
+    server), NAMESPACE and CONDITIONS from the list answer itself (blank for an app the config sets aside)."""
+    headers = [*LIST_COLUMNS, *(WIDE_COLUMNS if wide else []), "OWNER"]
+    rows = [[*list_row(a), *(_wide_cells(a) if wide else []), owner(a)] for a in body["apps"]]
     return headers, rows
+
+
+def _wide_cells(item: dict[str, Any]) -> list[str]:
+    dest = item.get("destination") or {}
+    return [str(item.get("project", "")), str(dest.get("name") or dest.get("server") or ""),
+            str(dest.get("namespace", "")), ", ".join(str(c.get("type", "")) for c in item.get("conditions") or [])]
+
+
+def selector(text: str) -> tuple[str, str]:
+    """`-l key=value` as a pair; Failed (exit 2, as click's usage errors) for anything else."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise Failed(f"-l {text!r}: expected key=value", EXIT_NOT_FOUND)
+    return key.strip(), value.strip()
+
+
+def selected(body: dict[str, Any], projects: list[str], wanted: list[tuple[str, str]]) -> dict[str, Any]:
+    """The list answer with only the apps of `projects` (any, when empty) labelled with every `wanted` pair,
+    as `argocd app list -p/-l` selects."""
+    def keep(item: dict[str, Any]) -> bool:
+        labels = item.get("labels") or {}
+        return ((not projects or item.get("project") in projects)
+                and all(labels.get(k) == v for k, v in wanted))
+
+    return body | {"apps": [a for a in body["apps"] if keep(a)]}
+
+
+def list_failing(body: dict[str, Any]) -> bool:
+    """Whether a listed app fails to compare: `app list` then exits 5, as `app get` does for that app."""
+    return any(in_error(str(a["sync"]), str(a["health"]), a.get("conditions") or [])
+               for a in body["apps"] if "error" not in a)
 
 
 def list_notes(body: dict[str, Any]) -> list[str]:

@@ -1,5 +1,5 @@
 """The thin client: `tidecd --server URL app list|get|history|diff|sync|refresh|rollback|terminate-op|wait|
-resources|logs` answered with the standard library alone.
+resources|logs|manifests` answered with the standard library alone.
 
 A `--server` call does 4–100 ms of api work, but the full CLI (typer, rich, requests, structlog, the config
 schema) takes over a second to start. This module imports only the standard library (`json`, `os`, `re`,
@@ -8,7 +8,7 @@ schema) takes over a second to start. This module imports only the standard libr
 
 It answers a command only when it can answer it exactly as the full CLI does (the same api calls, columns,
 output and exit codes): both print through `cli.textout` and exit through `cli.exits`, so there is one of each.
-Anything else — another command, a flag it does not know, `-o yaml`, `-p`/`-l`, no token given nor
+Anything else — another command, a flag it does not know, `-o yaml`, no token given nor
 kept by `tidecd login` (or a config file the full CLI would complain about) — returns None, and `main` runs
 the full CLI with the same arguments.
 """
@@ -42,6 +42,7 @@ from tidecd.cli.textout import (
     diff_text,
     follow,
     history_rows,
+    list_failing,
     list_notes,
     list_table,
     print_detail,
@@ -50,6 +51,8 @@ from tidecd.cli.textout import (
     remote_step,
     resolved,
     resource_rows,
+    selected,
+    selector,
     started_line,
     table,
     tree_rows,
@@ -90,7 +93,8 @@ _OBJECT = frozenset({"--group", "--kind", "--namespace", "--name"})  # one objec
 # Per command: its arguments (NAME, or NAME and a history ID), the flags and valued options it knows here, and
 # the outputs it prints here (yaml, and what the full CLI refuses, stay the full CLI's).
 _COMMANDS: dict[str, tuple[int, frozenset[str], frozenset[str], tuple[str, ...]]] = {
-    "list": (0, frozenset({"--cached", "--refresh"}), frozenset(), ("table", "wide", "json", "name")),
+    "list": (0, frozenset({"--cached", "--refresh"}), frozenset({"-p", "--project", "-l", "--selector"}),
+             ("table", "wide", "json", "name")),
     "get": (1, frozenset({"--cached"}), frozenset(), ("table", "json")),
     "history": (1, frozenset(), frozenset(), ("table", "json")),
     "diff": (1, frozenset({"--cached"}), frozenset(), ("table", "json")),
@@ -102,6 +106,7 @@ _COMMANDS: dict[str, tuple[int, frozenset[str], frozenset[str], tuple[str, ...]]
     "wait": (1, frozenset({"--sync", "--health", "--operation"}), frozenset({"--timeout"}), ()),  # no -o
     "resources": (1, frozenset(), _OBJECT, ("table", "json")),
     "logs": (1, frozenset({"-f", "--follow"}), _OBJECT | {"-c", "--container", "--tail", "--timeout"}, ()),
+    "manifests": (1, frozenset(), frozenset({"--source", "--revision"}), ()),
 }
 _VALUED_OWN = frozenset().union(*(valued for _, _, valued, _ in _COMMANDS.values()))
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # an app's name: safe in a URL path as it is
@@ -251,34 +256,27 @@ def _emit(c: Call, body: dict[str, Any], text: Callable[[], None]) -> None:
 
 
 def app_list(c: Call) -> int:
-    """`tidecd app list` through the api: the recorded states (with --refresh, each app compared first), one
-    GET more per Unknown app (only those can be failing to compare, which makes the exit code 5), or per app
-    for the wide table's CONDITIONS."""
+    """`tidecd app list` through the api: the recorded states (with --refresh, each app compared first). The
+    list answer carries each app's project, destination, labels and conditions: the wide columns, `-p`/`-l`
+    and the exit code (5 when an app fails to compare) need no call per app."""
+    wanted = [selector(text) for text in c.every("-l") + c.every("--selector")]
     body = call(c.server, c.token, "/apps")
     if "--refresh" in c.flags and "--cached" not in c.flags:
         for item in body["apps"]:
             if "error" not in item:  # an app the config sets aside has nothing to refresh
                 call(c.server, c.token, f"/apps/{item['name']}", refresh=True)
         body = call(c.server, c.token, "/apps")
-    failing = False
-    wide: dict[str, list[str]] = {}
-    for item in body["apps"]:
-        if "error" in item or not (c.output == "wide" or "Unknown" in (item["sync"], item["health"])):
-            continue
-        got = call(c.server, c.token, f"/apps/{item['name']}")
-        conditions = got.get("conditions") or []
-        wide[item["name"]] = ["", "", "", ", ".join(str(cond.get("type", "")) for cond in conditions)]
-        failing |= in_error(str(got.get("syncStatus", "")), str(got.get("health", "")), conditions)
+    body = selected(body, c.every("-p") + c.every("--project"), wanted)
     if c.output == "json":
         _json(body)
     elif c.output == "name":
         for item in body["apps"]:
             print(item["name"])
     else:
-        table(*list_table(body, wide if c.output == "wide" else None))
+        table(*list_table(body, wide=c.output == "wide"))
         for note in list_notes(body):
             print(note, file=sys.stderr)
-    return EXIT_APP_ERROR if failing else 0
+    return EXIT_APP_ERROR if list_failing(body) else 0
 
 
 def app_get(c: Call) -> int:
@@ -391,6 +389,16 @@ def app_resources(c: Call) -> int:
     return 0
 
 
+def app_manifests(c: Call) -> int:
+    """`tidecd app manifests NAME`: the YAML the api dumps (`format=yaml`), as the full CLI prints it."""
+    from urllib.parse import urlencode  # lazy: only a query pays for it
+
+    query = {"source": c.value("--source", "git"), "format": "yaml",
+             **({"revision": c.value("--revision")} if c.value("--revision") else {})}
+    print(call(c.server, c.token, f"/apps/{c.name}/manifests?{urlencode(query)}")["yaml"], end="")
+    return 0
+
+
 def app_logs(c: Call) -> int:
     """`tidecd app logs NAME`: every pod's logs, or those under --kind/--name."""
     from urllib.parse import urlencode  # lazy: only logs send a query
@@ -414,7 +422,7 @@ def app_wait(c: Call) -> int:
 _HANDLERS: dict[str, Callable[[Call], int]] = {
     "list": app_list, "get": app_get, "history": app_history, "diff": app_diff, "refresh": app_refresh,
     "terminate-op": app_terminate, "sync": app_sync, "rollback": app_rollback, "wait": app_wait,
-    "resources": app_resources, "logs": app_logs}
+    "resources": app_resources, "logs": app_logs, "manifests": app_manifests}
 
 
 def run(argv: list[str]) -> int | None:

@@ -26,6 +26,7 @@ from tidecd.base import limits
 from tidecd.base.errors import LimitExceeded, NotFound, OperationInProgress, PermanentError, TidecdError, disposition
 from tidecd.base.model import ChangeEntry, ChangeSet, HealthStatus, ResourceKey, Response, SyncStatus
 from tidecd.base.principal import ADMIN, Principal
+from tidecd.config.model import Application
 from tidecd.diff import change_of
 from tidecd.images import state as images_state
 from tidecd.runtime import Runtime
@@ -203,8 +204,8 @@ def list_apps(runtime: Runtime, _: str, __: dict[str, Any], ___: Mapping[str, st
         current = app_state.load(runtime.store, name)[0]
         item = {"name": name, "sync": current.sync_status, "health": current.health,
                 "revision": current.revision, "revisions": current.revisions,
-                "reconciledAt": current.memo.reconciled_at}
-        apps.append(item | _lineage(config, name))
+                "reconciledAt": current.memo.reconciled_at, "conditions": current.conditions}
+        apps.append(item | _placement(config.applications[name]) | _lineage(config, name))
     for name, problem in sorted(config.invalid.items() if everything else ()):  # no project known: admins only
         apps.append({"name": name, "sync": "Unknown", "health": "Unknown", "revision": "", "revisions": [],
                      "reconciledAt": "", "error": problem})
@@ -212,6 +213,14 @@ def list_apps(runtime: Runtime, _: str, __: dict[str, Any], ___: Mapping[str, st
     if config.problems:
         body["configProblems"] = list(config.problems)
     return Response(200, body)
+
+
+def _placement(application: Application) -> dict[str, Any]:
+    """Where an app deploys and how it is labelled: `app list`'s PROJECT, CLUSTER and NAMESPACE columns and its
+    `-p`/`-l` filters, with no GET per app (`argocd app list` shows them from the same listing)."""
+    dest = application.destination
+    return {"project": application.project, "labels": dict(application.labels),
+            "destination": {"server": dest.server, "name": dest.name, "namespace": dest.namespace}}
 
 
 def _lineage(config: Any, name: str) -> dict[str, Any]:
