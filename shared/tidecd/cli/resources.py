@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 
 from tidecd.cli import exits, textout  # the thin client's formatting: both print alike
 from tidecd.cli.app import OUTPUT, SERVER, TOKEN, app, call_api, checked, emit, fail, print_table
@@ -67,9 +66,9 @@ def manifests(app_name: str = typer.Argument(..., metavar="NAME"),
               revision: str = typer.Option("", "--revision", help="Render this revision (default: the compared one)."),
               server: str = SERVER, token: str = TOKEN) -> None:
     """The app's manifests as YAML documents, Secret values masked (like `argocd app manifests`)."""
-    query = {"source": source, **({"revision": revision} if revision else {})}
+    query = {"source": source, "format": "yaml", **({"revision": revision} if revision else {})}
     body = checked(*call_api("GET", f"/apps/{app_name}/manifests", server, token, query=query))
-    typer.echo(yaml.safe_dump_all(body["manifests"], sort_keys=False), nl=False)
+    typer.echo(body["yaml"], nl=False)
 
 
 @app.command("logs")

@@ -5,7 +5,7 @@ its events, pods' logs, the app's manifests and a diff of manifests rendered els
     GET  /apps/NAME/resource?group=&kind=&namespace=&name=      live, desired, diff, events, containers
     GET  /apps/NAME/events?group=&kind=&namespace=&name=        the object's Events
     GET  /apps/NAME/logs?[kind=&name=...]&container=&tail=&sinceTime=   pods' logs (`logs, get`)
-    GET  /apps/NAME/manifests?source=git|live&revision=         the app's manifests, Secrets masked
+    GET  /apps/NAME/manifests?source=git|live&revision=&format= the app's manifests (format=yaml: as one text)
     POST /apps/NAME/diff/local {"files": {PATH: TEXT}}         what a sync of that directory would change
 
 Registered on `tidecd.usecases.api`'s table when that module loads (it imports this one last).
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+import yaml
 
 from tidecd.base.errors import PermanentError
 from tidecd.base.model import Response
@@ -46,8 +48,14 @@ def logs(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, str
 
 @api.route("GET", "/apps/(?P<name>[^/]+)/manifests")
 def manifests(runtime: Runtime, name: str, _: dict[str, Any], query: Mapping[str, str]) -> Response:
-    return Response(200, resources.manifests(runtime, api.principal(), name, query.get("source", "git"),
-                                             query.get("revision", "")))
+    body = resources.manifests(runtime, api.principal(), name, query.get("source", "git"), query.get("revision", ""))
+    form = query.get("format", "json")
+    if form not in ("json", "yaml"):
+        raise PermanentError(f"query parameter format must be json or yaml, not {form!r}")
+    if form == "yaml":  # dumped here once, so the thin client (standard library only) prints what the full CLI does
+        body = {k: v for k, v in body.items() if k != "manifests"} | {
+            "yaml": yaml.safe_dump_all(body["manifests"], sort_keys=False)}
+    return Response(200, body)
 
 
 @api.route("POST", "/apps/(?P<name>[^/]+)/diff/local", body="LocalDiffRequest")
