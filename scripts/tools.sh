@@ -81,7 +81,7 @@ version_of() {
     source-controller|kustomize-controller) echo "$FLUX_VERSION" ;;
     argocd) echo "$ARGOCD_VERSION" ;;
     redis-server) echo "debian" ;;
-    gotemplate) echo "src-$(cat "$GOTEMPLATE_SRC"/main.go "$GOTEMPLATE_SRC"/go.mod "$GOTEMPLATE_SRC"/go.sum | sha256sum | cut -c1-16)" ;;
+    gotemplate) echo "src-$(cat "$GOTEMPLATE_SRC"/*.go "$GOTEMPLATE_SRC"/go.mod "$GOTEMPLATE_SRC"/go.sum | sha256sum | cut -c1-16)" ;;
     *) echo "unknown tool: $1" >&2; return 1 ;;
   esac
 }

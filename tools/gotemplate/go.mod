@@ -4,6 +4,8 @@ go 1.26.0
 
 require (
 	github.com/Masterminds/sprig/v3 v3.3.0
+	github.com/chainguard-dev/git-urls v1.0.2
+	github.com/expr-lang/expr v1.17.8
 	github.com/gosimple/slug v1.15.0
 	github.com/valyala/fasttemplate v1.2.2
 	sigs.k8s.io/yaml v1.6.0

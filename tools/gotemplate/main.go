@@ -1,6 +1,9 @@
 // Command tidecd-gotemplate renders ApplicationSet templates with Go's own text/template and Sprig, the
 // versions Argo CD v3.6.1 pins, so tidecd generates what Argo CD's ApplicationSet controller generates.
 //
+// With "mode": "expr" or "notify" it evaluates Argo CD Notifications' trigger conditions and renders its
+// messages instead (notify.go).
+//
 // It reads one JSON batch on stdin and writes one JSON answer on stdout: every string of one evaluation
 // is rendered by one process (a start costs ~5 ms; one per string would cost seconds per ApplicationSet).
 //
@@ -240,8 +243,22 @@ func fastRender(text string, params map[string]any, max int) (string, error) {
 }
 
 func main() {
+	raw, err := io.ReadAll(bufio.NewReader(os.Stdin))
 	var in batch
-	if err := json.NewDecoder(bufio.NewReader(os.Stdin)).Decode(&in); err != nil {
+	var mode struct {
+		Mode string `json:"mode"`
+	}
+	if err == nil {
+		err = json.Unmarshal(raw, &mode)
+	}
+	if err == nil && (mode.Mode == "expr" || mode.Mode == "notify") {
+		answerNotify(raw) // Argo CD Notifications' languages (notify.go)
+		return
+	}
+	if err == nil {
+		err = json.Unmarshal(raw, &in)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "tidecd-gotemplate: the batch is not JSON: %v\n", err)
 		os.Exit(2)
 	}
@@ -274,6 +291,10 @@ func main() {
 			results[i] = result{Value: &value}
 		}
 	}
+	answer(results)
+}
+
+func answer(results []result) {
 	w := bufio.NewWriter(os.Stdout)
 	if err := json.NewEncoder(w).Encode(map[string]any{"results": results}); err != nil {
 		os.Exit(1)
@@ -281,6 +302,20 @@ func main() {
 	if err := w.Flush(); err != nil {
 		os.Exit(1)
 	}
+}
+
+func answerNotify(raw []byte) {
+	var in notifyBatch
+	if err := json.Unmarshal(raw, &in); err != nil {
+		fmt.Fprintf(os.Stderr, "tidecd-gotemplate: the batch is not JSON: %v\n", err)
+		os.Exit(2)
+	}
+	results, err := runNotify(in)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tidecd-gotemplate: %v\n", err)
+		os.Exit(2)
+	}
+	answer(results)
 }
 
 // setOption applies a goTemplateOptions entry; text/template panics on an unknown one, so it is caught.

@@ -37,6 +37,14 @@ def render_batch(items: Sequence[tuple[str, int]], params: Sequence[Mapping[str,
         return []
     batch = {"goTemplate": go, "options": list(options), "params": [dict(p) for p in params],
              "items": [{"template": t, "params": i} for t, i in items], "maxOutput": MAX_OUTPUT}
+    return run(batch)
+
+
+def run(batch: Mapping[str, Any]) -> list[str | TemplateError]:
+    """One batch through the helper (any of its modes: ApplicationSet templates, or Argo CD Notifications'
+    `expr` conditions and `notify` messages), answered item by item: its text, or a TemplateError. Raises
+    TemplateError when the helper cannot run, passes its limits or refuses the batch."""
+    items = batch.get("items") or []
     try:
         binary = tools.binary("gotemplate")
     except tools.MissingTool as exc:
