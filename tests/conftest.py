@@ -20,6 +20,7 @@ pytest_plugins = [
     "tests.support.argocd_catalogue",
     "tests.support.peers",
     "tests.support.sealing",
+    "tests.support.receivers",
 ]
 
 

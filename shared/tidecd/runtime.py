@@ -340,6 +340,19 @@ class Runtime:
             self._argocd_secret = opened
         return self._argocd_secret
 
+    def notifications_secret(self) -> Mapping[str, str]:
+        """The values of the config source's SealedSecret `argocd-notifications-secret` (the services'
+        tokens, webhook URLs and keys), opened in memory; empty when there is none."""
+        notifications = self.config().argo_settings.notifications
+        if notifications.sealed_secret is None:
+            return {}
+        keys = self.private_keys()
+        if not keys:
+            raise ConfigError(f"{notifications.secret_origin}: SealedSecret/argocd-notifications-secret cannot be "
+                              "opened: no sealing key is configured (TIDECD_SEALING_KEYS)")
+        return text_fields(unseal(dict(notifications.sealed_secret), keys),
+                           f"{notifications.secret_origin}: argocd-notifications-secret")
+
     def repo_credentials(self, repo_url: str) -> RepoCredentials | None:
         from tidecd import source as git  # lazy: cold start (git sources only when a repository is reached)
 

@@ -40,3 +40,12 @@ def test_metrics_need_the_api_token() -> None:
     assert metrics.handle({}, None, "")[0] == 401
     status, text = metrics.handle({"Authorization": "Bearer tok"}, None, "tok")
     assert status == 200 and b"# HELP tidecd_reconciles" in text
+
+
+def test_no_metric_names_an_app() -> None:
+    """Issue 26: a user who may not see an app does not find it in metrics. /metrics is per installation
+    (behind the api token), and no series carries an app, project or resource: every label is one of
+    these, so a scrape tells nobody which apps exist. A new label naming an app must filter by RBAC first."""
+    labels = {label for collector in metrics.REGISTRY._collector_to_names  # noqa: SLF001 - the registered ones
+              for label in getattr(collector, "_labelnames", ())}
+    assert labels <= {"result", "phase", "event", "service", "trigger", "kind", "stage"}, labels

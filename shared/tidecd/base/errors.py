@@ -63,6 +63,8 @@
         ├── images.writeback.PushRejected          the branch moved while committing a write-back
         ├── images.github_write.ContentsConflict  the file kept changing under a GitHub API write-back
         ├── notify.deliver.DeliveryFailed  a notification did not go through (retried with backoff)
+        ├── clients.notifiers.SendFailed  a notification service was not reached or refused (service and host only)
+        │   └── notify.services.BadMessage  the rendered message cannot be sent as it is (not retried)
         ├── clients.pubsub.PublishFailed  a Pub/Sub message did not reach its topic (type and code only)
         └── clients.cluster.ApiError ∧ TemporaryError    the API server refused for now:
             ├── clients.cluster.ApiConflict  409 changed meanwhile, or still being deleted

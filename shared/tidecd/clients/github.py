@@ -177,6 +177,8 @@ class GitHubApi(Protocol):
 
     def pull_files(self, repo: Repo, number: int) -> list[str]: ...
 
+    def commit_pulls(self, repo: Repo, sha: str) -> list[int]: ...
+
     def pull(self, repo: Repo, number: int) -> PullInfo: ...
 
 
@@ -262,6 +264,10 @@ class PyGithubApi:
                     comment.edit(body)
                     return int(comment.id)
             return int(issue.create_comment(body).id)
+
+    def commit_pulls(self, repo: Repo, sha: str) -> list[int]:
+        with translated_errors():
+            return [int(p.number) for p in self._repo(repo).get_commit(sha).get_pulls()]
 
     def pull_files(self, repo: Repo, number: int) -> list[str]:
         with translated_errors():
@@ -387,6 +393,13 @@ class GitHub:
         found: list[list[str]] = []
         delivery = self._call(f"files of {repo.full_name}#{number}",
                               lambda: found.append(self.api.pull_files(repo, number)))
+        return found[0] if delivery.ok and found else None
+
+    def commit_pulls(self, repo: Repo, sha: str) -> list[int] | None:
+        """The pull requests a commit belongs to (None when GitHub cannot say)."""
+        found: list[list[int]] = []
+        delivery = self._call(f"pulls of {repo.full_name}@{sha[:12]}",
+                              lambda: found.append(self.api.commit_pulls(repo, sha)))
         return found[0] if delivery.ok and found else None
 
     def pull(self, repo: Repo, number: int) -> PullInfo | None:

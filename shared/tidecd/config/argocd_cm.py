@@ -23,7 +23,7 @@ import yaml
 from tidecd.base import limits
 from tidecd.base.errors import LimitExceeded
 from tidecd.base.jqpaths import compile_path
-from tidecd.config import argocd_fields, rbac, sso
+from tidecd.config import argocd_fields, notifications, rbac, sso
 from tidecd.config import fields as config_fields
 from tidecd.config.argocd_settings import ArgoSettings, IgnoreRule, ResourceFilter, gk_key
 from tidecd.config.fields import IGNORED, NOT_IMPLEMENTED, SUPPORTED
@@ -36,8 +36,7 @@ CONFIG_MAPS: Mapping[str, str] = MappingProxyType({
     rbac.RBAC_CM: "",  # read below: policy.csv and overlays, policy.default, policy.matchMode, scopes
     "argocd-cmd-params-cm": "flags of Argo CD's own components (controller, repo-server, server); tidecd's "
                             "functions are configured by environment variables (docs/configuration.md)",
-    "argocd-notifications-cm": "Argo CD notifications templates and triggers are not read: tidecd's "
-                               "notifications are configured by a notifications Secret (docs/github.md)",
+    notifications.CONFIG_MAP: "",  # read by tidecd.config.notifications: triggers, templates, services, ...
     "argocd-ssh-known-hosts-cm": "tidecd fetches git over HTTPS; SSH known hosts are not used",
     "argocd-tls-certs-cm": "custom TLS certificates for repositories are not implemented by tidecd",
     "argocd-gpg-keys-cm": "GnuPG commit verification is not implemented by tidecd (see AppProject "
@@ -47,8 +46,8 @@ SECRETS: Mapping[str, str] = MappingProxyType({
     "argocd-secret": "a plain Secret is not read (it would put passwords in git): seal it, and tidecd reads "
                      "the SealedSecret's admin.password, accounts.NAME.password, server.secretkey and the "
                      "key oidc.config's clientSecret names",
-    "argocd-notifications-secret": "not read (tidecd's notifications are configured by a notifications "
-                                   "Secret, docs/github.md)",
+    notifications.SECRET: "a plain Secret is not read (it would put credentials in git): seal it, and tidecd "
+                          "opens the SealedSecret when a notification is delivered",
 })
 
 # argocd-cm keys tidecd reads; every other key gets a notice with the first matching reason below.
@@ -133,6 +132,12 @@ def table_rows() -> list[tuple[str, str, str]]:
     for prefix, reason in NOT_HONOURED:
         status = NOT_IMPLEMENTED if "not implemented" in reason else IGNORED
         rows.append((prefix + ("*" if prefix.endswith(".") else ""), status, reason))
+    rows.append((f"ConfigMap/{notifications.CONFIG_MAP}", SUPPORTED,
+                 "Argo CD Notifications: `trigger.*` (`when`/`oncePer` in expr), `template.*` (Go text/template "
+                 "and Sprig), `service.*` (" + ", ".join(notifications.SERVICE_TYPES) + "), `defaultTriggers[.*]`, "
+                 "`context`, `subscriptions` (tidecd.notify)"))
+    rows.append((f"SealedSecret/{notifications.SECRET}", SUPPORTED,
+                 "the `$key` values of the services' settings, opened in memory when a notification is delivered"))
     rows += [(f"ConfigMap/{name}", IGNORED, why) for name, why in CONFIG_MAPS.items() if why]
     rows += [(f"Secret/{name}", IGNORED, why) for name, why in SECRETS.items()]
     return rows
@@ -168,8 +173,8 @@ def recognised(doc: Any) -> str:
     meta = doc.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     if doc.get("kind") == "SealedSecret" and str(doc.get("apiVersion", "")).startswith("bitnami.com/") \
-            and name == SEALED_SECRET:
-        return f"SealedSecret/{SEALED_SECRET}"
+            and name in (SEALED_SECRET, notifications.SECRET):
+        return f"SealedSecret/{name}"
     if doc.get("apiVersion") != "v1" or doc.get("kind") not in ("ConfigMap", "Secret"):
         return ""
     known = CONFIG_MAPS if doc["kind"] == "ConfigMap" else SECRETS
@@ -193,10 +198,17 @@ def read(objects: Iterable[tuple[Any, str]], problems: list[str]) -> ArgoSetting
     argocd_cm: tuple[Mapping[str, Any], str] | None = None
     rbac_cm: rbac.RbacConfig | None = None
     sealed: tuple[Mapping[str, Any], str] | None = None
+    notify: dict[str, tuple[Mapping[str, Any], str]] = {}  # the notifications ConfigMap and sealed Secret
     for doc, origin in objects:
         label = recognised(doc)
         name = label.partition("/")[2]
-        if label.startswith("SealedSecret/"):
+        if label in (f"SealedSecret/{notifications.SECRET}", f"ConfigMap/{notifications.CONFIG_MAP}"):
+            if label in notify:
+                problems.append(f"{origin}: {label}: defined more than once (also in {notify[label][1]}); "
+                                "only the first is read")
+            else:
+                notify[label] = (doc, origin)
+        elif label.startswith("SealedSecret/"):
             if sealed is not None:
                 problems.append(f"{origin}: {label}: defined more than once (also in {sealed[1]}); "
                                 "only the first is read")
@@ -222,7 +234,22 @@ def read(objects: Iterable[tuple[Any, str]], problems: list[str]) -> ArgoSetting
         _read_argocd_cm(argocd_cm[0], argocd_cm[1], notices, problems)
     if sealed is not None:
         settings = replace(settings, sso=replace(settings.sso, sealed_secret=sealed[0], secret_origin=sealed[1]))
-    return replace(settings, rbac=rbac_cm or rbac.NO_RBAC)
+    return replace(settings, rbac=rbac_cm or rbac.NO_RBAC, notifications=_notifications(notify, problems))
+
+
+def _notifications(found: Mapping[str, tuple[Mapping[str, Any], str]],
+                   problems: list[str]) -> notifications.NotificationsConfig:
+    config = notifications.NO_NOTIFICATIONS
+    if (cm := found.get(f"ConfigMap/{notifications.CONFIG_MAP}")) is not None:
+        data = cm[0].get("data")
+        if data is not None and not isinstance(data, dict):
+            problems.append(f"{cm[1]}: ConfigMap/{notifications.CONFIG_MAP}: data: expected a mapping, "
+                            f"got {type_name(data)}")
+            data = {}
+        config = notifications.read(data or {}, cm[1], problems)
+    if (secret := found.get(f"SealedSecret/{notifications.SECRET}")) is not None:
+        config = replace(config, sealed_secret=MappingProxyType(dict(secret[0])), secret_origin=secret[1])
+    return config
 
 
 def _read_rbac_cm(doc: Mapping[str, Any], origin: str, earlier: rbac.RbacConfig | None, problems: list[str],

@@ -11,6 +11,7 @@ it as `config.argo_settings`, and the stages that use a setting read it from the
 - `exclusions` / `inclusions`: `resource.exclusions` / `resource.inclusions` (globs over group, kind, cluster).
 - `reconciliation_timeout`: `timeout.reconciliation` in seconds (0 turns periodic refresh off), None when unset.
 - `sso`: `url`, `oidc.config`, `admin.enabled`, `accounts.*` and the sealed argocd-secret (`tidecd.config.sso`).
+- `notifications`: argocd-notifications-cm and the sealed argocd-notifications-secret (`tidecd.config.notifications`).
 - `notices`: one line per setting tidecd recognises but does not honour, reported once per load.
 """
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from tidecd.base.globs import glob_match
+from tidecd.config.notifications import NO_NOTIFICATIONS, NotificationsConfig
 from tidecd.config.rbac import NO_RBAC, RbacConfig
 from tidecd.config.sso import SsoSettings
 
@@ -95,6 +97,8 @@ class ArgoSettings:
     # ServiceAccounts (tidecd.project.impersonation); enforced: no matching entry fails the sync
     sync_impersonation: bool = False
     impersonation_enforced: bool = True
+    # argocd-notifications-cm and the sealed argocd-notifications-secret (tidecd.config.notifications)
+    notifications: NotificationsConfig = NO_NOTIFICATIONS
 
     def __deepcopy__(self, memo: dict[int, object]) -> ArgoSettings:
         return self  # immutable (its mappings are read-only views)

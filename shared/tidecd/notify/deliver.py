@@ -50,6 +50,7 @@ from tidecd.clients import metrics
 from tidecd.clients.pubsub import Message, Publisher, PublishFailed, PubSubPublisher, publish_one
 from tidecd.clients.secrets import decode_value
 from tidecd.clients.store import ObjectStore, read_json, write_json
+from tidecd.notify import controller, services
 from tidecd.notify.events import TRIGGERS, Event, Seen, events
 from tidecd.state import plans
 from tidecd.state.app import AppState
@@ -345,12 +346,15 @@ def notify_state(runtime: Runtime, state: AppState, *, ctx: Context | None = Non
     store = runtime.store
     found = read_json(store, record_key(state.app))
     record: dict[str, Any] = found[0] if found and isinstance(found[0], dict) else {}
+    before = json.dumps(record, sort_keys=True, default=str)
     generation = found[1] if found else 0
     seen = Seen.from_json(record.get("seen"))
     due, new_seen = events(seen, state, _iso(clock()))
-    subs, errors = subscriptions(dict(app.annotations))
+    argo_config = runtime.config().argo_settings.notifications
+    # with argocd-notifications-cm, the subscription annotations are Argo CD's (tidecd.notify.controller)
+    subs, errors = ([], []) if argo_config.present else subscriptions(dict(app.annotations))
     pending: list[dict[str, Any]] = [p for p in record.get("pending", []) if isinstance(p, dict)]
-    if not due and not pending and new_seen == seen:
+    if not due and not pending and new_seen == seen and not argo_config.present:
         return None
     ctx = ctx or context_for(runtime)
     deadline = time.monotonic() + DELIVERY_BUDGET
@@ -398,10 +402,21 @@ def notify_state(runtime: Runtime, state: AppState, *, ctx: Context | None = Non
                  result=entry["result"], attempts=attempts, detail=entry["detail"])
         history.append(entry)
     record |= {"seen": new_seen.to_json(), "pending": still, "log": history[-LOG_LIMIT:], "errors": errors}
-    write_json(store, record_key(state.app), record, if_generation_match=generation)
-    if not still:
-        return None
-    return max(0.5, min(float(p.get("next_at", 0.0)) for p in still) - clock())
+    argo_retry = _argo(runtime, ctx, app, state, record, clock, deadline) if argo_config.present else None
+    if json.dumps(record, sort_keys=True, default=str) != before:
+        write_json(store, record_key(state.app), record, if_generation_match=generation)
+    waits = [w for w in (argo_retry, *(max(0.5, float(p.get("next_at", 0.0)) - clock()) for p in still))
+             if w is not None]
+    return min(waits) if waits else None
+
+
+def _argo(runtime: Runtime, ctx: Context, app: Application, state: AppState, record: dict[str, Any],
+          clock: Callable[[], float], deadline: float) -> float | None:
+    """Argo CD Notifications of argocd-notifications-cm (`tidecd.notify.controller`)."""
+    wire = services.Wire(github=controller.github_for(ctx.github, ctx.api_url, runtime.store),
+                         github_api_url=ctx.api_url, publisher=ctx.publisher)
+    return controller.run(runtime.config().argo_settings.notifications, app, state, record,
+                          secrets=runtime.notifications_secret, wire=wire, clock=clock, deadline=deadline)
 
 
 def _iso(epoch: float) -> str:
