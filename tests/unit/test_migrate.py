@@ -192,11 +192,14 @@ def test_fields_tidecd_does_not_implement_are_removed_and_reported(pair: KeyPair
     assert not any(f.field == "spec.roles" for f in plan.findings)  # honoured: argocd-rbac-cm's runtime policy
     assert load_config(tmp_path).projects["team"].source_repos
     assert [r.name for r in load_config(tmp_path).projects["team"].roles] == ["ci"]
+    # Argo CD's status.jwtTokensByRole is kept in the role: its tokens stay valid (usecases.tokens)
+    assert load_config(tmp_path).projects["team"].roles[0].issued(1, "") is not None
+    assert "kept" in finding(plan, "AppProject/team", "spec.roles[ci].jwtTokens").note
     assert "Prune=confirm" in finding(plan, "Application/web", "spec.syncPolicy.syncOptions").note
     report = (tmp_path / migrate.REPORT_FILE).read_text()
     assert "Application/web: spec.syncPolicy.retry.refresh: removed" in report
     assert "AppProject/team: spec.permitOnlyProjectScopedClusters: removed" in report
-    assert "spec.roles" not in report
+    assert [line for line in report.splitlines() if "spec.roles" in line and "jwtTokens" not in line] == []
 
 
 def test_one_bad_object_never_stops_the_others(pair: KeyPair, tmp_path: Path) -> None:
@@ -341,11 +344,9 @@ def test_argocd_secret_is_sealed_with_the_keys_the_logins_read(pair: KeyPair, tm
     plan = run_import([cm, secret, application("a")], pair, tmp_path)
     assert not plan.errors, [str(f) for f in plan.errors]
     sealed = yaml.safe_load((tmp_path / "settings" / "argocd-secret.yaml").read_text())
-    assert sorted(sealed["spec"]["encryptedData"]) == ["accounts.bob.password", "admin.password",
-                                                       "oidc.dex.clientSecret", "server.secretkey"]
+    assert sorted(sealed["spec"]["encryptedData"]) == ["accounts.bob.password", "accounts.bob.tokens",
+                                                       "admin.password", "oidc.dex.clientSecret", "server.secretkey"]
     assert "not imported" in finding(plan, "Secret/argocd/argocd-secret", "data.webhook.github.secret").note
-    assert "tidecd account generate-token --account bob" in finding(
-        plan, "Secret/argocd/argocd-secret", "data.accounts.bob.tokens").note
     assert PASSWORD not in texts(tmp_path) and "cl1ent" not in texts(tmp_path)
     config = load_config(tmp_path)
     assert config.argo_settings.sso.sealed_secret is not None and config.argo_settings.sso.account("bob")

@@ -53,8 +53,6 @@ _APP_NOT_IMPLEMENTED: Mapping[str, str] = MappingProxyType({
 })
 _PROJECT_IGNORED: Mapping[str, str] = MappingProxyType({
     "status": _READ_ONLY,
-    "spec.roles[].jwtTokens": "tidecd keeps its project tokens in its store (`tidecd proj role create-token`); "
-                              "tokens Argo CD issued are signed with Argo CD's key and cannot be checked",
     "spec.syncWindows[].description": "a comment",
     "spec.syncWindows[].syncOverrun": "tidecd checks windows when a sync starts; a running sync always finishes",
 })

@@ -22,7 +22,7 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -133,6 +133,16 @@ NO_RBAC = RbacConfig()
 
 
 @dataclass(frozen=True)
+class IssuedToken:
+    """One `spec.roles[].jwtTokens` entry: a token Argo CD issued for the role (`argocd proj role
+    create-token`). tidecd accepts such a token while it is listed here (`usecases.tokens`)."""
+
+    iat: int
+    id: str = ""
+    exp: int = 0  # 0: never expires
+
+
+@dataclass(frozen=True)
 class ProjectRole:
     """One AppProject `spec.roles` entry."""
 
@@ -140,7 +150,12 @@ class ProjectRole:
     description: str = ""
     policies: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
-    jwt_tokens: tuple[Mapping[str, Any], ...] = field(default=())  # iat/exp/id as written in git
+    jwt_tokens: tuple[IssuedToken, ...] = ()  # the tokens Argo CD issued, as listed in git
+
+    def issued(self, iat: int, token_id: str) -> IssuedToken | None:
+        """The listed token with this id, or with this iat when the token has no id: Argo CD's
+        `GetJWTToken`, so deleting the entry from git revokes the token."""
+        return next((t for t in self.jwt_tokens if (t.id == token_id if token_id else t.iat == iat)), None)
 
 
 def honoured(key: str) -> bool:

@@ -49,7 +49,7 @@ from tidecd.config.model import (
     SyncPolicy,
     SyncWindow,
 )
-from tidecd.config.rbac import ProjectRole
+from tidecd.config.rbac import IssuedToken, ProjectRole
 
 # ---------------------------------------------------------------------------------------------------
 # Typed reading of one user object
@@ -226,7 +226,8 @@ _PROJECT_SPEC = Keys(("description", "sourceRepos", "destinations", "clusterReso
                        "namespaceResourceBlacklist", "syncWindows", "orphanedResources", "roles",
                        "destinationServiceAccounts", "sourceNamespaces"))
 _DESTINATION_SERVICE_ACCOUNT = Keys(("server", "namespace", "defaultServiceAccount"))
-_ROLE = Keys(("name", "description", "policies", "groups"))
+_ROLE = Keys(("name", "description", "policies", "groups", "jwtTokens"))
+_ISSUED_TOKEN = Keys(("iat", "id", "exp"))
 _GROUP_KIND = Keys(("group", "kind"))
 _SYNC_WINDOW = Keys(("kind", "schedule", "duration", "applications", "namespaces", "clusters", "manualSync",
                       "timeZone", "andOperator"))
@@ -528,11 +529,18 @@ def _destination_service_account(node: Node) -> DestinationServiceAccount:
 def _role(project: str, node: Node) -> ProjectRole:
     """One `spec.roles` entry; a policy Argo CD would refuse is an error naming it (`config.rbac`)."""
     name = node.text("name", required=True)
+    tokens = tuple(token for t in node.children("jwtTokens", _ISSUED_TOKEN) if (token := _issued_token(t)))
     role = ProjectRole(name=name, description=node.text("description"), policies=node.texts("policies"),
-                       groups=node.texts("groups"))
+                       groups=node.texts("groups"), jwt_tokens=tokens)
     for problem in rbac.role_policy_problems(project, role):
         node.error(problem.partition(":")[0], problem.partition(": ")[2])
     return role
+
+
+def _issued_token(node: Node) -> IssuedToken | None:
+    """A `jwtTokens` entry: its `iat` is required (Argo CD finds a token without an id by it)."""
+    iat = node.get("iat", (int,), "an integer", required=True)
+    return None if iat is None else IssuedToken(iat=iat, id=node.text("id"), exp=node.integer("exp", 0))
 
 
 def _sync_window(node: Node, index: int) -> SyncWindow:

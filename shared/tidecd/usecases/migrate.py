@@ -262,6 +262,8 @@ def convert_object(obj: Manifest, kind: str, found: list[Finding]) -> Manifest |
     label = _label(kind, obj)
     doc: Manifest = {"apiVersion": ARGO_VERSION, "kind": kind, "metadata": _metadata(obj, label, found),
                      "spec": copy.deepcopy(obj.get("spec") or {})}
+    if kind == "AppProject":
+        _fold_status_tokens(obj, doc, label, found)
     for _ in range(4):  # removing a field can only uncover problems below it: a few rounds settle it
         ignored: list[tuple[str, str]] = []
         problems = _problems(doc, kind, ignored)
@@ -280,6 +282,25 @@ def convert_object(obj: Manifest, kind: str, found: list[Finding]) -> Manifest |
     found.append(Finding(label, "", "not converted: its fields could not be reconciled with tidecd's",
                          error=True))
     return None
+
+
+def _fold_status_tokens(obj: Manifest, doc: Manifest, label: str, found: list[Finding]) -> None:
+    """Argo CD lists a role's issued tokens in `status.jwtTokensByRole` (newer) as well as in the role's
+    `jwtTokens`; git has no status, so each listed token is kept in the role's `jwtTokens`, and tidecd keeps
+    accepting it (`usecases.tokens.issued_by_argocd`)."""
+    by_role = (obj.get("status") or {}).get("jwtTokensByRole") or {}
+    for role in (doc["spec"].get("roles") or []) if isinstance(by_role, dict) else ():
+        if not isinstance(role, dict) or not isinstance(by_role.get(role.get("name")), dict):
+            continue
+        kept = list(role.get("jwtTokens") or [])
+        known = {(t.get("id"), t.get("iat")) for t in kept if isinstance(t, dict)}
+        added = [t for t in by_role[role["name"]].get("items") or []
+                 if isinstance(t, dict) and (t.get("id"), t.get("iat")) not in known]
+        if added:
+            role["jwtTokens"] = kept + copy.deepcopy(added)
+            found.append(Finding(label, f"spec.roles[{role['name']}].jwtTokens",
+                                 f"{len(added)} token(s) from status.jwtTokensByRole kept: Argo CD's tokens for the "
+                                 "role stay valid while listed"))
 
 
 def _metadata(obj: Manifest, label: str, found: list[Finding]) -> Manifest:
@@ -449,17 +470,15 @@ def convert_settings_secret(obj: Manifest, cert_pem: bytes, found: list[Finding]
                                      "namespace": meta.get("namespace") or DEFAULT_NAMESPACE}}
     fields = text_fields(secret, f"Secret {label.removeprefix('Secret/')}")
     wanted = {k for k in fields if k in ("admin.password", "server.secretkey", client_secret)
-              or re.fullmatch(r"accounts\.[A-Za-z0-9._-]+\.password", k)}
+              or re.fullmatch(r"accounts\.[A-Za-z0-9._-]+\.(password|tokens)", k)}
     for name in sorted(set(fields) - wanted):
-        account = re.fullmatch(r"accounts\.([A-Za-z0-9._-]+)\.tokens", name)
-        found.append(Finding(label, f"data.{name}", (
-            f"not imported: Argo CD signed these tokens with its own key, which tidecd cannot check; issue new "
-            f"ones with `tidecd account generate-token --account {account.group(1)}`") if account else (
-            "not imported: tidecd's logins do not read it (webhook secrets are TIDECD_WEBHOOK_SECRET)")))
+        found.append(Finding(label, f"data.{name}", "not imported: tidecd's logins do not read it (webhook "
+                                                    "secrets are TIDECD_WEBHOOK_SECRET)"))
     if not wanted:
         found.append(Finding(label, "", "not imported: it holds none of the keys tidecd's logins read "
-                                        "(admin.password, accounts.NAME.password, server.secretkey, the oidc.config "
-                                        "clientSecret key); nothing to seal, settings/argocd-secret.yaml not written"))
+                                        "(admin.password, accounts.NAME.password|tokens, server.secretkey, the "
+                                        "oidc.config clientSecret key); nothing to seal, settings/argocd-secret.yaml "
+                                        "not written"))
         return None
     secret["data"] = {k: v for k, v in secret["data"].items() if k in wanted}
     secret["stringData"] = {k: v for k, v in (obj.get("stringData") or {}).items() if k in wanted}

@@ -33,7 +33,7 @@ from typing import Any
 import jwt
 import structlog
 
-from tidecd.base.errors import NotFound, PermanentError, SecretError
+from tidecd.base.errors import NotFound, PermanentError, SecretError, TidecdError
 from tidecd.base.principal import ADMIN_SUBJECT, Principal
 from tidecd.clients.secrets import open_bytes, seal_bytes
 from tidecd.clients.store import PreconditionFailed, read_json, update_json
@@ -44,6 +44,8 @@ LABEL = b"tidecd-project-token-key"  # the sealing label: this ciphertext opens 
 _OPENED: dict[bytes, bytes] = {}  # the stored record → its key, opened once per warm instance
 ISSUER = "tidecd"
 ALGORITHM = "HS256"
+ARGOCD_KEY = "server.secretkey"  # argocd-secret's key: Argo CD signs its own tokens (and sessions) with it
+ARGOCD_ALGORITHMS = ["HS256", "HS384", "HS512"]  # Argo CD's Parse takes any HMAC signing method
 API_KEY = "apiKey"  # Argo CD's account capability for tokens, and the suffix of an account token's subject
 log = structlog.get_logger("tidecd.usecases.tokens")
 MAX_TOKENS = 200  # per holder: Argo CD keeps them all in the AppProject or argocd-secret; a bound keeps it small
@@ -188,8 +190,56 @@ def verify(runtime: Runtime, token: str) -> Principal | None:
         claims = jwt.decode(token, key, algorithms=[ALGORITHM], issuer=ISSUER,
                             options={"require": ["sub", "iat", "jti", "iss"]})
     except jwt.PyJWTError:
-        return None
+        return issued_by_argocd(runtime, token)
     holder = _holder_of(runtime, str(claims["sub"]))
     if holder is None or not any(t.get("id") == claims["jti"] for t in listed(runtime, holder)):
         return None
     return Principal(holder.principal, via=holder.via, token_id=str(claims["jti"]))
+
+
+def issued_by_argocd(runtime: Runtime, token: str) -> Principal | None:
+    """The principal of a token the migrated Argo CD issued, checked as its session manager's `Parse` does:
+    signed (HMAC) with argocd-secret's `server.secretkey` (sealed in the config source), unexpired, and still
+    listed where Argo CD lists it, so CI keeps working through a migration and removing the entry revokes it:
+    - a project role's (`proj:PROJECT:ROLE`): in the AppProject's `spec.roles[].jwtTokens`, by id, or by iat
+      when it has none (`tidecd import` folds Argo CD's `status.jwtTokensByRole` into the spec);
+    - an account's (`NAME:apiKey`): in argocd-secret's `accounts.NAME.tokens`, the account enabled and with
+      the `apiKey` capability now.
+    None otherwise, and without a sealed argocd-secret or a `server.secretkey` in it."""
+    try:
+        secret = runtime.argocd_secret().get(ARGOCD_KEY, "")
+    except TidecdError as exc:  # the sealed argocd-secret cannot be opened: no such token can be checked
+        log.error("Argo CD's tokens cannot be checked", error=str(exc))
+        return None
+    if not secret:
+        return None
+    try:
+        claims = jwt.decode(token, secret.encode(), algorithms=ARGOCD_ALGORITHMS, options={"require": ["sub", "iat"]})
+    except jwt.PyJWTError:
+        return None
+    subject, token_id, iat = str(claims["sub"]), str(claims.get("jti") or ""), claims["iat"]
+    if not isinstance(iat, int):
+        return None
+    parts = subject.split(":")
+    if len(parts) == 3 and parts[0] == "proj":
+        project = runtime.config().projects.get(parts[1])
+        found = next((r for r in project.roles if r.name == parts[2]), None) if project else None
+        if found is None or found.issued(iat, token_id) is None:
+            return None
+        return Principal(subject, via="project-token", token_id=token_id or str(iat))
+    if len(parts) == 2 and parts[1] == API_KEY and token_id:
+        if _holder_of(runtime, subject) is None:  # not declared, disabled, or no apiKey capability now
+            return None
+        listed_ids = {str(t.get("id")) for t in _argocd_account_tokens(runtime, parts[0])}
+        return Principal(parts[0], via="account-token", token_id=token_id) if token_id in listed_ids else None
+    return None
+
+
+def _argocd_account_tokens(runtime: Runtime, account_name: str) -> list[dict[str, Any]]:
+    """argocd-secret's `accounts.NAME.tokens`: Argo CD's JSON list of an account's tokens (id, iat, exp)."""
+    try:
+        tokens = json.loads(runtime.argocd_secret().get(f"accounts.{account_name}.tokens", "") or "[]")
+    except ValueError:
+        log.error("argocd-secret holds an unreadable token list", key=f"accounts.{account_name}.tokens")
+        return []
+    return [t for t in tokens if isinstance(t, dict)] if isinstance(tokens, list) else []
