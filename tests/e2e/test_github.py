@@ -25,6 +25,8 @@ from tests.support.apps import GitOps, configmap
 from tests.support.functions import Functions, push_payload
 from tests.support.github_standin import GitHubStandIn
 from tests.support.gitserver import GitRepo
+from tests.support.notifications_catalog import CATALOG_TRIGGERS, catalog_cm
+from tests.support.receivers import SLACK_TOKEN, Receivers
 from tidecd.clients.secrets import KeyPair, generate_key, seal_secret, write_key_pair
 
 ZERO = "0" * 40
@@ -516,3 +518,49 @@ def test_a_forks_preview_of_a_private_repository_never_sends_its_credentials(
         assert read.authorization == "token e2e-github-token"
     finally:
         functions.stop()
+
+
+def test_argocd_notifications_cm_of_the_config_source_sends_the_catalogs_messages(
+        hub: GitOps, github_standin: GitHubStandIn, sealing: tuple[KeyPair, Path], receivers: Receivers,
+        pubsub_emulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Argo CD's notification catalog in the config source (argocd-notifications-cm, a sealed
+    argocd-notifications-secret), a real cluster: Slack gets the catalog's text, Pub/Sub (the emulator) the
+    on-deployed message, GitHub a commit status from a template, once each however many steps run."""
+    from google.cloud import pubsub_v1
+
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", pubsub_emulator)
+    topic = f"projects/tidecd-e2e/topics/argo-notify-{uuid.uuid4().hex[:8]}"
+    subscription = topic.replace("/topics/", "/subscriptions/")
+    pubsub_v1.PublisherClient().create_topic(name=topic)
+    subscriber = pubsub_v1.SubscriberClient()
+    subscriber.create_subscription(name=subscription, topic=topic)
+    pair, keys = sealing
+    status = {"message": "{{.app.metadata.name}} is synced", "github": {
+        "status": {"state": "success", "label": "continuous-delivery/{{.app.metadata.name}}"}}}
+    synced = [{"when": CATALOG_TRIGGERS["on-sync-succeeded"]["when"], "send": ["commit-status"]}]
+    cm = catalog_cm({"service.slack": f"token: $slack-token\napiURL: {receivers.url}/slack/api/\n",
+                     "service.gcppubsub": "project: tidecd-e2e\n", "service.github": "{}\n",
+                     "template.commit-status": yaml.safe_dump(status),
+                     "trigger.on-synced-status": yaml.safe_dump(synced)})
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "argocd-notifications-secret",
+                                                                  "namespace": "argocd"},
+              "stringData": {"slack-token": SLACK_TOKEN}}
+    (hub.config_dir / "argocd-notifications-cm.yaml").write_text(yaml.safe_dump(cm))
+    (hub.config_dir / "argocd-notifications-secret.yaml").write_text(yaml.safe_dump(seal_secret(secret, pair.cert_pem)))
+    subscribe = "notifications.argoproj.io/subscribe."
+    hub.push({"app/cm.yaml": configmap("web")})
+    app = hub.application(automated={}, annotations={f"{subscribe}on-sync-succeeded.slack": "#deploys",
+                                                     f"{subscribe}on-deployed.gcppubsub": topic,
+                                                     f"{subscribe}on-synced-status.github": ""})
+    runtime = hub.runtime(sealing_keys=str(keys), github_api_url=github_standin.base_url)
+    for _ in range(4):  # the sync, then reconciles of an unchanged app: nothing more is sent
+        hub.reconcile(runtime=runtime)
+    [slack] = [r.form() for r in receivers.to("/slack/api/chat.postMessage")]
+    assert slack["channel"] == "#deploys"
+    assert slack["text"].startswith(f":white_check_mark: Application {app} has been successfully synced at ")
+    assert json.loads(slack["attachments"])[0]["fields"][0] == {"title": "Sync Status", "value": "Synced",
+                                                                "short": True}
+    pulled = subscriber.pull(subscription=subscription, max_messages=20, timeout=30)
+    assert [m.message.data.decode() for m in pulled.received_messages] == [
+        f" Application {app} is now running new version of deployments manifests.\n"]  # the Slack emoji branch, empty
+    assert github_standin.status_states(_repo_name(hub), hub.repo.head(), f"continuous-delivery/{app}") == ["success"]
