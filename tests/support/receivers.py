@@ -66,6 +66,11 @@ class Receivers:
             if not form.get("channel"):
                 return 200, json.dumps({"ok": False, "error": "channel_not_found"})
             return 200, json.dumps({"ok": True, "channel": form["channel"], "ts": f"{len(self.requests)}.0001"})
+        if r.path.startswith("/slack/api/chat.update"):
+            form = r.form()
+            if r.headers.get("Authorization") != f"Bearer {SLACK_TOKEN}" or not form.get("ts"):
+                return 200, json.dumps({"ok": False, "error": "message_not_found"})
+            return 200, json.dumps({"ok": True, "channel": form["channel"], "ts": form["ts"]})
         if r.path.startswith("/teams/"):
             card = r.json()
             assert card.get("@type") == "MessageCard" or "type" in card, card

@@ -27,7 +27,7 @@ from tidecd.config import argocd_cm
 from tidecd.config.argocd_settings import ArgoSettings
 from tidecd.config.model import Config
 from tidecd.config.notifications import NotificationsConfig
-from tidecd.notify import argo, argoapp, services
+from tidecd.notify import argo, argoapp, controller, services
 from tidecd.notify import deliver as notify
 from tidecd.state.app import AppState, Operation, OperationPhase
 from tidecd.triggers import dispatch
@@ -215,6 +215,31 @@ def test_slack_posts_text_attachments_and_blocks(receivers: Receivers) -> None:
     assert "wrong-secret-token" not in str(refused.value)
 
 
+def test_slack_threads_by_grouping_key_and_updates_by_delivery_policy(receivers: Receivers) -> None:
+    settings = {"token": SLACK_TOKEN, "apiURL": receivers.url + "/slack/api"}
+    wire = services.Wire()
+
+    def send(text: str, policy: str, key: str = "web") -> str:
+        return services.send("slack", settings, {"message": text, "slack": {
+            "groupingKey": key, "deliveryPolicy": policy, "notifyBroadcast": text == "broadcast"}},
+            argo.Destination("slack", "#ops"), wire)
+
+    assert send("first", "Post") == "posted to #ops"
+    ts = wire.slack_threads["#ops"]["web"]
+    assert send("broadcast", "Post") == "posted to #ops"
+    assert send("both", "PostAndUpdate") == "posted to #ops, updated the thread of 'web'"
+    assert send("only", "Update") == "updated the thread of 'web'"
+    assert send("other", "Update", key="") == "posted to #ops"  # no grouping key: nothing to update
+    calls = [(r.path.rsplit("/", 1)[1], r.form()) for r in receivers.to("/slack/api/")]
+    assert [(m, f["text"], f.get("thread_ts"), f.get("ts"), f.get("reply_broadcast")) for m, f in calls] == [
+        ("chat.postMessage", "first", None, None, None),
+        ("chat.postMessage", "broadcast", ts, None, "true"),
+        ("chat.postMessage", "both", ts, None, None),
+        ("chat.update", "both", ts, ts, None),
+        ("chat.update", "only", ts, ts, None),
+        ("chat.postMessage", "other", None, None, None)]
+
+
 def test_teams_googlechat_pagerduty_opsgenie_and_webhook(receivers: Receivers) -> None:
     wire = services.Wire()
     teams = {"recipientUrls": {"ops": receivers.url + "/teams/ops"}}
@@ -315,6 +340,27 @@ def test_github_status_deployment_and_pull_request_comment(github_standin: GitHu
     assert github_standin.comment_bodies("octo/web", number) == ["Deployed\n<!-- argocd-notifications web -->"]
     services.send("github", {}, note, argo.Destination("github", ""), wire)  # the tagged comment is updated
     assert github_standin.comment_bodies("octo/web", number) == ["Deployed\n<!-- argocd-notifications web -->"]
+
+
+def test_a_github_service_with_a_github_app_authenticates_as_the_app(github_standin: GitHubStandIn) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption())
+    fallback = gh.GitHub(gh.PyGithubApi(gh.GitHubAuth(token="installation-secret", api_url=github_standin.base_url)))
+    clients = controller.github_for(fallback, github_standin.base_url, None)
+    assert clients({}) is fallback  # no appID: the installation's github Secret
+    wire = services.Wire(github=clients, github_api_url=github_standin.base_url)
+    sha = "c" * 40
+    note = {"message": "m", "github": {"repoURLPath": f"{github_standin.base_url}/octo/web.git", "revisionPath": sha,
+                                       "status": {"state": "pending", "label": "cd/web"}}}
+    services.send("github", {"appID": "12345", "installationID": "678", "privateKey": key.decode()}, note,
+                  argo.Destination("github", ""), wire)
+    [token] = github_standin.calls_to("apps/create-installation-access-token")
+    assert token.path.endswith("/app/installations/678/access_tokens") and token.authorization.startswith("Bearer ")
+    [status] = github_standin.calls_to("repos/create-commit-status")
+    assert status.authorization.lower().startswith("token ") and "installation-secret" not in status.authorization
 
 
 def test_pubsub_publishes_the_message_with_attributes() -> None:

@@ -8,6 +8,7 @@ part this module owns:
     health        the last health seen, and `health_since`: when it changed (the app's lastTransitionTime)
     digest        what the last evaluation saw: an app, destinations and configuration unchanged since are
                   not evaluated again (no helper process on a quiet step)
+    slack_threads the Slack threads of `groupingKey`s (Argo CD keeps them in its controller's memory)
     pending       notifications not delivered yet: the app as it was when they fired (so a retry sends
                   the same message), retried with `deliver.RETRY_DELAYS` backoff, `MAX_ATTEMPTS` times
 
@@ -112,6 +113,7 @@ def run(config: NotificationsConfig, app: Application, state: AppState, record: 
     ready = [p for p in pending if float(p.get("next_at", 0.0)) <= now and time.monotonic() < deadline]
     still = [p for p in pending if p not in ready]
     if ready:
+        wire.slack_threads = mine.setdefault("slack_threads", {})
         still += _deliver(config, ready, secret_values(), wire, clock, history, errors)
     for error in errors:
         log.warning("notification problem", app=app.name, error=error[:300])

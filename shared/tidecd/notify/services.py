@@ -47,6 +47,9 @@ class Wire:
     github: Callable[[Mapping[str, Any]], gh.GitHub | None] = lambda _settings: None
     github_api_url: str = gh.DEFAULT_API_URL
     publisher: Publisher = field(default_factory=PubSubPublisher)
+    # Slack's threads: recipient → groupingKey → the thread's ts, and "#channels" → recipient → channel id
+    # (Argo CD keeps them in the controller's memory; tidecd in the app's notifications record)
+    slack_threads: dict[str, Any] = field(default_factory=dict)
 
 
 def _text(value: Any) -> str:
@@ -102,16 +105,46 @@ def slack(settings: Mapping[str, Any], n: Mapping[str, Any], dest: Destination, 
             form[name] = json.dumps(_json_field("slack", name, text))
     if settings.get("disableUnfurl") is True:
         form |= {"unfurl_links": "false", "unfurl_media": "false"}
-    url = _text(settings.get("apiURL")) or SLACK_API
-    url = url.rstrip("/") + "/chat.postMessage"
+    return _slack_threaded(_text(settings.get("apiURL")) or SLACK_API, token, form, own, dest.recipient,
+                           wire.slack_threads)
+
+
+def _slack_call(api: str, method: str, token: str, form: Mapping[str, str]) -> dict[str, Any]:
+    url = api.rstrip("/") + "/" + method
     answer = notifiers.request("slack", "POST", url, urlencode(form).encode(),
                                {"Content-Type": "application/x-www-form-urlencoded",
                                 "Authorization": f"Bearer {token}"})
     _ok("slack", url, answer)
-    reply = json.loads(answer.text or "{}") if answer.text.strip().startswith("{") else {}
+    reply = json.loads(answer.text) if answer.text.strip().startswith("{") else {}
     if not reply.get("ok"):
-        raise SendFailed(f"slack: chat.postMessage refused: {str(reply.get('error', 'no answer'))[:80]}")
-    return f"posted to {dest.recipient}"
+        raise SendFailed(f"slack: {method} refused: {str(reply.get('error', 'no answer'))[:80]}")
+    return dict(reply)
+
+
+def _slack_threaded(api: str, token: str, form: dict[str, str], own: Mapping[str, Any], recipient: str,
+                    threads: dict[str, Any]) -> str:
+    """notifications-engine's threadedClient.SendMessage: `groupingKey` keeps a thread per recipient, and
+    `deliveryPolicy` Post / PostAndUpdate / Update posts into it and updates its first message."""
+    policy = str(own.get("deliveryPolicy") or "Post")
+    policy = policy if policy in ("Post", "PostAndUpdate", "Update") else "Post"
+    key = _text(own.get("groupingKey"))
+    ts = str(threads.get(recipient, {}).get(key, "")) if key else ""
+    channels: dict[str, str] = threads.setdefault("#channels", {})
+    if ts:
+        form["thread_ts"] = ts
+    done = []
+    if not ts or policy in ("Post", "PostAndUpdate"):
+        posted = _slack_call(api, "chat.postMessage", token, form | (
+            {"reply_broadcast": "true"} if own.get("notifyBroadcast") is True else {}))
+        if key and not ts:
+            threads.setdefault(recipient, {})[key] = str(posted.get("ts", ""))
+        channels[recipient] = str(posted.get("channel") or recipient)
+        done.append(f"posted to {recipient}")
+    if ts and policy in ("Update", "PostAndUpdate"):
+        _slack_call(api, "chat.update", token, form | {"channel": channels.get(recipient, recipient), "ts": ts,
+                                                       "as_user": "true"})
+        done.append(f"updated the thread of {key!r}")
+    return ", ".join(done)
 
 
 def teams_message(n: Mapping[str, Any]) -> bytes:
