@@ -404,7 +404,7 @@ def _catalog_runtime(receivers: Receivers, smtp: SmtpReceiver, sealing: tuple[Ke
 
 
 def test_the_catalog_sends_argo_cds_messages_through_reconcile_steps(
-        receivers: Receivers, sealing: tuple[KeyPair, Path]) -> None:
+        receivers: Receivers, sealing: tuple[KeyPair, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     smtp = SmtpReceiver()
     try:
         runtime, git, store = _catalog_runtime(receivers, smtp, sealing)
@@ -412,7 +412,11 @@ def test_the_catalog_sends_argo_cds_messages_through_reconcile_steps(
         for _ in range(4):
             if dispatch.reconcile_step(runtime, "web", budget=1.0).continue_after is None:
                 break
+        runs: list[str] = []
+        real_run = argo.helper.run
+        monkeypatch.setattr(argo.helper, "run", lambda batch: runs.append(batch["mode"]) or real_run(batch))
         dispatch.reconcile_step(runtime, "web", budget=1.0)  # a quiet step sends nothing more
+        assert runs == []  # and evaluates nothing: the app as Argo CD shows it did not change
         slack = [(r.form()["channel"], r.form()["text"]) for r in receivers.to("/slack/")]
         assert slack[0] == ("#deploys", "Application web has been created.")
         assert slack[1][1].startswith(":white_check_mark: Application web has been successfully synced at ")

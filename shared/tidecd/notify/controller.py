@@ -86,7 +86,8 @@ def run(config: NotificationsConfig, app: Application, state: AppState, record: 
     errors: list[str] = []
     found = argo.destinations(config, dict(app.labels), dict(app.annotations), errors)
     pending: list[dict[str, Any]] = [p for p in mine.get("pending", []) if isinstance(p, dict)]
-    seen = json.dumps([obj, {t: [[d.service, d.recipient] for d in ds] for t, ds in sorted(found.items())},
+    steady = {**obj, "status": {k: v for k, v in obj["status"].items() if k != "reconciledAt"}}  # every step's
+    seen = json.dumps([steady, {t: [[d.service, d.recipient] for d in ds] for t, ds in sorted(found.items())},
                        repr(config)], sort_keys=True, default=str)
     digest = hashlib.sha256(seen.encode()).hexdigest()[:32]
     opened: dict[str, str] | None = None
