@@ -25,7 +25,7 @@ from tidecd.clients.secrets import KeyPair, seal_secret
 from tidecd.clients.store import MemoryStore, read_json
 from tidecd.config import argocd_cm
 from tidecd.config.argocd_settings import ArgoSettings
-from tidecd.config.model import Config
+from tidecd.config.model import AppProject, Config
 from tidecd.config.notifications import NotificationsConfig
 from tidecd.notify import argo, argoapp, controller, services
 from tidecd.notify import deliver as notify
@@ -94,6 +94,10 @@ def test_destinations_from_annotations_defaults_and_global_subscriptions() -> No
                      D("teams", "")], "c": [D("slack", "ops"), D("email", "x@y"), D("teams", "")]}
     assert errors == []
     assert argo.destinations(config, {"team": "db"}, {}, errors) == {"a": [D("slack", "all")]}
+    # the AppProject's subscription annotations join the app's (Argo CD's alterDestinations)
+    assert argo.destinations(config, {"team": "db"}, {"notifications.argoproj.io/subscribe.a.slack": "x"}, errors,
+                             {"notifications.argoproj.io/subscribe.a.slack": "x;proj"}) == {
+        "a": [D("slack", "all"), D("slack", "x"), D("slack", "proj")]}
 
 
 # --- conditions and messages in Go --------------------------------------------------------------------------
@@ -175,6 +179,10 @@ def test_messages_render_with_go_sprig_and_argo_cds_variables() -> None:
         {"title": "Sync Status", "value": "Synced", "short": True},
         {"title": "Repository", "value": ":arrow_heading_up: https://git.example/repo.git", "short": True},
         {"title": "SyncError", "value": "boom", "short": True}]
+    project = argoapp.project(AppProject(name="default", description="the team's apps"))
+    [described] = argo.render([({"message": "{{ .appProject.spec.description }}"},
+                                argo.variables(obj, {}, {}, dest, project))])
+    assert described == {"message": "the team's apps"}
     odd = {"message": "{{ .context.notificationType }} {{ .recipient }} {{ call .strings.ToUpper .app.metadata.name }}"
                       " {{ call .repo.FullNameByRepoURL .app.spec.source.repoURL }} {{ .app.nothing }}",
            "bad": "{{ .app.metadata.name | nosuchfunction }}"}

@@ -66,8 +66,9 @@ def _recipients(value: str) -> list[str]:
 
 
 def destinations(config: NotificationsConfig, labels: Mapping[str, str], annotations: Mapping[str, str],
-                 errors: list[str]) -> Destinations:
-    """Who is subscribed to which trigger (notifications-engine's getDestinations), de-duplicated."""
+                 errors: list[str], project_annotations: Mapping[str, str] | None = None) -> Destinations:
+    """Who is subscribed to which trigger (notifications-engine's getDestinations, then Argo CD's
+    alterDestinations: the AppProject's subscription annotations), de-duplicated."""
     found: Destinations = {}
     for sub in config.subscriptions:
         if not selector_matches(sub.selector, labels):
@@ -76,6 +77,13 @@ def destinations(config: NotificationsConfig, labels: Mapping[str, str], annotat
             for recipient in sub.recipients:
                 service, _, to = recipient.partition(":")
                 _add(found, (trigger,), service, (to,))
+    _annotated(config, annotations, found, errors)
+    _annotated(config, project_annotations or {}, found, errors)
+    return {t: list(dict.fromkeys(d)) for t, d in found.items()}
+
+
+def _annotated(config: NotificationsConfig, annotations: Mapping[str, str], found: Destinations,
+               errors: list[str]) -> None:
     for name, value in sorted(annotations.items()):
         if name.startswith(ANNOTATION_PREFIX):
             trigger, dot, service = name[len(ANNOTATION_PREFIX):].partition(".")
@@ -87,7 +95,6 @@ def destinations(config: NotificationsConfig, labels: Mapping[str, str], annotat
             _add(found, triggers, service, recipients)
         elif name == ANNOTATION_SUBSCRIPTIONS:
             _yaml_subscriptions(config, value, found, errors)
-    return {t: list(dict.fromkeys(d)) for t, d in found.items()}
 
 
 def _yaml_subscriptions(config: NotificationsConfig, value: str, found: Destinations, errors: list[str]) -> None:
@@ -218,10 +225,10 @@ def merged(config: NotificationsConfig, templates: Sequence[str]) -> dict[str, A
 
 
 def variables(app: Mapping[str, Any], context: Mapping[str, str], secrets: Mapping[str, str],
-              dest: Destination | None = None) -> dict[str, Any]:
+              dest: Destination | None = None, project: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What conditions (dest None) and templates see, as Argo CD's initGetVars and api.Send build it."""
     out: dict[str, Any] = {"app": app, "context": {"notificationType": dest.service if dest else "", **context},
-                           "secrets": dict(secrets), "appProject": {}}
+                           "secrets": dict(secrets), "appProject": dict(project or {})}
     if dest is not None:
         out |= {"serviceType": dest.service, "recipient": dest.recipient}
     return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tidecd.config.model import Application, ApplicationSource
+from tidecd.config.model import Application, ApplicationSource, AppProject
 from tidecd.state.app import AppState, OperationPhase
 
 NAMESPACE = "argocd"  # the namespace Argo CD's Applications live in; tidecd's apps have none of their own
@@ -117,3 +117,20 @@ def _condition(condition: Mapping[str, Any]) -> dict[str, Any]:
     if condition.get("at"):
         out["lastTransitionTime"] = str(condition["at"])
     return out
+
+
+def project(proj: AppProject | None) -> dict[str, Any]:
+    """The AppProject as Argo CD's notification controller hands it to templates (`.appProject`): its
+    metadata and the spec fields tidecd keeps that users print (description, sourceRepos, destinations);
+    empty when the project is unknown, as in Argo CD."""
+    if proj is None:
+        return {}
+    metadata: dict[str, Any] = {"name": proj.name, "namespace": NAMESPACE}
+    if proj.annotations:
+        metadata["annotations"] = dict(proj.annotations)
+    spec: dict[str, Any] = {"sourceRepos": list(proj.source_repos), "destinations": [
+        {k: v for k, v in (("server", d.server), ("name", d.name), ("namespace", d.namespace)) if v}
+        for d in proj.destinations]}
+    if proj.description:
+        spec["description"] = proj.description
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject", "metadata": metadata, "spec": spec}

@@ -31,7 +31,7 @@ from tidecd.clients import github as gh
 from tidecd.clients import metrics
 from tidecd.clients.notifiers import SendFailed
 from tidecd.config.appset.gotemplate import TemplateError
-from tidecd.config.model import Application
+from tidecd.config.model import Application, AppProject
 from tidecd.config.notifications import NotificationsConfig, resolve_secrets
 from tidecd.notify import argo, argoapp, services
 from tidecd.state.app import AppState, OperationPhase
@@ -76,7 +76,7 @@ def _running_view(app: Application, state: AppState, mine: Mapping[str, Any]) ->
 
 def run(config: NotificationsConfig, app: Application, state: AppState, record: dict[str, Any], *,
         secrets: Callable[[], Mapping[str, str]], wire: services.Wire, clock: Callable[[], float],
-        deadline: float) -> float | None:
+        deadline: float, project: AppProject | None = None) -> float | None:
     """Evaluate, deliver, and update `record["argo"]`; returns seconds until a retry is due (None: none)."""
     mine: dict[str, Any] = record.setdefault("argo", {})
     now = clock()
@@ -84,11 +84,13 @@ def run(config: NotificationsConfig, app: Application, state: AppState, record: 
         mine["health"], mine["health_since"] = state.health.value, _iso(now)
     obj = argoapp.application(app, state, health_since=str(mine.get("health_since", "")))
     errors: list[str] = []
-    found = argo.destinations(config, dict(app.labels), dict(app.annotations), errors)
+    found = argo.destinations(config, dict(app.labels), dict(app.annotations), errors,
+                              dict(project.annotations) if project else None)
+    proj = argoapp.project(project)
     pending: list[dict[str, Any]] = [p for p in mine.get("pending", []) if isinstance(p, dict)]
     steady = {**obj, "status": {k: v for k, v in obj["status"].items() if k != "reconciledAt"}}  # every step's
     seen = json.dumps([steady, {t: [[d.service, d.recipient] for d in ds] for t, ds in sorted(found.items())},
-                       repr(config)], sort_keys=True, default=str)
+                       repr(config), proj], sort_keys=True, default=str)
     digest = hashlib.sha256(seen.encode()).hexdigest()[:32]
     opened: dict[str, str] | None = None
 
@@ -100,12 +102,12 @@ def run(config: NotificationsConfig, app: Application, state: AppState, record: 
     if found and digest != mine.get("digest"):
         notified = argo.Notified(mine.get("notified"))
         for view in (*_running_view(app, state, mine), obj):
-            env = argo.variables(view, config.context, secret_values())
+            env = argo.variables(view, config.context, secret_values(), project=proj)
             results = argo.evaluate(config, sorted(found), env, errors)
             for send in argo.due(results, found, notified, int(now)):
                 pending.append({"trigger": send.trigger, "key": send.key, "templates": list(send.templates),
                                 "service": send.destination.service, "recipient": send.destination.recipient,
-                                "app": view, "attempts": 0, "next_at": 0.0})
+                                "app": view, "project": proj, "attempts": 0, "next_at": 0.0})
         mine["notified"] = notified.persisted()
     mine["digest"] = digest
     if state.operation is not None:
@@ -134,7 +136,7 @@ def _deliver(config: NotificationsConfig, ready: list[dict[str, Any]], secrets: 
     for item in ready:
         dest = argo.Destination(str(item.get("service")), str(item.get("recipient", "")))
         messages.append((argo.merged(config, [str(t) for t in item.get("templates", [])]),
-                         argo.variables(item.get("app") or {}, config.context, secrets, dest)))
+                         argo.variables(item.get("app") or {}, config.context, secrets, dest, item.get("project"))))
     try:
         rendered = argo.render(messages)
     except TemplateError as exc:

@@ -415,8 +415,9 @@ def _argo(runtime: Runtime, ctx: Context, app: Application, state: AppState, rec
     """Argo CD Notifications of argocd-notifications-cm (`tidecd.notify.controller`)."""
     wire = services.Wire(github=controller.github_for(ctx.github, ctx.api_url, runtime.store),
                          github_api_url=ctx.api_url, publisher=ctx.publisher)
-    return controller.run(runtime.config().argo_settings.notifications, app, state, record,
-                          secrets=runtime.notifications_secret, wire=wire, clock=clock, deadline=deadline)
+    config = runtime.config()
+    return controller.run(config.argo_settings.notifications, app, state, record, secrets=runtime.notifications_secret,
+                          wire=wire, clock=clock, deadline=deadline, project=config.projects.get(app.project))
 
 
 def _iso(epoch: float) -> str:
