@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import email
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,8 @@ from tidecd.clients.pubsub import PUBLISH_TIMEOUT, Message, PublishFailed
 from tidecd.clients.secrets import KeyPair, seal_secret
 from tidecd.clients.store import MemoryStore, read_json
 from tidecd.config import argocd_cm
+from tidecd.config.appset.gotemplate import TemplateError
+from tidecd.config.appset.gotemplate import go as gotemplate_go
 from tidecd.config.argocd_settings import ArgoSettings
 from tidecd.config.model import AppProject, Config
 from tidecd.config.notifications import NotificationsConfig
@@ -421,8 +423,13 @@ def test_the_catalog_sends_argo_cds_messages_through_reconcile_steps(
             if dispatch.reconcile_step(runtime, "web", budget=1.0).continue_after is None:
                 break
         runs: list[str] = []
-        real_run = argo.helper.run
-        monkeypatch.setattr(argo.helper, "run", lambda batch: runs.append(batch["mode"]) or real_run(batch))
+        real_run = gotemplate_go.run
+
+        def counted(batch: Mapping[str, Any]) -> list[str | TemplateError]:
+            runs.append(str(batch["mode"]))
+            return real_run(batch)
+
+        monkeypatch.setattr(gotemplate_go, "run", counted)
         dispatch.reconcile_step(runtime, "web", budget=1.0)  # a quiet step sends nothing more
         assert runs == []  # and evaluates nothing: the app as Argo CD shows it did not change
         slack = [(r.form()["channel"], r.form()["text"]) for r in receivers.to("/slack/")]
@@ -440,6 +447,7 @@ def test_the_catalog_sends_argo_cds_messages_through_reconcile_steps(
         for _ in range(4):
             if dispatch.reconcile_step(runtime, "web", budget=1.0).continue_after is None:
                 break
+        assert {"expr", "notify"} <= set(runs)  # the next change is evaluated (so the count above counts)
         subjects = [email.message_from_string(m.data)["Subject"] for m in smtp.mails]
         assert subjects == ["Start syncing application web."] * 2 + ["Failed to sync application web."]
         failure = email.message_from_string(smtp.mails[2].data)
