@@ -225,10 +225,17 @@ def test_immutable_field_change_suggests_replace(gitops: GitOps) -> None:
     gitops.sync()
     state = gitops.state()
     assert state.operation is not None and state.operation.phase == "Failed"
-    assert "immutable" in state.operation.message and "Replace=true" in state.operation.message
+    assert "immutable" in state.operation.message and "Replace=true,Force=true" in state.operation.message
     assert "(value omitted)" in state.operation.message and len(state.operation.message) < 600
+    # Argo CD (sync-options.md, TestSyncWithForceReplace): a plain replace fails on an immutable field too;
+    # Force=true deletes the object and creates it again
     gitops.push({"app/job.yaml": job("once", "echo 2",
                                      annotations={"argocd.argoproj.io/sync-options": "Replace=true"})})
+    gitops.sync()
+    state = gitops.state()
+    assert state.operation is not None and state.operation.phase == "Failed" and "immutable" in state.operation.message
+    gitops.push({"app/job.yaml": job("once", "echo 2",
+                                     annotations={"argocd.argoproj.io/sync-options": "Replace=true,Force=true"})})
     gitops.sync()
     assert_succeeded(gitops.state())
 

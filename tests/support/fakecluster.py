@@ -109,7 +109,7 @@ class FakeCluster:
                                                    {"type": "NamesAccepted", "status": "True"}]}
             return copy.deepcopy(merged)
 
-    def replace(self, obj: Manifest) -> Manifest:
+    def replace(self, obj: Manifest, *, force: bool = False) -> Manifest:
         self._call("replace", ResourceKey.of(obj))
         return self.apply(obj)
 

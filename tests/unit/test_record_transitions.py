@@ -94,7 +94,7 @@ TRANSITIONS: dict[str, Callable[[AppState], object]] = {
     "decided": lambda s: record.decided(s, decision.Decision(
         decision.RunTasks(Phase.SYNC, 3, (WEB_TASK,), final=True),
         (TaskResult(WEB, "Sync", 3, False, Action.UNCHANGED, TaskPhase.SUCCEEDED),), "wave 3")),
-    "dry_run": lambda s: record.dry_run(s, FAILED, [ChangeEntry(OLD, Action.FAILED, "known")]),
+    "dry_run": lambda s: record.dry_run(s, FAILED, [ChangeEntry(OLD, Action.FAILED, "known")], decision.DryRun(())),
     "hooks_intended": lambda s: record.hooks_intended(s, decision.RunTasks(Phase.PRE_SYNC, 0, (HOOK_TASK,), False)),
     "ran": lambda s: record.ran(s, WRITTEN),
     "pruned": lambda s: record.pruned(s, decision.Prune(((OLD, 0), (WEB, 1)), True), Executed(

@@ -97,11 +97,12 @@ class ApiTooLarge(ApiError, PermanentError):
 
 
 class ApiInvalid(ApiError, PermanentError):
-    """422: the object fails validation; an immutable field needs `Replace=true`."""
+    """422: the object fails validation; an immutable field needs `Replace=true,Force=true`."""
 
     def hint(self, message: str) -> str:
         if any(marker in message for marker in IMMUTABLE):
-            return " (the field cannot change in place; add the sync option Replace=true to recreate the object)"
+            return (" (the field cannot change in place; add the sync options Replace=true,Force=true to "
+                    "recreate the object)")
         return ""
 
 
@@ -184,7 +185,7 @@ class Cluster(Protocol):
 
     def apply(self, obj: Manifest, *, dry_run: bool = False) -> Manifest: ...
 
-    def replace(self, obj: Manifest) -> Manifest: ...
+    def replace(self, obj: Manifest, *, force: bool = False) -> Manifest: ...
 
     def delete(self, key: ResourceKey, *, propagation: str = "Background") -> None: ...
 
@@ -396,9 +397,10 @@ class KubeCluster:
                                  query={"fieldManager": constants.FIELD_MANAGER},
                                  content_type="application/merge-patch+json", key=key))
 
-    def replace(self, obj: Manifest) -> Manifest:
-        """Sync option Replace=true: PUT the object whole (POST when absent). When a field is immutable,
-        delete the object and create it again, as `kubectl replace --force` does."""
+    def replace(self, obj: Manifest, *, force: bool = False) -> Manifest:
+        """Sync option Replace=true: PUT the object whole (POST when absent). A field that cannot change
+        fails it, as `kubectl replace` does; with `force` (Force=true) the object is deleted and created
+        again instead, as `kubectl replace --force` recreates it."""
         key = ResourceKey.of(obj)
         res = self.resource(key.group, key.kind)
         query = {"fieldManager": constants.FIELD_MANAGER}
@@ -408,7 +410,7 @@ class KubeCluster:
             try:
                 return dict(self.request("PUT", res.path(key.namespace, key.name), body=body, query=query, key=key))
             except ApiError as exc:
-                if not (exc.is_invalid and "immutable" in str(exc)):
+                if not (force and exc.is_invalid and any(marker in str(exc) for marker in IMMUTABLE)):
                     raise
             self.delete(key, propagation="Background")
             self._wait_gone(key)

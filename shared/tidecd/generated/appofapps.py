@@ -122,10 +122,10 @@ class ChildCluster:
                 result["status"] = current["status"]
         return result
 
-    def replace(self, obj: Manifest) -> Manifest:
+    def replace(self, obj: Manifest, *, force: bool = False) -> Manifest:
         key = ResourceKey.of(obj)
         if not is_child_kind(key.group, key.kind):
-            return self.inner.replace(obj)
+            return self.inner.replace(obj, force=force)
         return self.apply(obj)
 
     def delete(self, key: ResourceKey, *, propagation: str = "Background") -> None:

@@ -228,6 +228,15 @@ class Progress:
     wave: int | None = None
     checked: bool = False  # the dry-run of everything it will apply passed (no write happens before)
     pruned: bool = False
+    # objects whose dry-run waits for their own group: refused before the first write, for a reason an
+    # earlier group of the sync may lift (`sync.decide.DryRun.later`); each `ResourceKey.to_dict()`
+    deferred: list[dict[str, str]] = field(default_factory=list)
+
+    def deferred_keys(self) -> frozenset[ResourceKey]:
+        """The deferred objects (an entry that does not read as a key is dropped)."""
+        entries = self.deferred if isinstance(self.deferred, list) else []
+        return frozenset(ResourceKey.from_dict(e) for e in entries
+                         if isinstance(e, dict) and {"group", "kind", "name"} <= e.keys())
 
 
 _GROUPS: dict[str, tuple[type[Any], dict[str, str]]] = {  # group field -> its type, {stored name: field name}
@@ -237,7 +246,7 @@ _GROUPS: dict[str, tuple[type[Any], dict[str, str]]] = {  # group field -> its t
     "retry": (RetryState, {"retry_count": "count", "next_attempt_at": "next_attempt_at",
                            "step_errors": "step_errors", "retryable": "retryable",
                            "outage_since": "outage_since"}),
-    "progress": (Progress, {"wave": "wave", "checked": "checked", "pruned": "pruned"}),
+    "progress": (Progress, {"wave": "wave", "checked": "checked", "pruned": "pruned", "deferred_checks": "deferred"}),
 }
 
 

@@ -20,7 +20,7 @@ from tidecd.step.observe import Target, each, read
 from tidecd.sync import decide as decision
 from tidecd.sync import options as syncoptions
 from tidecd.sync import plan
-from tidecd.sync.apply import REPLACE, apply_task, explain
+from tidecd.sync.apply import NotingRefusals, apply_task, explain, writes_synced
 from tidecd.sync.hooks import create_hook, delete_earlier_copies, dry_run_hook
 from tidecd.sync.prune import prune
 
@@ -45,6 +45,7 @@ class Executed:
     applied: tuple[Applied, ...] = ()
     written: Mapping[ResourceKey, Manifest] = field(default_factory=dict)
     read: tuple[tuple[ResourceKey, Manifest | None], ...] = ()
+    refused: Mapping[ResourceKey, int] = field(default_factory=dict)  # a dry-run's refusals: HTTP status
 
 
 def managed_namespace(app: Application, namespace: str) -> Manifest:
@@ -64,8 +65,9 @@ def create_namespace(target: Target, step: decision.CreateNamespace) -> Executed
 
 def dry_run(target: Target, step: decision.DryRun, live: Mapping[ResourceKey, Manifest],
             out_of_sync: set[ResourceKey], *, operation_dry_run: bool) -> Executed:
-    """The server's dry-run of every task the operation will apply (hooks as they will be created)."""
-    cluster, name = target.cluster, target.name
+    """The server's dry-run of every task the operation will apply (hooks as they will be created), and
+    the HTTP status of each refusal."""
+    cluster, name = NotingRefusals(target.cluster), target.name
 
     def one(task: plan.Task) -> ChangeEntry:
         if task.hook:
@@ -78,7 +80,7 @@ def dry_run(target: Target, step: decision.DryRun, live: Mapping[ResourceKey, Ma
         except UnknownKind as exc:
             return ChangeEntry(task.key, Action.FAILED, str(exc))
 
-    return Executed(tuple(each(one, step.tasks)))
+    return Executed(tuple(each(one, step.tasks)), refused=dict(cluster.statuses))
 
 
 def delete_hooks(target: Target, step: decision.DeleteHooks) -> Executed:
@@ -97,6 +99,7 @@ def run_tasks(target: Target, step: decision.RunTasks, live: Mapping[ResourceKey
     cluster, name = target.cluster, target.name
     respect = target.app.sync_policy.has_option("RespectIgnoreDifferences=true")
     only_out_of_sync = target.app.sync_policy.has_option("ApplyOutOfSyncOnly=true")
+    rules = target.config.ignore_differences_of(target.app)
     applied: dict[ResourceKey, Manifest] = {}
 
     def note(key: ResourceKey, result: Manifest) -> None:
@@ -109,13 +112,13 @@ def run_tasks(target: Target, step: decision.RunTasks, live: Mapping[ResourceKey
                 delete_earlier_copies(cluster, task, name, operation_id)
             entry, uid = create_hook(cluster, task, name, operation_id)
             return Applied(task, entry, uid)
-        if task.key in live and task.key not in out_of_sync and not (task.has_option(REPLACE) and not only_out_of_sync):
-            # Replace=true is written on every sync even when it compares Synced, as Argo CD replaces it
-            # (unless ApplyOutOfSyncOnly=true leaves synced objects alone)
+        current = live.get(task.key)
+        kept = respect_ignored(task.obj, current, rules)  # git's object with the live values of ignored fields
+        if current is not None and task.key not in out_of_sync and not writes_synced(
+                task, only_out_of_sync=only_out_of_sync, respect=respect, hidden=kept != task.obj):
             return Applied(task, ChangeEntry(task.key, Action.UNCHANGED))
         if respect:
-            obj = respect_ignored(task.obj, live.get(task.key), target.config.ignore_differences_of(target.app))
-            task = dataclasses.replace(task, obj=obj)
+            task = dataclasses.replace(task, obj=kept)
         return Applied(task, apply_task(cluster, task, name, dry_run=False, exists=live.__contains__,
                                         written=note, argocd_marks=target.argocd_marks))
 

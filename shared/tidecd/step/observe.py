@@ -30,7 +30,7 @@ from tidecd.state.app import CachedComparison
 from tidecd.step.desired import Desired
 from tidecd.step.quiet import live_digest
 from tidecd.sync import plan
-from tidecd.sync.apply import conflict, explain, owned_by, with_ownership
+from tidecd.sync.apply import conflict, explain, namespace_metadata_stale, owned_by, with_ownership
 
 CONCURRENCY = 8  # concurrent cluster calls of one step (dry-runs, applies, gets)
 
@@ -290,6 +290,19 @@ def missing_namespaces(cluster: KubeCluster, tasks: Iterable[plan.Task], live: M
         if cluster.get(key) is None:
             missing.add(ns)
     return frozenset(missing)
+
+
+def namespace_stale(target: Target, namespace: str) -> frozenset[ResourceKey]:
+    """CreateNamespace=true's namespace, when it exists and the app's `managedNamespaceMetadata` does not
+    hold on it (`sync.apply.namespace_metadata_stale`); else nothing. Not read when the app sets no metadata,
+    nor when the namespace is one of the app's own objects (git's Namespace wins: Argo CD creates none)."""
+    policy = target.app.sync_policy
+    labels, annotations = dict(policy.namespace_labels), dict(policy.namespace_annotations)
+    key = ResourceKey("", "Namespace", "", namespace)
+    if not namespace or not (labels or annotations) \
+            or any(t.key == key for t in target.tasks):
+        return frozenset()
+    return frozenset({key}) if namespace_metadata_stale(target.cluster.get(key), labels, annotations) else frozenset()
 
 
 def unserved(cluster: KubeCluster, tasks: Iterable[plan.Task]) -> frozenset[tuple[str, str]]:

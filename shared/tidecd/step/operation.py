@@ -82,4 +82,5 @@ def policy_of(app: Application) -> decision.Policy:
         backoff_max_seconds=retry.backoff.max_duration_seconds if retry else 180.0,
         outage_retries=retry.limit if retry else decision.DEFAULT_OUTAGE_RETRIES, retry_configured=retry is not None,
         create_namespace=app.destination.namespace if policy.has_option("CreateNamespace=true") else "",
+        apply_out_of_sync_only=policy.has_option("ApplyOutOfSyncOnly=true"),
     )

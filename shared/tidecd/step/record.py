@@ -284,20 +284,28 @@ def decided(state: AppState, found: decision.Decision) -> AppState:
 # -- what was executed ---------------------------------------------------------------------------------
 
 
-def dry_run(state: AppState, done: Executed,
-            known: Iterable[ChangeEntry]) -> tuple[AppState, list[ChangeEntry], str]:
+def dry_run(state: AppState, done: Executed, known: Iterable[ChangeEntry],
+            step: decision.DryRun) -> tuple[AppState, list[ChangeEntry], str]:
     """The dry-run's entries for the change set, and the failure message ("" when every object passed;
-    the operation is then `checked`). Known failures come from the comparison's own dry-runs."""
+    the operation is then `checked`). Known failures come from the comparison's own dry-runs. Refusals that
+    wait for their group (`decide.waiting_for_their_group`) are no failure yet: the operation keeps them
+    in `deferred` and dry-runs them again there."""
+    if step.at_group:
+        return _dry_run_at_group(state, done, step)
     op = _operation(state)
     entries = list(done.entries)
-    failures = [e for e in entries if e.action is Action.FAILED] + list(known)
+    waiting = decision.waiting_for_their_group(step, done.refused)
+    failures = [e for e in entries if e.action is Action.FAILED and e.key not in waiting] + list(known)
     shown = list(entries) if op.request.dry_run else []
     results = list(op.results)
     if op.request.dry_run:  # what it would do to each object (and each hook it would run) is its result
         results += [_would(entry) for entry in entries if entry.action is not Action.FAILED]
+        results += [_would(replace(entry, action=Action.CREATED, message=f"checked at its wave: {entry.message}"))
+                    for entry in entries if entry.key in waiting]
     if not failures:
-        return _with_operation(state, replace(op, results=results,
-                                              progress=replace(op.progress, checked=True))), shown, ""
+        deferred = [key.to_dict() for key in sorted(waiting)]
+        return _with_operation(state, replace(op, results=results, progress=replace(
+            op.progress, checked=True, deferred=deferred))), shown, ""
     for entry in failures:
         if not op.request.dry_run or entry not in entries:
             shown.append(entry)
@@ -306,6 +314,24 @@ def dry_run(state: AppState, done: Executed,
     new = _with_operation(state, replace(op, results=results, retry=replace(op.retry, retryable=retryable)))
     return new, shown, ("one or more objects failed to apply (dry run), nothing was written: "
                         + "; ".join(f"{e.key}: {e.message}" for e in failures))
+
+
+def _dry_run_at_group(state: AppState, done: Executed,
+                      step: decision.DryRun) -> tuple[AppState, list[ChangeEntry], str]:
+    """A deferred dry-run, before its group's first write: each refusal is that task's failed result (the
+    decision then runs the SyncFail hooks and fails the operation, nothing of the group written)."""
+    op = _operation(state)
+    tasks = {t.key: t for t in step.tasks}
+    failed = [e for e in done.entries if e.action is Action.FAILED]
+    results = list(op.results)
+    for entry in failed:
+        task = tasks[entry.key]
+        results.append(TaskResult(entry.key, task.phase.value, task.wave, task.hook, Action.FAILED,
+                                  TaskPhase.FAILED, f"{entry.message} (dry run, before its wave)"))
+    deferred = [key.to_dict() for key in sorted(op.progress.deferred_keys() - tasks.keys())]
+    retryable = op.retry.retryable and all(e.temporary for e in failed)
+    return _with_operation(state, replace(op, results=results, progress=replace(op.progress, deferred=deferred),
+                                          retry=replace(op.retry, retryable=retryable))), failed, ""
 
 
 def _would(entry: ChangeEntry) -> TaskResult:

@@ -113,6 +113,8 @@ class Facts:
     unserved: frozenset[tuple[str, str]] = frozenset()
     missing_namespaces: frozenset[str] = frozenset()
     violations: str = ""
+    # CreateNamespace's Namespace, when `sync.apply.namespace_metadata_stale` (read before an operation's first write)
+    stale: frozenset[ResourceKey] = frozenset()
 
 
 class Observer:
@@ -233,7 +235,7 @@ class Observer:
         target, resources, facts = self.current, self.comparison.resources, self.facts
         return decision.Observation(
             app=target.name, revision=target.desired.revision, tasks=target.tasks, live=dict(self.view.live),
-            out_of_sync=frozenset(r.key for r in resources if r.status is not SyncStatus.SYNCED),
+            out_of_sync=frozenset(r.key for r in resources if r.status is not SyncStatus.SYNCED) | facts.stale,
             dry_run_errors={r.key: r.error for r in resources if r.error.startswith("dry-run failed")},
             inventory=tuple(i for i in self.state.inventory_keys() if not target.excluded_kind(i[0])),
             unserved=facts.unserved, missing_namespaces=facts.missing_namespaces, violations=facts.violations,
@@ -395,10 +397,12 @@ class Step:
         if self.state.origin.rebuilt:
             self.state = record.inventory(self.state, [(k, 0) for k, obj in self.eye.view.live.items()
                                                        if owned_by(obj, app.name) and k not in target.hook_keys])
-        self.eye.facts = Facts(observe.unserved(target.cluster, target.tasks),
-                           observe.missing_namespaces(target.cluster, target.tasks, self.eye.view.live,
-                                                      policy_of(app).create_namespace), violations)
         op = self.state.operation
+        namespace = policy_of(app).create_namespace
+        self.eye.facts = Facts(observe.unserved(target.cluster, target.tasks),
+                               observe.missing_namespaces(target.cluster, target.tasks, self.eye.view.live, namespace),
+                               violations, observe.namespace_stale(target, namespace)
+                               if op is not None and op.running and not op.progress.checked else frozenset())
         if op is not None and op.running:
             self.state = record.forgiven(self.state)  # observed fine: earlier blips are forgiven
         # a generated app being deleted is pruned whatever the windows say (Argo CD never blocks deletion)
@@ -476,7 +480,8 @@ class Step:
         elif isinstance(step, decision.CreateNamespace):
             execute.create_namespace(target, step)
             self.eye.facts = dataclasses.replace(self.eye.facts,
-                                             missing_namespaces=self.eye.facts.missing_namespaces - {step.namespace})
+                                             missing_namespaces=self.eye.facts.missing_namespaces - {step.namespace},
+                                             stale=frozenset())
         elif isinstance(step, decision.DryRun):
             self.dry_run(step)
         elif isinstance(step, decision.DeleteHooks):
@@ -508,7 +513,7 @@ class Step:
                                operation_dry_run=bool(op and op.request.dry_run))
         temporary = {r.key for r in self.eye.comparison.resources if r.temporary}
         known = [ChangeEntry(k, Action.FAILED, m, temporary=k in temporary) for k, m in step.known_failures]
-        self.state, shown, failure = record.dry_run(self.state, done, known)
+        self.state, shown, failure = record.dry_run(self.state, done, known, step)
         self.add(shown)
         if failure:
             self.finish(OperationPhase.FAILED, failure)

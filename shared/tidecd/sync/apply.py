@@ -8,16 +8,17 @@ written only for an app that opts in (`tidecd.io/write-argocd-tracking: "true"`)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from tidecd.base import ownership
+from tidecd.base import constants, ownership
 from tidecd.base.errors import TemporaryError
 from tidecd.base.model import Action, ChangeEntry, Manifest, ResourceKey
-from tidecd.clients.cluster import ApiError, Cluster, UnknownKind
+from tidecd.clients.cluster import ApiError, ApiResource, Cluster, UnknownKind
 from tidecd.sync.plan import Task
 
 REPLACE = "Replace=true"
+FORCE = "Force=true"
 
 
 def with_ownership(obj: Manifest, app: str, *, argocd: bool = False) -> Manifest:
@@ -37,6 +38,70 @@ def conflict(live: Manifest, app: str) -> str:
     return found.describe() if found else ""
 
 
+class NotingRefusals:
+    """A `Cluster` that passes every call on and notes the HTTP status of each refused apply, by object (the
+    dry-run's refusals, which `sync.decide.waiting_for_their_group` sorts). The step's pool calls it from
+    several threads, each for another object."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.statuses: dict[ResourceKey, int] = {}
+
+    def resource(self, group: str, kind: str) -> ApiResource:
+        return self.cluster.resource(group, kind)
+
+    def get(self, key: ResourceKey) -> Manifest | None:
+        return self.cluster.get(key)
+
+    def list(self, group: str, kind: str, *, namespace: str = "", label_selector: str = "") -> list[Manifest]:
+        return self.cluster.list(group, kind, namespace=namespace, label_selector=label_selector)
+
+    def apply(self, obj: Manifest, *, dry_run: bool = False) -> Manifest:
+        try:
+            return self.cluster.apply(obj, dry_run=dry_run)
+        except ApiError as exc:
+            self.statuses[ResourceKey.of(obj)] = exc.status
+            raise
+
+    def replace(self, obj: Manifest, *, force: bool = False) -> Manifest:
+        return self.cluster.replace(obj, force=force)
+
+    def delete(self, key: ResourceKey, *, propagation: str = "Background") -> None:
+        self.cluster.delete(key, propagation=propagation)
+
+
+def namespace_metadata_stale(live: Manifest | None, labels: Mapping[str, str], annotations: Mapping[str, str]) -> bool:
+    """`managedNamespaceMetadata` of an existing namespace needs a write: a label or annotation it names is
+    missing or has another value, or one that tidecd's apply set (its field manager owns it) is no longer
+    named. Argo CD applies the namespace's metadata server-side on every sync; tidecd leaves out the
+    applies that change nothing. A namespace that does not exist (None) is created anyway."""
+    if live is None:
+        return False
+    meta = live.get("metadata") or {}
+    for wanted, have in ((labels, meta.get("labels") or {}), (annotations, meta.get("annotations") or {})):
+        if any(have.get(name) != value for name, value in wanted.items()):
+            return True
+    for entry in meta.get("managedFields") or []:
+        if not isinstance(entry, dict) or entry.get("manager") != constants.FIELD_MANAGER:
+            continue
+        owned = ((entry.get("fieldsV1") or {}).get("f:metadata") or {})
+        for field_name, wanted in (("f:labels", labels), ("f:annotations", annotations)):
+            if any(name.removeprefix("f:") not in wanted for name in owned.get(field_name) or {}):
+                return True
+    return False
+
+
+def writes_synced(task: Task, *, only_out_of_sync: bool, respect: bool, hidden: bool) -> bool:
+    """Whether a sync writes a live object that compares Synced. Argo CD applies every object of the sync,
+    Synced ones too, unless `ApplyOutOfSyncOnly=true`; tidecd leaves out only the writes that cannot change
+    anything. So a Synced object is written when it is `Replace=true` (replaced whole on every sync), or when
+    `ignoreDifferences` rules hide a difference (`hidden`: the apply resets those fields to git) and
+    `RespectIgnoreDifferences=true` does not keep them."""
+    if only_out_of_sync:
+        return False
+    return task.has_option(REPLACE) or (hidden and not respect)
+
+
 def apply_task(cluster: Cluster, task: Task, app: str, *, dry_run: bool,
                exists: Callable[[ResourceKey], bool],
                written: Callable[[ResourceKey, Manifest], None] | None = None,
@@ -52,7 +117,8 @@ def apply_task(cluster: Cluster, task: Task, app: str, *, dry_run: bool,
                 return ChangeEntry(task.key, Action.FAILED, unserved_message(task.key), **placed(task))
             cluster.apply(obj, dry_run=True)
         else:
-            result = cluster.replace(obj) if task.has_option(REPLACE) else cluster.apply(obj)
+            result = cluster.replace(obj, force=task.has_option(FORCE)) if task.has_option(REPLACE) else \
+                cluster.apply(obj)
             if written is not None:
                 written(task.key, result)
     except ApiError as exc:

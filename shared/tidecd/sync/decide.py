@@ -24,7 +24,7 @@ How an operation advances (gitops-engine's `sync_context.go`, matched):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 
 from tidecd import health
@@ -66,6 +66,8 @@ class Policy:
     # or DEFAULT_OUTAGE_RETRIES when the app sets no retry (negative: for ever).
     outage_retries: int = DEFAULT_OUTAGE_RETRIES
     retry_configured: bool = False  # the app sets syncPolicy.retry (the messages say whose limit it was)
+    # ApplyOutOfSyncOnly=true: objects that compare Synced are no task of the sync (no write, no result)
+    apply_out_of_sync_only: bool = False
 
     def retry_delay(self, retry_count: int) -> float:
         return min(self.backoff_seconds * self.backoff_factor ** retry_count, self.backoff_max_seconds)
@@ -101,6 +103,7 @@ class Observation:
     revision: str
     tasks: tuple[Task, ...]  # the plan of the desired manifests (hooks included)
     live: Mapping[ResourceKey, Manifest]  # live objects of desired resources, hooks and the inventory
+    # OutOfSync resources; and CreateNamespace's Namespace when it exists and managedNamespaceMetadata does not hold
     out_of_sync: frozenset[ResourceKey] = frozenset()
     dry_run_errors: Mapping[ResourceKey, str] = field(default_factory=dict)  # from the comparison
     inventory: tuple[tuple[ResourceKey, int], ...] = ()
@@ -164,10 +167,18 @@ class CreateNamespace:
 
 @dataclass(frozen=True)
 class DryRun:
-    """Server-side dry-run of `tasks`; the operation is marked checked only if every one passes."""
+    """Server-side dry-run of `tasks`; the operation is marked checked only if every one passes.
+
+    Before the first write every task is dry-run; `later` names those in a group after the first one that
+    writes. Argo CD's dry-run is kubectl's client-side one (no admission), so an object refused only for
+    what an earlier group of the same sync creates (a Pod's ServiceAccount, a quota, a Role) syncs there:
+    such a refusal of a `later` object (not 400/422, which are about the object itself) waits for its
+    group, and `at_group` is its dry-run there, before any write of that group."""
 
     tasks: tuple[Task, ...]
     known_failures: tuple[tuple[ResourceKey, str], ...] = ()  # failed already in the comparison's dry-run
+    later: frozenset[ResourceKey] = frozenset()
+    at_group: bool = False
 
 
 @dataclass(frozen=True)
@@ -300,6 +311,16 @@ def selected(obs: Observation, op: Operation) -> list[Task]:
     return [t for t in obs.tasks if not t.hook and t.key in only]
 
 
+def out_of_sync_only(tasks: list[Task], obs: Observation,
+                     recorded: Container[tuple[ResourceKey, str]]) -> list[Task]:
+    """`ApplyOutOfSyncOnly=true` (gitops-engine's `filterOutOfSyncTasks`): a resource that exists and compares
+    Synced is no task of the sync at all: not applied, not dry-run, no result, and its wave is not waited
+    for. Hooks, new objects and OutOfSync ones stay; so does a task this operation already ran (it compares
+    Synced because it was applied)."""
+    return [t for t in tasks if t.hook or t.key not in obs.live or t.key in obs.out_of_sync
+            or (t.key, t.phase.value) in recorded]
+
+
 def group_of(task: Task) -> tuple[int, int, int]:
     foundation = 0 if (task.key.kind in FOUNDATION_KINDS and not task.hook) else 1
     return PHASE_ORDER.index(task.phase), task.wave, foundation
@@ -358,6 +379,8 @@ def _advance(obs: Observation, op: Operation, policy: Policy,
         return Terminate(tuple(r.key for r in results.values()
                                if r.hook and r.phase is TaskPhase.RUNNING and _is_ours(obs.live.get(r.key), op)))
     tasks = selected(obs, op)
+    if policy.apply_out_of_sync_only:
+        tasks = out_of_sync_only(tasks, obs, results)
     if not op.progress.checked:
         return _check(obs, op, policy, tasks)
     if op.request.dry_run:
@@ -393,6 +416,9 @@ def _advance(obs: Observation, op: Operation, policy: Policy,
             if all((obs.live[k].get("metadata") or {}).get("deletionTimestamp") for k in old):
                 return Wait(tuple(old), f"waiting for deletion of {_keys_text(old, 'hooks')}")
             return DeleteHooks(tuple(old), BEFORE_HOOK_CREATION)
+        recheck = [t for t in group if t.key in op.progress.deferred_keys()]
+        if recheck:
+            return DryRun(tuple(recheck), at_group=True)
         is_final = first == final and not any(t.hook for t in pending)
         return RunTasks(group[0].phase, group[0].wave, tuple(group), final=is_final)
     if not op.progress.pruned:
@@ -423,8 +449,10 @@ def _check(obs: Observation, op: Operation, policy: Policy, tasks: list[Task]) -
                              f"{ALLOW_TAKEOVER} to the object to move it to this app)")
     if conflicts:
         return Finish(OperationPhase.FAILED, "; ".join(conflicts))
-    if not op.request.dry_run and policy.create_namespace in obs.missing_namespaces:
-        return CreateNamespace(policy.create_namespace)
+    if not op.request.dry_run and policy.create_namespace and (
+            policy.create_namespace in obs.missing_namespaces
+            or ResourceKey("", "Namespace", "", policy.create_namespace) in obs.out_of_sync):
+        return CreateNamespace(policy.create_namespace)  # created, or its managedNamespaceMetadata applied
     crd_kinds, declared_namespaces = obs.crd_kinds, {t.key.name for t in tasks if t.key.kind == "Namespace"}
     to_run, known = [], []
     for task in tasks:
@@ -445,7 +473,32 @@ def _check(obs: Observation, op: Operation, policy: Policy, tasks: list[Task]) -
         elif task.key in obs.dry_run_errors and not task.has_option(REPLACE):
             known.append((task.key, obs.dry_run_errors[task.key]))
         # otherwise the comparison's dry-run of this object passed already
-    return DryRun(tuple(to_run), tuple(known))
+    return DryRun(tuple(to_run), tuple(known), later_than_first_write(obs, tasks, to_run))
+
+
+# Refusals about the object itself (malformed, a field invalid or unknown): no earlier write can lift them.
+INTRINSIC_REFUSALS = frozenset({400, 422})
+
+
+def waiting_for_their_group(step: DryRun, refused: Mapping[ResourceKey, int]) -> frozenset[ResourceKey]:
+    """The refusals of a dry-run before the first write (HTTP status by object) that wait for their group:
+    objects `later` than the first write, refused for something around them (403: admission found no
+    ServiceAccount, a quota, a webhook; 404: something they name is missing; a temporary error)."""
+    if step.at_group:
+        return frozenset()
+    return frozenset(key for key, status in refused.items()
+                     if key in step.later and status not in INTRINSIC_REFUSALS)
+
+
+def later_than_first_write(obs: Observation, tasks: list[Task], checked: list[Task]) -> frozenset[ResourceKey]:
+    """The `checked` tasks in a group after the first group that writes something (a hook, a new object, an
+    OutOfSync or Replace=true one): what that write creates or changes may be what admits them."""
+    writes = [group_of(t) for t in tasks if t.phase is not Phase.SYNC_FAIL and (
+        t.hook or t.key not in obs.live or t.key in obs.out_of_sync or t.has_option(REPLACE))]
+    if not writes:
+        return frozenset()
+    first = min(writes)
+    return frozenset(t.key for t in checked if group_of(t) > first)
 
 
 def _candidates(obs: Observation, op: Operation) -> tuple[tuple[ResourceKey, int], ...]:
@@ -506,6 +559,8 @@ def describe(step: Step) -> str:
             return message
         case RunTasks(phase=phase, wave=wave, tasks=tasks):
             return f"{phase.value} wave {wave}: applying {len(tasks)} task(s)"
+        case DryRun(tasks=tasks, at_group=True):
+            return f"dry-run of {len(tasks)} object(s) before their wave"
         case DryRun(tasks=tasks):
             return f"dry-run of {len(tasks)} object(s) before the first write"
         case Prune(candidates=candidates):
