@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import socketserver
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+
+from tidecd.clients.pubsub import PUBLISH_TIMEOUT, Message, PublishFailed
 
 SLACK_TOKEN = "xoxb-test-token"  # noqa: S105 - a test value
 OPSGENIE_KEY = "opsgenie-key"
@@ -127,6 +129,18 @@ def receivers() -> Iterator[Receivers]:
     yield state
     server.shutdown()
     server.server_close()
+
+
+class Published:
+    """A Pub/Sub publisher that keeps what it is given: (topic, data, attributes)."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, bytes, dict[str, str]]] = []
+
+    def publish(self, topic: str, messages: Sequence[Message], *,
+                timeout: float = PUBLISH_TIMEOUT) -> list[PublishFailed | None]:
+        self.messages.extend((topic, m.data, dict(m.attributes)) for m in messages)
+        return [None] * len(messages)
 
 
 @dataclass

@@ -8,7 +8,7 @@ import hashlib
 import hmac
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -16,9 +16,9 @@ import pytest
 
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
 from tests.support.github_standin import GitHubStandIn
+from tests.support.receivers import Published
 from tidecd.base.model import HealthStatus, SyncStatus
 from tidecd.clients import metrics
-from tidecd.clients.pubsub import PUBLISH_TIMEOUT, Message, PublishFailed
 from tidecd.clients.store import MemoryStore, read_json
 from tidecd.notify import deliver as notify
 from tidecd.notify import events as notify_events
@@ -147,16 +147,6 @@ def receiver() -> Iterator[Receiver]:
     server = Receiver(HMAC_KEY)
     yield server
     server.close()
-
-
-class Published:
-    def __init__(self) -> None:
-        self.messages: list[tuple[str, bytes, dict[str, str]]] = []
-
-    def publish(self, topic: str, messages: Sequence[Message], *,
-                timeout: float = PUBLISH_TIMEOUT) -> list[PublishFailed | None]:
-        self.messages.extend((topic, m.data, dict(m.attributes)) for m in messages)
-        return [None] * len(messages)
 
 
 CONFIGMAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web"}, "data": {"k": "v1"}}

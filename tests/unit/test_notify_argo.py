@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import email
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +16,10 @@ import pytest
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
 from tests.support.github_standin import GitHubStandIn
 from tests.support.notifications_catalog import ARGOCD_URL, CATALOG_TRIGGERS, ONCE_PER, catalog_cm
-from tests.support.receivers import OPSGENIE_KEY, PAGERDUTY_KEY, SLACK_TOKEN, Receivers, SmtpReceiver
+from tests.support.receivers import OPSGENIE_KEY, PAGERDUTY_KEY, SLACK_TOKEN, Published, Receivers, SmtpReceiver
 from tidecd.base.model import HealthStatus, SyncStatus
 from tidecd.clients import github as gh
 from tidecd.clients.notifiers import SendFailed
-from tidecd.clients.pubsub import PUBLISH_TIMEOUT, Message, PublishFailed
 from tidecd.clients.secrets import KeyPair, seal_secret
 from tidecd.clients.store import MemoryStore, read_json
 from tidecd.config import argocd_cm
@@ -195,16 +194,6 @@ def test_messages_render_with_go_sprig_and_argo_cds_variables() -> None:
 
 
 # --- services against local receivers ----------------------------------------------------------------------
-
-
-class Published:
-    def __init__(self) -> None:
-        self.messages: list[tuple[str, bytes, dict[str, str]]] = []
-
-    def publish(self, topic: str, messages: Sequence[Message], *,
-                timeout: float = PUBLISH_TIMEOUT) -> list[PublishFailed | None]:
-        self.messages.extend((topic, m.data, dict(m.attributes)) for m in messages)
-        return [None] * len(messages)
 
 
 def test_slack_posts_text_attachments_and_blocks(receivers: Receivers) -> None:

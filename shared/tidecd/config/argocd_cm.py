@@ -18,14 +18,11 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
-from tidecd.base import limits
-from tidecd.base.errors import LimitExceeded
 from tidecd.base.jqpaths import compile_path
 from tidecd.config import argocd_fields, notifications, rbac, sso
 from tidecd.config import fields as config_fields
 from tidecd.config.argocd_settings import ArgoSettings, IgnoreRule, ResourceFilter, gk_key
+from tidecd.config.cmreader import ConfigMapReader
 from tidecd.config.fields import IGNORED, NOT_IMPLEMENTED, SUPPORTED
 from tidecd.config.schema import parse_duration, type_name
 
@@ -275,35 +272,9 @@ def _read_rbac_cm(doc: Mapping[str, Any], origin: str, earlier: rbac.RbacConfig 
     return config
 
 
-class _Reader:
-    def __init__(self, origin: str, problems: list[str]) -> None:
-        self.origin, self.problems = origin, problems
-
-    def error(self, key: str, message: str) -> None:
-        self.problems.append(f"{self.origin}: ConfigMap/{ARGOCD_CM}: data.{key}: {message}")
-
-    def yaml(self, key: str, text: str) -> object:
-        try:
-            return limits.load_yaml(text, f"{self.origin}: data.{key}")
-        except yaml.YAMLError as exc:
-            line = getattr(getattr(exc, "problem_mark", None), "line", -1) + 1
-            self.error(key, f"YAML syntax error{f' on line {line}' if line > 0 else ''}")
-        except LimitExceeded as exc:
-            self.error(key, str(exc))
-        return None
-
-    def texts(self, key: str, value: Any, field: str) -> tuple[str, ...]:
-        if value is None:
-            return ()
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            self.error(key, f"{field}: expected a list of strings")
-            return ()
-        return tuple(value)
-
-
 def _read_argocd_cm(data: Mapping[str, Any], origin: str, notices: list[str],
                     problems: list[str]) -> ArgoSettings:
-    reader = _Reader(origin, problems)
+    reader = ConfigMapReader(origin, ARGOCD_CM, problems)
     health: dict[str, str] = {}
     open_libs: set[str] = set()
     ignores: dict[str, IgnoreRule] = {}
@@ -346,7 +317,7 @@ def _read_argocd_cm(data: Mapping[str, Any], origin: str, notices: list[str],
         impersonation_enforced=_boolean(reader, IMPERSONATION_ENFORCED, values.get(IMPERSONATION_ENFORCED), True))
 
 
-def _boolean(reader: _Reader, key: str, value: str | None, default: bool) -> bool:
+def _boolean(reader: ConfigMapReader, key: str, value: str | None, default: bool) -> bool:
     """`"true"`/`"false"` (Argo CD parses these with strconv.ParseBool); anything else is an error naming the
     key, and the default holds."""
     if value is None or value.strip() == "":
@@ -360,7 +331,7 @@ def _boolean(reader: _Reader, key: str, value: str | None, default: bool) -> boo
     return default
 
 
-def _split_key(reader: _Reader, key: str, group_kind: str) -> str | None:
+def _split_key(reader: ConfigMapReader, key: str, group_kind: str) -> str | None:
     """`<group>_<Kind>` or `<Kind>` (core group) → `"group/Kind"`; `all` stays `all` (ignoreDifferences)."""
     if group_kind == "all" and key.startswith("resource.customizations.ignoreDifferences."):
         return "all"
@@ -373,7 +344,7 @@ def _split_key(reader: _Reader, key: str, group_kind: str) -> str | None:
     return None
 
 
-def _block_form(reader: _Reader, text: str, health: dict[str, str], open_libs: set[str],
+def _block_form(reader: ConfigMapReader, text: str, health: dict[str, str], open_libs: set[str],
                 ignores: dict[str, IgnoreRule]) -> None:
     key = "resource.customizations"
     block = reader.yaml(key, text)
@@ -399,7 +370,7 @@ def _block_form(reader: _Reader, text: str, health: dict[str, str], open_libs: s
             ignores[gk] = rule
 
 
-def _ignore_rule(reader: _Reader, key: str, value: Any) -> IgnoreRule | None:
+def _ignore_rule(reader: ConfigMapReader, key: str, value: Any) -> IgnoreRule | None:
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -423,7 +394,7 @@ def _ignore_rule(reader: _Reader, key: str, value: Any) -> IgnoreRule | None:
                                                            "managedFieldsManagers"))
 
 
-def _filters(reader: _Reader, key: str, text: str | None) -> tuple[ResourceFilter, ...]:
+def _filters(reader: ConfigMapReader, key: str, text: str | None) -> tuple[ResourceFilter, ...]:
     if text is None:
         return ()
     entries = reader.yaml(key, text)
@@ -443,7 +414,7 @@ def _filters(reader: _Reader, key: str, text: str | None) -> tuple[ResourceFilte
     return tuple(out)
 
 
-def _seconds(reader: _Reader, key: str, text: str | None) -> float | None:
+def _seconds(reader: ConfigMapReader, key: str, text: str | None) -> float | None:
     if text is None:
         return None
     seconds = parse_duration(text)

@@ -25,10 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
-from tidecd.base import limits
-from tidecd.base.errors import LimitExceeded
+from tidecd.config.cmreader import ConfigMapReader
 
 CONFIG_MAP = "argocd-notifications-cm"
 SECRET = "argocd-notifications-secret"  # noqa: S105 - a name: read as a SealedSecret only
@@ -138,35 +135,9 @@ def type_name(value: Any) -> str:
     return named(value)
 
 
-class _Reader:
-    def __init__(self, origin: str, problems: list[str]) -> None:
-        self.origin, self.problems = origin, problems
-
-    def error(self, key: str, message: str) -> None:
-        self.problems.append(f"{self.origin}: ConfigMap/{CONFIG_MAP}: data.{key}: {message}")
-
-    def yaml(self, key: str, text: str) -> Any:
-        try:
-            return limits.load_yaml(text, f"{self.origin}: data.{key}")
-        except yaml.YAMLError as exc:
-            line = getattr(getattr(exc, "problem_mark", None), "line", -1) + 1
-            self.error(key, f"YAML syntax error{f' on line {line}' if line > 0 else ''}")
-        except LimitExceeded as exc:
-            self.error(key, str(exc))
-        return None
-
-    def strings(self, key: str, value: Any, what: str) -> tuple[str, ...] | None:
-        if value is None:
-            return ()
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            self.error(key, f"{what}: expected a list of strings, got {type_name(value)}")
-            return None
-        return tuple(value)
-
-
 def read(data: Mapping[str, Any], origin: str, problems: list[str]) -> NotificationsConfig:
     """The ConfigMap's `data`, read key by key; every problem names the file and the key."""
-    reader = _Reader(origin, problems)
+    reader = ConfigMapReader(origin, CONFIG_MAP, problems)
     triggers: dict[str, tuple[Condition, ...]] = {}
     templates: dict[str, Any] = {}
     services: dict[str, Service] = {}
@@ -215,7 +186,7 @@ def read(data: Mapping[str, Any], origin: str, problems: list[str]) -> Notificat
         subscriptions=subscriptions, origin=origin)
 
 
-def _trigger(reader: _Reader, key: str, doc: Any) -> tuple[Condition, ...] | None:
+def _trigger(reader: ConfigMapReader, key: str, doc: Any) -> tuple[Condition, ...] | None:
     if doc is None:
         return None
     if not isinstance(doc, list):
@@ -242,7 +213,7 @@ def _trigger(reader: _Reader, key: str, doc: Any) -> tuple[Condition, ...] | Non
     return tuple(out)
 
 
-def _template(reader: _Reader, key: str, doc: Any) -> Mapping[str, Any] | None:
+def _template(reader: ConfigMapReader, key: str, doc: Any) -> Mapping[str, Any] | None:
     if doc is None:
         return None
     if not isinstance(doc, dict):
@@ -254,7 +225,7 @@ def _template(reader: _Reader, key: str, doc: Any) -> Mapping[str, Any] | None:
     return doc
 
 
-def _service(reader: _Reader, key: str, doc: Any) -> Service | None:
+def _service(reader: ConfigMapReader, key: str, doc: Any) -> Service | None:
     parts = key.split(".")
     if len(parts) not in (2, 3) or not all(parts):
         reader.error(key, "invalid service key; expected service.<type> or service.<type>.<name>")
@@ -275,7 +246,7 @@ def _service(reader: _Reader, key: str, doc: Any) -> Service | None:
     return Service(name=name, type=kind, settings=MappingProxyType(doc), key=key)
 
 
-def _context(reader: _Reader, key: str, doc: Any) -> dict[str, str]:
+def _context(reader: ConfigMapReader, key: str, doc: Any) -> dict[str, str]:
     if doc is None:
         return {}
     if not isinstance(doc, dict) or not all(isinstance(k, str) for k in doc):
@@ -284,7 +255,7 @@ def _context(reader: _Reader, key: str, doc: Any) -> dict[str, str]:
     return {k: "" if v is None else str(v) for k, v in doc.items()}
 
 
-def _subscriptions(reader: _Reader, key: str, doc: Any) -> tuple[Subscription, ...]:
+def _subscriptions(reader: ConfigMapReader, key: str, doc: Any) -> tuple[Subscription, ...]:
     if doc is None:
         return ()
     if not isinstance(doc, list):

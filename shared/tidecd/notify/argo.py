@@ -137,7 +137,6 @@ class Result:
     templates: tuple[str, ...]
     triggered: bool
     once_per: str = ""
-    error: str = ""
 
 
 def evaluate(config: NotificationsConfig, triggers: Sequence[str], env: Mapping[str, Any],
