@@ -1,8 +1,8 @@
 """RollingSync (issue 24), against the real git server and control plane: an ApplicationSet's generated
-apps sync step by step. Their own automated sync is held; each refresh (a poll tick here) asks which apps
-may sync, starts those syncs through the one command (initiated by the ApplicationSet) and records every
-app's applicationStatus; the prod step waits, with nothing waiting in a function, until each dev app is
-Healthy."""
+apps sync step by step. Their own automated sync is held; a refresh (a poll tick here) starts the first
+step's syncs (initiated by the ApplicationSet) and records every app's applicationStatus; the prod step
+waits, with nothing waiting in a function, until each dev app is Healthy, and starts from the step that
+saw the last dev app settle (the handover), not at the next poll tick."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import yaml
 from tests.support.apps import GitOps, configmap
 from tidecd.base.principal import Principal
 from tidecd.generated import records as generated
-from tidecd.triggers.dispatch import ManualDispatcher
+from tidecd.runtime import Runtime
+from tidecd.triggers.dispatch import DirectDispatcher
+from tidecd.triggers.scheduler import LocalScheduler
 from tidecd.usecases.appset_views import summaries
 from tidecd.usecases.poll import PollSummary, poll
 
@@ -40,12 +42,14 @@ def rolling_set(gitops: GitOps) -> dict[str, Any]:
 
 
 def tick(gitops: GitOps) -> PollSummary:
-    """A poll tick, then every step it handed over (each app's operation run to its end)."""
-    dispatcher = ManualDispatcher()
+    """A poll tick, then every step it leads to (operations to their end, the handovers' syncs), through the
+    local scheduler as `make demo` runs them."""
+    settings, store = gitops.runtime().settings, gitops.store
+    scheduler = LocalScheduler(workers=2)
+    dispatcher = DirectDispatcher(lambda: Runtime(settings=settings, store=store), store=store, scheduler=scheduler)
     summary = poll(gitops.runtime(), dispatcher, jitter_seconds=0)
     assert not [e for e in summary.errors if "rollout" in e], summary.errors
-    for name in sorted({r.app for r in dispatcher.refreshes}):
-        gitops.reconcile(name)
+    assert scheduler.wait_idle(120), f"steps still pending: {scheduler.pending()}"
     return summary
 
 
@@ -59,38 +63,36 @@ def value(gitops: GitOps, name: str) -> str | None:
     return None if live is None else str(live["data"]["k"])
 
 
-def test_rolling_sync_syncs_dev_first_and_prod_once_dev_is_healthy(gitops: GitOps) -> None:
+def handed_over(gitops: GitOps) -> None:
+    """prod's sync started once both dev syncs had ended, by the ApplicationSet."""
+    ops = {n: gitops.state(n).operation for n in NAMES}
+    assert all(op is not None and op.phase == "Succeeded" for op in ops.values()), ops
+    assert ops["prod"].request.initiated_by == "ApplicationSet/rollout"  # type: ignore[union-attr]
+    assert ops["prod"].started_at >= max(ops[n].finished_at for n in ("dev-a", "dev-b"))  # type: ignore[union-attr]
+
+
+def test_rolling_sync_syncs_dev_first_and_hands_over_to_prod_when_dev_is_healthy(gitops: GitOps) -> None:
     gitops.push({f"apps/{n}/cm.yaml": configmap(f"cm-{n}", {"k": "v1"}) for n in NAMES})
     (gitops.config_dir / "rollout.yaml").write_text(yaml.safe_dump(rolling_set(gitops)))
     real = {n: gitops.real(n) for n in NAMES}
 
-    first = tick(gitops)  # created; step 1 (dev) starts, prod waits
+    first = tick(gitops)  # created; step 1 (dev) starts, and when both end Healthy, step 2 (prod)
     assert sorted(first.rolling_started) == [real["dev-a"], real["dev-b"]]
     config = gitops.runtime().config()
     assert not any(config.applications[real[n]].sync_policy.automated for n in NAMES)  # held by the strategy
-    assert (value(gitops, "dev-a"), value(gitops, "dev-b"), value(gitops, "prod")) == ("v1", "v1", None)
-    assert gitops.state("prod").sync_status == "OutOfSync" and gitops.state("prod").operation is None
-    assert statuses(gitops)["prod"] == "Waiting"
-    assert gitops.state("dev-a").operation.request.initiated_by == "ApplicationSet/rollout"  # type: ignore[union-attr]
-
-    second = tick(gitops)  # dev Healthy: step 2 (prod) starts
-    assert second.rolling_started == [real["prod"]]
-    assert value(gitops, "prod") == "v1"
-    tick(gitops)
+    assert {n: value(gitops, n) for n in NAMES} == dict.fromkeys(NAMES, "v1")
+    handed_over(gitops)
     assert statuses(gitops) == dict.fromkeys(NAMES, "Healthy")
 
-    # a new commit: dev syncs first, prod waits until every dev app is Healthy again
+    # a new commit: the first tick sees it (each app compared, none syncs itself), the next rolls it out
     gitops.push({f"apps/{n}/cm.yaml": configmap(f"cm-{n}", {"k": "v2"}) for n in NAMES}, "v2")
-    tick(gitops)  # the push is seen: each app compared, none syncs itself
+    tick(gitops)
     assert {n: value(gitops, n) for n in NAMES} == dict.fromkeys(NAMES, "v1")
     assert gitops.state("dev-a").sync_status == "OutOfSync"
     third = tick(gitops)
     assert sorted(third.rolling_started) == [real["dev-a"], real["dev-b"]]
-    assert {n: value(gitops, n) for n in NAMES} == {"dev-a": "v2", "dev-b": "v2", "prod": "v1"}
-    assert statuses(gitops)["prod"] == "Waiting"
-    fourth = tick(gitops)
-    assert fourth.rolling_started == [real["prod"]] and value(gitops, "prod") == "v2"
-    tick(gitops)
+    assert {n: value(gitops, n) for n in NAMES} == dict.fromkeys(NAMES, "v2")
+    handed_over(gitops)
     assert statuses(gitops) == dict.fromkeys(NAMES, "Healthy")
 
     [shown] = [s for s in summaries(gitops.runtime(), Principal("admin")) if s["name"] == "rollout"]

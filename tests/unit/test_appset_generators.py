@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tidecd.config.appset.discovery import Decisions, ScmRepo, ScmSpec
 from tidecd.config.appset.expand import apply_policy, expand
 from tidecd.config.appset.generators import ClusterInfo, GeneratorError, PullRequest, selector_matches
 from tidecd.config.appset.model import ApplicationSet, parse_application_set
@@ -34,6 +35,18 @@ class FakeSources:
     def pull_requests(self, owner: str, repo: str, api: str, token_ref: tuple[str, str] | None,
                       labels: Sequence[str]) -> list[PullRequest]:
         return [p for p in self._pulls if all(label in p.labels for label in labels)]
+
+    def scm_repositories(self, spec: ScmSpec) -> list[ScmRepo]:
+        return []
+
+    def scm_branches(self, spec: ScmSpec, repo: ScmRepo) -> list[ScmRepo]:
+        return [repo]
+
+    def scm_has_path(self, spec: ScmSpec, repo: ScmRepo, path: str) -> bool:
+        return False
+
+    def cluster_decisions(self, config_map: str, name: str, label_selector: Mapping[str, Any]) -> Decisions:
+        return Decisions("", ())
 
 
 def appset(generators: list[dict[str, Any]], *, go: bool = False, name: str = "{{path.basename}}",
@@ -181,17 +194,17 @@ def test_a_failing_generator_fails_the_evaluation(repo: Path) -> None:
 
 
 def test_parse_errors_name_the_field() -> None:
-    errors = errors_of({"generators": [{"git": {"directories": [{"path": "a"}]}}, {"scmProvider": {}},
+    errors = errors_of({"generators": [{"git": {"directories": [{"path": "a"}]}}, {"plugin": {}},
                                        {"list": {}, "clusters": {}}],
                         "template": {"metadata": {"name": "x"}, "spec": {}},
-                        "strategy": {"type": "RollingSync", "deletionOrder": "Reverse"},
+                        "strategy": {"type": "RollingSync", "deletionOrder": "Backwards"},
                         "syncPolicy": {"applicationsSync": "sometimes"}, "templatePatch": "x"})
     text = "\n".join(errors)
     assert "spec.generators[0].git.repoURL: required field is missing" in text
-    assert "spec.generators[1].scmProvider: Argo CD generator scmProvider is not implemented by tidecd" in text
+    assert "spec.generators[1].plugin: Argo CD generator plugin is not implemented by tidecd" in text
     assert "spec.generators[2]: expected exactly one generator" in text
     assert "spec.strategy.rollingSync: required field is missing (type RollingSync)" in text
-    assert "spec.strategy.deletionOrder: Reverse is not implemented by tidecd" in text
+    assert "spec.strategy.deletionOrder: 'Backwards' is not one of AllAtOnce, Reverse" in text
     assert "spec.syncPolicy.applicationsSync: 'sometimes' is not one of" in text
     assert "spec.templatePatch: needs goTemplate: true" in text
     assert all(e.startswith("appsets.yaml: ApplicationSet/set: ") for e in errors)

@@ -4,11 +4,15 @@ steps gate on the Healthy of every earlier step, maxUpdate bounds a step, an app
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from tests.unit.test_appset_config import runtime, write
 from tidecd.config.appset.model import ApplicationSet, parse_application_set
 from tidecd.config.appset.rolling import AppView, Expression, Step, decide, step_of
 from tidecd.config.schema import Errors, Node
+from tidecd.generated import records as generated
+from tidecd.usecases.appsets import refresh
 
 
 def env(*values: str, op: str = "In") -> Step:
@@ -115,3 +119,61 @@ def test_a_bad_strategy_is_refused_naming_the_field() -> None:
     assert "spec.strategy.rollingSync.steps[1].matchExpressions[0].key: required field is missing" in text
     assert "spec.strategy.rollingSync.steps[1].maxUpdate: must not be negative" in text
     assert "spec.strategy.type: 'Rolling' is not one of" in "\n".join(parsed({"type": "Rolling"})[1])
+
+
+def rolling_set(reverse: bool, finalizer: bool = True) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "{{name}}", "labels": {"env": "{{env}}"}}
+    if not finalizer:
+        meta["finalizers"] = ["other.example/keep"]
+    strategy: dict[str, Any] = {"type": "RollingSync", "rollingSync": {"steps": [
+        {"matchExpressions": [{"key": "env", "operator": "In", "values": [e]}]} for e in ("dev", "qa", "prod")]}}
+    if reverse:
+        strategy["deletionOrder"] = "Reverse"
+    elements = [{"name": n, "env": n.rstrip("0123456789")} for n in ("dev1", "dev2", "qa1", "prod1", "lab1")]
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet", "metadata": {"name": "envs"},
+            "spec": {"generators": [{"list": {"elements": elements}}], "strategy": strategy,
+                     "template": {"metadata": meta, "spec": {
+                         "project": "default", "source": {"repoURL": "https://git.example/a", "path": "{{name}}"},
+                         "destination": {"name": "in-cluster", "namespace": "{{name}}"}}}}}
+
+
+def deleting_after_refresh(tmp_path: Path) -> set[str]:
+    refresh(runtime(tmp_path))
+    config = runtime(tmp_path).config()
+    for name in set(config.applications) - config.deleting:
+        assert not config.applications[name].sync_policy.automated
+    return set(config.deleting)
+
+
+def test_reverse_deletion_removes_the_last_step_first_and_the_next_once_it_is_gone(tmp_path: Path) -> None:
+    """Progressive-Syncs.md, deletionOrder Reverse: a deleted ApplicationSet's apps go step by step, the last
+    step first, each once the apps of the step after it are gone; apps of no step go last."""
+    write(tmp_path / "config", rolling_set(reverse=True))
+    refresh(runtime(tmp_path))
+    record = generated.load_records(runtime(tmp_path).store)["ApplicationSet/envs"]
+    assert record["deletionOrder"] == "Reverse"
+    assert record["deletionSteps"] == {"dev1": 0, "dev2": 0, "qa1": 1, "prod1": 2, "lab1": -1}
+    write(tmp_path / "config")
+    store = runtime(tmp_path).store
+    order = []
+    for _ in range(5):
+        deleting = deleting_after_refresh(tmp_path)
+        assert deleting_after_refresh(tmp_path) == deleting  # nothing more while a step is still deleting
+        order.append(sorted(deleting))
+        for name in deleting:
+            generated.forget(store, "ApplicationSet/envs", name)
+        if not deleting:
+            break
+    assert order == [["prod1"], ["qa1"], ["dev1", "dev2"], ["lab1"], []]
+
+
+def test_reverse_deletion_without_the_finalizer_and_all_at_once_remove_everything_at_once(tmp_path: Path) -> None:
+    write(tmp_path / "config", rolling_set(reverse=True, finalizer=False))
+    refresh(runtime(tmp_path))
+    write(tmp_path / "config")
+    refresh(runtime(tmp_path))
+    assert "ApplicationSet/envs" not in generated.load_records(runtime(tmp_path).store)  # all left at once
+    write(tmp_path / "config", rolling_set(reverse=False))
+    refresh(runtime(tmp_path))
+    write(tmp_path / "config")
+    assert deleting_after_refresh(tmp_path) == {"dev1", "dev2", "qa1", "prod1", "lab1"}

@@ -47,6 +47,7 @@ SECRET_TYPE_CLUSTER: Final = "cluster"
 SECRET_TYPE_REPOSITORY: Final = "repository"
 SECRET_TYPE_REPO_CREDS: Final = "repo-creds"
 SECRET_TYPE_GITHUB: Final = "github"  # tidecd: GitHub write-back credentials (token or GitHub App)
+SECRET_TYPE_SCM_CREDS: Final = "scm-creds"  # Argo CD's label for a generator's tokenRef Secret (its strict mode)
 SECRET_TYPE_NOTIFICATIONS: Final = "notifications"  # tidecd: notification targets (URLs, HMAC keys)
 
 SEALED_SCOPE_NAMESPACE_WIDE: Final = "sealedsecrets.bitnami.com/namespace-wide"

@@ -6,7 +6,7 @@
     │   │                             also a missing or broken kubeconfig (clients.cluster.KubeCluster)
     │   │   ├── source.versions.BadConstraint  a targetRevision that is no version or semver constraint
     │   │   ├── config.appset.gotemplate.values.TemplateError  an ApplicationSet template that cannot be parsed or run
-    │   │   ├── config.appset.generators.GeneratorError  a generator that cannot produce its parameters
+    │   │   ├── config.appset.discovery.GeneratorError  a generator that cannot produce its parameters
     │   │   └── config.rbac.PolicyError  an argocd-rbac-cm or role policy casbin (so Argo CD) refuses
     │   ├── UnsafePathError             a path, symlink or archive member would leave a repository checkout
     │   │   └── clients.store.InvalidKey  an object-store key with `..`, empty or clashing segments

@@ -19,12 +19,13 @@ from tidecd.base.constants import (
     SECRET_TYPE_NOTIFICATIONS,
     SECRET_TYPE_REPO_CREDS,
     SECRET_TYPE_REPOSITORY,
+    SECRET_TYPE_SCM_CREDS,
 )
 from tidecd.config.argocd_settings import NO_SETTINGS, ArgoSettings
 from tidecd.config.rbac import ProjectRole
 
 SECRET_TYPES = (SECRET_TYPE_CLUSTER, SECRET_TYPE_REPOSITORY, SECRET_TYPE_REPO_CREDS, SECRET_TYPE_GITHUB,
-                SECRET_TYPE_NOTIFICATIONS)
+                SECRET_TYPE_NOTIFICATIONS, SECRET_TYPE_SCM_CREDS)
 DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")  # an object name; also a label value (<= 63)
 
 

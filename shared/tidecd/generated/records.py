@@ -22,6 +22,9 @@ Removal, as Argo CD's finalizer does it: an app no longer generated (or whose ow
 `preserveResourcesOnDeletion`) stays in the config as *deleting*: it renders nothing and prunes what it
 owns, through the ordinary engine (reverse waves, no waiting), and once nothing is left its record entry
 is dropped (`forget`). Without the finalizer it leaves the config at once and its objects are left alone.
+An ApplicationSet removed with RollingSync and `deletionOrder: Reverse` (its record says so) has its apps
+removed one step at a time, the last step first: only the apps its refresh flagged *deleting* are deleting,
+the others stay (their automated sync held) until the steps after theirs are gone.
 An ApplicationSet removed under `applicationsSync: create-only|create-update` leaves its record `orphaned`:
 its apps stay as they are (Argo CD removes their owner references instead of deleting them).
 """
@@ -164,6 +167,7 @@ def _owner_gone(config: Config, owner: str, pending: Mapping[str, Any]) -> bool:
 def _merge_record(config: Config, record: Mapping[str, Any], owner: str, written_apps: set[str],
                   written_projects: set[str]) -> None:
     gone = not _owner_known(config, owner) and not record.get("orphaned")  # orphaned: its apps stay, unowned
+    reverse = record.get("deletionOrder") == "Reverse"
     appset = config.appsets.get(owner_name(owner)) if owner_kind(owner) == "ApplicationSet" else None
     preserve = bool(getattr(appset, "preserve_resources_on_deletion", False))
     parent = config.applications.get(owner_name(owner)) if owner_kind(owner) == "Application" else None
@@ -187,7 +191,8 @@ def _merge_record(config: Config, record: Mapping[str, Any], owner: str, written
             config.problems.append(f"{origin}: Application/{name}: metadata.name: an app of that name is already "
                                    "defined; the generated one is ignored")
             continue
-        deleting = bool(entry.get("deleting")) or gone
+        # deletionOrder Reverse: the refresh flags the apps of one step at a time (`usecases.appsets`)
+        deleting = bool(entry.get("deleting")) or (gone and not reverse)
         if deleting and (preserve or not cascades(entry["doc"])):
             continue  # leaves at once; its objects are left alone (no finalizer)
         problems: list[str] = []
@@ -205,8 +210,8 @@ def _merge_record(config: Config, record: Mapping[str, Any], owner: str, written
         if deleting:
             app = _deleting(app)
             config.deleting.add(name)
-        elif getattr(appset, "rolling_steps", None) is not None and app.sync_policy.automated:
-            # RollingSync: the ApplicationSet's steps start its syncs (`usecases.appsets.progress`), never itself
+        elif (getattr(appset, "rolling_steps", None) is not None or gone) and app.sync_policy.automated:
+            # RollingSync (`step.rolling`) starts its syncs, never itself; nor while its owner is deleted step by step
             app = dataclasses.replace(app, sync_policy=dataclasses.replace(app.sync_policy, automated=False,
                                                                            self_heal=False))
         config.applications[name] = app

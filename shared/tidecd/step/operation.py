@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from tidecd.base.errors import SyncWindowClosed
+from tidecd.base.errors import OperationInProgress, SyncWindowClosed
 from tidecd.base.model import ResourceKey
+from tidecd.clients.store import ObjectStore, PreconditionFailed
 from tidecd.config.load import Application, Config
 from tidecd.project import windows as syncwindows
 from tidecd.state import app as app_state
@@ -45,6 +46,22 @@ def new_operation(app: Application, *, prune: bool = False, dry_run: bool = Fals
             self_heal_attempts=self_heal_attempts, sync_options=list(sync_options)),
         retry=RetryState(count=retry_count), step="waiting for its first step",
     )
+
+
+def record_operation(store: ObjectStore, name: str, make: Callable[[], Operation]) -> app_state.AppState:
+    """Record the operation `make` builds as the app's running one (generation precondition, read again on a
+    race) and return the state saved; OperationInProgress when one runs already. The one place an explicit
+    operation starts: the commands (`usecases.commands`) and RollingSync (`step.rolling`) come here."""
+    while True:
+        current, generation = app_state.load(store, name)
+        if current.operation is not None and current.operation.running:
+            raise OperationInProgress(name, current.operation.id)
+        current.operation = make()
+        try:
+            app_state.save(store, current, if_generation_match=generation)
+        except PreconditionFailed:
+            continue
+        return current
 
 
 def automated_operation(app: Application, start: decision.StartOperation, sha: str, started_at: str) -> Operation:

@@ -29,7 +29,7 @@ from tidecd.clients.deadlines import api_deadline
 from tidecd.clients.store import LEASE_TTL, LeaseKeeper, PreconditionFailed, acquire_lease
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
-from tidecd.step import autorollback
+from tidecd.step import autorollback, rolling
 from tidecd.step.quiet import live_digest
 from tidecd.step.record import HEALTH_RECHECK_AFTER
 from tidecd.step.stepping import Step, StepContext, touched
@@ -103,8 +103,9 @@ def step(ctx: StepContext) -> Outcome:
     log.info("reconciled", app=ctx.name, reason=ctx.reason, sync=state.sync_status, health=state.health,
              revision=state.revision[:12], operation=state.operation.phase if state.operation else "",
              continue_after=continue_after)
+    handed = rolling.after_step(ctx.runtime, ctx.name, state)  # RollingSync: the next apps start now
     return Outcome(ctx.name, state, changes=work.changes, continue_after=continue_after,
-                   refresh=touched(work), deployed=end.deployed)
+                   refresh=(*touched(work), *handed), deployed=end.deployed)
 
 
 def _auto_rollback(ctx: StepContext, state: app_state.AppState,

@@ -9,18 +9,17 @@ An ApplicationSet whose generator fails keeps what it generated before, with its
 pull-request generator is asked again only after `requeueAfterSeconds` (default 30 min) unless a webhook
 event forces it.
 
-RollingSync (`progress`): every refresh then asks `config.appset.rolling.decide` which generated apps sync
-now, from each one's labels, state and recorded `applicationStatus`, starts those syncs through the one
-command (`usecases.commands.start_operation`, initiated by the ApplicationSet) and records the statuses.
-Nothing waits: a step whose apps are not Healthy yet is simply asked again by the next refresh (each poll
-tick, a push webhook).
+RollingSync (`step.rolling.progress`): every refresh then asks which generated apps sync now, from each one's
+labels, state and recorded `applicationStatus`, starts those syncs (initiated by the ApplicationSet) and
+records the statuses. Nothing waits: the step of a generated app hands over to the next apps as soon as its
+operation ends or it turns Healthy (`step.rolling.after_step`), and each refresh asks again too.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,16 +29,15 @@ import structlog
 from tidecd import source as git
 from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER
 from tidecd.base.errors import TidecdError
-from tidecd.clients import github as gh
-from tidecd.clients.github import REQUEST_TIMEOUT, RateLimited, Rejected, Unavailable, translated_errors
 from tidecd.clients.secrets import text_fields
 from tidecd.config.appset import rolling
+from tidecd.config.appset.discovery import Decisions, ScmRepo, ScmSpec
 from tidecd.config.appset.expand import Expansion, apply_policy, expand
 from tidecd.config.appset.generators import ClusterInfo, GeneratorError, PullRequest
 from tidecd.config.appset.model import ApplicationSet
 from tidecd.config.load import normalize_repo_url, redact_repo_url
 from tidecd.generated import records as generated
-from tidecd.state import app as app_state
+from tidecd.usecases import appset_discovery as discovery
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
@@ -70,6 +68,7 @@ class RuntimeSources:
         self._checkouts: dict[tuple[str, str], tuple[str, Path]] = {}
         self.used_repos: set[str] = set()
         self.inputs: dict[str, str] = {}  # "repoURL#revision" → commit, of the evaluation running now
+        self._scms: dict[ScmSpec, discovery.GitHubScm] = {}
 
     def close(self) -> None:
         self._tmp.cleanup()
@@ -117,57 +116,40 @@ class RuntimeSources:
 
     def pull_requests(self, owner: str, repo: str, api: str, token_ref: tuple[str, str] | None,
                       labels: Sequence[str]) -> list[PullRequest]:
-        token = ""
-        base = (api or self.runtime.settings.github_api_url or gh.DEFAULT_API_URL).rstrip("/")
-        try:
-            secrets = self.runtime.secrets()
-            if token_ref is not None:
-                token = _secret_value(secrets, *token_ref)
-            else:
-                auth = gh.auth_from_secrets(secrets, base)
-                token = auth.token if auth is not None else ""
-        except TidecdError as exc:
-            raise GeneratorError(f"pullRequest: credentials: {exc}") from None
+        base, token = discovery.github_token(self.runtime, api, token_ref, "pullRequest")
         return list_pull_requests(base, owner, repo, token, labels)
 
+    def _scm(self, spec: ScmSpec) -> discovery.GitHubScm:
+        if spec not in self._scms:
+            self._scms[spec] = discovery.GitHubScm(self.runtime, spec)
+        return self._scms[spec]
 
-def _secret_value(secrets: list[dict[str, Any]], name: str, key: str) -> str:
-    for secret in secrets:
-        if (secret.get("metadata") or {}).get("name") == name:
-            value = text_fields(secret, f"Secret {name}").get(key)
-            if value:
-                return value.strip()
-            raise GeneratorError(f"pullRequest: tokenRef: Secret {name} has no key {key!r}")
-    raise GeneratorError(f"pullRequest: tokenRef: no Secret {name!r} in the config source")
+    def scm_repositories(self, spec: ScmSpec) -> list[ScmRepo]:
+        return self._scm(spec).repositories()
+
+    def scm_branches(self, spec: ScmSpec, repo: ScmRepo) -> list[ScmRepo]:
+        return self._scm(spec).branches(repo)
+
+    def scm_has_path(self, spec: ScmSpec, repo: ScmRepo, path: str) -> bool:
+        return self._scm(spec).has_path(repo, path)
+
+    def cluster_decisions(self, config_map: str, name: str, label_selector: Mapping[str, Any]) -> Decisions:
+        return discovery.cluster_decisions(self.runtime, config_map, name, label_selector)
 
 
 def list_pull_requests(api_url: str, owner: str, repo: str, token: str, labels: Sequence[str]) -> list[PullRequest]:
     """Open pull requests of `owner/repo` through PyGithub, keeping those carrying every label in `labels`."""
-    # lazy: cold start (PyGithub only when GitHub is called)
-    import github
-    from github import Auth
-
-    client = github.Github(auth=Auth.Token(token) if token else None, base_url=api_url, retry=None,
-                           timeout=REQUEST_TIMEOUT, seconds_between_requests=None, seconds_between_writes=None,
-                           lazy=True)
     out = []
-    try:
-        with translated_errors():
-            for pull in client.get_repo(f"{owner}/{repo}").get_pulls(state="open"):
-                names = tuple(label.name for label in pull.labels)
-                if all(label in names for label in labels):
-                    out.append(PullRequest(number=int(pull.number), branch=str(pull.head.ref),
-                                           target_branch=str(pull.base.ref), head_sha=str(pull.head.sha),
-                                           labels=names, author=str(pull.user.login) if pull.user else "",
-                                           title=str(pull.title or "")))
-                if len(out) >= 1000:
-                    break
-    except (Rejected, RateLimited, Unavailable) as exc:
-        raise GeneratorError(f"pullRequest: GitHub {owner}/{repo}: {exc}") from None
-    except (ValueError, TypeError, KeyError, AttributeError, github.BadAttributeException):
-        # PyGithub reads what it got as it goes: an HTML page with a 200, a cut-off or odd JSON fails deep in it
-        raise GeneratorError(f"pullRequest: GitHub {owner}/{repo}: the answer is not a list of pull requests "
-                             f"(is {redact_repo_url(api_url)} GitHub's API?)") from None
+    with discovery.github_errors(f"pullRequest: GitHub {owner}/{repo}", api_url):
+        for pull in discovery.client(api_url, token).get_repo(f"{owner}/{repo}").get_pulls(state="open"):
+            names = tuple(label.name for label in pull.labels)
+            if all(label in names for label in labels):
+                out.append(PullRequest(number=int(pull.number), branch=str(pull.head.ref),
+                                       target_branch=str(pull.base.ref), head_sha=str(pull.head.sha),
+                                       labels=names, author=str(pull.user.login) if pull.user else "",
+                                       title=str(pull.title or "")))
+            if len(out) >= 1000:
+                break
     return out
 
 
@@ -249,7 +231,12 @@ def refresh(runtime: Runtime, *, only: set[str] | None = None, force_pull_reques
         runtime.forget_config()
     for name in sorted(config.appsets):
         if (only is None or name in only) and config.appsets[name].rolling_steps is not None:
-            summary.started.extend(progress(runtime, config.appsets[name], summary))
+            # lazy: step.rolling loads the step's operation model (only an ApplicationSet with RollingSync needs it)
+            from tidecd.step import rolling as rolling_step
+
+            started, errors = rolling_step.progress(runtime, config.appsets[name])
+            summary.started.extend(started)
+            summary.errors.extend(errors)
     log.info("appsets refreshed", evaluated=len(summary.evaluated), changed=summary.changed,
              created=summary.created, deleted=summary.deleted, started=summary.started, errors=len(summary.errors))
     return summary
@@ -304,6 +291,11 @@ def _one(runtime: Runtime, appset: ApplicationSet, sources: RuntimeSources, now:
                "applicationsSync": appset.applications_sync, "orphaned": False}
         if _uses_pull_requests(appset.generators):
             out["evaluatedAt"] = now()
+        out.pop("deletionOrder", None)
+        out.pop("deletionSteps", None)
+        if appset.reverse_deletion:  # kept in the record: the ApplicationSet may be gone when it is needed
+            out["deletionOrder"] = "Reverse"
+            out["deletionSteps"] = _steps_of(appset, kept)
         return out
 
     try:
@@ -315,13 +307,45 @@ def _one(runtime: Runtime, appset: ApplicationSet, sources: RuntimeSources, now:
         summary.errors.append(f"{appset.label}: recording its apps: {exc}")
 
 
+def _steps_of(appset: ApplicationSet, apps: dict[str, Any]) -> dict[str, int]:
+    """Each app's RollingSync step (0-based; -1 for none) from the labels its document gives it."""
+    out = {}
+    for name, entry in apps.items():
+        labels = ((entry.get("doc") or {}).get("metadata") or {}).get("labels") or {}
+        found = rolling.step_of({str(k): str(v) for k, v in labels.items()}, appset.rolling_steps or ())
+        out[name] = -1 if found is None else found
+    return out
+
+
+def _reverse_step(record: dict[str, Any], summary: RefreshSummary) -> dict[str, Any]:
+    """`deletionOrder: Reverse`: while an app of the step being removed is still deleting, nothing more; else
+    the apps of the last step left are flagged deleting (those without the finalizer leave at once, and the
+    next step follows in the same call). Apps of no step go last, as Argo CD leaves them to the garbage
+    collector once its steps are done."""
+    apps = {n: e for n, e in (record.get("apps") or {}).items() if isinstance(e, dict)}
+    steps = record.get("deletionSteps") or {}
+    while apps and not any(e.get("deleting") for e in apps.values()):
+        last = max(int(steps.get(n, -1)) for n in apps)
+        for name in sorted(n for n in apps if int(steps.get(n, -1)) == last):
+            if generated.cascades(apps[name].get("doc") or {}):
+                apps[name] = {**apps[name], "deleting": True}
+            else:
+                del apps[name]
+            summary.deleted.append(name)
+    return {**record, "apps": apps, "errors": []}
+
+
 def _gone(runtime: Runtime, owner: str, summary: RefreshSummary) -> None:
     """An ApplicationSet removed from the config. Under `create-only` or `create-update` (its last recorded
     policy) its apps stay, unowned, as Argo CD's controller removes their owner references instead of
-    deleting them; otherwise they go, and each one's finalizer decides whether its objects go too."""
-    def change(record: dict[str, Any]) -> dict[str, Any]:
+    deleting them; otherwise they go, and each one's finalizer decides whether its objects go too; with
+    `deletionOrder: Reverse` one RollingSync step at a time, the last first (`_reverse_step`)."""
+    def change(record: dict[str, Any]) -> dict[str, Any] | None:
         if record.get("applicationsSync") in ("create-only", "create-update"):
             return {**record, "orphaned": True, "errors": []}
+        if record.get("deletionOrder") == "Reverse":
+            out = _reverse_step(record, summary)
+            return None if out == record else out
         apps = {}
         for name, entry in (record.get("apps") or {}).items():
             if isinstance(entry, dict) and generated.cascades(entry.get("doc") or {}):
@@ -334,47 +358,3 @@ def _gone(runtime: Runtime, owner: str, summary: RefreshSummary) -> None:
             summary.changed.append(generated.owner_name(owner))
     except TidecdError as exc:
         summary.errors.append(f"{owner}: {exc}")
-
-
-def progress(runtime: Runtime, appset: ApplicationSet, summary: RefreshSummary) -> list[str]:
-    """RollingSync: record every generated app's `applicationStatus` and start the syncs its steps allow
-    now (see the module docstring); the apps whose sync started, for the caller to step."""
-    # lazy: usecases.commands loads the step's operation model (only an ApplicationSet with RollingSync needs it)
-    from tidecd.usecases.commands import SyncRequest, start_operation
-
-    try:
-        config = runtime.config()
-        record = generated.load_records(runtime.store).get(appset.label) or {}
-        views = {}
-        for name in sorted(n for n, o in config.owners.items() if o == appset.label and n not in config.deleting):
-            state = app_state.load(runtime.store, name)[0]
-            views[name] = rolling.AppView(labels=dict(config.applications[name].labels),
-                                          synced=state.sync_status == "Synced", healthy=state.health == "Healthy",
-                                          running=state.operation is not None and state.operation.running)
-    except TidecdError as exc:
-        summary.errors.append(f"{appset.label}: RollingSync: {exc}")
-        return []
-    previous = {n: str(e.get("status", "")) for n, e in (record.get("applicationStatus") or {}).items()
-                if isinstance(e, dict)}
-    statuses, start = rolling.decide(appset.rolling_steps or (), views, previous)
-    started = []
-    for name in start:
-        app = config.applications[name]
-        try:
-            start_operation(runtime, name, SyncRequest(prune=appset.default_prune or app.sync_policy.prune,
-                                                       initiated_by=appset.label))
-        except TidecdError as exc:  # a sync window, an operation already running: asked again next time
-            statuses[name] = (rolling.PENDING, f"its sync could not start: {exc}", statuses[name][2])
-            continue
-        statuses[name] = (rolling.PROGRESSING, "its sync operation started", statuses[name][2])
-        started.append(name)
-    table = {n: {"status": s, "message": m, "step": "" if i is None else str(i + 1)}
-             for n, (s, m, i) in statuses.items()}
-    try:
-        generated.update(runtime.store, appset.label, lambda r: {**r, "applicationStatus": table}
-                         if r.get("apps") else None)
-    except TidecdError as exc:
-        summary.errors.append(f"{appset.label}: recording its applicationStatus: {exc}")
-    if started:
-        log.info("RollingSync started syncs", appset=appset.name, apps=started)
-    return started

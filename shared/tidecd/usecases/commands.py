@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from tidecd.base.errors import NotFound, OperationInProgress, PermanentError, TidecdError
+from tidecd.base.errors import NotFound, PermanentError, TidecdError
 from tidecd.base.model import ResourceKey
 from tidecd.base.principal import Principal
 from tidecd.clients.store import PreconditionFailed
@@ -22,7 +22,7 @@ from tidecd.images import state as images_state
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
 from tidecd.state.app import HistoryEntry, OperationPhase
-from tidecd.step.operation import new_operation, sync_window
+from tidecd.step.operation import new_operation, record_operation, sync_window
 from tidecd.usecases import authz
 from tidecd.usecases import revert as revert_usecase
 
@@ -70,27 +70,22 @@ def start_operation(runtime: Runtime, name: str, request: SyncRequest, by: Princ
         request = replace(request, initiated_by=by.username)
     app = runtime.app(name)
     sync_window(runtime.config(), app, manual=True)
-    while True:
-        current, generation = app_state.load(runtime.store, name)
-        if current.operation is not None and current.operation.running:
-            raise OperationInProgress(name, current.operation.id)
-        op = new_operation(app, prune=request.prune, dry_run=request.dry_run, resources=request.resources,
-                           revision=request.revision, revisions=request.revisions, rollback=request.rollback,
-                           initiated_by=request.initiated_by, sync_options=checked_options(request.sync_options))
-        current.operation = op
-        try:
-            app_state.save(runtime.store, current, if_generation_match=generation)
-        except PreconditionFailed:
-            continue
-        log.info("operation started", app=name, operation=op.id, initiated_by=op.request.initiated_by)
-        if by is not None:
-            what = "rollback" if request.rollback else "dry run" if request.dry_run else "sync"
-            authz.done(runtime, by, "applications", "sync", authz.app_object(app), f"{what}: operation {op.id}")
-        entry = next((h for h in current.history if h.id == request.history_id), None)
-        images_state.on_operation_started(runtime.store, app, rollback=request.rollback, revision=request.revision,
-                                          dry_run=request.dry_run, deployed_at=entry.deployed_at if entry else "",
-                                          deployed_by=entry.operation_id if entry else "")
-        return op.id
+    options = checked_options(request.sync_options)
+    current = record_operation(runtime.store, name, lambda: new_operation(
+        app, prune=request.prune, dry_run=request.dry_run, resources=request.resources, revision=request.revision,
+        revisions=request.revisions, rollback=request.rollback, initiated_by=request.initiated_by,
+        sync_options=options))
+    op = current.operation
+    assert op is not None
+    log.info("operation started", app=name, operation=op.id, initiated_by=op.request.initiated_by)
+    if by is not None:
+        what = "rollback" if request.rollback else "dry run" if request.dry_run else "sync"
+        authz.done(runtime, by, "applications", "sync", authz.app_object(app), f"{what}: operation {op.id}")
+    entry = next((h for h in current.history if h.id == request.history_id), None)
+    images_state.on_operation_started(runtime.store, app, rollback=request.rollback, revision=request.revision,
+                                      dry_run=request.dry_run, deployed_at=entry.deployed_at if entry else "",
+                                      deployed_by=entry.operation_id if entry else "")
+    return op.id
 
 
 def terminate_operation(runtime: Runtime, name: str, by: Principal | None = None) -> str:

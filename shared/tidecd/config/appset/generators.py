@@ -12,6 +12,9 @@
     merge         the first generator's sets, updated by later ones whose `mergeKeys` values match (a later
                   generator's merge keys must be unique)
     pullRequest   open pull requests of a GitHub repository (PyGithub), filtered by `labels`
+    scmProvider   the repositories of a GitHub organization (`config.appset.discovery`)
+    clusterDecisionResource
+                  the clusters a duck-typed resource's status decides (`config.appset.discovery`)
 
 Parameters follow the template form: nested values for Go templates (`.path.basename`), flat keys for
 fasttemplate (`path.basename`, `path[0]`). Every generator may carry a `selector` (a post-selector over
@@ -33,16 +36,18 @@ from typing import Any, Protocol
 import yaml
 
 from tidecd.base import limits
-from tidecd.base.errors import ConfigError
 from tidecd.base.globs import compile_glob
+from tidecd.config.appset import discovery
+from tidecd.config.appset.discovery import Decisions, ScmRepo, ScmSpec
+from tidecd.config.appset.discovery import GeneratorError as GeneratorError
 from tidecd.config.appset.gotemplate import TemplateError
 from tidecd.config.appset.template import Renderer, flatten, merge
 from tidecd.config.schema import Keys, Node
 
 MAX_PARAMS = 5_000  # parameter sets one generator may produce
 MAX_NESTING = 3  # matrix/merge inside matrix/merge
-KINDS = ("list", "clusters", "git", "matrix", "merge", "pullRequest")
-NOT_IMPLEMENTED = ("scmProvider", "clusterDecisionResource", "plugin")
+KINDS = ("list", "clusters", "git", "matrix", "merge", "pullRequest", "scmProvider", "clusterDecisionResource")
+NOT_IMPLEMENTED = ("plugin",)
 GENERATOR_KEYS = Keys((*KINDS, *NOT_IMPLEMENTED, "selector", "template"))
 _LIST = Keys(("elements", "elementsYaml", "template"))
 _CLUSTERS = Keys(("selector", "values", "template", "flatList"))
@@ -57,10 +62,6 @@ _TOKEN_REF = Keys(("secretName", "key"))
 _SELECTOR = Keys(("matchLabels", "matchExpressions"))
 _EXPRESSION = Keys(("key", "operator", "values"))
 IN_CLUSTER = ("in-cluster", "https://kubernetes.default.svc")
-
-
-class GeneratorError(ConfigError):
-    """A generator that cannot produce its parameters (the message starts with the dotted field)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,20 @@ class Sources(Protocol):
 
     def pull_requests(self, owner: str, repo: str, api: str, token_ref: tuple[str, str] | None,
                       labels: Sequence[str]) -> list[PullRequest]: ...
+
+    def scm_repositories(self, spec: ScmSpec) -> list[ScmRepo]:
+        """The organization's repositories, each at its default branch (sha not read yet)."""
+        ...
+
+    def scm_branches(self, spec: ScmSpec, repo: ScmRepo) -> list[ScmRepo]:
+        """`repo` at its default branch, or at every branch with `all_branches`, each with its sha."""
+        ...
+
+    def scm_has_path(self, spec: ScmSpec, repo: ScmRepo, path: str) -> bool: ...
+
+    def cluster_decisions(self, config_map: str, name: str, label_selector: Mapping[str, Any]) -> Decisions:
+        """The decisions of the resources a clusterDecisionResource's ConfigMap describes."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -217,6 +232,8 @@ _VALIDATORS: dict[str, Callable[[Node], None]] = {
     "clusters": _validate_clusters,
     "git": _validate_git,
     "pullRequest": _validate_pull_request,
+    "scmProvider": discovery.validate_scm,
+    "clusterDecisionResource": discovery.validate_cdr,
 }
 
 
@@ -451,6 +468,41 @@ class Evaluator:
             if self.go:
                 nested["labels"] = list(pr.labels)
             out.append(Params(nested, origin=f"pull request #{pr.number}"))
+        return out
+
+
+    # -- scmProvider and clusterDecisionResource (`config.appset.discovery`) -----------------------------
+
+    def _scmprovider(self, body: Mapping[str, Any], where: str) -> list[Params]:
+        spec = discovery.scm_spec(body)
+        try:
+            repos = discovery.select_repositories(
+                body, self.sources.scm_repositories(spec), lambda repo: self.sources.scm_branches(spec, repo),
+                lambda repo, path: self.sources.scm_has_path(spec, repo, path))
+        except GeneratorError as exc:
+            raise GeneratorError(f"{where}: {exc}") from None
+        out = []
+        for repo in repos:
+            params = discovery.scm_params(repo, _sanitized)
+            self._values(body, params, where)
+            out.append(Params(params, origin=f"repository {repo.organization}/{repo.repository} at {repo.branch}"))
+        return out
+
+    def _clusterdecisionresource(self, body: Mapping[str, Any], where: str) -> list[Params]:
+        selector = body.get("labelSelector") or {}
+        try:
+            decisions = self.sources.cluster_decisions(str(body.get("configMapRef", "")), str(body.get("name") or ""),
+                                                       selector if isinstance(selector, Mapping) else {})
+        except GeneratorError as exc:
+            raise GeneratorError(f"{where}: {exc}") from None
+        known = {c.name: c.server for c in self.sources.clusters()}
+        if IN_CLUSTER[1] not in known.values():
+            known.setdefault(IN_CLUSTER[0], IN_CLUSTER[1])
+        out = []
+        for params in discovery.decision_params(decisions, known):
+            values = params if self.go else flatten(params)
+            self._values(body, values, where)
+            out.append(Params(values, origin=f"decision for cluster {params['name']}"))
         return out
 
 

@@ -5,7 +5,8 @@ Supported: `spec.generators` (list, clusters, git directories/files, matrix, mer
 github), `spec.template`, `spec.templatePatch`, `spec.goTemplate`, `spec.goTemplateOptions`,
 `spec.syncPolicy.preserveResourcesOnDeletion`, `spec.syncPolicy.applicationsSync` and `spec.strategy`
 (`AllAtOnce`, or `RollingSync` with its steps, `maxUpdate` and `defaultPrune`: `config.appset.rolling`;
-`deletionOrder: Reverse` is refused as not implemented). Read and ignored:
+`deletionOrder: Reverse` removes the apps of a deleted RollingSync ApplicationSet step by step, the last
+first, as Argo CD does; with AllAtOnce it changes nothing, as in Argo CD). Read and ignored:
 `status`, `preservedFields`, `ignoreApplicationDifferences`, `applyNestedSelectors` (tidecd applies
 nested selectors always). Refused by name ("not implemented by tidecd"): the other generators
 (scmProvider, clusterDecisionResource, plugin).
@@ -53,6 +54,7 @@ class ApplicationSet:
     applications_sync: str = "sync"
     rolling_steps: tuple[Step, ...] | None = None  # None: AllAtOnce; RollingSync: its steps, in order
     default_prune: bool = False  # RollingSync `defaultPrune`: its syncs prune
+    reverse_deletion: bool = False  # RollingSync with `deletionOrder: Reverse`: removed step by step, last first
 
     @property
     def label(self) -> str:
@@ -82,7 +84,9 @@ def parse_application_set(top: Node) -> ApplicationSet | None:
     spec = top.child("spec", _SPEC, required=True)
     if spec is None:
         return None
-    steps, default_prune = _strategy(spec.child("strategy", _STRATEGY))
+    strategy = spec.child("strategy", _STRATEGY)
+    steps, default_prune = _strategy(strategy)
+    reverse = steps is not None and strategy is not None and strategy.data.get("deletionOrder") == "Reverse"
     go = spec.flag("goTemplate")
     options = spec.texts("goTemplateOptions")
     try:
@@ -110,7 +114,8 @@ def parse_application_set(top: Node) -> ApplicationSet | None:
     return ApplicationSet(name=name, origin=top.errs.origin, generators=tuple(dict(n.data) for n in gens),
                           template=template, template_patch=patch, go_template=go,
                           go_template_options=options, preserve_resources_on_deletion=preserve,
-                          applications_sync=sync, rolling_steps=steps, default_prune=default_prune)
+                          applications_sync=sync, rolling_steps=steps, default_prune=default_prune,
+                          reverse_deletion=reverse)
 
 
 def _strategy(node: Node | None) -> tuple[tuple[Step, ...] | None, bool]:
@@ -119,9 +124,7 @@ def _strategy(node: Node | None) -> tuple[tuple[Step, ...] | None, bool]:
         return None, False
     kind = node.text("type", "AllAtOnce") or "AllAtOnce"
     order = node.text("deletionOrder", "AllAtOnce") or "AllAtOnce"
-    if order == "Reverse":
-        node.error("deletionOrder", "Reverse is not implemented by tidecd (only AllAtOnce)")
-    elif order != "AllAtOnce":
+    if order not in ("AllAtOnce", "Reverse"):
         node.error("deletionOrder", f"{order!r} is not one of AllAtOnce, Reverse")
     rolling = node.child("rollingSync", _ROLLING)
     if kind == "AllAtOnce":

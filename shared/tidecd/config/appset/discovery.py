@@ -1,0 +1,218 @@
+"""The generators that discover their parameters elsewhere: `scmProvider` (the repositories of a GitHub
+organization) and `clusterDecisionResource` (a duck-typed resource's `status` list of cluster decisions),
+as Argo CD's scm_provider and duck_type generators give them.
+
+scmProvider: every repository of the organization (archived ones left out with `excludeArchivedRepos`),
+with its default branch or, with `allBranches`, every branch; `filters` as Argo CD applies them: a filter
+naming only `repositoryMatch` and/or `labelMatch` selects repositories, one naming `pathsExist`,
+`pathsDoNotExist` or `branchMatch` selects branches (checking its repository conditions too); within each
+kind any filter may match, and a kind with no filter lets everything through. Parameters: `organization`,
+`repository`, `repository_id`, `url` (the ssh URL, or the https one with `cloneProtocol: https`), `branch`,
+`branchNormalized`, `sha`, `short_sha` (8), `short_sha_7`, `labels` (the topics, comma-joined).
+
+clusterDecisionResource: the ConfigMap `configMapRef` names gives the resource's `apiVersion` and `kind`,
+`statusListKey` (default `clusters`) and `matchKey`; the resources (`name`, or `labelSelector`) are listed,
+each decision of their `status.<statusListKey>` whose `matchKey` value names a cluster tidecd knows gives one
+parameter set: `name` and `server` of that cluster, then every key of the decision.
+
+Reading GitHub and the cluster is the caller's (`generators.Sources`); this module is pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tidecd.base.errors import ConfigError
+from tidecd.config.schema import Keys, Node
+
+SCM_KEYS = Keys(("github", "gitlab", "bitbucket", "bitbucketServer", "gitea", "azureDevOps", "awsCodeCommit",
+                 "cloneProtocol", "filters", "requeueAfterSeconds", "template", "values"))
+SCM_PROVIDERS = ("github",)
+_SCM_GITHUB = Keys(("organization", "api", "allBranches", "excludeArchivedRepos", "tokenRef", "appSecretName"))
+_SCM_FILTER = Keys(("repositoryMatch", "pathsExist", "pathsDoNotExist", "labelMatch", "branchMatch"))
+_TOKEN_REF = Keys(("secretName", "key"))
+CDR_KEYS = Keys(("configMapRef", "name", "labelSelector", "requeueAfterSeconds", "template", "values"))
+_SELECTOR = Keys(("matchLabels", "matchExpressions"))
+_BRANCH_CONDITIONS = ("pathsExist", "pathsDoNotExist", "branchMatch")
+
+
+class GeneratorError(ConfigError):
+    """A generator that cannot produce its parameters (the message starts with the dotted field)."""
+
+
+@dataclass(frozen=True)
+class ScmSpec:
+    """What the caller needs to list an organization's repositories."""
+
+    provider: str  # "github"
+    organization: str
+    api: str = ""
+    token_ref: tuple[str, str] | None = None  # (Secret name, key)
+    all_branches: bool = False
+    exclude_archived: bool = False
+    clone_protocol: str = "ssh"
+
+
+@dataclass(frozen=True)
+class ScmRepo:
+    """One repository at one branch."""
+
+    organization: str
+    repository: str
+    repository_id: int
+    url: str
+    branch: str
+    sha: str = ""
+    labels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """A clusterDecisionResource's ConfigMap read and its resources listed."""
+
+    match_key: str
+    decisions: tuple[Mapping[str, Any], ...]
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation
+
+
+def validate_scm(node: Node) -> None:
+    body = node.child("scmProvider", SCM_KEYS, required=True)
+    if body is None:
+        return
+    others = [k for k in SCM_KEYS.allowed if k in body.data and k not in (*SCM_PROVIDERS, "cloneProtocol", "filters",
+                                                                         "requeueAfterSeconds", "template", "values")]
+    for name in others:
+        body.error(name, f"the {name} provider is not implemented by tidecd (github is)")
+    github = body.child("github", _SCM_GITHUB)
+    if github is None and not others:
+        body.error("", "set a provider (tidecd implements github)")
+    if github is not None:
+        github.text("organization", required=True)
+        github.text("api")
+        github.flag("allBranches")
+        github.flag("excludeArchivedRepos")
+        if github.data.get("appSecretName") is not None:
+            github.error("appSecretName", "not implemented by tidecd (use tokenRef)")
+        ref = github.child("tokenRef", _TOKEN_REF)
+        if ref is not None:
+            ref.text("secretName", required=True)
+            ref.text("key", required=True)
+    protocol = body.text("cloneProtocol", "ssh") or "ssh"
+    if protocol not in ("ssh", "https"):
+        body.error("cloneProtocol", f"{protocol!r} is not one of ssh, https")
+    body.number("requeueAfterSeconds", 1800)
+    body.get("values", (dict,), "a mapping")
+    for entry in body.children("filters", _SCM_FILTER):
+        for key in ("repositoryMatch", "labelMatch", "branchMatch"):
+            pattern = entry.text(key)
+            if pattern:
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    entry.error(key, f"not a regular expression: {exc}")
+        entry.texts("pathsExist")
+        entry.texts("pathsDoNotExist")
+
+
+def validate_cdr(node: Node) -> None:
+    body = node.child("clusterDecisionResource", CDR_KEYS, required=True)
+    if body is None:
+        return
+    body.text("configMapRef", required=True)
+    name = body.text("name")
+    selector = body.child("labelSelector", _SELECTOR)
+    if selector is not None:
+        selector.pairs("matchLabels")
+    if bool(name) == bool(selector is not None and selector.data):
+        body.error("", "set exactly one of name or labelSelector (as Argo CD requires)")
+    body.number("requeueAfterSeconds", 180)
+    body.get("values", (dict,), "a mapping")
+
+
+def scm_spec(body: Mapping[str, Any]) -> ScmSpec:
+    github = body.get("github") or {}
+    ref = github.get("tokenRef")
+    return ScmSpec(provider="github", organization=str(github.get("organization", "")),
+                   api=str(github.get("api") or ""),
+                   token_ref=(str(ref["secretName"]), str(ref["key"])) if isinstance(ref, Mapping) else None,
+                   all_branches=bool(github.get("allBranches")),
+                   exclude_archived=bool(github.get("excludeArchivedRepos")),
+                   clone_protocol=str(body.get("cloneProtocol") or "ssh"))
+
+
+# --------------------------------------------------------------------------------------------------
+# scmProvider
+
+
+def _filters(body: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """(repository filters, branch filters), as Argo CD's getApplicableFilters splits them."""
+    entries = [f for f in body.get("filters") or [] if isinstance(f, Mapping)]
+    branch = [f for f in entries if any(f.get(k) for k in _BRANCH_CONDITIONS)]
+    return [f for f in entries if f not in branch], branch
+
+
+def _matches(entry: Mapping[str, Any], repo: ScmRepo, has_path: Callable[[ScmRepo, str], bool]) -> bool:
+    if entry.get("repositoryMatch") and not re.search(str(entry["repositoryMatch"]), repo.repository):
+        return False
+    if entry.get("branchMatch") and not re.search(str(entry["branchMatch"]), repo.branch):
+        return False
+    if entry.get("labelMatch") and not any(re.search(str(entry["labelMatch"]), label) for label in repo.labels):
+        return False
+    if not all(has_path(repo, str(p)) for p in entry.get("pathsExist") or []):
+        return False
+    return not any(has_path(repo, str(p)) for p in entry.get("pathsDoNotExist") or [])
+
+
+def select_repositories(body: Mapping[str, Any], repos: Sequence[ScmRepo], branches: Callable[[ScmRepo], list[ScmRepo]],
+                        has_path: Callable[[ScmRepo, str], bool]) -> list[ScmRepo]:
+    """The repositories (then their branches) the filters let through, in the provider's order."""
+    repo_filters, branch_filters = _filters(body)
+    kept = [r for r in repos if not repo_filters or any(_matches(f, r, has_path) for f in repo_filters)]
+    out: list[ScmRepo] = []
+    for repo in kept:
+        out.extend(b for b in branches(repo) if not branch_filters or any(_matches(f, b, has_path)
+                                                                           for f in branch_filters))
+    return out
+
+
+def scm_params(repo: ScmRepo, sanitized: Callable[[str], str]) -> dict[str, Any]:
+    return {"organization": repo.organization, "repository": repo.repository, "repository_id": repo.repository_id,
+            "url": repo.url, "branch": repo.branch, "branchNormalized": sanitized(repo.branch), "sha": repo.sha,
+            "short_sha": repo.sha[:8], "short_sha_7": repo.sha[:7], "labels": ",".join(repo.labels)}
+
+
+# --------------------------------------------------------------------------------------------------
+# clusterDecisionResource
+
+
+def config_map_fields(data: Mapping[str, Any], name: str) -> tuple[str, str, str, str]:
+    """(group, version, kind or resource, statusListKey) from the ConfigMap's data; errors name it."""
+    api_version, kind = str(data.get("apiVersion") or ""), str(data.get("kind") or "")
+    group, _, version = api_version.rpartition("/")
+    if not kind or not version or "/" not in api_version:
+        raise GeneratorError(f"ConfigMap {name}: data.apiVersion and data.kind must name the resource "
+                             f"(e.g. cluster.open-cluster-management.io/v1beta1 and placementdecisions); got "
+                             f"{api_version!r} and {kind!r}")
+    if not str(data.get("matchKey") or ""):
+        raise GeneratorError(f"ConfigMap {name}: data.matchKey is missing (the decision's key naming a cluster)")
+    return group, version, kind, str(data.get("statusListKey") or "clusters")
+
+
+def decision_params(decisions: Decisions, clusters: Mapping[str, str]) -> list[dict[str, Any]]:
+    """One set per decision naming a known cluster (`clusters`: name → server), the cluster's name and server
+    first, then the decision's own keys."""
+    out = []
+    for decision in decisions.decisions:
+        value = decision.get(decisions.match_key)
+        if not isinstance(value, str) or value not in clusters:
+            continue
+        params: dict[str, Any] = {"name": value, "server": clusters[value]}
+        params.update({str(k): v for k, v in decision.items()})
+        out.append(params)
+    return out
