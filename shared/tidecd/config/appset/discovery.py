@@ -97,12 +97,7 @@ def validate_scm(node: Node) -> None:
         github.text("api")
         github.flag("allBranches")
         github.flag("excludeArchivedRepos")
-        if github.data.get("appSecretName") is not None:
-            github.error("appSecretName", "not implemented by tidecd (use tokenRef)")
-        ref = github.child("tokenRef", _TOKEN_REF)
-        if ref is not None:
-            ref.text("secretName", required=True)
-            ref.text("key", required=True)
+        validate_github_auth(github, "use tokenRef")
     protocol = body.text("cloneProtocol", "ssh") or "ssh"
     if protocol not in ("ssh", "https"):
         body.error("cloneProtocol", f"{protocol!r} is not one of ssh, https")
@@ -118,6 +113,16 @@ def validate_scm(node: Node) -> None:
                     entry.error(key, f"not a regular expression: {exc}")
         entry.texts("pathsExist")
         entry.texts("pathsDoNotExist")
+
+
+def validate_github_auth(github: Node, instead: str) -> None:
+    """A GitHub provider's credentials: `tokenRef` (a Secret name and key); `appSecretName` is not implemented."""
+    if github.data.get("appSecretName") is not None:
+        github.error("appSecretName", f"not implemented by tidecd ({instead})")
+    ref = github.child("tokenRef", _TOKEN_REF)
+    if ref is not None:
+        ref.text("secretName", required=True)
+        ref.text("key", required=True)
 
 
 def validate_cdr(node: Node) -> None:

@@ -58,7 +58,6 @@ _MATRIX = Keys(("generators", "template"))
 _MERGE = Keys(("generators", "mergeKeys", "template"))
 _PULL_REQUEST = Keys(("github", "requeueAfterSeconds", "template", "filters"))
 _GITHUB = Keys(("owner", "repo", "api", "tokenRef", "appSecretName", "labels"))
-_TOKEN_REF = Keys(("secretName", "key"))
 _SELECTOR = Keys(("matchLabels", "matchExpressions"))
 _EXPRESSION = Keys(("key", "operator", "values"))
 IN_CLUSTER = ("in-cluster", "https://kubernetes.default.svc")
@@ -219,12 +218,7 @@ def _validate_pull_request(node: Node) -> None:
     github.text("repo", required=True)
     github.text("api")
     github.texts("labels")
-    if github.data.get("appSecretName") is not None:
-        github.error("appSecretName", "not implemented by tidecd (use tokenRef or the github Secret)")
-    ref = github.child("tokenRef", _TOKEN_REF)
-    if ref is not None:
-        ref.text("secretName", required=True)
-        ref.text("key", required=True)
+    discovery.validate_github_auth(github, "use tokenRef or the github Secret")
 
 
 _VALIDATORS: dict[str, Callable[[Node], None]] = {
