@@ -14,6 +14,8 @@ templatePatch and its API refuses a templated project. The app whose patch would
 project is set aside with an error naming the ApplicationSet and the field; its destination is then
 checked against the template's project like any app's (`project.rules` at reconcile).
 
+Under RollingSync a generated app's `automated` sync is written `enabled: false`, as Argo CD writes it.
+
 `apply_policy` applies `syncPolicy.applicationsSync` to the new evaluation and the previous one:
 create-only keeps every existing app as it was, create-update never removes, create-delete never updates,
 sync (the default) does all three.
@@ -83,6 +85,7 @@ def expand(appset: ApplicationSet, sources: Sources) -> Expansion:
                 _finalizer(doc, appset, params.values)
                 if appset.template_patch:
                     doc = _patched(doc, appset, params.values, renderer)
+                _rolling_hold(doc, appset)
             except TemplateError as exc:
                 out.errors.append(f"{where}: {label}: {exc}")
                 continue
@@ -110,6 +113,15 @@ def _finalizer(doc: dict[str, Any], appset: ApplicationSet, params: dict[str, An
     if appset.preserve_resources_on_deletion or not params or doc["metadata"].get("finalizers"):
         return
     doc["metadata"]["finalizers"] = [ARGOCD_RESOURCES_FINALIZER]
+
+
+def _rolling_hold(doc: dict[str, Any], appset: ApplicationSet) -> None:
+    """Under RollingSync, Argo CD writes a generated app whose automated sync is on with `automated.enabled:
+    false` (its prune and the rest kept): the strategy's steps start its syncs instead."""
+    policy = doc["spec"].get("syncPolicy")
+    automated = policy.get("automated") if isinstance(policy, dict) else None
+    if appset.rolling_steps is not None and isinstance(automated, dict) and automated.get("enabled") is not False:
+        automated["enabled"] = False
 
 
 def _template(appset: ApplicationSet, params: Params) -> dict[str, Any]:

@@ -65,7 +65,8 @@ class ApplicationSet:
         the version tag re-evaluates records written before generated apps had Argo CD's finalizer."""
         text = json.dumps([self.generators, self.template, self.template_patch, self.go_template,
                            self.go_template_options, self.applications_sync, self.preserve_resources_on_deletion,
-                           "finalizer-1", self.rolling_steps is not None], sort_keys=True, default=str)
+                           "finalizer-1", "rolling-enabled-1", self.rolling_steps is not None],
+                          sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def renderer(self) -> Renderer:
