@@ -95,6 +95,8 @@ class FakeArgo:
     def selected(labels: dict[str, str], selector: str) -> bool:
         if selector == migrate.SETTINGS_SECRET_SELECTOR:
             return labels.get("app.kubernetes.io/name") == "argocd-secret"
+        if selector == migrate.NOTIFICATIONS_SECRET_SELECTOR:
+            return labels.get("app.kubernetes.io/name") == "argocd-notifications-controller"
         return labels.get(LABEL_SECRET_TYPE) in ("repository", "repo-creds", "cluster")
 
 
@@ -123,9 +125,10 @@ def test_reads_with_list_only_in_the_given_namespace() -> None:
     assert [o["metadata"]["name"] for o in found.applications] == ["a"]
     assert [(g, k, ns) for g, k, ns, _ in fake.calls] == [
         ("argoproj.io", "Application", "argocd"), ("argoproj.io", "AppProject", "argocd"), ("", "Secret", "argocd"),
-        ("", "ConfigMap", "argocd"), ("", "Secret", "argocd")]
+        ("", "ConfigMap", "argocd"), ("", "Secret", "argocd"), ("", "Secret", "argocd")]
     assert fake.calls[2][3] == "argocd.argoproj.io/secret-type in (repository,repo-creds,cluster)"
     assert fake.calls[4][3] == "app.kubernetes.io/name=argocd-secret"  # argocd-secret alone, by Argo CD's label
+    assert fake.calls[5][3] == "app.kubernetes.io/name=argocd-notifications-controller"  # its notifications secret
 
 
 def test_argo_cd_not_installed_is_one_clear_error() -> None:
@@ -352,6 +355,28 @@ def test_argocd_secret_is_sealed_with_the_keys_the_logins_read(pair: KeyPair, tm
     assert config.argo_settings.sso.sealed_secret is not None and config.argo_settings.sso.account("bob")
     opened = text_fields(unseal(dict(config.argo_settings.sso.sealed_secret), [pair.private_pem]), "argocd-secret")
     assert opened["oidc.dex.clientSecret"] == "cl1ent" and opened["admin.password"] == hashed
+
+
+def test_argocd_notifications_cm_is_imported_as_it_is_and_its_secret_sealed(pair: KeyPair, tmp_path: Path) -> None:
+    data = {"service.slack": "token: $slack-token\n", "trigger.on-x": "- when: 'true'\n  send: [t]\n",
+            "template.t": "message: hi {{.app.metadata.name}}\n", "service.mattermost": "apiURL: x\n"}
+    cm = config_map("argocd-notifications-cm", data)
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+              "metadata": server_metadata("argocd-notifications-secret",
+                                          labels={"app.kubernetes.io/name": "argocd-notifications-controller"}),
+              "data": {"slack-token": b64(PASSWORD)}}
+    plan = run_import([cm, secret, application("a")], pair, tmp_path)
+    assert not plan.errors, [str(f) for f in plan.errors]
+    written = yaml.safe_load((tmp_path / "settings" / "argocd-notifications-cm.yaml").read_text())["data"]
+    assert written == {k: v for k, v in data.items() if k != "service.mattermost"}
+    note = finding(plan, "ConfigMap/argocd-notifications-cm", "data.service.mattermost").note
+    assert note.startswith("not imported: service type 'mattermost' is not implemented by tidecd"), note
+    assert PASSWORD not in texts(tmp_path)
+    config = load_config(tmp_path)
+    found = config.argo_settings.notifications
+    assert sorted(found.triggers) == ["on-x"] and found.sealed_secret is not None
+    opened = text_fields(unseal(dict(found.sealed_secret), [pair.private_pem]), "argocd-notifications-secret")
+    assert opened == {"slack-token": PASSWORD}
 
 
 @pytest.mark.parametrize("data", [{}, {"webhook.github.secret": b64(PASSWORD)}], ids=["empty", "webhook-only"])

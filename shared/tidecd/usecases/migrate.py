@@ -15,6 +15,8 @@ memory (`secrets.seal_secret`, the format `kubeseal --cert` writes): no plaintex
 Argo CD's `argocd-cm` is imported with the settings tidecd honours (`tidecd.config.argocd_cm`: health Lua,
 ignoreDifferences customizations, exclusions, reconciliation timeout, `url`, `oidc.config`, `admin.enabled`,
 `accounts.*`) and `argocd-rbac-cm`; each other key, and each other settings ConfigMap, is a finding.
+`argocd-notifications-cm` is imported as it is, and `argocd-notifications-secret` sealed whole (Argo CD's
+label `app.kubernetes.io/name: argocd-notifications-controller`).
 `argocd-secret` (found by Argo CD's label `app.kubernetes.io/name: argocd-secret`) is sealed with the keys
 tidecd's logins read (`admin.password`, `accounts.NAME.password`, `server.secretkey`, the key argocd-cm's
 `oidc.config` names as its clientSecret); its other keys are left out and named in the report.
@@ -50,7 +52,7 @@ from tidecd.base.constants import (
 from tidecd.base.errors import PermanentError, TidecdError
 from tidecd.base.model import Manifest
 from tidecd.clients.secrets import Scope, seal_secret, text_fields
-from tidecd.config import argocd_cm, rbac
+from tidecd.config import argocd_cm, notifications, rbac
 from tidecd.config.load import load_config
 from tidecd.config.schema import PARSERS, Errors, Node
 from tidecd.sync import options as syncoptions
@@ -61,6 +63,8 @@ IN_CLUSTER_SERVER = "https://kubernetes.default.svc"
 SECRET_TYPES = (SECRET_TYPE_REPOSITORY, SECRET_TYPE_REPO_CREDS, SECRET_TYPE_CLUSTER)
 SECRET_SELECTOR = f"{LABEL_SECRET_TYPE} in ({','.join(SECRET_TYPES)})"
 SETTINGS_SECRET_SELECTOR = "app.kubernetes.io/name=argocd-secret"  # noqa: S105 - Argo CD's install label
+# argocd-notifications-secret's label in Argo CD's install (manifests/base/notification)
+NOTIFICATIONS_SECRET_SELECTOR = "app.kubernetes.io/name=argocd-notifications-controller"  # noqa: S105 - a label
 
 # Metadata a user wrote; everything else under metadata is set by the API server or by Argo CD at run time.
 _KEPT_METADATA = ("name", "namespace", "labels", "annotations")
@@ -170,11 +174,14 @@ def read_argocd(reader: ArgoReader, namespace: str = DEFAULT_NAMESPACE) -> ArgoO
     try:
         settings_secrets = [s for s in reader.list("", "Secret", namespace=namespace,
                                                    label_selector=SETTINGS_SECRET_SELECTOR)
-                            if _name(s) == argocd_cm.SEALED_SECRET]
+                            if _name(s) == argocd_cm.SEALED_SECRET][:1]
+        settings_secrets += [s for s in reader.list("", "Secret", namespace=namespace,
+                                                    label_selector=NOTIFICATIONS_SECRET_SELECTOR)
+                             if _name(s) == notifications.SECRET][:1]
     except TidecdError as exc:
         raise MigrationError(f"cannot list the Secrets of namespace {namespace!r}: {exc}") from None
     return ArgoObjects(sorted(apps, key=_name), sorted(projects, key=_name), sorted(secrets, key=_name),
-                       sorted(config_maps, key=_name), settings_secrets[:1])
+                       sorted(config_maps, key=_name), settings_secrets)
 
 
 # ---------------------------------------------------------------------------------------------- converting
@@ -206,7 +213,10 @@ def plan_import(objects: ArgoObjects, cert_pem: bytes, *, namespace: str = DEFAU
         _guarded(plan, "ConfigMap", obj, convert_settings)
     client_secret = _client_secret_key(objects.config_maps)
     for obj in objects.settings_secrets:
-        _guarded(plan, "Secret", obj, lambda o, f: convert_settings_secret(o, cert_pem, f, client_secret))
+        if _name(obj) == notifications.SECRET:
+            _guarded(plan, "Secret", obj, lambda o, f: convert_notifications_secret(o, cert_pem, f))
+        else:
+            _guarded(plan, "Secret", obj, lambda o, f: convert_settings_secret(o, cert_pem, f, client_secret))
     return plan
 
 
@@ -394,6 +404,14 @@ def convert_settings(obj: Manifest, found: list[Finding]) -> Manifest | None:
         found.extend(Finding(label, f"data.{k}", "not imported: not a key of argocd-rbac-cm")
                      for k in sorted(str(k) for k in data if not rbac.honoured(str(k))))
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": kept_rbac}
+    if name == notifications.CONFIG_MAP:  # read as it is: triggers, templates, services, subscriptions
+        kept = {str(k): v for k, v in data.items() if not _unbuilt_service(str(k))}
+        found.extend(Finding(label, f"data.{k}", f"not imported: service type {k.split('.')[1]!r} is not implemented "
+                                                 f"by tidecd") for k in sorted(set(map(str, data)) - set(kept)))
+        problems: list[str] = []
+        notifications.read(kept, label, problems)
+        found.extend(Finding(label, "", problem.removeprefix(f"{label}: {label}: ")) for problem in problems)
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": kept} if kept else None
     if name != argocd_cm.ARGOCD_CM:
         found.append(Finding(label, "", f"{len(data)} setting(s) not imported: {argocd_cm.CONFIG_MAPS[name]}"))
         return None
@@ -403,6 +421,12 @@ def convert_settings(obj: Manifest, found: list[Finding]) -> Manifest | None:
     if not kept:
         return None
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": kept}
+
+
+def _unbuilt_service(key: str) -> bool:
+    """`service.TYPE[.NAME]` of a notification service tidecd does not deliver to."""
+    parts = key.split(".")
+    return parts[0] == "service" and len(parts) > 1 and parts[1] in notifications.OTHER_SERVICE_TYPES
 
 
 def _setting_reason(key: str) -> str:
@@ -487,6 +511,20 @@ def convert_settings_secret(obj: Manifest, cert_pem: bytes, found: list[Finding]
     return seal_secret(secret, cert_pem, Scope.STRICT)
 
 
+def convert_notifications_secret(obj: Manifest, cert_pem: bytes, found: list[Finding]) -> Manifest | None:
+    """argocd-notifications-secret, every key sealed (strict scope): the services' `$key` values."""
+    meta = obj.get("metadata") or {}
+    secret: Manifest = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": dict(obj.get("data") or {}),
+                        "metadata": {"name": notifications.SECRET,
+                                     "namespace": meta.get("namespace") or DEFAULT_NAMESPACE}}
+    if obj.get("stringData"):
+        secret["stringData"] = dict(obj["stringData"])
+    if not secret["data"] and not secret.get("stringData"):
+        found.append(Finding(_label("Secret", obj), "", "not imported: it is empty; nothing to seal"))
+        return None
+    return seal_secret(secret, cert_pem, Scope.STRICT)
+
+
 def _cluster_findings(fields: dict[str, str], label: str, found: list[Finding]) -> bool:
     """Report what tidecd will not honour of a cluster Secret; False when it is not to be converted."""
     server = fields.get("server", "").rstrip("/")
@@ -543,7 +581,7 @@ def _path_for(kind: str, doc: Manifest) -> str:
         return f"applications/{meta['name']}.yaml"
     if kind == "AppProject":
         return f"projects/{meta['name']}.yaml"
-    if kind == "ConfigMap" or meta.get("name") == argocd_cm.SEALED_SECRET:
+    if kind == "ConfigMap" or meta.get("name") in (argocd_cm.SEALED_SECRET, notifications.SECRET):
         return f"settings/{meta['name']}.yaml"
     template = (doc.get("spec") or {}).get("template") or {}
     secret_type = ((template.get("metadata") or {}).get("labels") or {}).get(LABEL_SECRET_TYPE, "secret")
