@@ -105,3 +105,21 @@ def test_managed_namespace_metadata_follows_the_app(gitops: GitOps) -> None:
         assert meta["annotations"]["owner"] == "you"
     finally:
         gitops.kube.delete(ResourceKey("", "Namespace", "", target))
+
+
+def test_validate_false_drops_an_undeclared_field(gitops: GitOps) -> None:
+    """Argo CD's `TestSyncOptionsValidateTrue` and `TestSyncOptionsValidateFalse` (testdata
+    sync-options-validate-false/invalid-cm.yaml): a ConfigMap with a key the kind does not declare fails the
+    sync; with `Validate=false` it syncs (kubectl apply --validate=false drops the field)."""
+    invalid = {**configmap("invalid-cm"), "invalidKey": "this-fails"}
+    gitops.push({"app/invalid-cm.yaml": invalid})
+    gitops.application()
+    gitops.sync()
+    assert phase_and_message(gitops)[0] == "Failed"
+    assert gitops.live("ConfigMap", "invalid-cm") is None
+    invalid["metadata"]["annotations"] = {SYNC_OPTIONS: "Validate=false"}
+    gitops.push({"app/invalid-cm.yaml": invalid})
+    gitops.sync()
+    assert phase_and_message(gitops)[0] == "Succeeded", phase_and_message(gitops)
+    live = gitops.live("ConfigMap", "invalid-cm")
+    assert live is not None and "invalidKey" not in live and live["data"] == {"k": "v"}

@@ -11,7 +11,7 @@ from tidecd.config.model import IgnoreDifference
 from tidecd.diff import respect_ignored
 from tidecd.state.app import TaskPhase
 from tidecd.sync import decide as d
-from tidecd.sync.apply import namespace_metadata_stale, writes_synced
+from tidecd.sync.apply import drop_field, namespace_metadata_stale, undeclared_fields, writes_synced
 from tidecd.sync.plan import plan
 
 ONLY_OUT_OF_SYNC = d.Policy(apply_out_of_sync_only=True)
@@ -133,3 +133,26 @@ def test_managed_namespace_metadata_is_applied_whenever_it_does_not_hold() -> No
     assert step == d.CreateNamespace("ns")  # before the dry-run, as Argo CD's namespace task
     kept = d.decide(observe([dep("a")], [dep("a")]), running(), d.Policy(create_namespace="ns")).step
     assert isinstance(kept, d.DryRun)
+
+
+def test_validate_false_drops_the_fields_server_side_apply_says_are_undeclared() -> None:
+    """`kubectl apply --validate=false` drops unknown fields; server-side apply refuses them whatever
+    fieldValidation says (`.invalidKey: field not declared in schema`, a 500), so tidecd drops what it names."""
+    one = ("ConfigMap ns/invalid-cm: failed to create typed patch object (ns/invalid-cm; /v1, Kind=ConfigMap): "
+           ".invalidKey: field not declared in schema")
+    assert undeclared_fields(one) == [[".invalidKey"]]
+    many = ('failed to create typed patch object (ns/web; apps/v1, Kind=Deployment): errors:\n'
+            '  .spec.template.spec.containers[name="web"].bogus: field not declared in schema\n'
+            '  .spec.extra: field not declared in schema')
+    paths = undeclared_fields(many)
+    assert paths == [[".spec", ".template", ".spec", ".containers", '[name="web"]', ".bogus"], [".spec", ".extra"]]
+    web: dict[str, Any] = {"spec": {"extra": 1, "template": {"spec": {"containers": [
+        {"name": "side", "bogus": 1}, {"name": "web", "image": "x", "bogus": 2}]}}}}
+    assert all(drop_field(web, path) for path in paths)
+    assert web == {"spec": {"template": {"spec": {"containers": [{"name": "side", "bogus": 1},
+                                                                 {"name": "web", "image": "x"}]}}}}
+    assert not drop_field(web, [".spec", ".extra"])  # gone already: the refusal stands
+    assert drop_field({"l": [{"a": 1}, {"b": 2}]}, [".l", "[1]", ".b"])
+    assert drop_field({"s": ["x", "y"]}, [".s", '[="y"]'])
+    assert not drop_field({"l": [{"name": "a"}]}, [".l", '[name="b"]', ".x"])
+    assert undeclared_fields("spec.ports[0].port: Invalid value: 99999") == []

@@ -30,7 +30,7 @@ from tidecd.state.app import CachedComparison
 from tidecd.step.desired import Desired
 from tidecd.step.quiet import live_digest
 from tidecd.sync import plan
-from tidecd.sync.apply import conflict, explain, namespace_metadata_stale, owned_by, with_ownership
+from tidecd.sync.apply import applied, conflict, explain, namespace_metadata_stale, owned_by, with_ownership
 
 CONCURRENCY = 8  # concurrent cluster calls of one step (dry-runs, applies, gets)
 
@@ -198,7 +198,8 @@ def compare_all(cluster: KubeCluster, app: Application, config: Config, manifest
         if current is not None and hit and (hit.fingerprint, hit.live) == (print_, seen):
             new_cache[cache_key] = hit
             return ResourceDiff(key, hit.status, hit.changed, hit.text)
-        result = compare_one(cluster, key, owned, current, rules)
+        result = compare_one(cluster, key, owned, current, rules,
+                             plan.merged_options(app.sync_policy.sync_options, obj))
         if current is not None and not result.error:
             new_cache[cache_key] = CachedComparison(print_, seen, result.status, tuple(result.changed_paths),
                                                     result.text)
@@ -213,12 +214,13 @@ def compare_all(cluster: KubeCluster, app: Application, config: Config, manifest
 
 
 def compare_one(cluster: KubeCluster, key: ResourceKey, owned: Manifest, current: Manifest | None,
-                rules: tuple[Any, ...]) -> ResourceDiff:
-    """One object: created when not live, else live against the server's dry-run of the apply."""
+                rules: tuple[Any, ...], options: frozenset[str] = frozenset()) -> ResourceDiff:
+    """One object: created when not live, else live against the server's dry-run of the apply (as its sync
+    options make it: `Validate=false`)."""
     if current is None:
         return compare(key, None, owned)
     try:
-        predicted = cluster.apply(owned, dry_run=True)
+        predicted = applied(cluster, owned, options, dry_run=True)
     except ApiError as exc:
         return ResourceDiff(key, SyncStatus.OUT_OF_SYNC, (".",), error=f"dry-run failed: {explain(exc)}",
                             temporary=isinstance(exc, TemporaryError))

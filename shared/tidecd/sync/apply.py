@@ -8,6 +8,9 @@ written only for an app that opts in (`tidecd.io/write-argocd-tracking: "true"`)
 
 from __future__ import annotations
 
+import copy
+import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,6 +22,13 @@ from tidecd.sync.plan import Task
 
 REPLACE = "Replace=true"
 FORCE = "Force=true"
+VALIDATE_OFF = "Validate=false"
+# How server-side apply refuses a field the kind's schema does not declare (whatever `fieldValidation` says):
+# `.spec.bogus: field not declared in schema`, the path in structured-merge-diff's notation.
+_UNDECLARED = re.compile(r'((?:\.[^\s.\[\]:]+|\[[^\]]*\])+): field not declared in schema')
+_ELEMENT = re.compile(r'\.[^\s.\[\]:]+|\[[^\]]*\]')
+_KEY = re.compile(r'([^=,\s]+)=("(?:[^"\\]|\\.)*"|[^,]*)')
+MAX_UNDECLARED_ROUNDS = 3
 
 
 def with_ownership(obj: Manifest, app: str, *, argocd: bool = False) -> Manifest:
@@ -102,6 +112,75 @@ def writes_synced(task: Task, *, only_out_of_sync: bool, respect: bool, hidden: 
     return task.has_option(REPLACE) or (hidden and not respect)
 
 
+def undeclared_fields(message: str) -> list[list[str]]:
+    """The fields a server-side apply refused as not declared in the kind's schema, each as its path
+    elements (`.name`, `[name="web"]`, `[0]`, `[="value"]`)."""
+    return [_ELEMENT.findall(path) for path in _UNDECLARED.findall(message)]
+
+
+def drop_field(obj: Any, path: list[str]) -> bool:
+    """Remove the field at `path` (as `undeclared_fields` gives it) from `obj` in place; False when the path
+    leads nowhere."""
+    node = obj
+    for position, element in enumerate(path):
+        last = position == len(path) - 1
+        if element.startswith("."):
+            if not isinstance(node, dict) or element[1:] not in node:
+                return False
+            if last:
+                del node[element[1:]]
+                return True
+            node = node[element[1:]]
+        else:
+            index = _list_index(node, element[1:-1])
+            if index is None:
+                return False
+            if last:
+                del node[index]
+                return True
+            node = node[index]
+    return False
+
+
+def _list_index(items: Any, selector: str) -> int | None:
+    """The item of a list a path element selects: by index, by value (`=v`), or by key fields (`k="v",n=1`)."""
+    if not isinstance(items, list):
+        return None
+    try:
+        if selector.isdigit():
+            return int(selector) if int(selector) < len(items) else None
+        if selector.startswith("="):
+            value = json.loads(selector[1:])
+            return items.index(value) if value in items else None
+        keys = {name: json.loads(raw) for name, raw in _KEY.findall(selector)}
+    except ValueError:
+        return None
+    return next((i for i, item in enumerate(items)
+                 if keys and isinstance(item, dict) and all(item.get(k) == v for k, v in keys.items())), None)
+
+
+def apply_unvalidated(cluster: Cluster, obj: Manifest, *, dry_run: bool = False) -> Manifest:
+    """`Validate=false`: Argo CD's `kubectl apply --validate=false` drops fields the kind does not declare.
+    Server-side apply refuses such a field whatever `fieldValidation` says, so the fields it names are
+    dropped from the object sent, and it is sent again (a few rounds at most); other refusals stand."""
+    sent = copy.deepcopy(obj)
+    for _ in range(MAX_UNDECLARED_ROUNDS):
+        try:
+            return cluster.apply(sent, dry_run=dry_run)
+        except ApiError as exc:
+            paths = undeclared_fields(str(exc))
+            if not paths or not all([drop_field(sent, path) for path in paths]):
+                raise
+    return cluster.apply(sent, dry_run=dry_run)
+
+
+def applied(cluster: Cluster, obj: Manifest, options: frozenset[str], *, dry_run: bool = False) -> Manifest:
+    """Server-side apply of `obj` as its sync options ask (`Validate=false`: `apply_unvalidated`)."""
+    if VALIDATE_OFF in options:
+        return apply_unvalidated(cluster, obj, dry_run=dry_run)
+    return cluster.apply(obj, dry_run=dry_run)
+
+
 def apply_task(cluster: Cluster, task: Task, app: str, *, dry_run: bool,
                exists: Callable[[ResourceKey], bool],
                written: Callable[[ResourceKey, Manifest], None] | None = None,
@@ -115,10 +194,10 @@ def apply_task(cluster: Cluster, task: Task, app: str, *, dry_run: bool,
                 # `decide` already left out kinds a CRD of this sync brings (or SkipDryRunOnMissingResource):
                 # what reaches here has no CRD anywhere, and fails as in Argo CD (only this object's result)
                 return ChangeEntry(task.key, Action.FAILED, unserved_message(task.key), **placed(task))
-            cluster.apply(obj, dry_run=True)
+            applied(cluster, obj, task.options, dry_run=True)
         else:
             result = cluster.replace(obj, force=task.has_option(FORCE)) if task.has_option(REPLACE) else \
-                cluster.apply(obj)
+                applied(cluster, obj, task.options)
             if written is not None:
                 written(task.key, result)
     except ApiError as exc:

@@ -28,7 +28,7 @@ HONOURED: Final[dict[str, str]] = {
     "ApplyOutOfSyncOnly=false": "the default: every object is part of the sync (no-op applies left out)",
     "PruneLast=true": "tidecd always prunes after every wave has been applied",
     "PruneLast=false": "tidecd always prunes after every wave has been applied",
-    "Validate=false": "the API server's default field validation (warn, not fail)",
+    "Validate=false": "fields the kind does not declare are dropped (kubectl apply --validate=false)",
     "Validate=true": "the default",
     "SkipDryRunOnMissingResource=true": "objects of kinds the cluster does not serve are not dry-run",
     "RespectIgnoreDifferences=true": "ignored fields keep their live values when syncing",
