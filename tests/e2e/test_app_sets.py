@@ -14,7 +14,9 @@ import time
 from typing import Any
 
 import pytest
+import yaml
 
+from tests.support import appset_cases
 from tests.support.apps import GitOps, configmap
 from tests.support.github_standin import GitHubStandIn
 from tidecd.base.model import ResourceKey
@@ -22,8 +24,10 @@ from tidecd.generated import records as generated
 from tidecd.runtime import Runtime
 from tidecd.triggers.dispatch import DirectDispatcher, ManualDispatcher, Refresh
 from tidecd.triggers.scheduler import LocalScheduler
+from tidecd.usecases.appsets import refresh
 from tidecd.usecases.commands import SyncRequest, start_operation
 from tidecd.usecases.poll import poll
+from tidecd_dev.peers import install_crds
 
 pytestmark = pytest.mark.e2e
 
@@ -244,3 +248,39 @@ def test_an_application_set_in_the_config_source_no_longer_stops_every_app(gitop
                for e in summary.errors), summary.errors
     gitops.sync()
     assert gitops.live("ConfigMap", "plain") is not None
+
+
+def test_cluster_decision_resource_reads_a_duck_typed_resource_on_the_cluster(gitops: GitOps, tmp_path: Any) -> None:
+    """Generators-Cluster-Decision-Resource.md: the ConfigMap in the local cluster's argocd namespace names the
+    duck-typed kind (a CRD installed here), its status list and match key; each decision naming a known
+    cluster is an app, with the decision's own keys as parameters. An unknown cluster is skipped."""
+    crd = tmp_path / "crd.yaml"
+    crd.write_text(yaml.safe_dump(appset_cases.DUCK_CRD))
+    install_crds(gitops.kube, [crd])
+    suffix = gitops.namespace
+    config_map = {**appset_cases.DUCK_CONFIGMAP, "metadata": {"name": f"placement-{suffix}", "namespace": "argocd"}}
+    decision = {"apiVersion": f"{appset_cases.DUCK_GROUP}/v1", "kind": "PlacementDecision",
+                "metadata": {"name": f"decision-{suffix}", "namespace": "argocd", "labels": {"run": suffix}},
+                "status": {"decisions": [{"clusterName": "staging", "reason": "fits"}, {"clusterName": "nowhere"}]}}
+    gitops.kube.apply_as({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "argocd"}}, "tidecd-test")
+    made = [gitops.kube.apply_as(obj, "tidecd-test") for obj in (config_map, decision)]
+    try:
+        appset = {"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet", "metadata": {"name": "placed"},
+                  "spec": {"goTemplate": True, "generators": [{"clusterDecisionResource": {
+                      "configMapRef": f"placement-{suffix}", "labelSelector": {"matchLabels": {"run": suffix}}}}],
+                      "template": {"metadata": {"name": "{{ .name }}-" + suffix, "annotations": {
+                          "reason": "{{ .reason }}"}}, "spec": {
+                              "project": "default", "source": {"repoURL": gitops.repo.url, "path": "apps"},
+                              "destination": {"server": "{{ .server }}", "namespace": suffix}}}}}
+        staging = next(s for s in appset_cases.CLUSTERS if s["stringData"]["name"] == "staging")
+        (gitops.config_dir / "placed.yaml").write_text(yaml.safe_dump_all([appset, staging]))
+        summary = refresh(gitops.runtime())
+        assert not summary.errors, summary.errors
+        record = generated.load_records(gitops.store)["ApplicationSet/placed"]
+        assert sorted(record["apps"]) == [f"staging-{suffix}"]
+        doc = record["apps"][f"staging-{suffix}"]["doc"]
+        assert doc["spec"]["destination"]["server"] == "https://staging.example:6443"
+        assert doc["metadata"]["annotations"] == {"reason": "fits"}
+    finally:
+        for obj in made:
+            gitops.kube.delete(ResourceKey.of(obj))
