@@ -26,12 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import stepprobe
 from bench.harness import Bench, Row, say
 from tidecd_dev import scale
 from tidecd_dev.gitserver import LS_REMOTE
 
 GROUP = "scale"
 TARGET_SECONDS = 120.0
+TARGET_STEPS_PER_APP = 1.5
+TARGET_CPU_PER_STEP = 0.1  # seconds of CPU, mean over the cold run's steps
 TIMEOUT = 900.0
 
 
@@ -60,6 +63,9 @@ class Measured:
     missed: list[str] = field(default_factory=list)
     load: dict[str, float] = field(default_factory=dict)  # 1-minute load average: at the tick, cold done, end
     bridge: dict[str, int] = field(default_factory=dict)  # the push bridge's counts (redeliveries acked)
+    cpu: dict[str, dict[str, float]] = field(default_factory=dict)  # cold: per step kind, CPU s (bench/stepprobe)
+    noop_cpu: dict[str, dict[str, float]] = field(default_factory=dict)  # the no-op tick's, likewise
+    profile: dict[str, list[str]] = field(default_factory=dict)  # per step kind, the top functions (when profiled)
 
     def to_json(self) -> dict[str, Any]:
         doc = {k: v for k, v in self.__dict__.items() if k not in ("per_app", "api")}
@@ -109,7 +115,10 @@ def run_tidecd(bench: Bench, scenario: scale.Scenario, workers: int,
     store = inst.store
     with ExitStack() as stack:
         emulator = stack.enter_context(bench_emulator(bench))
-        fleet = scale.Fleet(work / "fleet", inst.env, emulator.host, workers).start("scale-refresh")
+        probe = work / "steps"  # bench/stepprobe.py: each step's kind and CPU time (and profiles, when asked)
+        env = {**inst.env, "TIDECD_BENCH_STEPS": str(probe),
+               "TIDECD_BENCH_PROFILE": os.environ.get("TIDECD_BENCH_PROFILE", "")}
+        fleet = scale.Fleet(work / "fleet", env, emulator.host, workers).start("scale-refresh")
         stack.callback(fleet.stop)
         assert fleet.frontend is not None
         apps = scenario.app_names()
@@ -132,6 +141,8 @@ def run_tidecd(bench: Bench, scenario: scale.Scenario, workers: int,
         kinds = sorted({k for c in counts.values() for k in c})
         measured.git_per_repo = {k: int(statistics.median([c.get(k, 0) for c in counts.values()])) for k in kinds}
         measured.invocations = invocation_summary(fleet.frontend)
+        noop_started = time.time()
+        measured.cpu = stepprobe.summary(stepprobe.read_steps(probe))
         measured.peak_rss = fleet.peak_rss()
         measured.store_bytes = sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
         measured.load["cold_done"] = os.getloadavg()[0]
@@ -155,10 +166,28 @@ def run_tidecd(bench: Bench, scenario: scale.Scenario, workers: int,
                          "drift_checked": len(summary.get("drift_checked", [])),
                          "cluster_writes": api.writes_on_app_kinds, "api_calls": api.on_app_kinds,
                          "store_writes": dict(writes), **invocation_summary(fleet.frontend, seen)}
+        measured.noop_cpu = stepprobe.summary([s for s in stepprobe.read_steps(probe)
+                                               if s.get("at", 0) >= noop_started])
+        measured.profile = profiles(probe)
         measured.load["end"] = os.getloadavg()[0]
         progress("no-op tick", 1, 1)
         say(f"scale: no-op tick {measured.noop}")
     return measured
+
+
+def cpu_text(summary: dict[str, dict[str, float]]) -> str:
+    """`kind: N steps, CPU mean/p99 s, wall mean s` for each step kind measured."""
+    return "; ".join(f"{kind}: {v['steps']:.0f} steps, CPU {v['cpu_mean']:.3f}/{v['cpu_p99']:.3f}s mean/p99, "
+                     f"wall {v['wall_mean']:.3f}s" for kind, v in summary.items() if kind != "all") or "not measured"
+
+
+def profiles(folder: Path) -> dict[str, list[str]]:
+    """Each step kind's top functions by cumulative time, when the run was profiled (TIDECD_BENCH_PROFILE=1)."""
+    found = {kind: stepprobe.top(folder, kind) for kind in stepprobe.KINDS}
+    for kind, lines in found.items():
+        if lines:
+            say(f"scale: profile of {kind} steps:\n  " + "\n  ".join(lines))
+    return {k: v for k, v in found.items() if v}
 
 
 def bridge_counts(fleet: scale.Fleet) -> dict[str, int]:
@@ -208,7 +237,13 @@ def rows(m: Measured) -> list[Row]:
             f"early continuations refused; {inv.get('instance_seconds')} instance-s; step mean "
             f"{inv.get('step_mean')}s, p99 {inv.get('step_p99')}s"),
         Row(GROUP, "steps per app (cold)", None, None, "",
-            f"{(inv.get('steps') or 0) / max(1, m.apps):.2f}; push bridge {json.dumps(m.bridge)}"),
+            f"{(inv.get('steps') or 0) / max(1, m.apps):.2f} (target ≤ {TARGET_STEPS_PER_APP}); "
+            f"{(inv.get('instance_seconds') or 0) / max(1, m.apps):.2f} instance-s per app; "
+            f"push bridge {json.dumps(m.bridge)}"),
+        Row(GROUP, "CPU per step (cold)", (m.cpu.get("all") or {}).get("cpu_mean"), None, "",
+            f"target ≤ {TARGET_CPU_PER_STEP}s mean; by kind " + cpu_text(m.cpu)),
+        Row(GROUP, "CPU per step (no-op tick)", (m.noop_cpu.get("all") or {}).get("cpu_mean"), None, "",
+            cpu_text(m.noop_cpu)),
         Row(GROUP, "load average (1 min)", None, None, "",
             "; ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in m.load.items()) + f" on {os.cpu_count()} cores"),
     ]

@@ -285,12 +285,14 @@ class Function:
 
     def __init__(self, target: str, env: dict[str, str], log: Path, *, signature: str = "http") -> None:
         self.target, self.log = target, log
+        # the bench's measured reconcile (bench/stepprobe.py: each step's kind, CPU time, a profile) when asked
+        source = ROOT / "bench" / "stepprobe.py" if env.get("TIDECD_BENCH_STEPS") else ROOT / "functions" / "main.py"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "functions_framework", "--target", target, "--signature-type", signature,
-                 "--source", str(ROOT / "functions" / "main.py"), "--host", "127.0.0.1", "--port", str(self.port)],
+                 "--source", str(source), "--host", "127.0.0.1", "--port", str(self.port)],
                 env={**env, "WORKERS": "1", "THREADS": "1"}, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True)
 

@@ -1,0 +1,160 @@
+"""The scale bench's reconcile instances, measured: each step's kind and CPU time, and a cProfile per kind.
+
+`functions/main.py` as it is, with `tidecd.triggers.dispatch.run_step` wrapped: the Fleet starts its
+reconcile instances with this file as their functions-framework source when `TIDECD_BENCH_STEPS` names a
+folder. Each step appends one JSON line to `<folder>/steps-<pid>.jsonl` (its kind, wall and CPU seconds);
+with `TIDECD_BENCH_PROFILE=1` each kind's calls also run under its own cProfile, written to
+`<folder>/profile-<kind>-<pid>.pstats` (at most every `DUMP_EVERY` seconds, and at exit). The kinds:
+
+- `no-op`: answered by the quiet path (`Outcome.unchanged`);
+- `first sync`: the step that ended an operation (`Outcome.deployed`);
+- `health follow-up`: a continuation that ended none;
+- `refresh`: any other step (a full comparison, an operation started but not ended, ...).
+
+A continuation refused as early (HTTP 429) never reaches `run_step`: the Frontend counts those.
+"""
+
+from __future__ import annotations
+
+import atexit
+import cProfile
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+KINDS = ("no-op", "first sync", "health follow-up", "refresh")
+DUMP_EVERY = 5.0  # seconds between profile dumps (a killed instance loses at most this much)
+
+
+def kind_of(*, continuation: bool, unchanged: bool, deployed: bool) -> str:
+    """Which path a step took, from its refresh and its outcome."""
+    if unchanged:
+        return "no-op"
+    if deployed:
+        return "first sync"
+    if continuation:
+        return "health follow-up"
+    return "refresh"
+
+
+class Probe:
+    """Measures every step of this process into `folder`."""
+
+    def __init__(self, folder: Path, *, profile: bool) -> None:
+        self.folder = folder
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.lines = (folder / f"steps-{os.getpid()}.jsonl").open("a", buffering=1)
+        self.profile = profile
+        self.stats: dict[str, Any] = {}  # kind → pstats.Stats of its calls so far
+        self.dumped = time.monotonic()
+
+    def wrap(self, run_step: Any) -> Any:
+        def measured(runtime: Any, refresh: Any, dispatcher: Any) -> Any:
+            profiler = cProfile.Profile() if self.profile else None
+            wall, cpu = time.monotonic(), time.process_time()
+            if profiler is not None:
+                profiler.enable()
+            try:
+                outcome = run_step(runtime, refresh, dispatcher)
+            finally:
+                if profiler is not None:
+                    profiler.disable()
+            kind = kind_of(continuation=refresh.continuation, unchanged=outcome.unchanged,
+                           deployed=bool(outcome.deployed))
+            self.lines.write(json.dumps({"at": round(time.time(), 3), "app": refresh.app, "kind": kind,
+                                         "skipped": outcome.skipped,
+                                         "wall": round(time.monotonic() - wall, 4),
+                                         "cpu": round(time.process_time() - cpu, 4),
+                                         "continue_after": outcome.continue_after}) + "\n")
+            if profiler is not None:
+                self._merge(kind, profiler)
+            return outcome
+
+        return measured
+
+    def _merge(self, kind: str, profiler: cProfile.Profile) -> None:
+        # pstats merges by adding: keep one Stats per kind, dump it now and then
+        import pstats  # lazy: only a profiled run
+
+        stats = self.stats.get(kind)
+        if stats is None:
+            self.stats[kind] = pstats.Stats(profiler)
+        else:
+            stats.add(profiler)
+        if time.monotonic() - self.dumped >= DUMP_EVERY:
+            self.dump()
+
+    def dump(self) -> None:
+        self.dumped = time.monotonic()
+        for kind, stats in self.stats.items():
+            stats.dump_stats(str(self.folder / f"profile-{kind.replace(' ', '-')}-{os.getpid()}.pstats"))
+
+
+def read_steps(folder: Path) -> list[dict[str, Any]]:
+    """Every step the instances recorded in `folder` (a line that is cut short is skipped)."""
+    steps: list[dict[str, Any]] = []
+    for path in sorted(folder.glob("steps-*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                steps.append(json.loads(line))
+            except ValueError:
+                continue
+    return steps
+
+
+def summary(steps: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per kind (and `all`): how many steps, their mean and p99 CPU seconds, and their mean wall seconds."""
+    out: dict[str, dict[str, float]] = {}
+    ran = [s for s in steps if not s.get("skipped")]
+    for kind in ("all", *KINDS):
+        of = ran if kind == "all" else [s for s in ran if s.get("kind") == kind]
+        if not of:
+            continue
+        cpu = sorted(float(s["cpu"]) for s in of)
+        out[kind] = {"steps": len(of), "cpu_mean": round(sum(cpu) / len(cpu), 4),
+                     "cpu_p99": round(cpu[min(len(cpu) - 1, int(0.99 * len(cpu)))], 4),
+                     "wall_mean": round(sum(float(s["wall"]) for s in of) / len(of), 4)}
+    return out
+
+
+def top(folder: Path, kind: str, limit: int = 15) -> list[str]:
+    """The `limit` functions with the most cumulative time in `kind`'s profiles, one line each."""
+    import pstats  # lazy: only a profiled run
+
+    paths = sorted(folder.glob(f"profile-{kind.replace(' ', '-')}-*.pstats"))
+    if not paths:
+        return []
+    stats = pstats.Stats(str(paths[0]))
+    for path in paths[1:]:
+        stats.add(str(path))
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][3], reverse=True)  # type: ignore[attr-defined]
+    lines = []
+    for (file, line, name), (_cc, calls, tottime, cumtime, _callers) in rows[:limit]:
+        where = f"{Path(file).name}:{line}" if line else file
+        lines.append(f"{cumtime:8.3f}s cum {tottime:8.3f}s own {calls:7d}× {name} ({where})")
+    return lines
+
+
+def _install() -> None:
+    folder = os.environ.get("TIDECD_BENCH_STEPS", "")
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("tidecd_function_main", root / "functions" / "main.py")
+    assert spec is not None and spec.loader is not None
+    main = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = main
+    spec.loader.exec_module(main)
+    globals().update({k: v for k, v in vars(main).items() if not k.startswith("__")})
+    if folder:
+        from tidecd.triggers import dispatch
+
+        probe = Probe(Path(folder), profile=os.environ.get("TIDECD_BENCH_PROFILE", "") == "1")
+        dispatch.run_step = probe.wrap(dispatch.run_step)  # functions/main.py calls it as dispatch.run_step
+        atexit.register(probe.dump)
+
+
+if __name__ != "__main__" and os.environ.get("TIDECD_BENCH_STEPS") is not None:
+    _install()
