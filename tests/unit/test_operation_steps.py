@@ -15,14 +15,15 @@ from typing import Any
 import pytest
 
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
-from tidecd.base.clock import FakeClock
+from tidecd.base.clock import FakeClock, unix
 from tidecd.base.errors import NotFound, OperationInProgress, PermanentError
 from tidecd.base.model import Action, ResourceKey
 from tidecd.clients.store import LEASE_TTL, MemoryStore, acquire_lease
+from tidecd.health import awaited
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
 from tidecd.state.app import OperationPhase, TaskPhase
-from tidecd.step import reconcile as engine
+from tidecd.step import stepping
 from tidecd.step.reconcile import Outcome, reconcile
 from tidecd.usecases.commands import SyncRequest, start_operation, terminate_operation
 
@@ -113,10 +114,45 @@ def test_a_sync_without_waves_never_waits_and_succeeds_while_still_progressing(h
     outcome = h.step()
     op = h.op()
     assert op.phase is OperationPhase.SUCCEEDED, op.message
-    assert outcome.continue_after == engine.HEALTH_RECHECK_AFTER  # only to follow the app's health
-    assert h.clock.pauses == []  # no health poll at all: a single-step sync does not wait
+    assert op.finished_at == "2023-11-14T22:13:20Z"  # ended at its apply: the operation waits for nothing
+    # the step reads the app's health again for a moment (a short read within its budget, not the
+    # operation's wait), then follows it with a continuation, soon: its objects are brand new
+    assert 0 < sum(h.clock.pauses) <= stepping.HEALTH_AWAIT
+    assert outcome.continue_after == awaited.MIN_DELAY
     state = h.state()
     assert state.health == "Progressing" and state.sync_status == "Synced"
+
+
+class RolledOutAfter(FakeClock):
+    """A deployment controller that rolls `key` out once the step has paused `seconds` in all."""
+
+    def __init__(self, cluster: FakeCluster, key: ResourceKey, seconds: float) -> None:
+        super().__init__()
+        self.cluster, self.key, self.seconds = cluster, key, seconds
+
+    def pause(self, seconds: float) -> None:
+        super().pause(seconds)
+        if sum(self.pauses) >= self.seconds and self.key in self.cluster.objects:
+            self.cluster.ready(self.key)
+
+
+def test_an_app_healthy_moments_after_its_sync_ends_in_that_step(h: Harness) -> None:
+    h.git.push([deployment("web")])
+    h.clock = RolledOutAfter(h.cluster, key("Deployment", "web"), 0.5)
+    h.sync()
+    outcome = h.step()
+    assert h.op().phase is OperationPhase.SUCCEEDED
+    assert h.state().health == "Healthy" and outcome.continue_after is None  # no follow-up step
+    assert sum(h.clock.pauses) < 1.0  # it stopped reading once Healthy
+    assert h.op().finished_at == "2023-11-14T22:13:20Z"  # the operation's end is its apply, not the health's
+    assert h.step().unchanged  # the record it left is a quiet one: the next no-op compares nothing
+
+
+def test_the_health_read_after_a_sync_stays_within_the_steps_budget(h: Harness) -> None:
+    h.git.push([deployment("web")])
+    h.sync()
+    outcome = h.step(budget=0.3)
+    assert sum(h.clock.pauses) <= 0.3 and outcome.continue_after is not None
 
 
 def test_no_reader_ever_sees_a_finished_operation_beside_the_status_from_before_it(h: Harness) -> None:
@@ -538,10 +574,13 @@ def test_a_source_error_fails_an_operation_before_its_first_write_and_postpones_
 
 
 def test_a_progressing_app_is_followed_after_its_sync_until_healthy(h: Harness) -> None:
+    h.clock = FakeClock(unix("2026-01-01T00:00:10Z"))  # the fake cluster creates objects at 00:00:00
     h.git.push([deployment("web")])
     h.sync()
     outcome = h.step()
-    assert h.op().phase is OperationPhase.SUCCEEDED and outcome.continue_after == engine.HEALTH_RECHECK_AFTER
+    assert h.op().phase is OperationPhase.SUCCEEDED and outcome.continue_after == awaited.MIN_DELAY
+    h.clock.advance(60)  # a minute later, still Progressing: looked at less often (a backoff from its creation)
+    assert h.step().continue_after == awaited.MAX_BACKOFF
     h.cluster.ready(key("Deployment", "web"))
     outcome = h.step()
     assert h.state().health == "Healthy" and outcome.continue_after is None

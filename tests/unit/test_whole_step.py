@@ -11,6 +11,7 @@ from tidecd.base.model import Action, HealthStatus, ResourceKey, SyncStatus
 from tidecd.state import app as app_state
 from tidecd.state.app import OperationPhase
 from tidecd.step.reconcile import reconcile
+from tidecd.step.stepping import HEALTH_AWAIT
 
 NS = ResourceKey("", "Namespace", "", "ns")
 CM = ResourceKey("", "ConfigMap", "ns", "settings")
@@ -46,12 +47,13 @@ def test_an_automated_sync_step_applies_records_and_settles() -> None:
     op = state.operation
     assert op is not None and op.request.automated and op.phase is OperationPhase.SUCCEEDED, op
     assert op.revision == sha and state.revision == sha
-    assert op.started_at == op.finished_at == state.memo.reconciled_at == "2023-11-14T22:13:20Z"  # one clock: the fake
+    assert op.started_at == op.finished_at == "2023-11-14T22:13:20Z"  # one clock: the fake
+    assert state.memo.reconciled_at == "2023-11-14T22:13:21Z"  # the step's end, after its short health read
     assert state.sync_status is SyncStatus.SYNCED and state.health is HealthStatus.PROGRESSING
     assert sorted(k for k, _ in state.inventory_keys()) == [CM, DEPLOY]
     assert [h.revision for h in state.history] == [sha]
     assert outcome.continue_after is not None  # it follows the app's health
-    assert clock.pauses == []  # a single-group sync never waits
+    assert 0 < sum(clock.pauses) <= HEALTH_AWAIT  # a single-group sync never waits; the step reads health briefly
 
     # the next step sees the Deployment turn Healthy, and settles without writing to the cluster again
     cluster.ready(DEPLOY)

@@ -31,10 +31,9 @@ from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
 from tidecd.step import autorollback, rolling
 from tidecd.step.quiet import live_digest
-from tidecd.step.record import HEALTH_RECHECK_AFTER
 from tidecd.step.stepping import Step, StepContext, touched
 
-__all__ = ["ALREADY_RUNNING", "HEALTH_RECHECK_AFTER", "LEASE_TTL", "Outcome", "live_digest", "reconcile", "step"]
+__all__ = ["ALREADY_RUNNING", "LEASE_TTL", "Outcome", "live_digest", "reconcile", "step"]
 
 log = structlog.get_logger("tidecd.step.reconcile")
 ALREADY_RUNNING = "already running"

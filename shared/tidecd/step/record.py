@@ -34,8 +34,7 @@ from tidecd.sync import options as syncoptions
 from tidecd.sync import plan
 from tidecd.sync.apply import with_ownership
 
-HEALTH_FOLLOW_SECONDS = 600.0  # after a sync, refresh a Progressing app this long ...
-HEALTH_RECHECK_AFTER = 5.0  # ... this often
+HEALTH_FOLLOW_SECONDS = 600.0  # after a sync, refresh a Progressing app this long (how often: `health.awaited`)
 DRIFT_CONDITION = "DriftDetected"
 DRIFT_WINDOW = 3600.0  # seconds: an audited write older than this (before the comparison) names no drift
 
@@ -70,7 +69,7 @@ def observed(state: AppState, target: Target, comparison: Comparison, live: Mapp
             result.status if result else None, result.message if result else "",
             list(res.changed_paths), res.requires_pruning, res.text or res.error,
         ))
-    roll = health.app_health(assessed, scripts)
+    roll, message = _rolled_up(assessed, scripts)
     conditions = kept_conditions(state) + syncoptions.conditions(target.app.sync_policy.sync_options, now)
     conditions += [{"type": "RepeatedResourceWarning", "message": text, "at": now} for text in notes.warnings]
     if notes.orphans:
@@ -85,9 +84,30 @@ def observed(state: AppState, target: Target, comparison: Comparison, live: Mapp
         conditions.append({"type": "ArgoCDAdoptionRefused", "at": now, "message": notes.adoption_refused})
     return replace(state, sync_status=comparison.status, revision=target.desired.revision,
                    revisions=revisions_of(target.app, target.desired.revision), health=roll,
-                   health_message=next((f"{k}: {r.message}" for k, r in assessed if r and r.status is roll
-                                        and r.message), ""),
-                   resources=statuses, conditions=conditions)
+                   health_message=message, resources=statuses, conditions=conditions)
+
+
+def reassessed(state: AppState, live: Mapping[ResourceKey, Manifest], scripts: Mapping[str, str]) -> AppState:
+    """Each resource's health and the app's, read again from `live` (the step's short wait for health
+    after a sync); the comparison and the conditions stay as observed."""
+    statuses, assessed = [], []
+    for res in state.resources:
+        if res.requires_pruning:
+            statuses.append(res)
+            continue
+        result = health.assess(live.get(res.key), scripts)
+        assessed.append((res.key, result))
+        statuses.append(replace(res, health=result.status if result else None,
+                                health_message=result.message if result else ""))
+    roll, message = _rolled_up(assessed, scripts)
+    return replace(state, health=roll, health_message=message, resources=statuses)
+
+
+def _rolled_up(assessed: list[tuple[ResourceKey, HealthResult | None]],
+               scripts: Mapping[str, str]) -> tuple[HealthStatus, str]:
+    """The app's health and the message of the first resource that gave it."""
+    roll = health.app_health(assessed, scripts)
+    return roll, next((f"{k}: {r.message}" for k, r in assessed if r and r.status is roll and r.message), "")
 
 
 def kept_conditions(state: AppState) -> list[dict[str, str]]:
@@ -465,15 +485,17 @@ def remember_writes(state: AppState, target: Target, written: Mapping[ResourceKe
     return compared(state, cache)
 
 
-def follow_health(state: AppState, continue_after: float | None, now: float) -> float | None:
+def health_follow_since(state: AppState, continue_after: float | None, now: float) -> float | None:
     """After an operation succeeded with the app still Progressing (the last group is not waited for),
-    refresh steps for a while, so status and `app wait --health` see it turn Healthy."""
+    refresh steps for a while, so status and `app wait --health` see it turn Healthy: the unix time the
+    wait began (the operation's end) when the step should ask for a follow-up, else None (it asks for
+    nothing, or for something else already). The caller picks the delay (`health.awaited`)."""
     op = state.operation
     if (continue_after is not None or op is None or op.phase is not OperationPhase.SUCCEEDED
             or state.health is not HealthStatus.PROGRESSING or not op.finished_at):
-        return continue_after
-    finished = datetime.datetime.fromisoformat(op.finished_at.replace("Z", "+00:00")).timestamp()
-    return HEALTH_RECHECK_AFTER if now - finished < HEALTH_FOLLOW_SECONDS else continue_after
+        return None
+    finished = unix(op.finished_at)
+    return finished if now - finished < HEALTH_FOLLOW_SECONDS else None
 
 
 # -- the one write ---------------------------------------------------------------------------------------

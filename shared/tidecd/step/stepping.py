@@ -30,6 +30,7 @@ from tidecd.diff import Comparison
 from tidecd.generated import appofapps
 from tidecd.generated import records as generated
 from tidecd.generated.appofapps import ChildCluster
+from tidecd.health import awaited
 from tidecd.images import state as images_state
 from tidecd.project import impersonation, rules
 from tidecd.project import windows as syncwindows
@@ -48,7 +49,10 @@ from tidecd.sync.apply import owned_by
 
 log = structlog.get_logger("tidecd.step.reconcile")
 POLL_INTERVAL = 0.5  # between health checks inside one step's budget
-RECHECK_AFTER = 3.0  # the next step of an operation that waits, once this step's budget is spent
+# After a sync that ended with its app Progressing: health read again for at most this long within the
+# step's budget, first after HEALTH_FIRST_LOOK seconds, then twice as long each time.
+HEALTH_AWAIT = 2.0
+HEALTH_FIRST_LOOK = 0.2
 MAX_STEP_ERRORS = 3  # temporary errors in a row a running operation survives after its first write
 
 
@@ -273,6 +277,34 @@ class Observer:
                                                    "at": self.ctx.iso()})
         return refused
 
+    def unhealthy(self) -> list[ResourceKey]:
+        """The app's resources whose live object is not Healthy (or is missing), hooks and prunes aside."""
+        scripts = self.current.health_scripts
+        return [r.key for r in self.state.resources if not r.requires_pruning
+                and not observe.settled(self.view.live.get(r.key), scripts)]
+
+    def next_check(self, keys: Iterable[ResourceKey], since: float = 0.0) -> float:
+        """Seconds until the next step looks at `keys` again: when what they wait for can be done."""
+        objects = [obj for key in keys if (obj := self.view.live.get(key)) is not None]
+        return awaited.next_check(objects, self.ctx.clock.now(), since=since)
+
+    def await_health(self) -> None:
+        """An operation ended with its app Progressing (its last group applied, not waited for, as Argo CD
+        does): what is not Healthy is read again for a moment (`HEALTH_AWAIT`, within the budget), so an
+        app Healthy moments after its apply ends in this step instead of a follow-up step. The listing's
+        digest is kept to what was read, for the quiet record."""
+        ctx, view = self.ctx, self.view
+        until, pause = min(ctx.deadline, ctx.clock.monotonic() + HEALTH_AWAIT), HEALTH_FIRST_LOOK
+        while self.state.health is HealthStatus.PROGRESSING and ctx.clock.monotonic() + pause <= until:
+            ctx.clock.pause(pause)
+            pause *= 2
+            self.reread(self.unhealthy())
+            self.state = record.reassessed(self.state, view.live, self.current.health_scripts)
+        if view.current and view.listed is not None:
+            hooks = self.current.hook_keys
+            view.digest = observe.listing({k: v for k, v in view.live.items() if k not in hooks},
+                                          view.listed.kinds, view.listed.unserved).digest
+
     def saw(self, done: execute.Executed) -> None:
         for key, found in done.read:
             if found is None:
@@ -334,7 +366,9 @@ class Step:
                 self.save()  # the state as loaded less that condition (`reconciled_at` and the quiet record kept)
             return
         at = self.ctx.iso()
-        self.end.continue_after = record.follow_health(self.state, self.end.continue_after, self.ctx.clock.now())
+        since = record.health_follow_since(self.state, self.end.continue_after, self.ctx.clock.now())
+        if since is not None:  # the next look when what is still Progressing can be Healthy (`health.awaited`)
+            self.end.continue_after = self.eye.next_check(self.eye.unhealthy(), since)
         self.state = record.reconciled(self.state, at, quiet_record(self))
         self.save()
 
@@ -376,6 +410,10 @@ class Step:
             return
         self.eye.target = self.eye.target.planned(self.eye.naming())
         self.advance(self.observed_facts())
+        op = self.state.operation
+        if self.end.deployed and op is not None and op.phase is OperationPhase.SUCCEEDED \
+                and self.end.continue_after is None:
+            self.eye.await_health()
         if generated.is_deleting(app):
             forget_when_gone(self)
         self.end.observed = True
@@ -429,7 +467,7 @@ class Step:
                 break
             if isinstance(step, decision.Wait):
                 if ctx.clock.monotonic() + POLL_INTERVAL > ctx.deadline:
-                    self.end.continue_after = RECHECK_AFTER
+                    self.end.continue_after = self.eye.next_check(step.keys)
                     break
                 ctx.clock.pause(POLL_INTERVAL)  # the bounded in-budget health poll
                 self.eye.reread(step.keys)

@@ -1,0 +1,80 @@
+"""When to look again at objects that are not Healthy yet: scheduled by what is awaited, not a fixed delay.
+
+Pure: live objects and the time in, seconds out (health's knowledge of when a kind can be done). The step
+asks it for the delay of its next continuation when a wave waits for health (`stepping.Step.advance`) and
+when an app whose sync ended is still Progressing (`stepping.Step.run`, after `record.health_follow_since`).
+The delay is:
+
+- a **backoff**: half as long as the objects have been waited for (since the newest of their creation, a
+  Deployment's last progress, a Job's or Pod's start, and the wait's own start), at least `MIN_DELAY`,
+  at most `MAX_BACKOFF`: an object that turns Healthy in seconds is seen in seconds, one that takes
+  minutes costs a step every `MAX_BACKOFF` seconds, not every few seconds;
+- never before the **earliest time** every object can be done: a Deployment with `minReadySeconds` is
+  not available before its new pods have been ready that long (from its last progress);
+- never after a **deadline** that ends the wait by itself: a Deployment's `progressDeadlineSeconds` (it
+  turns Degraded), a Job's `activeDeadlineSeconds` (it fails).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tidecd.base.clock import unix
+from tidecd.base.model import Manifest
+from tidecd.health._fields import condition, integer, text
+
+MIN_DELAY = 1.0
+MAX_BACKOFF = 15.0
+DEADLINE_SLACK = 1.0  # seconds after a deadline, so the controller has written what it decided
+
+
+def next_check(objects: Iterable[Manifest], now: float, *, since: float = 0.0) -> float:
+    """Seconds until the next look at `objects` (those not Healthy yet), `since` the wait began (unix)."""
+    started, earliest, latest = since, 0.0, float("inf")
+    for obj in objects:
+        started = max(started, _progress(obj))
+        earliest = max(earliest, _earliest(obj))
+        latest = min(latest, _deadline(obj))
+    waited = max(0.0, now - started) if started else 0.0
+    delay = max(min(MAX_BACKOFF, waited / 2), earliest - now)
+    if latest != float("inf"):
+        delay = min(delay, latest - now + DEADLINE_SLACK)
+    return round(max(MIN_DELAY, delay), 2)
+
+
+def _progress(obj: Manifest) -> float:
+    """The newest time the object was created or moved on (unix; 0 when it says none)."""
+    found = [unix(text(obj, "metadata", "creationTimestamp")), unix(text(obj, "status", "startTime"))]
+    progressing = condition(obj, "Progressing")
+    if progressing is not None:
+        found.append(unix(str(progressing.get("lastUpdateTime") or "")))
+    return max(found)
+
+
+def _earliest(obj: Manifest) -> float:
+    """A Deployment whose updated replicas are not all available: not before `minReadySeconds` after its
+    last progress."""
+    if obj.get("kind") != "Deployment":
+        return 0.0
+    ready = integer(obj, "spec", "minReadySeconds")
+    progressing = condition(obj, "Progressing")
+    if ready <= 0 or progressing is None:
+        return 0.0
+    if integer(obj, "status", "availableReplicas") >= integer(obj, "status", "updatedReplicas"):
+        return 0.0
+    at = unix(str(progressing.get("lastUpdateTime") or ""))
+    return at + ready if at else 0.0
+
+
+def _deadline(obj: Manifest) -> float:
+    """When the object ends the wait by itself: a Deployment's progress deadline, a Job's active deadline."""
+    kind = obj.get("kind")
+    if kind == "Deployment":
+        progressing = condition(obj, "Progressing")
+        at = unix(str(progressing.get("lastUpdateTime") or "")) if progressing is not None else 0.0
+        seconds = integer(obj, "spec", "progressDeadlineSeconds", default=600)
+        return at + seconds if at else float("inf")
+    if kind == "Job":
+        start, seconds = unix(text(obj, "status", "startTime")), integer(obj, "spec", "activeDeadlineSeconds")
+        return start + seconds if start and seconds > 0 else float("inf")
+    return float("inf")
