@@ -30,6 +30,8 @@ from bench import stepprobe
 from bench.harness import Bench, Row, say
 from tidecd_dev import scale
 from tidecd_dev.gitserver import LS_REMOTE
+from tidecd_dev.scale_peers import WAIT
+from tidecd_dev.scale_peers import phases as scale_peers_phases
 
 GROUP = "scale"
 TARGET_SECONDS = 120.0
@@ -66,6 +68,7 @@ class Measured:
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)  # cold: per step kind, CPU s (bench/stepprobe)
     noop_cpu: dict[str, dict[str, float]] = field(default_factory=dict)  # the no-op tick's, likewise
     profile: dict[str, list[str]] = field(default_factory=dict)  # per step kind, the top functions (when profiled)
+    phases: dict[str, float] = field(default_factory=dict)  # the wait before each app's first step, and the rest
 
     def to_json(self) -> dict[str, Any]:
         doc = {k: v for k, v in self.__dict__.items() if k not in ("per_app", "api")}
@@ -141,6 +144,7 @@ def run_tidecd(bench: Bench, scenario: scale.Scenario, workers: int,
         kinds = sorted({k for c in counts.values() for k in c})
         measured.git_per_repo = {k: int(statistics.median([c.get(k, 0) for c in counts.values()])) for k in kinds}
         measured.invocations = invocation_summary(fleet.frontend)
+        measured.phases = phases(fleet.frontend.snapshot(), watch.done, started, time.time() - time.monotonic())
         noop_started = time.time()
         measured.cpu = stepprobe.summary(stepprobe.read_steps(probe))
         measured.peak_rss = fleet.peak_rss()
@@ -173,6 +177,17 @@ def run_tidecd(bench: Bench, scenario: scale.Scenario, workers: int,
         progress("no-op tick", 1, 1)
         say(f"scale: no-op tick {measured.noop}")
     return measured
+
+
+def phases(invocations: list[Any], done: dict[str, float], started: float, offset: float) -> dict[str, float]:
+    """Where tidecd's time went, split as the peers' is (`tidecd_dev.scale_peers.phases`): the wait from the
+    poll tick until an app's first step began (queued for an instance included), and from there until it
+    read Synced and Healthy. `offset` turns the Frontend's monotonic times into unix ones."""
+    first: dict[str, float] = {}
+    for call in invocations:
+        if not call.refused_early:
+            first[call.app] = min(first.get(call.app, float("inf")), call.started + offset)
+    return scale_peers_phases([(first.get(app), at) for app, at in done.items()], started)
 
 
 def cpu_text(summary: dict[str, dict[str, float]]) -> str:
@@ -227,6 +242,8 @@ def rows(m: Measured) -> list[Row]:
             f"{m.workers} reconcile instances{over}; " + ("; ".join(m.missed) if m.missed else "")),
         Row(GROUP, "per app: p50", scale.percentile(m.per_app, 50), None, "", "from the poll tick sent"),
         Row(GROUP, "per app: p99", scale.percentile(m.per_app, 99), None, "", ""),
+        Row(GROUP, "per app: wait before its first step, p50", m.phases.get(f"{WAIT} p50"), None, "",
+            "; ".join(f"{k} {v:.1f}s" for k, v in m.phases.items()) + " (first step → Synced+Healthy: the sync)"),
         Row(GROUP, "peak RSS per reconcile instance", None, None, "",
             f"{max(mib, default=0):.0f} MiB max, {statistics.mean(mib) if mib else 0:.0f} MiB mean (VmHWM)"),
         Row(GROUP, "memory held between events", None, None, "",

@@ -206,8 +206,10 @@ def run_flux(bench: Bench, scenario: scale.Scenario, urls: dict[str, str], progr
         sources, kustomizations = sp.flux_objects(scenario, urls, FLUX_NS)
         readiness = sp.Readiness(frozenset(o["metadata"]["name"] for o in kustomizations), sp.kustomization_done,
                                  sp.kustomization_state)
-        _measure(bench, scenario, m, [sources, kustomizations], readiness, sp.KUSTOMIZATIONS.format(ns=FLUX_NS),
-                 flux.procs.check_alive, progress)
+        started = _measure(bench, scenario, m, [sources, kustomizations], readiness,
+                           sp.KUSTOMIZATIONS.format(ns=FLUX_NS), flux.procs.check_alive, progress)
+        listed = api.call("GET", sp.KUSTOMIZATIONS.format(ns=FLUX_NS)).get("items") or []
+        m.phases = sp.flux_phases([k for k in listed if k["metadata"]["name"] in readiness.names], started)
         m.rss = flux.peak_rss()
         m.idle_rss = idle_rss(flux)
     finally:
@@ -346,8 +348,10 @@ def rows(tidecd: Measured | None, measured: list[PeerMeasured]) -> list[Row]:
         out.append(Row(GROUP, f"per app p50, vs {m.tool}", t_p50, scale.percentile(m.per_app, 50), m.tool,
                        f"from the clock's start (tidecd: the poll tick; peer: its first object created){own}"))
         phases = ", ".join(f"{k} {v:.1f}s" for k, v in m.phases.items())
+        mine = ", ".join(f"{k} {v:.1f}s" for k, v in tidecd.phases.items()) if tidecd else ""
         out.append(Row(GROUP, f"per app p99, vs {m.tool}", t_p99, scale.percentile(m.per_app, 99), m.tool,
-                       f"{m.tool}'s own status: {phases}" if phases else ""))
+                       "; ".join(filter(None, [f"{m.tool}'s own status: {phases}" if phases else "",
+                                               f"tidecd: {mine}" if mine else ""]))))
         tidecd_rss = f"tidecd instances {_mib(tidecd.peak_rss)}" if tidecd else ""
         out.append(Row(GROUP, f"peak RSS, vs {m.tool}", None, None, m.tool,
                        f"{m.tool} {_mib(m.rss)} (sum {sum(m.rss.values()) / 2**20:.0f} MiB); {tidecd_rss}"))

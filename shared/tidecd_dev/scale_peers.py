@@ -117,24 +117,56 @@ def _unix(stamp: object) -> float | None:
         return None
 
 
-def argo_phases(apps: Iterable[Obj], started: float) -> dict[str, float]:
-    """Where Argo CD's time went, from its own operationState: medians and p99s over the apps of the wait
-    from the clock's start to the sync operation's start, and of the operation itself (seconds)."""
+WAIT, SYNC = "until sync started", "sync operation"
+
+
+def phases(spans: Iterable[tuple[float | None, float | None]], started: float) -> dict[str, float]:
+    """Where the time went, split alike for every tool: p50 and p99 over the apps of the wait from the
+    clock's start until the app's sync began (`WAIT`) and of the sync itself until it ended (`SYNC`), from
+    (began, ended) unix times per app (None: not known)."""
     from tidecd_dev.scale import percentile
 
-    waits, runs = [], []
-    for app in apps:
-        op = (app.get("status") or {}).get("operationState") or {}
-        begun, ended = _unix(op.get("startedAt")), _unix(op.get("finishedAt"))
-        if begun is not None:
-            waits.append(begun - started)
-            if ended is not None:
-                runs.append(ended - begun)
+    waits = [begun - started for begun, _ in spans if begun is not None]
+    runs = [ended - begun for begun, ended in spans if begun is not None and ended is not None]
     out: dict[str, float] = {}
-    for name, values in (("until sync started", waits), ("sync operation", runs)):
+    for name, values in ((WAIT, waits), (SYNC, runs)):
         if values:
             out[f"{name} p50"], out[f"{name} p99"] = percentile(values, 50), percentile(values, 99)
     return out
+
+
+def argo_phases(apps: Iterable[Obj], started: float) -> dict[str, float]:
+    """Argo CD's, from its own operationState: the sync operation's startedAt and finishedAt."""
+    spans = []
+    for app in apps:
+        op = (app.get("status") or {}).get("operationState") or {}
+        spans.append((_unix(op.get("startedAt")), _unix(op.get("finishedAt"))))
+    return phases(spans, started)
+
+
+def flux_phases(kustomizations: Iterable[Obj], started: float) -> dict[str, float]:
+    """Flux's, from each Kustomization's own `status.history` (kustomize-controller records, per applied
+    revision, when it was first reconciled and how long its last reconcile took, health wait included):
+    a first reconcile ended at `firstReconciled` and began `lastReconciledDuration` before it."""
+    spans: list[tuple[float | None, float | None]] = []
+    for obj in kustomizations:
+        history = (obj.get("status") or {}).get("history") or []
+        first = history[-1] if isinstance(history, list) and history and isinstance(history[-1], dict) else {}
+        ended, took = _unix(first.get("firstReconciled")), _duration(first.get("lastReconciledDuration"))
+        single = first.get("totalReconciliations") == 1  # else the duration is a later reconcile's
+        spans.append((ended - took, ended) if ended is not None and took is not None and single else (None, None))
+    return phases(spans, started)
+
+
+def _duration(text: object) -> float | None:
+    """A Go duration as metav1.Duration writes it (`1.5s`, `2m3.25s`, `850ms`), in seconds; None when bad."""
+    import re
+
+    found = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m(?!s))?(?:([\d.]+)s)?(?:([\d.]+)ms)?", str(text or ""))
+    if not found or not any(found.groups()):
+        return None
+    hours, minutes, seconds, millis = (float(g) if g else 0.0 for g in found.groups())
+    return hours * 3600 + minutes * 60 + seconds + millis / 1000
 
 
 @dataclass

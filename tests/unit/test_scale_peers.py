@@ -169,3 +169,35 @@ def test_argo_phases_split_the_wait_for_a_sync_from_the_sync_itself() -> None:
     assert phases["until sync started p50"] == 20.0 and phases["until sync started p99"] == 30.0
     assert phases["sync operation p50"] in (2.0, 6.0) and phases["sync operation p99"] == 6.0
     assert sp.argo_phases([], clock) == {}
+
+
+def test_flux_phases_come_from_the_kustomizations_own_history() -> None:
+    def ks(first: str | None, took: str, total: int = 1) -> sp.Obj:
+        entry: sp.Obj = {"lastReconciledDuration": took, "totalReconciliations": total}
+        if first:
+            entry["firstReconciled"] = first
+        return {"metadata": {"name": "a"}, "status": {"history": [entry]}}
+
+    clock = sp._unix("2026-12-01T18:00:00Z")
+    assert clock is not None
+    phases = sp.flux_phases([ks("2026-12-01T18:00:12Z", "2s"), ks("2026-12-01T18:00:36Z", "6.5s"),
+                             ks("2026-12-01T18:00:40Z", "850ms", total=3), ks(None, "1s"),
+                             {"metadata": {"name": "never"}}], clock)
+    assert phases == {"until sync started p50": scale.percentile([10.0, 29.5], 50), "until sync started p99": 29.5,
+                      "sync operation p50": scale.percentile([2.0, 6.5], 50), "sync operation p99": 6.5}
+    assert sp._duration("1h2m3.5s") == 3723.5 and sp._duration("850ms") == 0.85 and sp._duration("soon") is None
+    assert sp.flux_phases([], clock) == {}
+
+
+def test_tidecd_phases_split_the_wait_for_a_first_step_from_the_rest() -> None:
+    from bench.scale import phases
+
+    from tidecd_dev.frontend import Invocation
+
+    def call(app: str, at: float, status: int = 204) -> Invocation:
+        return Invocation(app, at, 0.0, 0.1, status, 0, False)
+
+    calls = [call("a", 5.0), call("a", 9.0), call("b", 3.0, status=429), call("b", 7.0)]
+    found = phases(calls, {"a": 1012.0, "b": 1010.0}, 1000.0, 1000.0)
+    assert found == {"until sync started p50": scale.percentile([5.0, 7.0], 50), "until sync started p99": 7.0,
+                     "sync operation p50": scale.percentile([7.0, 3.0], 50), "sync operation p99": 7.0}
