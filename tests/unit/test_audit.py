@@ -15,7 +15,7 @@ from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_ru
 from tests.unit.test_registry_events import Google, envelope
 from tests.unit.test_registry_events import google as google_keys  # noqa: F401 - their fixture, here google_keys
 from tests.unit.test_webhook import Recorder
-from tidecd.base.clock import FakeClock
+from tidecd.base.clock import FakeClock, unix
 from tidecd.base.model import ResourceKey, SyncStatus
 from tidecd.clients.store import LocalStore, MemoryStore
 from tidecd.config.load import Config
@@ -323,7 +323,9 @@ def test_repeated_drift_is_repaired_after_argo_cds_self_heal_backoff() -> None:
         outcome = reconcile(runtime, "app", clock=clock)
         if delay:
             assert cluster.objects[DEPLOY]["spec"]["replicas"] == 7  # held back by the backoff
-            assert outcome.continue_after == pytest.approx(delay), outcome
+            # counted from the previous operation's end (the step that ended it read health a moment longer)
+            ended = unix(outcome.state.operation.finished_at) if outcome.state and outcome.state.operation else 0.0
+            assert outcome.continue_after == pytest.approx(ended + delay - clock.now()), outcome
             clock.advance(delay)
             reconcile(runtime, "app", clock=clock)
         assert cluster.objects[DEPLOY]["spec"]["replicas"] == 1

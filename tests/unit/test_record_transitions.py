@@ -80,6 +80,7 @@ TRANSITIONS: dict[str, Callable[[AppState], object]] = {
     "observed": lambda s: record.observed(s, target(), COMPARISON, {WEB: WEB_OBJ},
                                           record.Notes(warnings=("twice",), orphans={"type": "Orphan"}), NOW),
     "condition": lambda s: record.condition(s, "SyncError", "refused", NOW),
+    "reassessed": lambda s: record.reassessed(s, {WEB: WEB_OBJ}, {}),
     "noted": lambda s: record.noted(s, {"type": "SyncWindow", "message": "closed", "at": NOW}),
     "compared": lambda s: record.compared(s, {"y": CachedComparison("g", "m", SyncStatus.OUT_OF_SYNC)}),
     "inventory": lambda s: record.inventory(s, [(WEB, 1), (OLD, 0)]),
