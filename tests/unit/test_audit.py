@@ -316,7 +316,13 @@ def test_a_burst_of_1000_events_for_50_apps_costs_about_50_reconciles(tmp_path: 
 def test_repeated_drift_is_repaired_after_argo_cds_self_heal_backoff() -> None:
     """The first repair of a revision at once, the next 2 s after the previous one ended, then 6 s ..."""
     cluster, store, runtime = synced(self_heal=True)
-    clock = FakeClock()
+
+    class RollsOut(FakeClock):  # the deployment controller: a repaired Deployment is rolled out at once
+        def pause(self, seconds: float) -> None:
+            super().pause(seconds)
+            cluster.ready(DEPLOY)
+
+    clock = RollsOut()
     attempts = []
     for delay in (0.0, 2.0, 6.0):
         scale_by_hand(cluster, 7)

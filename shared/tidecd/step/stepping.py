@@ -49,10 +49,10 @@ from tidecd.sync.apply import owned_by
 
 log = structlog.get_logger("tidecd.step.reconcile")
 POLL_INTERVAL = 0.5  # between health checks inside one step's budget
-# After a sync that ended with its app Progressing: health read again for at most this long within the
-# step's budget, first after HEALTH_FIRST_LOOK seconds, then twice as long each time.
+# After a sync that ended with its app Progressing: health read again every HEALTH_LOOK seconds for at
+# most HEALTH_AWAIT, within the step's budget (the instance is held meanwhile: short looks waste little)
 HEALTH_AWAIT = 2.0
-HEALTH_FIRST_LOOK = 0.2
+HEALTH_LOOK = 0.25
 MAX_STEP_ERRORS = 3  # temporary errors in a row a running operation survives after its first write
 
 
@@ -294,10 +294,9 @@ class Observer:
         app Healthy moments after its apply ends in this step instead of a follow-up step. The listing's
         digest is kept to what was read, for the quiet record."""
         ctx, view = self.ctx, self.view
-        until, pause = min(ctx.deadline, ctx.clock.monotonic() + HEALTH_AWAIT), HEALTH_FIRST_LOOK
-        while self.state.health is HealthStatus.PROGRESSING and ctx.clock.monotonic() + pause <= until:
-            ctx.clock.pause(pause)
-            pause *= 2
+        until = min(ctx.deadline, ctx.clock.monotonic() + HEALTH_AWAIT)
+        while self.state.health is HealthStatus.PROGRESSING and ctx.clock.monotonic() + HEALTH_LOOK <= until:
+            ctx.clock.pause(HEALTH_LOOK)
             self.reread(self.unhealthy())
             self.state = record.reassessed(self.state, view.live, self.current.health_scripts)
         if view.current and view.listed is not None:
