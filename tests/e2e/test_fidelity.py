@@ -77,7 +77,7 @@ def test_hook_weight_orders_plain_objects_as_a_wave(gitops: GitOps) -> None:
 
 def test_app_level_replace_recreates_an_immutable_object_and_unknown_options_are_reported(gitops: GitOps) -> None:
     gitops.push({"app/job.yaml": job("once", "echo 1")})
-    gitops.application(sync_options=["Replace=true", "Prune=confirm"])
+    gitops.application(sync_options=["Replace=true", "Force=true", "Prune=confirm"])  # Force: recreate on immutable
     gitops.sync()
     assert_succeeded(gitops.state())
     uid = gitops.live("Job", "once", "batch")["metadata"]["uid"]  # type: ignore[index]

@@ -8,7 +8,7 @@ Each Kubernetes API failure class is produced by the real API server, not a stan
 - 409 and 429: a real admission webhook (HTTPS on loopback, registered for the test's namespace only) that
   refuses with that code; the API server answers with it and the webhook's message;
 - 413: a 30 MB ConfigMap (the server accepts about 3 MiB);
-- 422: an invalid label value, and a Service whose immutable clusterIP changes (the hint: Replace=true);
+- 422: an invalid label value, and a Service whose immutable clusterIP changes (the hint: Replace=true,Force=true);
 - 5xx: a webhook with failurePolicy Fail that cannot be reached (the server's own 500);
 - TLS: a cluster secret whose CA is not the server's.
 Each case asserts the message (the object's key and the server's Status message, no request body), that
@@ -264,9 +264,10 @@ CASES: dict[str, Case] = {
     "422 an invalid label value": Case(
         files={"bad/cm.yaml": {**configmap("bad-cm"), "metadata": {"name": "bad-cm", "labels": {"x": "no spaces!"}}}},
         temporary=False, expect=r"ConfigMap " + NS + r"/bad-cm: .*metadata\.labels: Invalid value"),
-    "422 an immutable Service clusterIP (hint Replace=true)": Case(
+    "422 an immutable Service clusterIP (hint Replace=true,Force=true)": Case(
         first={"bad/svc.yaml": service("bad-svc")}, files={"bad/svc.yaml": "CLUSTER_IP"}, temporary=False,
-        expect=r"Service " + NS + r"/bad-svc: .*(immutable|may not change).*add the sync option Replace=true"),
+        expect=r"Service " + NS + r"/bad-svc: .*(immutable|may not change).*"
+               r"add the sync options Replace=true,Force=true"),
     "429 the API server answers TooManyRequests": Case(
         files={"bad/cm.yaml": labelled("bad-cm", 429)}, prepare=_webhook, temporary=True,
         expect=r'ConfigMap ' + NS + r'/bad-cm: admission webhook "refuse\.reliability\.tidecd\.io" denied the '
