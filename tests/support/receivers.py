@@ -77,6 +77,13 @@ class Receivers:
             card = r.json()
             assert card.get("@type") == "MessageCard" or "type" in card, card
             return 200, "1"
+        if r.path.startswith("/powerautomate/"):
+            message = r.json()
+            [attachment] = message["attachments"]
+            if message.get("type") != "message" or attachment.get("contentType") != \
+                    "application/vnd.microsoft.card.adaptive" or attachment["content"].get("type") != "AdaptiveCard":
+                return 400, json.dumps({"error": {"code": "InvalidRequestContent"}})
+            return 202, ""
         if r.path.startswith("/chat/"):
             message = r.json()
             if not message.get("text") and not message.get("cardsV2") and not message.get("cards"):

@@ -289,6 +289,28 @@ def test_teams_googlechat_pagerduty_opsgenie_and_webhook(receivers: Receivers) -
     assert posted.headers["Authorization"] == "Basic dTpw" and got.method == "GET" and got.body == b"plain body"
 
 
+def test_teams_workflows_posts_an_adaptive_card(receivers: Receivers) -> None:
+    settings = {"recipientUrls": {"ops": receivers.url + "/powerautomate/workflows/1/triggers/manual/paths/invoke",
+                                  "bad": receivers.url.replace("127.0.0.1", "example.com") + "/x"}}
+    note = {"message": "m", "teams-workflows": {
+        "title": "Synced", "themeColor": "Good", "facts": '[{"name": "Sync Status", "value": "Synced"}]',
+        "potentialAction": '[{"@type": "OpenUri", "name": "Open", "targets": [{"os": "default", "uri": "https://cd/web"}]}]'}}
+    services.send("teams-workflows", settings, note, argo.Destination("teams-workflows", "ops"), services.Wire())
+    [posted] = receivers.to("/powerautomate/")
+    assert posted.json()["attachments"][0]["content"] == {
+        "type": "AdaptiveCard", "version": "1.4",
+        "body": [{"type": "TextBlock", "text": "Synced", "size": "Large", "weight": "Bolder", "wrap": True,
+                  "color": "Good"},
+                 {"type": "TextBlock", "text": "m", "wrap": True},
+                 {"type": "FactSet", "facts": [{"title": "Sync Status", "value": "Synced"}]}],
+        "actions": [{"type": "Action.OpenUrl", "title": "Open", "url": "https://cd/web"}]}
+    custom = {"teams-workflows": {"adaptiveCard": '{"type": "AdaptiveCard", "version": "1.5", "body": []}'}}
+    services.send("teams-workflows", settings, custom, argo.Destination("teams-workflows", "ops"), services.Wire())
+    assert receivers.to("/powerautomate/")[1].json()["attachments"][0]["content"]["version"] == "1.5"
+    with pytest.raises(SendFailed, match="not an https Microsoft Teams Workflows"):
+        services.send("teams-workflows", settings, note, argo.Destination("teams-workflows", "bad"), services.Wire())
+
+
 def test_errors_never_carry_a_url_path_or_key() -> None:
     secret_url = "http://127.0.0.1:9/services/T000/B000/secret-path-token"
     for kind, settings in (("teams", {"recipientUrls": {"r": secret_url}}),

@@ -30,10 +30,10 @@ from tidecd.config.cmreader import ConfigMapReader
 CONFIG_MAP = "argocd-notifications-cm"
 SECRET = "argocd-notifications-secret"  # noqa: S105 - a name: read as a SealedSecret only
 # the service types tidecd delivers to (notifications-engine's names)
-SERVICE_TYPES = ("slack", "teams", "googlechat", "email", "pagerdutyv2", "opsgenie", "github", "webhook",
-                 "gcppubsub")
+SERVICE_TYPES = ("slack", "teams", "teams-workflows", "googlechat", "email", "pagerdutyv2", "opsgenie", "github",
+                 "webhook", "gcppubsub")
 # notifications-engine's other service types: a key naming one is a problem, not a silent drop
-OTHER_SERVICE_TYPES = ("awssqs", "mattermost", "rocketchat", "teams-workflows", "alertmanager", "pagerduty",
+OTHER_SERVICE_TYPES = ("awssqs", "mattermost", "rocketchat", "alertmanager", "pagerduty",
                        "newrelic", "grafana", "telegram", "webex", "pushover", "nats", "console")
 
 

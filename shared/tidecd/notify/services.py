@@ -10,6 +10,7 @@ endpoint: Slack's `apiURL` and Opsgenie's `apiUrl` as in Argo CD; PagerDuty's `a
 | --- | --- |
 | slack | `chat.postMessage` (token): text, attachments, blocks, username, icon; the channel is the recipient |
 | teams | a MessageCard to `recipientUrls[recipient]` (or `teams.template` as is); the answer must be `1` |
+| teams-workflows | an Adaptive Card (`adaptiveCard`, or built from the MessageCard fields) to a Power Automate URL |
 | googlechat | text, or `cardsV2`/`cards`, to `webhooks[recipient]`; `threadKey` as Argo CD adds it |
 | email | SMTP (`host`, `port`, `from`, `username`, `password`, `html`) to the comma-separated recipients |
 | pagerdutyv2 | Events API v2 `trigger` with `serviceKeys[recipient]` as routing key |
@@ -22,11 +23,12 @@ endpoint: Slack's `apiURL` and Opsgenie's `apiUrl` as in Argo CD; PagerDuty's `a
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from tidecd.clients import github as gh
 from tidecd.clients import notifiers
@@ -173,6 +175,78 @@ def teams(settings: Mapping[str, Any], n: Mapping[str, Any], dest: Destination, 
     answer = notifiers.request("teams", "POST", url, teams_message(n), {"Content-Type": "application/json"})
     if answer.text.strip() != "1":
         raise SendFailed(f"teams: {notifiers.host_of(url)} answered {answer.status}, not the webhook's \"1\"")
+    return f"posted to {dest.recipient}"
+
+
+WORKFLOWS_URL = re.compile(r"(?i)(api\.(powerautomate|powerplatform)\.com|flow\.microsoft\.com|"
+                           r"webhook\.office\.com/workflows|/powerautomate/)")
+ADAPTIVE = "application/vnd.microsoft.card.adaptive"
+
+
+def _facts(facts: Any) -> list[dict[str, str]]:
+    out = []
+    for fact in facts if isinstance(facts, list) else []:
+        if isinstance(fact, Mapping) and isinstance(fact.get("name"), str):
+            value = fact.get("value", "")
+            out.append({"title": fact["name"], "value": value if isinstance(value, str) else _go_text(value)})
+    return out
+
+
+def _go_text(value: Any) -> str:
+    """Go's %v of a JSON value, for the few places a service prints one."""
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def adaptive_card(n: Mapping[str, Any]) -> dict[str, Any]:
+    """A MessageCard's fields as the Adaptive Card notifications-engine's teams-workflows builds from them."""
+    own = _section(n, "teams-workflows")
+    title, text = _text(own.get("title")), _text(own.get("text")) or _text(n.get("message"))
+    body: list[dict[str, Any]] = []
+    if title:
+        body.append({"type": "TextBlock", "text": title, "size": "Large", "weight": "Bolder", "wrap": True,
+                     **({"color": _text(own["themeColor"])} if own.get("themeColor") else {})})
+    if text:
+        body.append({"type": "TextBlock", "text": text, "wrap": True})
+    sections = _json_field("teams-workflows", "sections", _text(own["sections"])) if own.get("sections") else []
+    groups = [_json_field("teams-workflows", "facts", _text(own["facts"]))] if own.get("facts") else []
+    groups += [section.get("facts") for section in sections if isinstance(section, Mapping)]
+    body += [{"type": "FactSet", "facts": facts} for facts in map(_facts, groups) if facts]
+    card: dict[str, Any] = {"type": "AdaptiveCard", "version": "1.4", "body": body}
+    actions = _json_field("teams-workflows", "potentialAction", _text(own["potentialAction"])) \
+        if own.get("potentialAction") else []
+    opened = []
+    for action in actions if isinstance(actions, list) else []:
+        targets = action.get("targets") if isinstance(action, Mapping) else None
+        uri = targets[0].get("uri") if isinstance(targets, list) and targets and isinstance(targets[0], Mapping) \
+            else None
+        if action.get("@type") == "OpenUri" and isinstance(uri, str) and uri:
+            opened.append({"type": "Action.OpenUrl", **({"title": action["name"]} if isinstance(
+                action.get("name"), str) and action["name"] else {}), "url": uri})
+    if actions:
+        card["actions"] = opened
+    return card
+
+
+def teams_workflows(settings: Mapping[str, Any], n: Mapping[str, Any], dest: Destination, wire: Wire) -> str:
+    url = _keyed("teams-workflows", settings, "recipientUrls", dest.recipient, "teams-workflows webhook")
+    parts = urlsplit(url)
+    local = parts.hostname in ("localhost", "127.0.0.1") or (parts.hostname or "").startswith("127.")
+    if (parts.scheme != "https" and not local) or not WORKFLOWS_URL.search(url):
+        raise BadMessage(f"teams-workflows: the webhook URL of recipient {dest.recipient!r} is not an https "
+                         "Microsoft Teams Workflows (Power Automate) URL")
+    own = _section(n, "teams-workflows")
+    content = _json_field("teams-workflows", "adaptiveCard", _text(own["adaptiveCard"]).strip()) \
+        if own.get("adaptiveCard") else adaptive_card(n)
+    message = {"type": "message", "attachments": [{"contentType": ADAPTIVE, "content": content}]}
+    answer = notifiers.request("teams-workflows", "POST", url, json.dumps(message).encode(),
+                               {"Content-Type": "application/json"})
+    _ok("teams-workflows", url, answer)
     return f"posted to {dest.recipient}"
 
 
@@ -337,7 +411,8 @@ def github(settings: Mapping[str, Any], n: Mapping[str, Any], dest: Destination,
 
 SENDERS: Mapping[str, Callable[[Mapping[str, Any], Mapping[str, Any], Destination, Wire], str]] = {
     "slack": slack, "teams": teams, "googlechat": googlechat, "email": email, "pagerdutyv2": pagerdutyv2,
-    "opsgenie": opsgenie, "github": github, "webhook": webhook, "gcppubsub": gcppubsub}
+    "opsgenie": opsgenie, "github": github, "webhook": webhook, "gcppubsub": gcppubsub,
+    "teams-workflows": teams_workflows}
 
 
 def send(kind: str, settings: Mapping[str, Any], notification: Mapping[str, Any], dest: Destination,
