@@ -57,6 +57,12 @@ class FakeCluster:
     def is_namespaced(self, group: str, kind: str) -> bool:
         return self.resource(group, kind).namespaced
 
+    def capabilities(self) -> tuple[str, tuple[str, ...]]:
+        """As `KubeCluster.capabilities`: the version and the served kinds' `group/version[/Kind]`."""
+        self._answer()
+        served = {text for r in self.kinds.values() for text in (r.api_version, f"{r.api_version}/{r.kind}")}
+        return "v1.34.4", tuple(sorted(served))
+
     def get(self, key: ResourceKey) -> Manifest | None:
         self.resource(key.group, key.kind)
         with self._lock:

@@ -254,7 +254,7 @@ def _memory_repo() -> tuple[MemoryRepo, bytes]:
     root.add(b"run.sh", 0o100755, blobs["run"].id)
     root.add(b"app", stat.S_IFDIR, app.id)
     root.add(b"current", 0o120000, blobs["link"].id)
-    root.add(b"vendor", 0o160000, ObjectID(b"f" * 40))  # submodule: ignored
+    root.add(b"vendor", 0o160000, ObjectID(b"f" * 40))  # submodule: its commit is kept, for source.submodules
     store.add_object(root)
     return repo, root.id
 
@@ -266,7 +266,7 @@ def test_tar_tree_is_deterministic_and_complete(tmp_path: Path) -> None:
     assert gzip.decompress(data)  # a real gzip stream
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         members = {m.name: m for m in tar.getmembers()}
-    assert sorted(members) == ["README.md", "app/deploy.yaml", "current", "run.sh"]
+    assert sorted(members) == ["README.md", "app/deploy.yaml", "current", "run.sh", "vendor/.tidecd-submodule"]
     assert all(m.mtime == 0 and m.uid == 0 for m in members.values())
     assert members["current"].issym() and members["current"].linkname == "app/deploy.yaml"
     extract(data, tmp_path / "out")
@@ -274,7 +274,8 @@ def test_tar_tree_is_deterministic_and_complete(tmp_path: Path) -> None:
     assert (out / "README.md").read_text() == "hello\n"
     assert os.access(out / "run.sh", os.X_OK) and not os.access(out / "README.md", os.X_OK)
     assert (out / "current").is_symlink() and (out / "current").read_text() == "kind: ConfigMap\n"
-    assert not (out / "vendor").exists()
+    assert [p.name for p in (out / "vendor").iterdir()] == [".tidecd-submodule"]
+    assert (out / "vendor" / ".tidecd-submodule").read_text() == "f" * 40 + "\n"
 
 
 def _tarball(*members: tuple[str, str, str]) -> bytes:

@@ -7,6 +7,8 @@ through `inside`, so `..`, absolute paths and symlinks pointing outside the chec
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 from pathlib import Path, PurePosixPath
 
 from tidecd.base.errors import UnsafePathError
@@ -39,3 +41,16 @@ def check_tree(root: Path) -> None:
                         raise UnsafePathError(f"symlink {rel} points outside the repository checkout")
                 elif entry.is_dir(follow_symlinks=False):
                     pending.append(entry.path)
+
+
+def copy_writable(source: Path, dest: Path, *, keep_links: bool = False) -> None:
+    """`source` copied to `dest`, every directory and file of the copy writable by its owner (modes kept
+    otherwise): a shared checkout's tree is read-only (`source.checkouts`), and a copy is edited, then
+    removed. Links are followed, or with `keep_links` copied as links (for a tree checked again later)."""
+    shutil.copytree(source, dest, symlinks=keep_links, copy_function=shutil.copy)
+    for directory, dirnames, filenames in os.walk(dest):
+        for name in (*dirnames, *filenames):
+            path = os.path.join(directory, name)
+            if not os.path.islink(path):
+                os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) | stat.S_IWUSR)
+    os.chmod(dest, stat.S_IMODE(os.lstat(dest).st_mode) | stat.S_IWUSR)

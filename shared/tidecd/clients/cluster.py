@@ -191,11 +191,13 @@ class Cluster(Protocol):
 
 
 _discovery_cache: dict[str, dict[tuple[str, str], ApiResource]] = {}
+_served_cache: dict[str, tuple[tuple[str, ...], float]] = {}  # discovery key → (API versions, when discovered)
 _discovery_lock = threading.Lock()
 _VERSIONS: dict[int, tuple[Any, str, float]] = {}  # id(api client) → (the client, gitVersion, when asked)
 MAX_EVENTS, MAX_LOG_BYTES = 200, 1 << 20  # per object and per log read: bounded answers, bounded memory
 USER_AGENT = constants.FIELD_MANAGER  # its writes are told apart in the audit log too (usecases.audit)
 VERSION_TTL = 300.0  # seconds: an upgraded server is noticed (and discovered again) within this
+SERVED_TTL = 60.0  # seconds: a CRD installed meanwhile shows in `capabilities` (helm's APIVersions) within this
 
 
 class KubeCluster:
@@ -293,12 +295,29 @@ class KubeCluster:
             if not refresh and cache_key in _discovery_cache:
                 return _discovery_cache[cache_key]
         found: dict[tuple[str, str], ApiResource] = {}
+        served: set[str] = set()
         accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
         for root in ("/api", "/apis"):
-            found.update(_parse_discovery(self.request("GET", root, accept=accept)))
+            doc = self.request("GET", root, accept=accept)
+            found.update(_parse_discovery(doc))
+            served.update(served_api_versions(doc))
         with _discovery_lock:
             _discovery_cache[cache_key] = found
+            _served_cache[cache_key] = (tuple(sorted(served)), time.monotonic())
         return found
+
+    def capabilities(self) -> tuple[str, tuple[str, ...]]:
+        """The server's gitVersion and the API versions it serves, as Argo CD's cluster cache hands them to
+        `helm template` (`--kube-version`, `--api-versions`): see `served_api_versions`. From the cached
+        discovery, which is asked again once it is SERVED_TTL old (a CRD installed since shows then)."""
+        cache_key = f"{self.server}@{self._server_version()}"
+        with _discovery_lock:
+            known = _served_cache.get(cache_key)
+        if known is None or time.monotonic() - known[1] >= SERVED_TTL:
+            self.resources(refresh=True)
+            with _discovery_lock:
+                known = _served_cache[cache_key]
+        return self._server_version(), known[0]
 
     def _server_version(self) -> str:
         """The server's gitVersion, asked once per shared client every VERSION_TTL seconds (it keys the
@@ -448,6 +467,22 @@ def _parse_discovery(doc: dict[str, Any]) -> dict[tuple[str, str], ApiResource]:
                     namespaced=res.get("scope") == "Namespaced",
                 )
     return found
+
+
+def served_api_versions(doc: dict[str, Any]) -> set[str]:
+    """Aggregated discovery's served API versions as Argo CD lists them for helm (gitops-engine's
+    `GetAPIResources`, not preferred, then `APIResourcesToStrings` with kinds): `group/version` and
+    `group/version/Kind` of every version of every resource that can be listed and watched."""
+    out: set[str] = set()
+    for group in doc.get("items") or []:
+        group_name = group.get("metadata", {}).get("name", "")
+        for version in group.get("versions") or []:
+            group_version = f"{group_name}/{version.get('version', '')}" if group_name else str(version.get("version"))
+            for res in version.get("resources") or []:
+                kind, verbs = res.get("responseKind", {}).get("kind"), res.get("verbs") or []
+                if kind and "list" in verbs and "watch" in verbs:
+                    out.update((group_version, f"{group_version}/{kind}"))
+    return out
 
 
 def _api_error(key: ResourceKey | None, status: int, reason: str | None, data: bytes,

@@ -33,15 +33,15 @@ from tidecd.config.load import ApplicationSource, DirectorySpec
 from tidecd.render.buildenv import BuildEnv
 from tidecd.render.directory import render_directory
 from tidecd.render.documents import Document, check
-from tidecd.render.helm import is_chart, render_helm
+from tidecd.render.helm import Dependencies, is_chart, render_helm
 from tidecd.render.kustomize import is_kustomization, render_kustomize
 from tidecd.render.overrides import SourceOverride, apply, read_source_files
 from tidecd.render.tool import one_render, rendering, report_sandbox
 
-__all__ = ["BuildEnv", "Tool", "choose_tool", "manifest_key", "render", "render_cached"]
+__all__ = ["BuildEnv", "Dependencies", "Tool", "choose_tool", "manifest_key", "render", "render_cached"]
 
 log = structlog.get_logger("tidecd.render")
-CACHE_FORMAT = 2  # bump when the stored shape or the rendering rules change (2: the build environment)
+CACHE_FORMAT = 3  # bump when the stored shape or the rendering rules change (3: the destination's capabilities)
 _STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -53,7 +53,7 @@ class Tool(enum.StrEnum):
 
 def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespace: str,
            override: SourceOverride | None = None, value_refs: Mapping[str, Path] | None = None,
-           build_env: BuildEnv | None = None) -> list[Manifest]:
+           build_env: BuildEnv | None = None, dependencies: Dependencies | None = None) -> list[Manifest]:
     """The app's desired objects, in the tool's (stable) output order.
 
     The app path's `.argocd-source*.yaml` files and then `override` (the image updater's `argocd`
@@ -61,7 +61,8 @@ def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespac
     multi-source app's `ref` sources, for helm value files written `$<ref>/<path>`. `build_env` carries
     the project and this source's resolved revision; completed with the app's name, the destination
     namespace and the source's repoURL, path and targetRevision, it is Argo CD's build environment, which
-    the tools substitute where Argo CD does (`render.buildenv`).
+    the tools substitute where Argo CD does (`render.buildenv`). `dependencies` complete a helm chart
+    committed without its `charts/` (`render.helm.Dependencies`).
 
     The time it takes counts against `TIDECD_MAX_RENDER_SECONDS`, with every other `render` call of the
     same `render_cached` render (a multi-source app's sources): a LimitExceeded names the file or tool
@@ -69,12 +70,12 @@ def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespac
     """
     with rendering():
         return _render(checkout, source, app_name=app_name, namespace=namespace, override=override,
-                       value_refs=value_refs, build_env=build_env)
+                       value_refs=value_refs, build_env=build_env, dependencies=dependencies)
 
 
 def _render(checkout: Path, source: ApplicationSource, *, app_name: str, namespace: str,
             override: SourceOverride | None, value_refs: Mapping[str, Path] | None,
-            build_env: BuildEnv | None) -> list[Manifest]:
+            build_env: BuildEnv | None, dependencies: Dependencies | None) -> list[Manifest]:
     env = (build_env or BuildEnv()).complete(app_name=app_name, namespace=namespace, repo_url=source.repo_url,
                                             path=source.path, target_revision=source.target_revision)
     if source.chart:
@@ -93,17 +94,17 @@ def _render(checkout: Path, source: ApplicationSource, *, app_name: str, namespa
         source = apply(source, tool.value, from_file, replace=True, what=where)
     source = apply(source, tool.value, override, replace=False)
     return check(_render_documents(checkout, app_dir, label, source, app_name=app_name, namespace=namespace,
-                                   value_refs=value_refs, build_env=env))
+                                   value_refs=value_refs, build_env=env, dependencies=dependencies))
 
 
 def _render_documents(
     checkout: Path, app_dir: Path, label: str, source: ApplicationSource, *, app_name: str, namespace: str,
-    build_env: BuildEnv, value_refs: Mapping[str, Path] | None = None,
+    build_env: BuildEnv, value_refs: Mapping[str, Path] | None = None, dependencies: Dependencies | None = None,
 ) -> list[Document]:
     tool = choose_tool(app_dir, source)
     if tool is Tool.HELM:
         return render_helm(checkout, label, app_dir, source.helm, app_name=app_name, namespace=namespace,
-                           value_refs=value_refs, build_env=build_env)
+                           value_refs=value_refs, build_env=build_env, dependencies=dependencies)
     if tool is Tool.KUSTOMIZE:
         return render_kustomize(checkout, app_dir, source.kustomize, label=label, build_env=build_env)
     return render_directory(app_dir, source.directory or DirectorySpec(), label=label, checkout=checkout,
@@ -132,7 +133,8 @@ def choose_tool(app_dir: Path, source: ApplicationSource) -> Tool:
 def manifest_key(app_name: str, sha: str, source: ApplicationSource, namespace: str,
                  override: SourceOverride | None = None, build_env: BuildEnv | None = None) -> str:
     """`manifests/<app>/<sha>-<hash>.json`; the hash covers the source spec, destination namespace, image
-    override and build environment (its project: a moved app renders `$ARGOCD_APP_PROJECT_NAME` anew)."""
+    override and build environment (its project: a moved app renders `$ARGOCD_APP_PROJECT_NAME` anew; the
+    destination's version and API versions: a CRD installed, or an upgraded cluster, renders helm anew)."""
     for what, value in (("application name", app_name), ("revision", sha)):
         if not _STORE_NAME.match(value):
             raise ConfigError(f"{what} {value!r} cannot name a cache entry")

@@ -28,8 +28,9 @@ _SPECIAL = frozenset("*#$@!?-0123456789")  # Go's isShellSpecialVar: a one-chara
 class BuildEnv:
     """What Argo CD's repo server knows of the app when it renders one source.
 
-    Callers give what the source does not say (the project and the source's resolved revision: a commit
-    SHA, or a chart's version); `render.render` fills the rest from its arguments (`complete`).
+    Callers give what the source does not say (the project, the source's resolved revision: a commit
+    SHA, or a chart's version, and the destination's version and API versions); `render.render` fills the
+    rest from its arguments (`complete`).
     """
 
     project: str = ""
@@ -39,6 +40,10 @@ class BuildEnv:
     repo_url: str = ""
     path: str = ""
     target_revision: str = ""
+    # the destination cluster as Argo CD's controller hands it to the repo server (`KubeVersion`,
+    # `ApiVersions` of the manifest request): helm's `.Capabilities`; never substituted into fields
+    kube_version: str = ""  # the server's gitVersion ("" where no cluster may be asked: a fork's preview)
+    api_versions: tuple[str, ...] = ()  # `group/version` and `group/version/Kind` it serves, sorted
 
     def complete(self, *, app_name: str, namespace: str, repo_url: str, path: str,
                  target_revision: str) -> BuildEnv:

@@ -10,8 +10,11 @@ file parameter paths; never in `values`/`valuesObject`, the release name or the 
 value (after that substitution) is data: it reaches
 helm as exactly that value (see `escape_set_value`), never as more `--set` syntax. Value
 files must stay inside the repository. Helm runs with throwaway config/cache/data homes, no repositories
-file, no registry login, no plugins and no network (`render.tool`): chart dependencies must be vendored
-under `charts/` (or fetched into the snapshot by a chart source). Value files, the chart's values.yaml
+file, no registry login, no plugins and no network (`render.tool`): chart dependencies are vendored under
+`charts/`, fetched into the snapshot by a chart source, or, for a chart committed without them, fetched by
+the step as chart snapshots and added to a copy of the chart (`Dependencies`: Argo CD's `helm dependency
+build`). `--kube-version` and `--api-versions` are the destination cluster's (`BuildEnv`), unless
+`helm.kubeVersion` / `helm.apiVersions` say otherwise, as Argo CD passes them. Value files, the chart's values.yaml
 and the inline values pass the YAML bounds of `tidecd.base.limits` before helm reads them. Hooks are kept
 (with their `helm.sh/hook` annotations) for the sync engine to map.
 """
@@ -22,21 +25,22 @@ import posixpath
 import re
 import tempfile
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 
 from tidecd.base import limits
 from tidecd.base.errors import RenderError, UnsafePathError
-from tidecd.base.paths import inside
+from tidecd.base.paths import copy_writable, inside
 from tidecd.clients import tools
 from tidecd.config.load import HelmParameter, HelmSpec
 from tidecd.render.buildenv import BuildEnv
 from tidecd.render.documents import Document, load_yaml
 from tidecd.render.tool import run as run_tool
 
-KUBE_VERSION = "1.34"  # the Capabilities.KubeVersion charts see, pinned so a render is reproducible
+KUBE_VERSION = "1.34"  # Capabilities.KubeVersion where no destination was asked (a fork's preview), pinned
+_GENERIC_VERSION = re.compile(r"^\s*v?([0-9]+(?:\.[0-9]+)+)")  # k8s.io version.ParseGeneric: 2+ numbers
 
 _DOC_SEPARATOR = re.compile(r"^---[ \t]*$", re.MULTILINE)
 _SOURCE_COMMENT = re.compile(r"^# Source: (.+?)\s*$", re.MULTILINE)
@@ -45,6 +49,16 @@ _VARIABLE_HEAD = re.compile(r"^\$\{?([A-Za-z0-9_]+)")  # `$NAME` or `${NAME` ope
 
 def is_chart(app_dir: Path) -> bool:
     return (app_dir / "Chart.yaml").is_file()
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """What `helm dependency build` adds to the `charts/` of a chart committed without its dependencies:
+    the archives the source stage fetched as snapshots (`source.dependencies.fetch_missing`: file name,
+    bytes) and the `file://` charts of the same repository (dependency name, its `repository` field)."""
+
+    archives: tuple[tuple[str, bytes], ...] = ()
+    local: tuple[tuple[str, str], ...] = ()
 
 
 def render_helm(
@@ -57,10 +71,12 @@ def render_helm(
     namespace: str,
     value_refs: Mapping[str, Path] | None = None,
     build_env: BuildEnv | None = None,
+    dependencies: Dependencies | None = None,
 ) -> list[Document]:
     """Objects of `helm template` for the chart at `chart_dir` (the app's `path` inside `checkout`);
     `value_refs` name the checkouts that `$<ref>/...` value files (multi-source apps) are read from;
-    `build_env` is substituted as Argo CD substitutes it (default: only the app's name and namespace)."""
+    `build_env` is substituted as Argo CD substitutes it (default: only the app's name and namespace);
+    `dependencies`, when given, are added to a copy of the chart first (`built_chart`)."""
     env = build_env or BuildEnv(app_name=app_name, namespace=namespace)
     spec = substituted(spec or HelmSpec(), env)
     numbered = _value_files(checkout, app_path, spec, value_refs or {}, env)
@@ -75,12 +91,15 @@ def render_helm(
     _check_inline_values(spec.values)
     with tempfile.TemporaryDirectory(prefix="tidecd-helm-") as tmp:
         work = Path(tmp)
+        if dependencies is not None and (dependencies.archives or dependencies.local):
+            chart_dir = built_chart(checkout, app_path, chart_dir, dependencies, work / "chart")
         inline = work / "inline-values.yaml"
         if spec.values:
             inline.write_text(spec.values, encoding="utf-8")
         argv = template_argv(
             tools.binary("helm"), spec, chart_dir, value_files, inline if spec.values else None,
             release=spec.release_name or app_name, namespace=spec.namespace or namespace,
+            kube_version=env.kube_version, api_versions=env.api_versions,
         )
         for name, path in file_parameters:
             argv += ["--set-file", f"{name}={escape_set_text(str(path))}"]
@@ -92,6 +111,26 @@ def render_helm(
         except RenderError as exc:
             raise _with_dependency_hint(exc) from exc
     return parse_output(out)
+
+
+def built_chart(checkout: Path, app_path: str, chart_dir: Path, dependencies: Dependencies, dest: Path) -> Path:
+    """A copy of the chart at `dest` with its dependencies in `charts/`, as `helm dependency build` leaves
+    it: each fetched archive as its file, each `file://` chart (which must be a chart inside the checkout,
+    relative to the chart as helm reads it) as a directory. The checkout itself is shared and read-only."""
+    copy_writable(chart_dir, dest)  # links are followed: `check_tree` kept each inside the checkout
+    charts = dest / "charts"
+    charts.mkdir(exist_ok=True)
+    for name, data in dependencies.archives:
+        if "/" in name or name.startswith("."):
+            raise RenderError(f"{app_path}/Chart.yaml: dependency archive name {name!r} is not a file name")
+        (charts / name).write_bytes(data)
+    for name, repository in dependencies.local:
+        what = f"{app_path}/Chart.yaml: dependency {name} {repository!r}"
+        local = inside(checkout, posixpath.join(app_path, repository.removeprefix("file://")), what=what)
+        if not (local / "Chart.yaml").is_file():
+            raise RenderError(f"{what}: no chart there in the repository")
+        copy_writable(local, charts / name)
+    return dest
 
 
 def substituted(spec: HelmSpec, env: BuildEnv) -> HelmSpec:
@@ -113,11 +152,19 @@ def template_argv(
     *,
     release: str,
     namespace: str,
+    kube_version: str = "",
+    api_versions: tuple[str, ...] = (),
 ) -> list[str]:
+    """helm's command line. `kube_version` and `api_versions` are the destination's (`BuildEnv`); as Argo
+    CD's `helmTemplate`, `helm.kubeVersion` replaces the one and a non-empty `helm.apiVersions` the other."""
     crds = "--skip-crds" if spec.skip_crds else "--include-crds"
-    argv = [helm, "template", release, str(chart_dir), crds, "--kube-version", spec.kube_version or KUBE_VERSION]
+    if spec.kube_version:
+        version = parse_kube_version(spec.kube_version, "spec.source.helm.kubeVersion")
+    else:
+        version = parse_kube_version(kube_version, "the destination's version") if kube_version else KUBE_VERSION
+    argv = [helm, "template", release, str(chart_dir), crds, "--kube-version", version]
     argv += ["--skip-schema-validation"] * spec.skip_schema_validation + ["--skip-tests"] * spec.skip_tests
-    for api_version in spec.api_versions:
+    for api_version in spec.api_versions or api_versions:
         argv += ["--api-versions", api_version]
     if namespace:
         argv += ["--namespace", namespace]
@@ -128,6 +175,15 @@ def template_argv(
     for parameter in spec.parameters:
         argv += set_flag(parameter)
     return argv
+
+
+def parse_kube_version(text: str, what: str) -> str:
+    """A Kubernetes version as Argo CD's `parseKubeVersion` hands it to helm (k8s.io's `ParseGeneric`): the
+    leading `v` and anything after the numbers (`-gke.100`, `+k3s1`) dropped; `v1.34.4` → `1.34.4`."""
+    match = _GENERIC_VERSION.match(text)
+    if match is None:
+        raise RenderError(f"{what} {text!r}: could not parse the Kubernetes version (expected e.g. 1.34 or v1.34.4)")
+    return match[1]
 
 
 def set_flag(parameter: HelmParameter) -> list[str]:
@@ -286,5 +342,6 @@ def _check_inline_values(values: str) -> None:
 def _with_dependency_hint(exc: RenderError) -> RenderError:
     message = str(exc)
     if "missing in charts/" in message:
-        message += " (run `helm dependency build` and commit charts/: dependencies are not downloaded)"
+        message += (" (a dependency is fetched only by its repository URL, from a repository the project's "
+                    "sourceRepos permit; otherwise run `helm dependency build` and commit charts/)")
     return RenderError(message)

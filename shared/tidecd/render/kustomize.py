@@ -14,10 +14,8 @@ Before kustomize runs, `render.confine` checks every path the kustomizations nam
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 import shutil
-import stat
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from tidecd.base.errors import RenderError, UnsafePathError
-from tidecd.base.paths import inside
+from tidecd.base.paths import copy_writable, inside
 from tidecd.clients import tools
 from tidecd.config.load import KustomizeSpec
 from tidecd.render.buildenv import BuildEnv
@@ -159,8 +157,7 @@ def build_argv(build_dir: Path) -> list[str]:
 
 def _private_copy(root: Path, app_dir: Path, dest: Path) -> Path:
     """Copy the checkout (bases may live anywhere in it); return the app directory inside the copy."""
-    shutil.copytree(root, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-    _writable(dest)  # the checkout is a read-only cached tree (`source.checkouts`); its copy is ours to edit
+    copy_writable(root, dest, keep_links=True)  # the checkout is a read-only cached tree; its copy is ours
     build_dir = dest / app_dir.relative_to(root)
     for name in KUSTOMIZATION_FILES:
         file = build_dir / name
@@ -169,16 +166,6 @@ def _private_copy(root: Path, app_dir: Path, dest: Path) -> Path:
             file.unlink()
             shutil.copyfile(target, file)
     return build_dir
-
-
-def _writable(tree: Path) -> None:
-    """Give the owner write permission on every directory and file of `tree` (symlinks are left alone)."""
-    for dirpath, dirnames, filenames in os.walk(tree):
-        for name in (*dirnames, *filenames):
-            path = os.path.join(dirpath, name)
-            if not os.path.islink(path):
-                os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) | stat.S_IWUSR)
-    os.chmod(tree, stat.S_IMODE(os.lstat(tree).st_mode) | stat.S_IWUSR)
 
 
 def _with_remote_hint(exc: RenderError) -> RenderError:

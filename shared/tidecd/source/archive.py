@@ -26,7 +26,10 @@ if TYPE_CHECKING:
     from dulwich.objects import ObjectID
     from dulwich.repo import BaseRepo
 
-__all__ = ["extract", "tar_tree", "write_tar"]
+__all__ = ["SUBMODULE_MARKER", "extract", "tar_tree", "write_tar"]
+
+
+SUBMODULE_MARKER = ".tidecd-submodule"  # in a snapshot, a submodule's directory holds only this: its commit
 
 
 def tar_tree(repo: BaseRepo, tree_id: ObjectID) -> bytes:
@@ -51,9 +54,17 @@ def write_tar(repo: BaseRepo, tree_id: ObjectID, out: BinaryIO) -> None:
         for entry in entries:
             if entry.path is None or entry.mode is None or entry.sha is None:
                 continue
-            if stat.S_ISDIR(entry.mode) or (entry.mode & 0o170000) == 0o160000:
-                continue  # submodules (gitlinks) are not part of the snapshot
+            if stat.S_ISDIR(entry.mode):
+                continue
             name = os.fsdecode(entry.path)
+            if (entry.mode & 0o170000) == 0o160000:  # a submodule: its commit, for `source.submodules`
+                marker, commit = f"{name}/{SUBMODULE_MARKER}", bytes(entry.sha) + b"\n"
+                budget.add(_check_name(marker), len(commit))
+                info = tarfile.TarInfo(marker)
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                info.size, info.mode = len(commit), 0o644
+                tar.addfile(info, io.BytesIO(commit))
+                continue
             budget.add(_check_name(name), 0)
             with _open_blob(repo, entry.sha) as (type_num, size, content):
                 if type_num != Blob.type_num:

@@ -8,6 +8,10 @@ repositories the app's project permits) and added as `charts/<name>-<version>.tg
 dependency build` puts it. The stored snapshot is then complete, and `helm template` needs no network.
 `file://` dependencies are expected inside the chart; `@alias` / named repositories need a helm
 repositories file and are refused by name.
+
+A chart committed to git without its dependencies is completed the same way when it is rendered
+(`missing_in_directory`, `fetch_missing`: Argo CD runs `helm dependency build` there): the dependencies
+come through the same chart snapshots, never through helm itself.
 """
 
 from __future__ import annotations
@@ -15,12 +19,15 @@ from __future__ import annotations
 import io
 import tarfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from tidecd.base import limits
 from tidecd.base.errors import RenderError
-from tidecd.config.load import redact_repo_url
+from tidecd.clients.store import ObjectStore
+from tidecd.config.load import ApplicationSource, redact_repo_url
 from tidecd.source import archives, helmrepo, oci
 from tidecd.source.archives import Budget
 
@@ -66,6 +73,11 @@ def _missing(top: str, names: set[str], chart_yaml: bytes | None) -> list[dict[s
     present = {name.rsplit("/", 1)[-1] for name in names if name.startswith(f"{top}/charts/")}
     present_dirs = {name.split("/")[2] for name in names if name.startswith(f"{top}/charts/")
                     and name.count("/") >= 2}
+    return _absent(deps, present, present_dirs)
+
+
+def _absent(deps: object, present: set[str], present_dirs: set[str]) -> list[dict[str, Any]]:
+    """The dependencies (Chart.yaml's list) that `charts/` holds neither as `<name>-*.tgz` nor as `<name>/`."""
     out = []
     for dep in deps if isinstance(deps, list) else []:
         if not isinstance(dep, dict) or not isinstance(dep.get("name"), str):
@@ -74,6 +86,79 @@ def _missing(top: str, names: set[str], chart_yaml: bytes | None) -> list[dict[s
         if name in present_dirs or any(p.startswith(f"{name}-") and p.endswith(".tgz") for p in present):
             continue
         out.append(dep)
+    return out
+
+
+def missing_in_directory(chart_dir: Path, what: str) -> list[dict[str, Any]]:
+    """The dependencies a chart directory of a repository lists that its `charts/` lacks, as `helm
+    dependency build` reads them: `Chart.yaml`'s (`requirements.yaml`'s for an apiVersion v1 chart), each
+    with the version its lock file (`Chart.lock`, `requirements.lock`) pins. `what` names the chart."""
+    meta = _yaml_file(chart_dir / "Chart.yaml", f"{what}/Chart.yaml")
+    v1 = str(meta.get("apiVersion", "v1")) == "v1"
+    deps = meta.get("dependencies")
+    lock = _yaml_file(chart_dir / "Chart.lock", f"{what}/Chart.lock")
+    if v1 and not deps:
+        deps = _yaml_file(chart_dir / "requirements.yaml", f"{what}/requirements.yaml").get("dependencies")
+        lock = _yaml_file(chart_dir / "requirements.lock", f"{what}/requirements.lock")
+    charts = chart_dir / "charts"
+    entries = list(charts.iterdir()) if charts.is_dir() else []
+    missing = _absent(deps, {e.name for e in entries if e.is_file()}, {e.name for e in entries if e.is_dir()})
+    locked = {(d.get("name"), d.get("repository")): d.get("version") for d in lock.get("dependencies") or []
+              if isinstance(d, dict)}
+    return [dep | {"version": str(locked[key])} if (key := (dep["name"], dep.get("repository"))) in locked
+            and locked[key] else dep for dep in missing]
+
+
+def _yaml_file(path: Path, what: str) -> dict[str, Any]:
+    """A chart's YAML file as a mapping ({} when absent), within the file and YAML bounds."""
+    if not path.is_file():
+        return {}
+    text = limits.read_text(path, what)
+    limits.check_yaml(text, what)
+    try:
+        found = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise RenderError(f"{what}: invalid YAML") from None
+    if found is not None and not isinstance(found, dict):
+        raise RenderError(f"{what}: expected a mapping")
+    return found or {}
+
+
+def fetch_missing(missing: list[dict[str, Any]], store: ObjectStore, credentials: Credentials,
+                  permitted: Callable[[str], bool], *, what: str) -> list[tuple[str, bytes]]:
+    """`helm dependency build`'s downloads, done by tidecd: each missing dependency with an `https://`,
+    `http://` or `oci://` repository resolved (version constraint over the index or tags) and kept as a
+    chart snapshot in the store (`source.charts.ChartSnapshots`: verified, bounded, fetched once), as
+    `(file name under charts/, archive)`. A repository the project's sourceRepos do not permit is refused
+    before anything is fetched; `file://` dependencies are left to the caller (they are in the checkout)."""
+    # lazy: charts imports this module lazily; here it is needed only when a git chart lacks dependencies
+    from tidecd.source import charts
+
+    remote = [d for d in missing if str(d.get("repository") or "").startswith(("https://", "http://", "oci://"))]
+    if len(remote) > MAX_DEPENDENCIES:
+        raise RenderError(f"{what}: {len(remote)} dependencies to fetch; at most {MAX_DEPENDENCIES}")
+    for dep in missing:
+        repository = str(dep.get("repository") or "")
+        if dep in remote and not permitted(repository):
+            raise RenderError(f"{what}: dependency {dep['name']}: repository {redact_repo_url(repository)!r} is not "
+                              "permitted by the project's sourceRepos; nothing was fetched from it")
+        if dep not in remote and not repository.startswith("file://"):
+            raise RenderError(f"{what}: dependency {dep['name']} is not in charts/ and "
+                              + (f"its repository {repository!r} is a named one (@alias): helm needs a repositories "
+                                 "file for it; give the repository's URL" if repository else "names no repository"))
+    out = []
+    for dep in remote:
+        name, version, repository = dep["name"], str(dep.get("version") or "*"), str(dep["repository"])
+        oci_source = repository.startswith("oci://")
+        source = ApplicationSource(repo_url=f"{repository.rstrip('/')}/{name}" if oci_source else repository,
+                                   chart=name, target_revision=version)
+        try:
+            ref = charts.resolve(source, credentials(repository), store=store)
+            data = charts.ChartSnapshots(store).get_or_fetch(ref, credentials(repository), credentials_for=credentials,
+                                                             permitted=permitted)
+        except RenderError as exc:
+            raise RenderError(f"{what}: dependency {name} ({redact_repo_url(repository)}): {exc}") from exc
+        out.append((f"{name}-{ref.version.replace('_', '+')}.tgz", data))
     return out
 
 

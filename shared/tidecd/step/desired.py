@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import json
+import posixpath
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,8 +25,9 @@ from typing import Any, Protocol
 
 from tidecd import render
 from tidecd import source as git
-from tidecd.base.errors import RenderError, SecretError
+from tidecd.base.errors import PermanentError, RenderError, SecretError, UnsafePathError
 from tidecd.base.model import Manifest, ResourceKey
+from tidecd.base.paths import inside
 from tidecd.clients.cluster import KubeCluster, UnknownKind
 from tidecd.clients.secrets import unseal
 from tidecd.config.argocd_settings import ArgoSettings
@@ -33,7 +36,7 @@ from tidecd.generated import records as generated
 from tidecd.images.state import render_override as image_override
 from tidecd.project import rules
 from tidecd.runtime import Runtime
-from tidecd.source import charts, checkouts
+from tidecd.source import charts, dependencies, submodules
 from tidecd.state import app as app_state
 from tidecd.sync import plan
 
@@ -137,18 +140,21 @@ def _render_multi(runtime: Runtime, app: Application,
     cache_revision = "multi-" + hashlib.sha256(key_text.encode()).hexdigest()[:40]
     namespace = app.destination.namespace
 
+    permitted = _permitted_by_project(runtime, app)
+
     def render_now() -> list[Manifest]:
         with tempfile.TemporaryDirectory(prefix="tidecd-render-") as tmp, contextlib.ExitStack() as held:
             trees = []
             for index, (source, creds, rev) in enumerate(resolved):
                 root = Path(tmp) / f"source-{index}"
                 if isinstance(rev, str):  # a git source: the shared read-only tree of its commit
-                    root = held.enter_context(checkouts.tree(runtime.store, source.repo_url, rev, creds))
+                    root = held.enter_context(submodules.tree(runtime.store, source.repo_url, rev,
+                                                              runtime.repo_credentials, permitted))
                 else:
                     pass_credentials = bool(source.helm and source.helm.pass_credentials)
                     git.extract(charts.ChartSnapshots(runtime.store).get_or_fetch(
                         rev, creds, pass_credentials=pass_credentials, credentials_for=runtime.repo_credentials,
-                        permitted=_permitted_by_project(runtime, app)), root)
+                        permitted=permitted), root)
                 trees.append(root)
             refs = {s.ref: trees[i] for i, (s, _, _) in enumerate(resolved) if s.ref}
             out: list[Manifest] = []
@@ -158,15 +164,17 @@ def _render_multi(runtime: Runtime, app: Application,
                 if not isinstance(rev, str):
                     source = charts.render_source(source, rev, trees[index])
                 try:
+                    deps = chart_dependencies(runtime, app, source, trees[index]) if isinstance(rev, str) else None
                     out += render.render(trees[index], source, app_name=app.name, namespace=namespace,
-                                         value_refs=refs, build_env=render.BuildEnv(
-                                             app.project, rev if isinstance(rev, str) else rev.version))
+                                         value_refs=refs, dependencies=deps, build_env=dataclasses.replace(
+                                             build_env, revision=rev if isinstance(rev, str) else rev.version))
                 except RenderError as exc:
                     raise RenderError(f"spec.sources[{index}]: {exc}") from exc
             return out
 
+    build_env = build_env_of(runtime, app, "")
     manifests = render.render_cached(runtime.store, app.name, cache_revision, app.source, render_now,
-                                     namespace=namespace, build_env=render.BuildEnv(app.project))
+                                     namespace=namespace, build_env=build_env)
     merged, warnings = merge_sources(manifests)
     return combined, _unseal(runtime, app, merged), warnings
 
@@ -209,14 +217,52 @@ def _render_single(runtime: Runtime, app: Application, revision: str = "") -> tu
     override = image_override(runtime.store, app.name)  # the image updater's `argocd` write-back
 
     def render_now() -> list[Manifest]:
-        with checkouts.tree(runtime.store, app.source.repo_url, sha, creds) as root:  # checked, read-only, shared
+        with submodules.tree(runtime.store, app.source.repo_url, sha, runtime.repo_credentials,
+                             _permitted_by_project(runtime, app)) as root:  # checked; submodules filled in
             return render.render(root, app.source, app_name=app.name, namespace=namespace, override=override,
-                                 build_env=build_env)
+                                 build_env=build_env, dependencies=chart_dependencies(runtime, app, app.source, root))
 
-    build_env = render.BuildEnv(app.project, sha)  # Argo CD's build environment: project and revision
+    build_env = build_env_of(runtime, app, sha)  # Argo CD's build environment: project and revision
     manifests = render.render_cached(runtime.store, app.name, sha, app.source, render_now, namespace=namespace,
                                      override=override, build_env=build_env)
     return sha, _unseal(runtime, app, manifests)
+
+
+def build_env_of(runtime: Runtime, app: Application, revision: str) -> render.BuildEnv:
+    """What the repo server is told besides the source: the project, the revision, and the destination's
+    version and served API versions (helm's `.Capabilities`, as Argo CD's controller passes them from its
+    cluster cache). Discovery is cached per cluster (`KubeCluster.capabilities`), so a step that renders
+    from the manifest cache asks nothing more. A runtime that may ask no cluster (a fork's preview)
+    renders with helm's pinned default version and no API versions."""
+    try:
+        cluster = runtime.cluster(app.destination)
+    except PermanentError:  # no cluster for this runtime, or an unknown destination (the step names it)
+        return render.BuildEnv(app.project, revision)
+    kube_version, api_versions = cluster.capabilities()
+    return render.BuildEnv(app.project, revision, kube_version=kube_version, api_versions=api_versions)
+
+
+def chart_dependencies(runtime: Runtime, app: Application, source: ApplicationSource,
+                       root: Path) -> render.Dependencies | None:
+    """What Argo CD's `helm dependency build` adds to a helm chart committed to git without its `charts/`:
+    each dependency given by repository URL fetched as a chart snapshot (only from repositories the app's
+    project permits; helm itself fetches nothing), each `file://` one taken from the checkout. None when
+    the source renders no such chart (render then refuses what is wrong with it, naming the field)."""
+    try:
+        app_dir = inside(root, source.path or ".", what="spec.source.path")
+        if not (app_dir / "Chart.yaml").is_file() or render.choose_tool(app_dir, source) is not render.Tool.HELM:
+            return None
+    except (UnsafePathError, RenderError):
+        return None
+    label = posixpath.normpath(source.path or ".")
+    missing = dependencies.missing_in_directory(app_dir, label)
+    if not missing:
+        return None
+    archives = dependencies.fetch_missing(missing, runtime.store, runtime.repo_credentials,
+                                          _permitted_by_project(runtime, app), what=f"{label}/Chart.yaml")
+    local = tuple((str(d["name"]), str(d["repository"])) for d in missing
+                  if str(d.get("repository") or "").startswith("file://"))
+    return render.Dependencies(tuple(archives), local)
 
 
 def _permitted_by_project(runtime: Runtime, app: Application) -> Callable[[str], bool]:
@@ -243,7 +289,7 @@ def _render_chart(runtime: Runtime, app: Application, revision: str = "") -> tup
             return render.render(Path(tmp), source, app_name=app.name, namespace=namespace, override=override,
                                  build_env=build_env)
 
-    build_env = render.BuildEnv(app.project, ref.version)  # Argo CD's build environment: project and revision
+    build_env = build_env_of(runtime, app, ref.version)  # Argo CD's build environment: project and revision
     manifests = render.render_cached(runtime.store, app.name, ref.cache_revision, app.source, render_now,
                                      namespace=namespace, override=override, build_env=build_env)
     return ref.version, _unseal(runtime, app, manifests)

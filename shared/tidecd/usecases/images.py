@@ -54,6 +54,7 @@ from tidecd.images.state import ImageValue
 from tidecd.render.overrides import IMAGE_DIGEST, IMAGE_TAG, SourceOverride
 from tidecd.source import RepoCredentials
 from tidecd.state import app as app_state
+from tidecd.step.desired import build_env_of
 from tidecd.triggers.dispatch import Dispatcher, Refresh, dispatcher_for
 
 if TYPE_CHECKING:
@@ -537,7 +538,7 @@ def images_at(runtime: Runtime, app: Application, revision: str,
     """Container images of the app's manifests as rendered at `revision` (None when never rendered)."""
     manifests = render.cached_manifests(runtime.store, app.name, revision, app.source,
                                         namespace=app.destination.namespace, override=override,
-                                        build_env=render.BuildEnv(app.project, revision))
+                                        build_env=build_env_of(runtime, app, revision))
     if manifests is None:
         return None
     found: list[str] = []

@@ -369,7 +369,7 @@ def diff_local(runtime: Runtime, who: Principal, name: str, files: Mapping[str, 
         _write_files(Path(tmp), files)
         manifests = render.render(Path(tmp), replace(app.source, path="."), app_name=app.name,
                                   namespace=app.destination.namespace, override=render_override(runtime.store, name),
-                                  build_env=render.BuildEnv(app.project, "local"))
+                                  build_env=desired.build_env_of(runtime, app, "local"))
     placed = desired.place(cluster, config.argo_settings, app, "local", manifests)
     rules.enforce(config.projects[app.project], app, placed.manifests, placed.namespaced)
     comparison, free = observe.comparison_of(cluster, app, config, placed.manifests)
