@@ -27,7 +27,7 @@ GATED = textwrap.dedent("""\
       selector: {matchLabels: {app: web}}
     {{- end }}
     ---
-    {{- if .Capabilities.APIVersions.Has "networking.k8s.io/v1" }}
+    {{- if .Capabilities.APIVersions.Has "networking.k8s.io/v1/Ingress" }}
     apiVersion: networking.k8s.io/v1
     kind: Ingress
     metadata:
