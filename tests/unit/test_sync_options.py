@@ -7,6 +7,7 @@ from typing import Any
 
 from tests.unit.test_decide import WAVE, dep, k, obj, observe, result, running
 from tidecd.base.model import Manifest, ResourceKey
+from tidecd.clients.cluster import ApiError
 from tidecd.config.model import IgnoreDifference
 from tidecd.diff import respect_ignored
 from tidecd.state.app import TaskPhase
@@ -156,3 +157,10 @@ def test_validate_false_drops_the_fields_server_side_apply_says_are_undeclared()
     assert drop_field({"s": ["x", "y"]}, [".s", '[="y"]'])
     assert not drop_field({"l": [{"name": "a"}]}, [".l", '[name="b"]', ".x"])
     assert undeclared_fields("spec.ports[0].port: Invalid value: 99999") == []
+
+
+def test_an_undeclared_field_names_validate_false() -> None:
+    message = ".invalidKey: field not declared in schema"
+    exc = ApiError(ResourceKey("", "ConfigMap", "ns", "c"), 500, "InternalError", message)
+    assert "Validate=false" in str(exc) and undeclared_fields(str(exc)) == [[".invalidKey"]]
+    assert "Validate=false" not in str(ApiError(None, 500, "InternalError", "etcd timed out"))

@@ -251,7 +251,8 @@ def comparison_of(cluster: KubeCluster, app: Application, config: Config,
         if not diff.missing or diff.key not in desired:
             return diff
         try:
-            cluster.apply(with_ownership(desired[diff.key], app.name, argocd=argocd), dry_run=True)
+            applied(cluster, with_ownership(desired[diff.key], app.name, argocd=argocd),
+                    plan.merged_options(app.sync_policy.sync_options, desired[diff.key]), dry_run=True)
         except ApiError as exc:
             if exc.status != 404:
                 return dataclasses.replace(diff, error=f"dry-run failed: {explain(exc)}",

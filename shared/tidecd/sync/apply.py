@@ -17,7 +17,7 @@ from typing import Any
 from tidecd.base import constants, ownership
 from tidecd.base.errors import TemporaryError
 from tidecd.base.model import Action, ChangeEntry, Manifest, ResourceKey
-from tidecd.clients.cluster import ApiError, ApiResource, Cluster, UnknownKind
+from tidecd.clients.cluster import UNDECLARED_FIELD, ApiError, ApiResource, Cluster, UnknownKind
 from tidecd.sync.plan import Task
 
 REPLACE = "Replace=true"
@@ -25,7 +25,7 @@ FORCE = "Force=true"
 VALIDATE_OFF = "Validate=false"
 # How server-side apply refuses a field the kind's schema does not declare (whatever `fieldValidation` says):
 # `.spec.bogus: field not declared in schema`, the path in structured-merge-diff's notation.
-_UNDECLARED = re.compile(r'((?:\.[^\s.\[\]:]+|\[[^\]]*\])+): field not declared in schema')
+_UNDECLARED = re.compile(r'((?:\.[^\s.\[\]:]+|\[[^\]]*\])+): ' + re.escape(UNDECLARED_FIELD))
 _ELEMENT = re.compile(r'\.[^\s.\[\]:]+|\[[^\]]*\]')
 _KEY = re.compile(r'([^=,\s]+)=("(?:[^"\\]|\\.)*"|[^,]*)')
 MAX_UNDECLARED_ROUNDS = 3
