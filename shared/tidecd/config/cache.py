@@ -28,7 +28,7 @@ from typing import Any
 
 from tidecd.base.errors import PermanentError
 from tidecd.config.appset.model import ApplicationSet
-from tidecd.config.model import Config
+from tidecd.config.model import Application, Config
 
 FORMAT = 1
 MAX_BYTES = 256 << 20  # inflated; 1,000 apps are about 1 MB of JSON: a bigger object is not a config of ours
@@ -87,6 +87,20 @@ def decode(blob: bytes) -> Config:
     if not isinstance(config, Config):
         raise CacheFormatError("not a Config")
     return config
+
+
+def encode_app(app: Application) -> Any:
+    """One Application as JSON (the deletion of a written app keeps its last spec: `generated.records`)."""
+    return _encode(app, Application)
+
+
+def decode_app(data: Any) -> Application | None:
+    """An Application `encode_app` wrote, or None when it does not decode (written by another version)."""
+    try:
+        app = _decode(data, Application)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return app if isinstance(app, Application) else None
 
 
 def _inflate(blob: bytes) -> bytes:

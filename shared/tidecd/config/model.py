@@ -180,6 +180,8 @@ class Application:
     origin: str = ""  # the file it was loaded from, for error messages
     sources: tuple[ApplicationSource, ...] = ()  # `spec.sources` (multi-source); `source` is then the first
     labels: tuple[tuple[str, str], ...] = ()  # metadata.labels: what `tidecd app list -l key=value` selects on
+    # metadata.finalizers: Argo CD's resources finalizer decides whether removing the app deletes its objects
+    finalizers: tuple[str, ...] = ()
 
     @property
     def all_sources(self) -> tuple[ApplicationSource, ...]:

@@ -244,7 +244,7 @@ Pairs = tuple[tuple[str, str], ...]
 
 def _metadata(top: Node) -> tuple[str, Pairs, Pairs]:
     """Name, labels (the CLI's `app list -l`) and annotations; namespace (Argo CD's `argocd`) and finalizers
-    are checked, unused."""
+    are checked here (an Application's finalizers are kept: they decide what its deletion deletes)."""
     meta = top.child("metadata", _METADATA, required=True)
     if meta is None:
         return "", (), ()
@@ -276,7 +276,9 @@ def _parse_application(top: Node) -> Application | None:
         return None
     return Application(name=name, project=project, source=source, destination=destination,
                        sync_policy=sync_policy, ignore_differences=ignores, annotations=annotations,
-                       origin=top.errs.origin, sources=sources, labels=labels)
+                       origin=top.errs.origin, sources=sources, labels=labels,
+                       finalizers=tuple(f for f in (top.data.get("metadata") or {}).get("finalizers") or ()
+                                        if isinstance(f, str)))
 
 
 def _check_sources(spec: Node, sources: tuple[ApplicationSource, ...]) -> None:

@@ -19,9 +19,18 @@ autosync off on them): the strategy's steps start its syncs, and the record keep
 
 Removal, as Argo CD's finalizer does it: an app no longer generated (or whose owner is gone) with the
 `resources-finalizer.argocd.argoproj.io` finalizer (and, for ApplicationSets, without
-`preserveResourcesOnDeletion`) stays in the config as *deleting*: it renders nothing and prunes what it
-owns, through the ordinary engine (reverse waves, no waiting), and once nothing is left its record entry
-is dropped (`forget`). Without the finalizer it leaves the config at once and its objects are left alone.
+`preserveResourcesOnDeletion`) stays in the config as *deleting*: it desires nothing but its deletion
+hooks, and its deletion (`tidecd.step.deletion`) runs its PreDelete hooks, prunes what it owns through the
+ordinary engine (wave by wave, highest first, with the finalizer's propagation: foreground, or background
+for `.../background`), runs its PostDelete hooks, and once nothing is left its record entry is dropped
+(`forget`). The entry's `stage` says how far it got. Without the finalizer it leaves the config at once and
+its objects are left alone.
+
+Apps written in the config source are deleted the same way: `track_written` (each poll tick) keeps the
+last spec of every written app that has the finalizer in `state/written-apps.json`; one that is gone from
+the config source (not set aside, its file not unreadable, its team source loaded) moves to the record
+`Config/removed` as deleting. `tidecd app delete` (`tidecd.usecases.deletion`) puts an app there with the
+cascade it was asked for.
 An ApplicationSet removed with RollingSync and `deletionOrder: Reverse` (its record says so) has its apps
 removed one step at a time, the last step first: only the apps its refresh flagged *deleting* are deleting,
 the others stay (their automated sync held) until the steps after theirs are gone.
@@ -38,6 +47,7 @@ from typing import Any
 from tidecd.base.constants import ARGO_VERSION
 from tidecd.base.errors import TidecdError
 from tidecd.clients.store import ObjectStore, PreconditionFailed, read_json, write_json
+from tidecd.config.cache import decode_app, encode_app
 from tidecd.config.model import Application, AppProject, Config, SyncPolicy
 from tidecd.config.schema import PARSERS, Errors, Node
 from tidecd.project import rules
@@ -45,7 +55,11 @@ from tidecd.project import rules
 PREFIX = "state/generated/"
 FINALIZERS = ("resources-finalizer.argocd.argoproj.io", "resources-finalizer.argocd.argoproj.io/background",
               "resources-finalizer.argocd.argoproj.io/foreground")
+BACKGROUND_FINALIZER = "resources-finalizer.argocd.argoproj.io/background"
 ANNOTATION_DELETING = "tidecd.io/deleting"
+ANNOTATION_STAGE = "tidecd.io/deletion-stage"  # how far the deletion got (`tidecd.sync.deletion.Stage`)
+REMOVED = "Config/removed"  # written apps removed from the config source (or by `tidecd app delete`)
+WRITTEN = "state/written-apps.json"  # the last spec of each written app with the resources finalizer
 MAX_DEPTH = 5  # app of apps of apps ...
 ATTEMPTS = 8
 
@@ -65,8 +79,30 @@ def owner_name(owner: str) -> str:
 
 def cascades(doc: Mapping[str, Any]) -> bool:
     """Whether removing this Application deletes its objects (Argo CD's resources finalizer)."""
-    finalizers = (doc.get("metadata") or {}).get("finalizers") or []
-    return any(f in FINALIZERS for f in finalizers if isinstance(f, str))
+    return bool(cascade_of((doc.get("metadata") or {}).get("finalizers") or []))
+
+
+def cascade_of(finalizers: Any) -> str:
+    """The propagation of the deletion Argo CD's resources finalizer asks for: "foreground" (the plain
+    finalizer or `.../foreground`), "background" (`.../background`), or "" (none: objects are orphaned)."""
+    names = [f for f in finalizers if isinstance(f, str)] if isinstance(finalizers, list | tuple) else []
+    if BACKGROUND_FINALIZER in names:
+        return "background"
+    return "foreground" if any(f in FINALIZERS for f in names) else ""
+
+
+def set_stage(store: ObjectStore, owner: str, app: str, stage: str) -> None:
+    """Record how far a deleting app's deletion got."""
+
+    def change(record: dict[str, Any]) -> dict[str, Any] | None:
+        apps = dict(record.get("apps") or {})
+        entry = apps.get(app)
+        if not isinstance(entry, dict) or entry.get("stage", "") == stage:
+            return None
+        apps[app] = {**entry, "stage": stage}
+        return {**record, "apps": apps}
+
+    update(store, owner, change)
 
 
 def load_records(store: ObjectStore) -> dict[str, dict[str, Any]]:
@@ -148,6 +184,8 @@ def merge(base: Config, records: Mapping[str, Mapping[str, Any]]) -> Config:
 
 
 def _owner_known(config: Config, owner: str) -> bool:
+    if owner == REMOVED:
+        return True
     name = owner_name(owner)
     if owner_kind(owner) == "ApplicationSet":
         return name in config.appsets
@@ -172,6 +210,9 @@ def _merge_record(config: Config, record: Mapping[str, Any], owner: str, written
     preserve = bool(getattr(appset, "preserve_resources_on_deletion", False))
     parent = config.applications.get(owner_name(owner)) if owner_kind(owner) == "Application" else None
     config.problems.extend(str(e) for e in record.get("errors") or [])
+    if owner == REMOVED:
+        _merge_removed(config, record, written_apps)
+        return
     for name, doc in sorted((record.get("projects") or {}).items()):
         if gone:
             break
@@ -208,7 +249,7 @@ def _merge_record(config: Config, record: Mapping[str, Any], owner: str, written
             config.invalid[name] = f"{origin}: Application/{name}: " + "; ".join(violations)
             continue
         if deleting:
-            app = _deleting(app)
+            app = _deleting(app, entry)
             config.deleting.add(name)
         elif (getattr(appset, "rolling_steps", None) is not None or gone) and app.sync_policy.automated:
             # RollingSync (`step.rolling`) starts its syncs, never itself; nor while its owner is deleted step by step
@@ -247,12 +288,39 @@ def _widens(config: Config, parent: Application, child: Application) -> list[str
     return found
 
 
-def _deleting(app: Application) -> Application:
-    """A generated app being removed: it renders nothing and prunes everything it owns, automatically."""
+def _merge_removed(config: Config, record: Mapping[str, Any], written_apps: set[str]) -> None:
+    """Written apps removed from the config source, still deleting their objects (a name written again is
+    the written app: `track_written` drops its entry at the next tick)."""
+    for name, entry in sorted((record.get("apps") or {}).items()):
+        if not isinstance(entry, Mapping) or name in written_apps or name in config.applications:
+            continue
+        app = decode_app(entry.get("app"))
+        if app is None or app.name != name:
+            config.invalid[name] = (f"{REMOVED}: Application/{name}: its last spec cannot be read; its deletion "
+                                    "waits (delete it again with `tidecd app delete`)")
+            continue
+        if app.project not in config.projects:
+            config.invalid[name] = (f"{app.origin}: Application/{name}: spec.project: project {app.project!r} is not "
+                                    "defined in the config source, so its deletion waits")
+            continue
+        config.applications[name] = _deleting(app, entry)
+        config.owners[name] = REMOVED
+        config.deleting.add(name)
+
+
+def _deleting(app: Application, entry: Mapping[str, Any]) -> Application:
+    """An app being removed: it desires only its deletion hooks and prunes everything it owns, automatically,
+    with the propagation of its finalizer (or of `tidecd app delete --cascade`)."""
+    cascade = str(entry.get("cascade") or cascade_of(app.finalizers) or "foreground")
+    options = tuple(o for o in app.sync_policy.sync_options if not o.startswith("PrunePropagationPolicy="))
     policy = SyncPolicy(automated=True, prune=True, self_heal=False, allow_empty=True,
-                        sync_options=app.sync_policy.sync_options, retry=app.sync_policy.retry)
-    return dataclasses.replace(app, sync_policy=policy,
-                               annotations=(*app.annotations, (ANNOTATION_DELETING, "true")))
+                        sync_options=(*options, f"PrunePropagationPolicy={cascade}"), retry=app.sync_policy.retry)
+    return dataclasses.replace(app, sync_policy=policy, annotations=(
+        *app.annotations, (ANNOTATION_DELETING, "true"), (ANNOTATION_STAGE, str(entry.get("stage") or ""))))
+
+
+def deletion_stage(app: Application) -> str:
+    return app.annotation(ANNOTATION_STAGE)
 
 
 def is_deleting(app: Application) -> bool:
@@ -265,3 +333,75 @@ def safe_load_records(store: ObjectStore, problems: list[str]) -> dict[str, dict
     except TidecdError as exc:
         problems.append(f"{PREFIX}: cannot read generated apps: {exc}")
         return {}
+
+
+# --------------------------------------------------------------------------------------------------
+# Written apps: their removal from the config source
+
+
+def track_written(store: ObjectStore, config: Config, source: str) -> list[str]:
+    """Keep the last spec of each written app that has the resources finalizer, and move those the config
+    source no longer declares to `REMOVED` as deleting; the apps newly deleting. An app is never taken for
+    removed while it may only be unreadable: set aside, its file among the load's problems, its team source
+    not loaded, or the config source itself changed (`source`: its display)."""
+    found = read_json(store, WRITTEN)
+    known, generation = found if found is not None and isinstance(found[0], dict) else ({}, 0)
+    kept = {n: e for n, e in (known.get("apps") or {}).items() if isinstance(e, dict)}
+    same_source = known.get("source") in (None, source)
+    written = {n: a for n, a in config.applications.items() if n not in config.owners}
+    removed = []
+    if same_source:
+        unavailable = {t.name for t in config.team_sources
+                       if any(f"team config source {t.name!r}" in p and "could not be loaded" in p
+                              for p in config.problems)}
+        for name, entry in sorted(kept.items()):
+            origin = str(entry.get("origin") or "")
+            if (name in written or name in config.invalid or entry.get("team", "") in unavailable
+                    or (origin and any(origin in p for p in config.problems))):
+                continue
+            removed.append(name)
+    doc = {"source": source, "apps": {name: written_entry(app, config.teams.get(name, ""))
+                                      for name, app in sorted(written.items()) if cascade_of(app.finalizers)}}
+    for name in removed:
+        mark_removed(store, name, kept[name], "")
+
+    def back(record: dict[str, Any]) -> dict[str, Any] | None:  # written again: it is the written app
+        apps = record.get("apps") or {}
+        return {**record, "apps": {n: e for n, e in apps.items() if n not in written}} if set(apps) & set(written) \
+            else None
+
+    update(store, REMOVED, back)
+    if doc != known:
+        write_json(store, WRITTEN, doc, if_generation_match=generation)
+    return removed
+
+
+def mark_removed(store: ObjectStore, name: str, entry: Mapping[str, Any], cascade: str) -> None:
+    """Put a written app in `REMOVED` as deleting (its last spec in `entry["app"]`); `cascade` overrides its
+    finalizer's propagation ("foreground", "background")."""
+
+    def change(record: dict[str, Any]) -> dict[str, Any] | None:
+        apps = dict(record.get("apps") or {})
+        old = apps.get(name)
+        if isinstance(old, dict) and old.get("deleting"):  # already deleting: its stage goes on
+            return {**record, "apps": {**apps, name: {**old, "cascade": cascade}}} if cascade else None
+        apps[name] = {"app": entry.get("app"), "origin": entry.get("origin", ""), "deleting": True,
+                      **({"cascade": cascade} if cascade else {})}
+        return {**record, "apps": apps}
+
+    update(store, REMOVED, change)
+
+
+def written_entry(app: Application, team: str = "") -> dict[str, Any]:
+    """What `mark_removed` needs of a written app."""
+    return {"app": encode_app(app), "origin": app.origin, "team": team}
+
+
+def untrack(store: ObjectStore, name: str) -> None:
+    """Forget a written app's last spec (`tidecd app delete --cascade=orphan`: its removal deletes nothing)."""
+    found = read_json(store, WRITTEN)
+    if found is None or not isinstance(found[0], dict) or name not in (found[0].get("apps") or {}):
+        return
+    doc, generation = found
+    apps = {n: e for n, e in (doc.get("apps") or {}).items() if n != name}
+    write_json(store, WRITTEN, {**doc, "apps": apps}, if_generation_match=generation)

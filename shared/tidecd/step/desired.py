@@ -38,7 +38,7 @@ from tidecd.project import rules
 from tidecd.runtime import Runtime
 from tidecd.source import charts, dependencies, submodules
 from tidecd.state import app as app_state
-from tidecd.sync import plan
+from tidecd.sync import hooks, plan
 
 
 class Render(Protocol):
@@ -96,10 +96,17 @@ def render_desired(runtime: Runtime, app: Application, revision: str = "",
     The one place desired manifests come from; other sources extend this function. Warnings for the
     app's conditions (a multi-source RepeatedResourceWarning) are appended to `warnings`. A multi-source
     app's `revision` is each source's revision joined (`state.joined`; an empty or missing one follows
-    that source's targetRevision), and so is the sha it returns (`revisions_of` splits it). A generated
-    app being deleted (`tidecd.generated.records`) desires nothing: its objects are pruned."""
+    that source's targetRevision), and so is the sha it returns (`revisions_of` splits it). An app being
+    deleted (`tidecd.generated.records`) desires only its deletion hooks, rendered at its targetRevision
+    (as Argo CD renders them): its objects are pruned."""
     if generated.is_deleting(app):
-        return DELETING_REVISION, []
+        manifests = _render_current(runtime, app, "", warnings)[1]
+        return DELETING_REVISION, [m for m in manifests if hooks.delete_hook_type(m)]
+    return _render_current(runtime, app, revision, warnings)
+
+
+def _render_current(runtime: Runtime, app: Application, revision: str,
+                    warnings: list[str] | None) -> tuple[str, list[Manifest]]:
     if app.sources:
         pinned = app_state.split_revisions(revision) or ([revision] if revision else [])
         sha, manifests, found = _render_multi(runtime, app, pinned)

@@ -16,6 +16,7 @@ from tidecd.base.model import Action, ChangeEntry, Manifest, ResourceKey
 from tidecd.clients.cluster import ApiError, KubeCluster, UnknownKind
 from tidecd.config.load import Application
 from tidecd.diff import respect_ignored
+from tidecd.generated import records as generated
 from tidecd.step.observe import Target, each, read
 from tidecd.sync import decide as decision
 from tidecd.sync import options as syncoptions
@@ -133,7 +134,8 @@ def run_tasks(target: Target, step: decision.RunTasks, live: Mapping[ResourceKey
 def prune_step(target: Target, step: decision.Prune) -> Executed:
     entries = prune(target.cluster, target.name, list(step.candidates), enabled=step.enabled,
                     dry_run=step.dry_run,
-                    propagation=syncoptions.prune_propagation(target.app.sync_policy.sync_options))
+                    propagation=syncoptions.prune_propagation(target.app.sync_policy.sync_options),
+                    deleting=generated.is_deleting(target.app))
     return Executed(tuple(entries))
 
 

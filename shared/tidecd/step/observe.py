@@ -31,6 +31,7 @@ from tidecd.step.desired import Desired
 from tidecd.step.quiet import live_digest
 from tidecd.sync import plan
 from tidecd.sync.apply import applied, conflict, explain, namespace_metadata_stale, owned_by, with_ownership
+from tidecd.sync.hooks import delete_hook_type
 
 CONCURRENCY = 8  # concurrent cluster calls of one step (dry-runs, applies, gets)
 
@@ -80,7 +81,9 @@ class Target:
 
     @property
     def hook_keys(self) -> set[ResourceKey]:
-        return {t.key for t in self.tasks if t.hook}
+        """The hooks' keys, the deletion hooks' too: none is one of the app's resources."""
+        return {t.key for t in self.tasks if t.hook} | {ResourceKey.of(m) for m in self.manifests
+                                                       if delete_hook_type(m)}
 
     @property
     def health_scripts(self) -> Mapping[str, str]:

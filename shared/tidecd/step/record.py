@@ -399,7 +399,7 @@ def pruned(state: AppState, step: decision.Prune, done: Executed) -> AppState:
         if gone not in reported and not step.dry_run:
             results.append(TaskResult(gone, "Sync", wave, False, Action.PRUNED, TaskPhase.SUCCEEDED,
                                       "already gone"))
-    return _with_operation(state, replace(op, results=results, progress=replace(op.progress, pruned=True)))
+    return _with_operation(state, replace(op, results=results, progress=replace(op.progress, pruned=step.last)))
 
 
 @dataclass(frozen=True)

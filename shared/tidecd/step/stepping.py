@@ -39,13 +39,14 @@ from tidecd.source import charts
 from tidecd.state import app as app_state
 from tidecd.state import index
 from tidecd.state.app import OperationPhase
-from tidecd.step import execute, observe, plangate, quiet, record
-from tidecd.step.desired import place, runtime_render, spec_hash
+from tidecd.step import deletion, execute, observe, plangate, quiet, record
+from tidecd.step.desired import DELETING_REVISION, place, runtime_render, spec_hash
 from tidecd.step.observe import Target
 from tidecd.step.operation import automated_operation, policy_of, sync_window
 from tidecd.sync import decide as decision
 from tidecd.sync import plan
 from tidecd.sync.apply import owned_by
+from tidecd.sync.hooks import delete_hook_type
 
 log = structlog.get_logger("tidecd.step.reconcile")
 POLL_INTERVAL = 0.5  # between health checks inside one step's budget
@@ -392,6 +393,8 @@ class Step:
             pinned = ctx.head  # resolved by this tick's ls-remote of the repository
         warnings: list[str] = []
         sha, manifests = runtime_render(runtime)(runtime, app, pinned, warnings)
+        if generated.is_deleting(app):  # only its deletion hooks (whichever source rendered it)
+            sha, manifests = DELETING_REVISION, [m for m in manifests if delete_hook_type(m)]
         self.state = record.resolved(self.state, app, sha)
         cluster = sync_cluster(runtime, config.argo_settings, project, app)
         children = None
@@ -408,13 +411,18 @@ class Step:
             self.end.quiet_expired = self.state is not quiet
             return
         self.eye.target = self.eye.target.planned(self.eye.naming())
-        self.advance(self.observed_facts())
+        policy = self.observed_facts()
+        deleting = generated.is_deleting(app)
+        if deleting and not deletion.before_prune(self):  # an app being deleted: its PreDelete hooks first
+            self.end.observed = True
+            return
+        self.advance(policy)
         op = self.state.operation
         if self.end.deployed and op is not None and op.phase is OperationPhase.SUCCEEDED \
                 and self.end.continue_after is None:
             self.eye.await_health()
-        if generated.is_deleting(app):
-            forget_when_gone(self)
+        if deleting:
+            deletion.after_prune(self)
         self.end.observed = True
 
     def observed_facts(self) -> decision.Policy:
@@ -646,17 +654,6 @@ def keep_index(step: Step) -> None:
     before = index.held(step.state.origin.raw)  # what the state as last read or written says it holds
     index.update(step.ctx.runtime.store, step.ctx.name, keys - before, before - keys)
     step.state = record.indexed(step.state, value)
-
-
-def forget_when_gone(step: Step) -> None:
-    """A generated app being deleted leaves its owner's record once it owns nothing any more."""
-    name, state = step.ctx.name, step.state
-    owner = step.ctx.runtime.config().owners.get(name)
-    op = state.operation
-    if owner is None or (op is not None and op.running) or state.inventory_keys() or step.eye.comparison.resources:
-        return
-    generated.forget(step.ctx.runtime.store, owner, name)
-    log.info("generated app deleted", app=name, owner=owner)
 
 
 def quiet_record(step: Step) -> dict[str, str]:

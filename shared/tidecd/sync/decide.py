@@ -33,7 +33,7 @@ from tidecd.base.clock import unix
 from tidecd.base.model import Action, HealthStatus, Manifest, ResourceKey
 from tidecd.state.app import Operation, OperationPhase, TaskPhase, TaskResult
 from tidecd.sync.plan import PHASE_ORDER, Phase, Task
-from tidecd.sync.prune import prune_candidates
+from tidecd.sync.prune import PRUNE_RESULTS, next_wave, prune_candidates
 
 # Applied (and healthy) before the rest of their wave: custom resources need their CRD served first.
 FOUNDATION_KINDS = frozenset({"Namespace", "CustomResourceDefinition"})
@@ -204,6 +204,7 @@ class Prune:
     candidates: tuple[tuple[ResourceKey, int], ...]
     enabled: bool
     dry_run: bool = False
+    last: bool = True  # no wave left to prune after these candidates (`sync.prune.next_wave`)
 
 
 @dataclass(frozen=True)
@@ -421,8 +422,9 @@ def _advance(obs: Observation, op: Operation, policy: Policy,
             return DryRun(tuple(recheck), at_group=True)
         is_final = first == final and not any(t.hook for t in pending)
         return RunTasks(group[0].phase, group[0].wave, tuple(group), final=is_final)
-    if not op.progress.pruned:
-        return Prune(_candidates(obs, op), enabled=op.request.prune)
+    pruning = _pruning(obs, op, results)
+    if pruning is not None:
+        return pruning
     pruned_failed = [r for r in results.values() if r.action is Action.FAILED]
     if pruned_failed:
         return Finish(OperationPhase.FAILED, "; ".join(f"{r.key}: {r.message}" for r in pruned_failed))
@@ -506,6 +508,23 @@ def _candidates(obs: Observation, op: Operation) -> tuple[tuple[ResourceKey, int
     inventory = [(k, w) for k, w in obs.inventory if only is None or k in only]
     desired = {t.key for t in obs.tasks if not t.hook}
     return tuple(prune_candidates(inventory, desired))
+
+
+def _pruning(obs: Observation, op: Operation, results: Mapping[tuple[ResourceKey, str], TaskResult]) -> Step | None:
+    """Prune one wave at a time, highest first, each once the objects the previous one deleted are gone, and
+    the operation ends only when they are (gitops-engine's `prunedTasksPendingDelete`); None: done."""
+    pruned = [r.key for r in results.values() if not r.hook and r.action is Action.PRUNED]
+    going = [k for k in pruned if obs.live.get(k) is not None]
+    if going:
+        return Wait(tuple(going), f"waiting for pruned {_keys_text(going, 'objects')} to be deleted")
+    if op.progress.pruned:
+        return None
+    candidates = _candidates(obs, op)
+    if not op.request.prune:  # nothing is deleted: every candidate is reported in one pass
+        return Prune(candidates, enabled=False)
+    done = {r.key for r in results.values() if not r.hook and r.action in PRUNE_RESULTS}
+    wave, last = next_wave(candidates, done)
+    return Prune(wave, enabled=True, last=last)
 
 
 def _finished_hooks_to_delete(obs: Observation, op: Operation, tasks: list[Task],

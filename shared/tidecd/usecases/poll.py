@@ -11,6 +11,9 @@ is refreshed too, since drift happens in the cluster, not in git, and a reconcil
 is cheap. Before both, any running operation whose next step is long overdue (`continuations/<app>`:
 nothing ran for twice its expected delay) is resumed.
 
+Written apps removed from the config source are deleted as their finalizer says (`usecases.deletion`),
+found first and refreshed in the same tick.
+
 Last, reverts (`usecases.revert`): an automatic rollback's revert is opened once its operation ended, and
 each rollback waiting for its revert is checked: the restored tree on the branch lifts its hold, a closed
 pull request is recorded.
@@ -50,7 +53,7 @@ from tidecd.source import charts
 from tidecd.state.app import state_key
 from tidecd.triggers import pending
 from tidecd.triggers.dispatch import Dispatcher, Refresh
-from tidecd.usecases import appsets, revert
+from tidecd.usecases import appsets, deletion, revert
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
@@ -82,6 +85,7 @@ class PollSummary:
     appsets_changed: list[str] = field(default_factory=list)  # ApplicationSets whose generated apps changed
     rolling_started: list[str] = field(default_factory=list)  # RollingSync syncs started this tick (stepped now)
     reverts: dict[str, str] = field(default_factory=dict)  # rollbacks' reverts: app → opened | merged | closed
+    deleting: list[str] = field(default_factory=list)  # written apps removed from the config source this tick
 
 
 def _expire(runtime: Runtime, summary: PollSummary) -> None:
@@ -122,6 +126,7 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
         config_source = parse_config_source(runtime.settings.config)
         ls_remote = _once_per_repo(ls_remote)
         _refresh_appsets(runtime, ls_remote, summary)
+        summary.deleting = deletion.track(runtime, summary.errors)  # removed from git: deleted (the finalizer)
         config = runtime.config()
         apps = list(config.applications.values())
         summary.errors.extend(f"config source: {p}" for p in config.problems)  # everything else keeps working
