@@ -131,7 +131,8 @@ def test_every_answer_matches_the_document(session: Session) -> None:
     assert s.call("GET", "/api/v1/apps", token="").status == 401
     assert s.call("GET", "/api/v1/apps/nope").status == 404
     assert s.call("GET", "/api/v1/nothing").status == 404
-    assert s.call("DELETE", "/api/v1/apps/web").status == 405
+    assert s.call("PATCH", "/api/v1/apps/web").status == 405
+    assert s.call("DELETE", "/api/v1/apps/web").status == 400  # a directory config source: no commit to make
     assert s.call("POST", "/api/v1/apps/web/sync", raw=b"{nope").status == 400
     assert s.call("POST", "/api/v1/apps/web/sync", raw=b"[" * 100_000 + b"]" * 100_000).status == 400
     assert s.call("POST", "/api/v1/apps/web/rollback", {"id": 999}).status == 404

@@ -1,4 +1,4 @@
-"""`tidecd app ...`: list, get, diff, sync, refresh, history, rollback, wait, terminate-op, adopt, release
+"""`tidecd app ...`: list, get, diff, sync, refresh, history, rollback, wait, terminate-op, delete, adopt, release
 (`resources`, `manifests`, `logs` and `diff --local` are in `tidecd.cli.resources`).
 
 Works locally (reading TIDECD_CONFIG, TIDECD_STORE and KUBECONFIG, as the functions do) or against a
@@ -324,6 +324,35 @@ def terminate_op(name: str, server: str = SERVER, token: str = TOKEN, output: st
     if not server:
         _local_step(name)  # locally nobody else takes the step that stops it
     emit(body, output, lambda b: typer.echo(f"operation {b['operationId']} of {name}: terminating"))
+
+
+@app.command("delete")
+def delete(name: str, cascade: str = typer.Option(
+               "foreground", "--cascade",
+               help="foreground (default) or background: delete the app's objects (PreDelete hooks, objects wave "
+                    "by wave, PostDelete hooks); orphan: leave them running."),
+           server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
+    """Delete the app: remove it from the config source (a commit), then its objects as --cascade says."""
+    body = checked(*call_api("DELETE", f"/apps/{name}", server, token, query={"cascade": cascade}))
+    emit(body, output, lambda b: typer.echo(textout.deleted_line(b)))
+    if not server and body.get("cascade") != "orphan" and not body.get("pull"):
+        _local_deletion(name)  # locally nobody else takes the steps of the deletion
+
+
+def _local_deletion(name: str, timeout: float = 600.0) -> None:
+    """Locally, the deletion's steps taken by this process until the app has left the config."""
+    # lazy: cold start (a CLI call against --server never loads the local runtime)
+    import time
+
+    from tidecd.runtime import Runtime
+
+    deadline = time.monotonic() + timeout
+    while name in Runtime.from_env().config().applications:
+        if time.monotonic() > deadline:
+            fail(f"app {name}: its deletion still runs after {timeout:.0f} s", code=1)
+        delay, _ = _local_step(name)
+        time.sleep(min(delay, 2.0))
+    typer.echo(f"application {name}: deleted")
 
 
 ARGOCD_NAMESPACE = typer.Option("argocd", "--argocd-namespace", help="Argo CD's own namespace (argocd-cm).")

@@ -346,3 +346,14 @@ def started_line(started: dict[str, Any]) -> str:
     """What `--async` prints for an operation it started."""
     return f"operation {started.get('operationId', '')} started" + (
         f" ({started['warning']})" if started.get("warning") else "")
+
+
+def deleted_line(body: dict[str, Any]) -> str:
+    """`app delete`'s answer in one line: the commit, and what becomes of the app's objects."""
+    fate = {"orphan": "left running (orphaned)", "background": "being deleted (background propagation)",
+            "foreground": "being deleted (foreground propagation)"}.get(str(body.get("cascade")), "")
+    where = f"pull request {body['pull']}" if body.get("pull") else f"commit {str(body.get('commit', ''))[:12]}"
+    line = f"application {body.get('app')} removed from the config source ({where}); its objects: {fate}"
+    if body.get("pull"):
+        line += " once it merges, as its finalizer says"
+    return line

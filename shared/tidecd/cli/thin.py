@@ -1,5 +1,5 @@
-"""The thin client: `tidecd --server URL app list|get|history|diff|sync|refresh|rollback|terminate-op|wait|
-resources|logs|manifests` answered with the standard library alone.
+"""The thin client: `tidecd --server URL app list|get|history|diff|sync|refresh|rollback|terminate-op|delete|
+wait|resources|logs|manifests` answered with the standard library alone.
 
 A `--server` call does 4–100 ms of api work, but the full CLI (typer, rich, requests, structlog, the config
 schema) takes over a second to start. This module imports only the standard library (`json`, `os`, `re`,
@@ -39,6 +39,7 @@ from tidecd.cli.textout import (
     TREE_COLUMNS,
     app_lines,
     change_lines,
+    deleted_line,
     diff_text,
     follow,
     history_rows,
@@ -100,6 +101,7 @@ _COMMANDS: dict[str, tuple[int, frozenset[str], frozenset[str], tuple[str, ...]]
     "diff": (1, frozenset({"--cached"}), frozenset(), ("table", "json")),
     "refresh": (1, frozenset(), frozenset(), ("table", "json")),
     "terminate-op": (1, frozenset(), frozenset(), ("table", "json")),
+    "delete": (1, frozenset(), frozenset({"--cascade"}), ("table", "json")),
     "sync": (1, _FOLLOW | {"--prune", "--dry-run", "--replace", "--force"},
              frozenset({"--resource", "--revision", "--timeout"}), ("table", "json")),
     "rollback": (2, _FOLLOW | {"--prune", "--revert-pr"}, frozenset({"--timeout", "--revert"}), ("table", "json")),
@@ -327,6 +329,16 @@ def app_terminate(c: Call) -> int:
     return 0
 
 
+def app_delete(c: Call) -> int:
+    """`tidecd app delete NAME [--cascade=foreground|background|orphan]`."""
+    from urllib.parse import quote  # lazy: as `call`'s
+
+    cascade = quote(c.value("--cascade", "foreground"), safe="")  # checked by the api, as for the full CLI
+    body = call(c.server, c.token, f"/apps/{c.name}?cascade={cascade}", method="DELETE")
+    _emit(c, body, lambda: print(deleted_line(body)))
+    return 0
+
+
 def app_sync(c: Call) -> int:
     """`tidecd app sync NAME`: start the operation and (unless --async) follow it."""
     payload: dict[str, Any] = {"prune": "--prune" in c.flags, "dryRun": "--dry-run" in c.flags}
@@ -421,8 +433,8 @@ def app_wait(c: Call) -> int:
 
 _HANDLERS: dict[str, Callable[[Call], int]] = {
     "list": app_list, "get": app_get, "history": app_history, "diff": app_diff, "refresh": app_refresh,
-    "terminate-op": app_terminate, "sync": app_sync, "rollback": app_rollback, "wait": app_wait,
-    "resources": app_resources, "logs": app_logs, "manifests": app_manifests}
+    "terminate-op": app_terminate, "delete": app_delete, "sync": app_sync, "rollback": app_rollback,
+    "wait": app_wait, "resources": app_resources, "logs": app_logs, "manifests": app_manifests}
 
 
 def run(argv: list[str]) -> int | None:
