@@ -14,7 +14,7 @@ import copy
 import functools
 import posixpath
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -160,8 +160,9 @@ def repo_path(app_path: str, target: str) -> str:
 # --- the commit ------------------------------------------------------------------------------------------
 
 
-Edit = Callable[[Callable[[str], "str | None"]], dict[str, str]]
-"""Given a reader (repo path → text or None), the files to write (path → new text); {} for no change."""
+Edit = Callable[[Callable[[str], "str | None"]], Mapping[str, "str | None"]]
+"""Given a reader (repo path → text or None), the files to write (path → new text, None to remove the
+file); {} for no change."""
 
 
 def push(repo_url: str, creds: git.RepoCredentials | None, *, base: str, target: str, edit: Edit,
@@ -173,7 +174,7 @@ def push(repo_url: str, creds: git.RepoCredentials | None, *, base: str, target:
     """
     def entries(repo: MemoryRepo, commit: Any) -> dict[str, Entry]:
         files = edit(functools.partial(_read_file, repo, commit.tree))
-        return {path: _blob(repo, text) for path, text in files.items()}
+        return {path: None if text is None else _blob(repo, text) for path, text in files.items()}
 
     return push_entries(repo_url, creds, base=base, target=target, entries=entries, message=message,
                         author=author, attempts=attempts, sleep=sleep)

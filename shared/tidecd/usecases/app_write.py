@@ -330,11 +330,11 @@ def remove(runtime: Runtime, principal: Principal, name: str, *, cascade: str = 
     if cascade == "orphan":  # before the commit: the next poll must not take the removal for a cascade
         generated.untrack(runtime.store, name)
 
-    def edit(read: Any) -> dict[str, str]:
+    def edit(read: Any) -> dict[str, str | None]:
         current = read(file)
         if current is None:
             raise ConfigError(f"{source}: {file}, where app {name!r} was defined, is gone: reload and retry")
-        return {file: without(current, name)}
+        return {file: without(current, name) or None}  # None: nothing else was in it, the file goes
 
     author = writeback.Author(principal.subject[:200],
                               principal.subject if "@" in principal.subject else runtime.settings.git_commit_email)
