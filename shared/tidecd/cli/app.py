@@ -341,10 +341,9 @@ def delete(name: str, cascade: str = typer.Option(
 
 def _local_deletion(name: str, timeout: float = 600.0) -> None:
     """Locally, the deletion's steps taken by this process until the app has left the config."""
-    # lazy: cold start (a CLI call against --server never loads the local runtime)
-    import time
+    import time  # lazy: only a local delete waits
 
-    from tidecd.runtime import Runtime
+    from tidecd.runtime import Runtime  # lazy: cold start (a CLI call against --server never loads the runtime)
 
     deadline = time.monotonic() + timeout
     while name in Runtime.from_env().config().applications:
