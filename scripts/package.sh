@@ -7,6 +7,8 @@
 #   bin/helm           pinned linux/amd64 static binaries built by scripts/tools.sh; the functions find
 #   bin/kustomize      them through TIDECD_BIN_DIR=/workspace/bin (tidecd.clients.tools.binary)
 #   bin/gotemplate     (tools/gotemplate: ApplicationSet templates, Go's text/template + Argo CD's Sprig)
+#   bin/argocd-catalogue/  Argo CD v3.6.1's Lua catalogue (health.lua and actions/ of each kind, the .lua files
+#                      only), fetched by scripts/tools.sh; tidecd.health.catalogue finds it there
 #
 # Reproducible: the same inputs give the same bytes (sorted entries, fixed timestamps and modes), so the
 # archive's hash names the deployed version and an unchanged tree redeploys nothing.
@@ -19,6 +21,7 @@ OUT="${1:-$ROOT/dist/tidecd-functions.zip}"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 BIN="${XDG_CACHE_HOME:-$HOME/.cache}/tidecd/bin"
 TOOLS=(helm kustomize gotemplate)
+CATALOGUE=argocd-catalogue  # a directory scripts/tools.sh fetches: its scripts are shipped, not a binary
 
 die() { printf 'package: %s\n' "$*" >&2; exit 1; }
 
@@ -26,13 +29,13 @@ die() { printf 'package: %s\n' "$*" >&2; exit 1; }
 [ -x "$PY" ] || die "$PY not found: create the virtualenv first (make dev)"
 
 # Build the pinned tools only when missing (tools.sh is idempotent, but racing builds of one tool are not).
-if ! bash "$ROOT/scripts/tools.sh" --check "${TOOLS[@]}" 2>/dev/null; then
-  bash "$ROOT/scripts/tools.sh" "${TOOLS[@]}" >&2 || die "building ${TOOLS[*]} failed (see above)"
+if ! bash "$ROOT/scripts/tools.sh" --check "${TOOLS[@]}" "$CATALOGUE" 2>/dev/null; then
+  bash "$ROOT/scripts/tools.sh" "${TOOLS[@]}" "$CATALOGUE" >&2 || die "building ${TOOLS[*]} $CATALOGUE failed (see above)"
 fi
 
 mkdir -p "$(dirname "$OUT")"
-"$PY" - "$ROOT" "$OUT" "$BIN" "${TOOLS[@]}" <<'PY'
-"""Assemble the archive from the repository (argv: root, out, bin dir, tool names)."""
+"$PY" - "$ROOT" "$OUT" "$BIN" "$CATALOGUE" "${TOOLS[@]}" <<'PY'
+"""Assemble the archive from the repository (argv: root, out, bin dir, catalogue name, tool names)."""
 
 import hashlib
 import importlib.metadata
@@ -46,7 +49,7 @@ import zipfile
 from pathlib import Path
 from typing import NoReturn
 
-root, out, bin_dir, tools = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:]
+root, out, bin_dir, catalogue, tools = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4], sys.argv[5:]
 EPOCH = max(int(os.environ.get("SOURCE_DATE_EPOCH", "315532800")), 315532800)  # zip starts at 1980
 SKIP_DIRS = {"__pycache__"}
 SKIP_SUFFIXES = {".pyc", ".pyo"}
@@ -117,6 +120,11 @@ def entries() -> dict[str, tuple[bytes | Path, int]]:
         if problem := static_linux_amd64(real):
             fail(f"{real}: {problem}; Cloud Functions runs linux/amd64")
         found[f"bin/{tool}"] = (real, 0o755)
+    scripts = (bin_dir / catalogue).resolve()
+    if not (scripts / ".complete").is_file():
+        fail(f"{catalogue} not found at {bin_dir / catalogue}; fetch it with `bash scripts/tools.sh {catalogue}`")
+    for path in sorted(scripts.rglob("*.lua")):
+        found[f"bin/{catalogue}/{path.relative_to(scripts).as_posix()}"] = (path, 0o644)
     return found
 
 

@@ -59,7 +59,10 @@ PEER_TOOLS="gitops-agent source-controller kustomize-controller argocd redis-ser
 # its version is a hash of its source, so an edit rebuilds it.
 GOTEMPLATE_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tools/gotemplate"
 
-DEFAULT_TOOLS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm kustomize kubeseal fake-gcs-server registry gotemplate"
+# argocd-catalogue: not a binary but Argo CD's Lua catalogue (resource_customizations/ of the argo-cd module:
+# health.lua and actions/ per kind, with Argo CD's test fixtures), a directory tidecd applies by default and
+# `make package` ships (its .lua files); nothing of it is committed.
+DEFAULT_TOOLS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm kustomize kubeseal fake-gcs-server registry gotemplate argocd-catalogue"
 
 log() { printf '[tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -79,7 +82,7 @@ version_of() {
     dex) echo "$DEX_VERSION" ;;
     gitops-agent) echo "$GITOPS_AGENT_VERSION" ;;
     source-controller|kustomize-controller) echo "$FLUX_VERSION" ;;
-    argocd) echo "$ARGOCD_VERSION" ;;
+    argocd|argocd-catalogue) echo "$ARGOCD_VERSION" ;;
     redis-server) echo "debian" ;;
     gotemplate) echo "src-$(cat "$GOTEMPLATE_SRC"/*.go "$GOTEMPLATE_SRC"/go.mod "$GOTEMPLATE_SRC"/go.sum | sha256sum | cut -c1-16)" ;;
     *) echo "unknown tool: $1" >&2; return 1 ;;
@@ -94,6 +97,7 @@ target_of() {
 has_share() { case "$1" in source-controller|kustomize-controller|argocd) return 0 ;; *) return 1 ;; esac; }
 have() {
   [ -x "$(target_of "$1")" ] || return 1
+  [ "$1" != argocd-catalogue ] || [ -f "$(target_of "$1")/.complete" ] || return 1
   ! has_share "$1" || [ -f "$(dirname "$(target_of "$1")")/share/.complete" ]
 }
 
@@ -247,6 +251,39 @@ build_dex() {  # Dex replaces its api/v2 module by ./api/v2; the wrapper takes a
   ( cd "$w" && CGO_ENABLED=1 go build -ldflags "-X main.version=v2.41.1" -o "$(target_of dex)" "$mod/cmd/dex" )
 }
 
+build_argocd_catalogue() {  # resource_customizations/ out of the argo-cd module zip the go command verified
+  local target; target=$(target_of argocd-catalogue)
+  # The module's go.mod asks for a newer go than GOTOOLCHAIN=local: the go command downloads and verifies the
+  # zip, then reports that mismatch (not an error here); any other error is one.
+  local info; info=$(cd "$CACHE/work" && go mod download -json "github.com/argoproj/argo-cd/v3@$ARGOCD_VERSION" || true)
+  python3 - "$target" "github.com/argoproj/argo-cd/v3@$ARGOCD_VERSION/resource_customizations/" "$info" <<'PY'
+import json, pathlib, shutil, sys, zipfile
+target, prefix = pathlib.Path(sys.argv[1]), sys.argv[2]
+try:
+    info = json.loads(sys.argv[3])
+except json.JSONDecodeError:
+    sys.exit(f"go mod download printed no module information: {sys.argv[3][-2000:]}")
+error, zip_path = str(info.get("Error") or ""), pathlib.Path(str(info.get("Zip") or "/nonexistent"))
+if error and "requires go >=" not in error:
+    sys.exit(f"go mod download failed: {error}")
+if not zip_path.is_file() or not info.get("Sum"):
+    sys.exit(f"go mod download left no verified zip: {info}")
+partial = target.with_name(target.name + ".partial")
+shutil.rmtree(partial, ignore_errors=True)
+with zipfile.ZipFile(zip_path) as archive:
+    for member in archive.namelist():
+        if member.startswith(prefix) and not member.endswith("/") and ".." not in member.split("/"):
+            out = partial / member[len(prefix):]
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(archive.read(member))
+if not any(partial.glob("*/*/health.lua")):
+    sys.exit(f"{zip_path} holds no {prefix}*/*/health.lua")
+(partial / ".complete").write_text(f"{zip_path} {info['Sum']}\n")
+shutil.rmtree(target, ignore_errors=True)
+partial.rename(target)
+PY
+}
+
 install_redis() {  # Debian's redis-server (the repo-server and controller cache in it); its service stays off
   command -v apt-get >/dev/null || { echo "redis-server missing and no apt-get to install it" >&2; return 1; }
   local sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
@@ -275,6 +312,7 @@ build() {
     source-controller|kustomize-controller) build_flux "$name" ;;
     argocd) build_argocd ;;
     redis-server) install_redis ;;
+    argocd-catalogue) mkdir -p "$(dirname "$(target_of argocd-catalogue)")" && build_argocd_catalogue ;;
     gotemplate) mkdir -p "$(dirname "$(target_of gotemplate)")"
                 ( cd "$GOTEMPLATE_SRC" && go build -trimpath -o "$(target_of gotemplate)" . ) ;;
   esac
@@ -304,6 +342,8 @@ version_check() {  # print the tool's own version line, proving the binary runs
                   out="built ($FLUX_VERSION), $out" ;;
     argocd) out=$("$BIN/argocd" version --client --short 2>&1 | head -1) ;;
     redis-server) out=$("$BIN/redis-server" --version) ;;
+    argocd-catalogue) out="$(find -L "$BIN/argocd-catalogue" -name health.lua | wc -l) health checks, $(find -L \
+                        "$BIN/argocd-catalogue" -name action.lua | wc -l) actions ($ARGOCD_VERSION)" ;;
     gotemplate) out=$(echo '{"goTemplate":true,"params":[{"a":"ok"}],"items":[{"template":"{{ .a | upper }}"}]}' \
                       | "$BIN/gotemplate") ;;
   esac

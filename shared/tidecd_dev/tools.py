@@ -10,9 +10,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tidecd.clients.tools import MissingTool, binary
+from tidecd.clients.tools import MissingTool, binary, data_dir
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "tools.sh"
+DATA = frozenset({"argocd-catalogue"})  # scripts/tools.sh targets that are directories, not binaries
+
+
+def have(name: str) -> bool:
+    """Whether `name` (a binary, or one of DATA) is where tidecd looks for it."""
+    if name in DATA:
+        return data_dir(name) is not None
+    try:
+        binary(name)
+    except MissingTool:
+        return False
+    return True
 
 
 def ensure(names: list[str]) -> None:
@@ -20,12 +32,7 @@ def ensure(names: list[str]) -> None:
 
     Tests and `tidecd dev cluster up` use this so a missing component is built, never skipped.
     """
-    missing = []
-    for name in names:
-        try:
-            binary(name)
-        except MissingTool:
-            missing.append(name)
+    missing = [name for name in names if not have(name)]
     if not missing:
         return
     if not SCRIPT.is_file():

@@ -214,6 +214,33 @@ def test_packaged_tools_are_found_and_a_missing_one_is_named(unpacked: Path, tmp
     assert "make package" in missing.stdout
 
 
+def test_argo_cds_lua_catalogue_is_shipped_and_applies_from_the_archive(archive: Path, unpacked: Path,
+                                                                        tmp_path: Path) -> None:
+    """Argo CD's catalogue (scripts/tools.sh argocd-catalogue) ships as its .lua files under bin/, where the
+    function finds it and applies it: a suspended CronJob reads Healthy as in Argo CD (its health.lua), and
+    a Rollout offers Argo CD's actions."""
+    with zipfile.ZipFile(archive) as zf:
+        scripts = [n for n in zf.namelist() if n.startswith("bin/argocd-catalogue/")]
+    assert len([n for n in scripts if n.endswith("/health.lua")]) >= 250
+    assert "bin/argocd-catalogue/argoproj.io/Rollout/actions/discovery.lua" in scripts
+    assert all(n.endswith(".lua") for n in scripts), "only the scripts: no test fixtures"
+    probe = (
+        "from tidecd.health import assess, catalogue\n"
+        "from tidecd.usecases import lua_actions\n"
+        "print(catalogue.root())\n"
+        "cron = {'apiVersion': 'batch/v1', 'kind': 'CronJob', 'metadata': {'name': 'c'},\n"
+        "        'spec': {'suspend': True}, 'status': {'lastScheduleTime': '2026-01-01T00:00:00Z'}}\n"
+        "print(assess(cron))\n"
+        "print(lua_actions.catalogue())\n"
+    )
+    found = subprocess.run([sys.executable, "-c", probe], cwd=unpacked, env=clean_env(unpacked, tmp_path),
+                           capture_output=True, text=True, timeout=60)
+    lines = found.stdout.splitlines()
+    assert len(lines) == 3, found.stdout + found.stderr
+    assert lines[0] == lines[2] == str(unpacked / "bin" / "argocd-catalogue"), found.stdout
+    assert "Healthy" in lines[1] and "CronJob is Suspended" in lines[1], lines[1]
+
+
 def test_webhook_from_the_archive_answers_a_signed_github_ping(serve: object) -> None:
     url = serve("webhook")  # type: ignore[operator]
     body = json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1}).encode()

@@ -113,7 +113,7 @@ def test_the_sync_panel_syncs_chosen_resources_and_a_rollback_asks_first(browser
 
 def test_the_restart_action_restarts_a_deployment(browser: Any, gitops: GitOps, functions: Functions,
                                                   tmp_path: Path, argocd_catalogue: Path) -> None:
-    functions.extra_env["TIDECD_RESOURCE_ACTIONS"] = str(argocd_catalogue)  # Argo CD's Lua actions, unmodified
+    # argocd_catalogue: Argo CD's Lua actions, unmodified, which the functions find by default
     gitops.push({"app/web.yaml": deployment("web")})
     app = gitops.application()
     gitops.sync()

@@ -127,8 +127,8 @@ def test_the_rest_is_reported_once_as_notices_naming_the_key(tmp_path: Path) -> 
     notices = "\n".join(config.argo_settings.notices)
     assert "ConfigMap/argocd-cm: dex.config: not honoured by tidecd: tidecd runs no Dex" in notices
     assert "application.instanceLabelKey: not honoured by tidecd: tidecd writes its own ownership marks" in notices
-    assert ("resource.customizations.actions.apps_Deployment: not honoured by tidecd: tidecd reads Lua resource "
-            "actions from TIDECD_RESOURCE_ACTIONS") in notices
+    assert ("resource.customizations.actions.apps_Deployment: not honoured by tidecd: tidecd runs the Lua resource "
+            "actions of Argo CD's bundled catalogue") in notices
     assert "no.such.setting: not honoured by tidecd: not a setting tidecd knows" in notices
     assert "argocd-rbac-cm" not in notices  # read: tidecd.config.rbac
     assert config.argo_settings.rbac.default_role == "role:readonly"

@@ -11,7 +11,16 @@ import yaml
 
 from tidecd import health
 from tidecd.base.model import HealthResult, HealthStatus, ResourceKey
-from tidecd.health import HookOutcome, app_health, assess, hook_outcome, is_hook_done, namespace, roll_up
+from tidecd.health import (
+    HookOutcome,
+    app_health,
+    assess,
+    catalogue,
+    hook_outcome,
+    is_hook_done,
+    namespace,
+    roll_up,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "health"
 
@@ -138,10 +147,45 @@ CASES: list[tuple[str, HealthStatus | None, str]] = [
     ("certificate-not-ready.yaml", D, "Issuing certificate as Secret does not exist"),  # cert-manager.io built-in
 ]
 MALFORMED = ["hpa-v1-malformed.yaml"]
+# The kinds Argo CD's Lua catalogue checks (batch/CronJob, CustomResourceDefinition, cert-manager's
+# Certificate): by default its health.lua decides, before tidecd's built-in check (as Argo CD runs its
+# catalogue before gitops-engine's checks), and says this.
+BY_THE_CATALOGUE = {
+    "crd-established.yaml": (H, "CRD is healthy"),
+    "crd-installing.yaml": (P, "CRD is being installed"),
+    "crd-names-not-accepted.yaml": (D, 'CRD names have not been accepted: "cert" is already in use'),
+    "cronjob-active.yaml": (H, "The job is running. Its last execution may not have been successful"),
+    "cronjob-degraded-last-failed.yaml": (D, "CronJob has not completed its last execution successfully"),
+    "cronjob-degraded-never-succeeded.yaml": (H, "The CronJob never completed successfully. It may not be healthy"),
+    "cronjob-healthy.yaml": (H, "CronJob has completed its last execution successfully"),
+    "cronjob-never-ran.yaml": (H, "CronJob has not been scheduled yet"),
+    "cronjob-suspended.yaml": (H, "CronJob is Suspended"),
+    "certificate-not-ready.yaml": (D, "Issuing certificate as Secret does not exist"),
+}
 
 
 @pytest.mark.parametrize(("fixture", "status", "message"), CASES, ids=[c[0] for c in CASES])
 def test_assess(fixture: str, status: HealthStatus | None, message: str) -> None:
+    """As tidecd runs by default: Argo CD's catalogue first where it has the kind."""
+    status, message = BY_THE_CATALOGUE.get(fixture, (status, message))
+    _assess_is(fixture, status, message)
+
+
+@pytest.mark.parametrize(("fixture", "status", "message"), CASES, ids=[c[0] for c in CASES])
+def test_built_in_checks_where_the_catalogue_is_not_installed(fixture: str, status: HealthStatus | None,
+                                                              message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(catalogue, "root", lambda: None)
+    _assess_is(fixture, status, message)
+
+
+def test_the_catalogue_is_installed_and_applies_by_default() -> None:
+    assert catalogue.root() is not None, "scripts/tools.sh argocd-catalogue (in make tools) fetches it"
+    assert catalogue.health_script("batch", "CronJob") is not None
+    assert catalogue.health_script("", "ConfigMap") is None
+    assert set(BY_THE_CATALOGUE) <= {c[0] for c in CASES}
+
+
+def _assess_is(fixture: str, status: HealthStatus | None, message: str) -> None:
     obj = load(fixture)
     before = copy.deepcopy(obj)
     result = assess(obj)

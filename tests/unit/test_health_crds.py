@@ -3,12 +3,13 @@ Certificates, the kstatus fallback, and the order Lua → built-in → kstatus."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tidecd.base.model import HealthResult, HealthStatus, ResourceKey
-from tidecd.health import app_health, assess, has_check, hook_outcome
+from tidecd.health import app_health, assess, catalogue, has_check, hook_outcome
 
 H, S, P, M, D, U = (HealthStatus.HEALTHY, HealthStatus.SUSPENDED, HealthStatus.PROGRESSING,
                     HealthStatus.MISSING, HealthStatus.DEGRADED, HealthStatus.UNKNOWN)
@@ -67,7 +68,11 @@ ROLLOUTS = [
 
 
 @pytest.mark.parametrize(("case", "live", "status", "message"), ROLLOUTS, ids=[r[0] for r in ROLLOUTS])
-def test_rollout(case: str, live: dict[str, Any], status: HealthStatus, message: str) -> None:
+def test_rollout(case: str, live: dict[str, Any], status: HealthStatus, message: str,
+                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """tidecd's own Rollout check, which applies where Argo CD's catalogue is not installed (its health.lua
+    comes first where it is, and agrees on Argo CD's fixtures: tests/e2e/test_health_catalogue.py)."""
+    monkeypatch.setattr(catalogue, "root", lambda: None)
     assert assess(live) == HealthResult(status, message)
 
 
@@ -213,3 +218,58 @@ def test_a_broken_script_names_the_kind_and_fails_a_hook() -> None:
                                      "(argocd-cm resource.customizations.health.example.com_Widget): Lua error:")
     outcome = hook_outcome(widget(), {"example.com/Widget": "error('nope')"})
     assert not outcome.succeeded and outcome.finished and "nope" in outcome.message
+
+
+# --- Argo CD's Lua catalogue, bundled and applied by default (tidecd.health.catalogue) ----------------------
+
+SUSPENDED_CRONJOB = obj("batch/v1", "CronJob", spec={"schedule": "* * * * *", "suspend": True},
+                        status={"lastScheduleTime": "2026-01-01T00:00:00Z"})
+
+
+def test_the_catalogue_comes_before_the_built_in_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Argo CD: its catalogue's batch/CronJob/health.lua (a suspended CronJob is Healthy there), not
+    tidecd's own check (Suspended), which applies only where the catalogue is not installed."""
+    assert catalogue.health_script("batch", "CronJob") is not None
+    assert assess(SUSPENDED_CRONJOB) == HealthResult(H, "CronJob is Suspended")
+    with monkeypatch.context() as without:
+        without.setattr(catalogue, "root", lambda: None)
+        result = assess(SUSPENDED_CRONJOB)
+        assert result is not None and result.status is S
+
+
+def test_an_argocd_cm_script_wins_over_the_catalogue() -> None:
+    mine = 'return {status = "Degraded", message = "ours"}'
+    assert assess(SUSPENDED_CRONJOB, {"batch/CronJob": mine}) == HealthResult(D, "ours")
+    assert assess(SUSPENDED_CRONJOB, {"batch/*": mine}) == HealthResult(D, "ours")  # a glob key too
+    provider = obj("pkg.crossplane.io/v1", "Provider", status={"conditions": []})
+    assert catalogue.health_script("pkg.crossplane.io", "Provider") is not None
+    assert assess(provider, {"*.crossplane.io/*": mine}) == HealthResult(D, "ours")
+
+
+def test_the_catalogue_picks_a_kinds_own_script_then_a_wildcard_one() -> None:
+    own = catalogue.health_script("pkg.crossplane.io", "Provider")
+    wildcard = catalogue.health_script("example.crossplane.io", "Bucket")
+    assert own is not None and own[0] == "pkg.crossplane.io/Provider"
+    assert wildcard is not None and wildcard[0] == "_.crossplane.io/_"
+    assert catalogue.health_script("crossplane.io", "Bucket") is None  # `_.` needs a subdomain
+    assert catalogue.health_script("", "ConfigMap") is None
+    assert catalogue.pick(("_.example.com/_", "a.example.com/Widget"), "a.example.com", "Widget") == \
+        "a.example.com/Widget"
+    assert catalogue.pick(("_.example.com/_",), "a.b.example.com", "Widget") == "_.example.com/_"
+    assert catalogue.pick(("_.example.com/_",), "example.com", "Widget") is None
+
+
+def test_a_kind_only_the_catalogue_checks_has_a_check() -> None:
+    """A missing PodDisruptionBudget makes the app Missing: Argo CD's catalogue checks its kind."""
+    assert has_check("policy", "PodDisruptionBudget")
+    key = ResourceKey("policy", "PodDisruptionBudget", "ns", "x")
+    assert app_health([(key, assess(None))]) is M
+
+
+def test_a_broken_catalogue_script_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "example.com" / "Widget").mkdir(parents=True)
+    (tmp_path / "example.com" / "Widget" / "health.lua").write_text("return {status = ")
+    monkeypatch.setattr(catalogue, "root", lambda: tmp_path)
+    result = assess(widget())
+    assert result is not None and result.status is U
+    assert "(Argo CD's catalogue example.com/Widget/health.lua): Lua error:" in result.message

@@ -2,7 +2,8 @@
 
 Looked up, in order: `$TIDECD_BIN_DIR`, a `bin/` folder beside the deployed function source (where
 `make package` puts pinned Linux binaries), the build cache of `scripts/tools.sh`, then `$PATH`. Building a
-missing tool is dev-only (`tidecd_dev.tools.ensure`).
+missing tool is dev-only (`tidecd_dev.tools.ensure`). `data_dir` finds the data directories `scripts/tools.sh`
+fetches and `make package` ships beside the binaries (Argo CD's Lua catalogue) the same way, without `$PATH`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ def search_dirs() -> list[Path]:
     dirs.append(Path.cwd() / "bin")
     dirs.append(cache_dir() / "bin")
     return dirs
+
+
+def data_dir(name: str) -> Path | None:
+    """The directory `name` in the first of `search_dirs` that has it, None when none has."""
+    for directory in search_dirs():
+        if (directory / name).is_dir():
+            return directory / name
+    return None
 
 
 def binary(name: str) -> str:

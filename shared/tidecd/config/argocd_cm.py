@@ -57,8 +57,9 @@ HONOURED_PREFIXES = ("resource.customizations.health.", "resource.customizations
 _UI = "Argo CD's web UI settings: tidecd's dashboard has its own"
 _TRACKING = "tidecd writes its own ownership marks, never Argo CD's (docs/argocd-compatibility.md, Ownership marks)"
 NOT_HONOURED: tuple[tuple[str, str], ...] = (
-    ("resource.customizations.actions.", "tidecd reads Lua resource actions from TIDECD_RESOURCE_ACTIONS (a directory "
-                                         "laid out as Argo CD's resource_customizations/), not from argocd-cm"),
+    ("resource.customizations.actions.", "tidecd runs the Lua resource actions of Argo CD's bundled catalogue, or "
+                                         "of TIDECD_RESOURCE_ACTIONS (a directory laid out as Argo CD's "
+                                         "resource_customizations/), not actions from argocd-cm"),
     ("resource.customizations.ignoreResourceUpdates.", "tidecd keeps no watch cache: nothing to skip"),
     ("resource.ignoreResourceUpdatesEnabled", "tidecd keeps no watch cache: nothing to skip"),
     ("resource.customizations.knownTypeFields.", "tidecd diffs through a server-side dry-run, which knows "

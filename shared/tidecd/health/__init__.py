@@ -1,13 +1,17 @@
 """Health assessment: one pure module per kind, rolled up to the app here.
 
 Each `<kind>.check(obj)` maps one live object (raw API JSON, with its status) to a `HealthResult`;
-`assess` picks the check by (group, kind), as gitops-engine's `GetHealthCheckFunc` does. The order:
+`assess` picks the check by (group, kind) in Argo CD's order (its `GetHealthScript`, then gitops-engine's
+`GetResourceHealth`: the Lua scripts before the checks written in Go):
 
 1. a user's Lua check from argocd-cm (`resource.customizations.health.<group>_<Kind>`, passed in as
    `scripts`, keyed "group/Kind"; see `lua.py`), which takes precedence over everything, as in Argo CD;
-2. the built-in check of the kind (Kubernetes kinds, Argo Rollouts, Argo CD Applications, SealedSecrets,
-   cert-manager Certificates);
-3. for custom resources, the kstatus conventions (observedGeneration, Reconciling, Stalled, Ready).
+2. Argo CD's own Lua catalogue (`catalogue.py`: about 290 kinds, `batch/CronJob` and
+   `policy/PodDisruptionBudget` among them), bundled and applied by default;
+3. the built-in check of the kind (Kubernetes kinds as gitops-engine checks them in Go; Argo Rollouts,
+   Argo CD Applications, SealedSecrets and cert-manager Certificates, which the catalogue checks first
+   where it is installed);
+4. for custom resources, the kstatus conventions (observedGeneration, Reconciling, Stalled, Ready).
 
 A kind with none of these has no health (None) and, as in Argo CD, does not affect the app's health.
 """
@@ -21,6 +25,7 @@ from tidecd.base.model import HealthResult, HealthStatus, Manifest, ResourceKey
 from tidecd.health import (
     apiservice,
     application,
+    catalogue,
     certificate,
     crd,
     cronjob,
@@ -86,7 +91,8 @@ _KUBERNETES_GROUPS = frozenset({
 
 def has_check(group: str, kind: str, scripts: Scripts = _NO_SCRIPTS) -> bool:
     """Whether objects of this kind have a health check of their own (a Lua or a built-in one)."""
-    return (group, kind) in _CHECKS or lua.script_for(scripts, group, kind) is not None
+    return ((group, kind) in _CHECKS or lua.script_for(scripts, group, kind) is not None
+            or catalogue.health_script(group, kind) is not None)
 
 
 def assess(obj: Manifest | None, scripts: Scripts = _NO_SCRIPTS) -> HealthResult | None:
@@ -99,12 +105,16 @@ def assess(obj: Manifest | None, scripts: Scripts = _NO_SCRIPTS) -> HealthResult
 
 
 def _judge(obj: Manifest, key: ResourceKey, scripts: Scripts) -> HealthResult | None:
-    """Lua first, then the built-in check, then kstatus for custom resources (see the module text)."""
+    """argocd-cm's Lua, Argo CD's catalogue, the built-in check, then kstatus for custom resources (see the
+    module text)."""
+    where = f"{key.group}/{key.kind}" if key.group else key.kind
     custom = lua.script_for(scripts, key.group, key.kind)
     if custom is not None:
-        where = f"{key.group}/{key.kind}" if key.group else key.kind
         setting = "resource.customizations.health." + custom[0].lstrip("/").replace("/", "_")
         return lua.evaluate(custom[1], obj, where=f"{where} (argocd-cm {setting})")
+    bundled = catalogue.health_script(key.group, key.kind)
+    if bundled is not None:
+        return lua.evaluate(bundled[1], obj, where=f"{where} (Argo CD's catalogue {bundled[0]}/health.lua)")
     check = _CHECKS.get((key.group, key.kind))
     if check is not None:
         return _run(check, obj, key)

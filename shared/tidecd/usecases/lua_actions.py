@@ -1,8 +1,9 @@
 """Argo CD's Lua resource actions, run unmodified: `GROUP/KIND/actions/discovery.lua` says which actions an
 object offers now (`{name = {disabled = ...}}`), `actions/NAME/action.lua` does one.
 
-The scripts come from `TIDECD_RESOURCE_ACTIONS`, a directory laid out as Argo CD's `resource_customizations/`
-(e.g. unpacked from the Argo CD release an installation migrates from; tidecd ships no copy). They run in
+The scripts are Argo CD v3.6.1's own, from the catalogue tidecd bundles (`tidecd.health.catalogue`: fetched by
+`make tools`, shipped by `make package`); `TIDECD_RESOURCE_ACTIONS` names another directory laid out as Argo
+CD's `resource_customizations/` to use instead (e.g. a newer Argo CD's, or actions of your own). They run in
 the health checks' sandbox and budgets (`tidecd.health.lua.run_script`): no files, no network, bounded time
 and memory. An action returns either the changed object (Argo CD's first form: it is patched with what
 changed) or a list of `{operation = "patch"|"create", resource = ...}` (its second form, e.g. a CronJob's
@@ -19,14 +20,19 @@ from typing import Any
 
 from tidecd.base.errors import PermanentError
 from tidecd.base.model import Manifest, ResourceKey
+from tidecd.health import catalogue as bundled
 from tidecd.health import lua
 
 MAX_SCRIPT = 256 * 1024  # bytes of one script read
 
 
 def catalogue() -> str:
-    """The scripts' directory: `TIDECD_RESOURCE_ACTIONS` ("" for none: only tidecd's own actions)."""
-    return os.environ.get("TIDECD_RESOURCE_ACTIONS", "")
+    """The scripts' directory: `TIDECD_RESOURCE_ACTIONS`, else Argo CD's bundled catalogue ("" when neither
+    is there: only tidecd's own actions)."""
+    if chosen := os.environ.get("TIDECD_RESOURCE_ACTIONS", ""):
+        return chosen
+    found = bundled.root()
+    return str(found) if found is not None else ""
 
 
 @dataclass(frozen=True)
