@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from tidecd.base.model import HealthResult, HealthStatus, ResourceKey
 from tidecd.health import app_health, assess, catalogue, has_check, hook_outcome
@@ -273,3 +274,21 @@ def test_a_broken_catalogue_script_names_it(tmp_path: Path, monkeypatch: pytest.
     result = assess(widget())
     assert result is not None and result.status is U
     assert "(Argo CD's catalogue example.com/Widget/health.lua): Lua error:" in result.message
+
+
+def test_without_the_catalogue_the_built_in_checks_apply_and_it_is_said_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIDECD_BIN_DIR", str(tmp_path / "bin"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    catalogue.forget()
+    try:
+        with capture_logs() as logs:
+            first, again = assess(SUSPENDED_CRONJOB), assess(SUSPENDED_CRONJOB)
+        assert first == again and first is not None and first.status is S  # tidecd's own CronJob check
+        said = [e for e in logs if "Lua catalogue not found" in e["event"]]
+        assert len(said) == 1 and said[0]["log_level"] == "warning", logs
+        assert str(tmp_path / "cache" / "tidecd" / "bin" / "argocd-catalogue") in said[0]["looked_in"]
+        assert "make tools" in said[0]["fix"]
+    finally:
+        catalogue.forget()  # found again, where it is, by the next test

@@ -57,10 +57,10 @@ def forget() -> None:
         _scripts.clear()
 
 
-def health_script(group: str, kind: str, base: Path | None = None) -> tuple[str, str] | None:
+def health_script(group: str, kind: str) -> tuple[str, str] | None:
     """(its directory, e.g. "argoproj.io/Rollout", the script) of the catalogue's health check for this kind,
-    None when the catalogue has none. `base` is another catalogue than the default one."""
-    catalogue = base if base is not None else root()
+    None when the catalogue has none."""
+    catalogue = root()
     if catalogue is None:
         return None
     with _lock:
