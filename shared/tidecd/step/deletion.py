@@ -16,8 +16,10 @@ import structlog
 from tidecd import health
 from tidecd.base.model import HealthStatus, Manifest, ResourceKey
 from tidecd.clients.cluster import ApiError
+from tidecd.config.model import Application
 from tidecd.generated import records as generated
 from tidecd.step import observe
+from tidecd.step.desired import DELETING_REVISION
 from tidecd.sync import deletion, hooks
 from tidecd.sync.apply import explain
 from tidecd.sync.deletion import Stage
@@ -31,10 +33,18 @@ RETRY_AFTER = 15.0  # a deletion hook failed: tried again, as Argo CD requeues t
 CONDITION = "DeletionError"
 
 
+def desired(app: Application, sha: str, manifests: list[Manifest]) -> tuple[str, list[Manifest]]:
+    """What an app being deleted desires: only its deletion hooks (whichever source rendered it)."""
+    if not generated.is_deleting(app):
+        return sha, manifests
+    return DELETING_REVISION, [m for m in manifests if hooks.delete_hook_type(m)]
+
+
 def before_prune(step: Step) -> bool:
-    """Run the PreDelete hooks; True once they are done (or there are none) and the prune may go on."""
+    """Run the PreDelete hooks; True once they are done (or there are none, or the app is not being
+    deleted) and the prune may go on."""
     app = step.eye.current.app
-    if generated.deletion_stage(app) != Stage.PRE_DELETE:
+    if not generated.is_deleting(app) or generated.deletion_stage(app) != Stage.PRE_DELETE:
         return True
     declared = _declared(step, hooks.PRE_DELETE)
     if not declared:
@@ -49,7 +59,7 @@ def after_prune(step: Step) -> None:
     """Once nothing of the app is left: its PostDelete hooks, their cleanup, then the app is forgotten."""
     state, eye = step.state, step.eye
     op = state.operation
-    if op is not None and op.running:
+    if not generated.is_deleting(eye.current.app) or (op is not None and op.running):
         return
     remaining = [r.key for r in eye.comparison.resources
                  if (live := eye.view.live.get(r.key)) is not None and not deletion.kept(live)

@@ -40,13 +40,12 @@ from tidecd.state import app as app_state
 from tidecd.state import index
 from tidecd.state.app import OperationPhase
 from tidecd.step import deletion, execute, observe, plangate, quiet, record
-from tidecd.step.desired import DELETING_REVISION, place, runtime_render, spec_hash
+from tidecd.step.desired import place, runtime_render, spec_hash
 from tidecd.step.observe import Target
 from tidecd.step.operation import automated_operation, policy_of, sync_window
 from tidecd.sync import decide as decision
 from tidecd.sync import plan
 from tidecd.sync.apply import owned_by
-from tidecd.sync.hooks import delete_hook_type
 
 log = structlog.get_logger("tidecd.step.reconcile")
 POLL_INTERVAL = 0.5  # between health checks inside one step's budget
@@ -393,8 +392,7 @@ class Step:
             pinned = ctx.head  # resolved by this tick's ls-remote of the repository
         warnings: list[str] = []
         sha, manifests = runtime_render(runtime)(runtime, app, pinned, warnings)
-        if generated.is_deleting(app):  # only its deletion hooks (whichever source rendered it)
-            sha, manifests = DELETING_REVISION, [m for m in manifests if delete_hook_type(m)]
+        sha, manifests = deletion.desired(app, sha, manifests)
         self.state = record.resolved(self.state, app, sha)
         cluster = sync_cluster(runtime, config.argo_settings, project, app)
         children = None
@@ -412,17 +410,13 @@ class Step:
             return
         self.eye.target = self.eye.target.planned(self.eye.naming())
         policy = self.observed_facts()
-        deleting = generated.is_deleting(app)
-        if deleting and not deletion.before_prune(self):  # an app being deleted: its PreDelete hooks first
-            self.end.observed = True
-            return
-        self.advance(policy)
-        op = self.state.operation
-        if self.end.deployed and op is not None and op.phase is OperationPhase.SUCCEEDED \
-                and self.end.continue_after is None:
-            self.eye.await_health()
-        if deleting:
-            deletion.after_prune(self)
+        if deletion.before_prune(self):  # an app being deleted runs its PreDelete hooks first
+            self.advance(policy)
+            op = self.state.operation
+            if self.end.deployed and op is not None and op.phase is OperationPhase.SUCCEEDED \
+                    and self.end.continue_after is None:
+                self.eye.await_health()
+            deletion.after_prune(self)  # an app being deleted: its PostDelete hooks, then it is forgotten
         self.end.observed = True
 
     def observed_facts(self) -> decision.Policy:
