@@ -12,7 +12,7 @@ from tidecd.config.model import IgnoreDifference
 from tidecd.diff import respect_ignored
 from tidecd.state.app import TaskPhase
 from tidecd.sync import decide as d
-from tidecd.sync.apply import drop_field, namespace_metadata_stale, undeclared_fields, writes_synced
+from tidecd.sync.apply import drop_field, namespace_metadata_stale, resets, undeclared_fields, writes_synced
 from tidecd.sync.plan import plan
 
 ONLY_OUT_OF_SYNC = d.Policy(apply_out_of_sync_only=True)
@@ -63,7 +63,8 @@ def test_a_synced_object_is_written_only_when_the_write_can_change_it() -> None:
 
 
 def test_hidden_differences_are_what_respect_ignored_would_keep() -> None:
-    """`hidden` is `respect_ignored(desired, live) != desired`: the live value of an ignored field differs."""
+    """`hidden` is `resets(desired, respect_ignored(desired, live))`: the live value of an ignored field git
+    sets differs; a field git leaves out (an autoscaler's replicas) is not reset by the apply."""
     rules = (IgnoreDifference(kind="ConfigMap", json_pointers=("/data/x",)),)
     desired: Manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"},
                          "data": {"x": "1", "y": "1"}}
@@ -72,6 +73,10 @@ def test_hidden_differences_are_what_respect_ignored_would_keep() -> None:
     assert respect_ignored(desired, same, rules) == desired
     assert respect_ignored(desired, drifted, rules) != desired
     assert respect_ignored(desired, drifted, ()) == desired  # no rule: nothing hidden
+    assert not resets(desired, respect_ignored(desired, same, rules))
+    assert resets(desired, respect_ignored(desired, drifted, rules))
+    unset = {**desired, "data": {"y": "1"}}  # git does not set x; the live object has it
+    assert respect_ignored(unset, drifted, rules) != unset and not resets(unset, respect_ignored(unset, drifted, rules))
 
 
 def test_a_refusal_an_earlier_wave_may_lift_waits_for_its_wave() -> None:

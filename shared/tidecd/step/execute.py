@@ -21,7 +21,7 @@ from tidecd.step.observe import Target, each, read
 from tidecd.sync import decide as decision
 from tidecd.sync import options as syncoptions
 from tidecd.sync import plan
-from tidecd.sync.apply import NotingRefusals, apply_task, explain, writes_synced
+from tidecd.sync.apply import NotingRefusals, apply_task, explain, resets, writes_synced
 from tidecd.sync.hooks import create_hook, delete_earlier_copies, dry_run_hook
 from tidecd.sync.prune import prune
 
@@ -116,7 +116,7 @@ def run_tasks(target: Target, step: decision.RunTasks, live: Mapping[ResourceKey
         current = live.get(task.key)
         kept = respect_ignored(task.obj, current, rules)  # git's object with the live values of ignored fields
         if current is not None and task.key not in out_of_sync and not writes_synced(
-                task, only_out_of_sync=only_out_of_sync, respect=respect, hidden=kept != task.obj):
+                task, only_out_of_sync=only_out_of_sync, respect=respect, hidden=resets(task.obj, kept)):
             return Applied(task, ChangeEntry(task.key, Action.UNCHANGED))
         if respect:
             task = dataclasses.replace(task, obj=kept)

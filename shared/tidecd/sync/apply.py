@@ -101,6 +101,15 @@ def namespace_metadata_stale(live: Manifest | None, labels: Mapping[str, str], a
     return False
 
 
+def resets(desired: Any, kept: Any) -> bool:
+    """Would applying `desired` change what applying `kept` (git's object with the live values of ignored
+    fields, `diff.respect_ignored`) leaves? Only where `desired` sets a field: a field git leaves out and
+    the live object has (an autoscaler's replicas) is not reset by the apply."""
+    if isinstance(desired, dict) and isinstance(kept, dict):
+        return any(name not in kept or resets(value, kept[name]) for name, value in desired.items())
+    return bool(desired != kept)
+
+
 def writes_synced(task: Task, *, only_out_of_sync: bool, respect: bool, hidden: bool) -> bool:
     """Whether a sync writes a live object that compares Synced. Argo CD applies every object of the sync,
     Synced ones too, unless `ApplyOutOfSyncOnly=true`; tidecd leaves out only the writes that cannot change
