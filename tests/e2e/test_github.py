@@ -535,7 +535,8 @@ def test_argocd_notifications_cm_of_the_config_source_sends_the_catalogs_message
     subscriber = pubsub_v1.SubscriberClient()
     subscriber.create_subscription(name=subscription, topic=topic)
     pair, keys = sealing
-    status = {"message": "{{.app.metadata.name}} is synced", "github": {
+    status = {"message": "{{.app.metadata.name}} is synced: "
+                         "{{ (call .repo.GetCommitMetadata .app.status.sync.revision).Message }}", "github": {
         "status": {"state": "success", "label": "continuous-delivery/{{.app.metadata.name}}"}}}
     synced = [{"when": CATALOG_TRIGGERS["on-sync-succeeded"]["when"], "send": ["commit-status"]}]
     cm = catalog_cm({"service.slack": f"token: $slack-token\napiURL: {receivers.url}/slack/api/\n",
@@ -548,7 +549,7 @@ def test_argocd_notifications_cm_of_the_config_source_sends_the_catalogs_message
     (hub.config_dir / "argocd-notifications-cm.yaml").write_text(yaml.safe_dump(cm))
     (hub.config_dir / "argocd-notifications-secret.yaml").write_text(yaml.safe_dump(seal_secret(secret, pair.cert_pem)))
     subscribe = "notifications.argoproj.io/subscribe."
-    hub.push({"app/cm.yaml": configmap("web")})
+    hub.push({"app/cm.yaml": configmap("web")}, message="Add the web ConfigMap")
     app = hub.application(automated={}, annotations={f"{subscribe}on-sync-succeeded.slack": "#deploys",
                                                      f"{subscribe}on-deployed.gcppubsub": topic,
                                                      f"{subscribe}on-synced-status.github": ""})
@@ -564,3 +565,6 @@ def test_argocd_notifications_cm_of_the_config_source_sends_the_catalogs_message
     assert [m.message.data.decode() for m in pulled.received_messages] == [
         f" Application {app} is now running new version of deployments manifests.\n"]  # the Slack emoji branch, empty
     assert github_standin.status_states(_repo_name(hub), hub.repo.head(), f"continuous-delivery/{app}") == ["success"]
+    [status] = [s for s in github_standin.statuses[(_repo_name(hub), hub.repo.head())]
+                if s["context"] == f"continuous-delivery/{app}"]
+    assert status["description"] == f"{app} is synced: Add the web ConfigMap"  # repo.GetCommitMetadata

@@ -184,6 +184,13 @@ def test_messages_render_with_go_sprig_and_argo_cds_variables() -> None:
     [described] = argo.render([({"message": "{{ .appProject.spec.description }}"},
                                 argo.variables(obj, {}, {}, dest, project))])
     assert described == {"message": "the team's apps"}
+    commits = {"a" * 40: {"message": "Fix the web\n\nbody", "author": "Ann", "date": "2026-01-01T09:59:00Z"}}
+    [meta, unknown] = argo.render([
+        ({"message": "{{ with call .repo.GetCommitMetadata .app.status.sync.revision }}{{ .Author }}: {{ .Message }}"
+                     " ({{ .Date.Format \"15:04\" }}){{ end }}"}, argo.variables(obj, {}, {}, dest, commits=commits)),
+        ({"message": "{{ (call .repo.GetCommitMetadata \"0123\").Message }}"}, argo.variables(obj, {}, {}, dest))])
+    assert meta == {"message": "Ann: Fix the web\n\nbody (09:59)"}
+    assert "commit \"0123\" is not one tidecd has fetched" in str(unknown)
     odd = {"message": "{{ .context.notificationType }} {{ .recipient }} {{ call .strings.ToUpper .app.metadata.name }}"
                       " {{ call .repo.FullNameByRepoURL .app.spec.source.repoURL }} {{ .app.nothing }}",
            "bad": "{{ .app.metadata.name | nosuchfunction }}"}

@@ -4,8 +4,8 @@
 // templates.NewService). Both see the variables Argo CD's notification controller gives them
 // (util/notification/settings and expression): app, context, secrets, appProject, and the helper
 // namespaces time (Parse, Now, the durations and layouts), strings (ReplaceAll, ToUpper, ToLower) and repo
-// (RepoURLToHTTPS, FullNameByRepoURL, QueryEscape). repo.GetCommitMetadata and repo.GetAppDetails ask
-// Argo CD's repo-server; tidecd's helper has none, and each answers with an error naming it.
+// (RepoURLToHTTPS, FullNameByRepoURL, QueryEscape, GetCommitMetadata of the commits the caller passes in
+// "__tidecdCommits"). repo.GetAppDetails asks Argo CD's repo-server; tidecd's helper answers it with an error.
 //
 //	mode "expr":   items [{"expr": "...", "params": 0, "kind": "bool"|"string"}] →
 //	               {"value": "true"|"false"} for bool (a non-bool result is false, as Argo CD's
@@ -109,13 +109,38 @@ func stringsExprs() map[string]any {
 
 var gitSuffix = regexp.MustCompile(`\.git$`)
 
-func repoExprs() map[string]any {
+// commitMetadata is Argo CD's shared.CommitMetadata.
+type commitMetadata struct {
+	Message string
+	Author  string
+	Date    time.Time
+	Tags    []string
+}
+
+// commitsKey names the parameter that carries the commits tidecd knows (revision → message, author, date):
+// repo.GetCommitMetadata answers from it, as Argo CD's answers from its repo-server.
+const commitsKey = "__tidecdCommits"
+
+func repoExprs(commits map[string]any) map[string]any {
 	unavailable := func(name string) func(...any) any {
 		return func(...any) any {
 			panic(fmt.Errorf("repo.%s is not available in tidecd (it asks Argo CD's repo-server)", name))
 		}
 	}
 	return map[string]any{
+		"GetCommitMetadata": func(sha string) any {
+			found, ok := commits[sha].(map[string]any)
+			if !ok {
+				panic(fmt.Errorf("repo.GetCommitMetadata: commit %q is not one tidecd has fetched for this app", sha))
+			}
+			meta := commitMetadata{}
+			meta.Message, _ = found["message"].(string)
+			meta.Author, _ = found["author"].(string)
+			if date, _ := found["date"].(string); date != "" {
+				meta.Date, _ = time.Parse(time.RFC3339, date)
+			}
+			return meta
+		},
 		"RepoURLToHTTPS": func(raw string) string {
 			parsed, err := giturls.Parse(raw)
 			if err != nil {
@@ -142,9 +167,8 @@ func repoExprs() map[string]any {
 			}
 			return path
 		},
-		"QueryEscape":       url.QueryEscape,
-		"GetCommitMetadata": unavailable("GetCommitMetadata"),
-		"GetAppDetails":     unavailable("GetAppDetails"),
+		"QueryEscape":   url.QueryEscape,
+		"GetAppDetails": unavailable("GetAppDetails"),
 	}
 }
 
@@ -154,9 +178,11 @@ func spawn(vars map[string]any) map[string]any {
 	for k, v := range vars {
 		out[k] = v
 	}
+	commits, _ := vars[commitsKey].(map[string]any)
+	delete(out, commitsKey)
 	out["time"] = timeExprs()
 	out["strings"] = stringsExprs()
-	out["repo"] = repoExprs()
+	out["repo"] = repoExprs(commits)
 	return out
 }
 

@@ -223,11 +223,30 @@ def merged(config: NotificationsConfig, templates: Sequence[str]) -> dict[str, A
     return out
 
 
+COMMITS = "__tidecdCommits"  # the helper's parameter behind repo.GetCommitMetadata (never a variable itself)
+
+
+def revisions(app: Mapping[str, Any]) -> list[str]:
+    """The commits an app object names (its sync status, its operation's result), for GetCommitMetadata."""
+    def part(parent: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+        found = parent.get(name)
+        return found if isinstance(found, Mapping) else {}
+
+    status = part(app, "status")
+    sync, result = part(status, "sync"), part(part(status, "operationState"), "syncResult")
+    found = [sync.get("revision"), *(sync.get("revisions") or []), result.get("revision"),
+             *(result.get("revisions") or [])]
+    return list(dict.fromkeys(str(r) for r in found if r))
+
+
 def variables(app: Mapping[str, Any], context: Mapping[str, str], secrets: Mapping[str, str],
-              dest: Destination | None = None, project: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What conditions (dest None) and templates see, as Argo CD's initGetVars and api.Send build it."""
+              dest: Destination | None = None, project: Mapping[str, Any] | None = None,
+              commits: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Any]:
+    """What conditions (dest None) and templates see, as Argo CD's initGetVars and api.Send build it;
+    `commits` (sha → message, author, date) answer `repo.GetCommitMetadata`."""
     out: dict[str, Any] = {"app": app, "context": {"notificationType": dest.service if dest else "", **context},
-                           "secrets": dict(secrets), "appProject": dict(project or {})}
+                           "secrets": dict(secrets), "appProject": dict(project or {}),
+                           COMMITS: {k: dict(v) for k, v in (commits or {}).items()}}
     if dest is not None:
         out |= {"serviceType": dest.service, "recipient": dest.recipient}
     return out

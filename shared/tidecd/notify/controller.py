@@ -76,7 +76,8 @@ def _running_view(app: Application, state: AppState, mine: Mapping[str, Any]) ->
 
 def run(config: NotificationsConfig, app: Application, state: AppState, record: dict[str, Any], *,
         secrets: Callable[[], Mapping[str, str]], wire: services.Wire, clock: Callable[[], float],
-        deadline: float, project: AppProject | None = None) -> float | None:
+        deadline: float, project: AppProject | None = None,
+        commit: Callable[[str], Mapping[str, str] | None] = lambda _sha: None) -> float | None:
     """Evaluate, deliver, and update `record["argo"]`; returns seconds until a retry is due (None: none)."""
     mine: dict[str, Any] = record.setdefault("argo", {})
     now = clock()
@@ -102,7 +103,7 @@ def run(config: NotificationsConfig, app: Application, state: AppState, record: 
     if found and digest != mine.get("digest"):
         notified = argo.Notified(mine.get("notified"))
         for view in (*_running_view(app, state, mine), obj):
-            env = argo.variables(view, config.context, secret_values(), project=proj)
+            env = argo.variables(view, config.context, secret_values(), project=proj, commits=_commits(view, commit))
             results = argo.evaluate(config, sorted(found), env, errors)
             for send in argo.due(results, found, notified, int(now)):
                 pending.append({"trigger": send.trigger, "key": send.key, "templates": list(send.templates),
@@ -117,7 +118,7 @@ def run(config: NotificationsConfig, app: Application, state: AppState, record: 
     still = [p for p in pending if p not in ready]
     if ready:
         wire.slack_threads = mine.setdefault("slack_threads", {})
-        still += _deliver(config, ready, secret_values(), wire, clock, history, errors)
+        still += _deliver(config, ready, secret_values(), wire, clock, history, errors, commit)
     for error in errors:
         log.warning("notification problem", app=app.name, error=error[:300])
     record["log"] = history[-50:]
@@ -128,15 +129,27 @@ def run(config: NotificationsConfig, app: Application, state: AppState, record: 
     return max(0.5, min(float(p.get("next_at", 0.0)) for p in still) - clock())
 
 
+def _commits(app: Mapping[str, Any], commit: Callable[[str], Mapping[str, str] | None]) -> dict[str, dict[str, str]]:
+    """What tidecd recorded of the commits the app names (when it fetched their snapshots), in the shape
+    repo.GetCommitMetadata answers: message, author (a name: tidecd keeps no e-mail), date."""
+    out = {}
+    for sha in argo.revisions(app):
+        if (found := commit(sha)) is not None:
+            out[sha] = {"message": found.get("message", ""), "author": found.get("author", ""),
+                        "date": found.get("time", "")}
+    return out
+
+
 def _deliver(config: NotificationsConfig, ready: list[dict[str, Any]], secrets: Mapping[str, str],
              wire: services.Wire, clock: Callable[[], float], history: list[dict[str, Any]],
-             errors: list[str]) -> list[dict[str, Any]]:
+             errors: list[str], commit: Callable[[str], Mapping[str, str] | None]) -> list[dict[str, Any]]:
     """Render every ready notification in one batch, then send each; the ones to retry are returned."""
     messages = []
     for item in ready:
         dest = argo.Destination(str(item.get("service")), str(item.get("recipient", "")))
         messages.append((argo.merged(config, [str(t) for t in item.get("templates", [])]),
-                         argo.variables(item.get("app") or {}, config.context, secrets, dest, item.get("project"))))
+                         argo.variables(item.get("app") or {}, config.context, secrets, dest, item.get("project"),
+                                        _commits(item.get("app") or {}, commit))))
     try:
         rendered = argo.render(messages)
     except TemplateError as exc:

@@ -415,9 +415,14 @@ def _argo(runtime: Runtime, ctx: Context, app: Application, state: AppState, rec
     """Argo CD Notifications of argocd-notifications-cm (`tidecd.notify.controller`)."""
     wire = services.Wire(github=controller.github_for(ctx.github, ctx.api_url, runtime.store),
                          github_api_url=ctx.api_url, publisher=ctx.publisher)
+    # lazy: cold start (the source package only when argocd-notifications-cm asks for commit metadata)
+    from tidecd.source.git import Snapshots
+
     config = runtime.config()
+    snapshots = Snapshots(runtime.store)
     return controller.run(config.argo_settings.notifications, app, state, record, secrets=runtime.notifications_secret,
-                          wire=wire, clock=clock, deadline=deadline, project=config.projects.get(app.project))
+                          wire=wire, clock=clock, deadline=deadline, project=config.projects.get(app.project),
+                          commit=lambda sha: snapshots.commit(app.source.repo_url, sha))
 
 
 def _iso(epoch: float) -> str:
