@@ -6,13 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from tests.unit.test_decide import WAVE, dep, k, obj, observe, result, running
-from tidecd.base.model import Manifest, ResourceKey
+from tests.unit.test_record_transitions import WEB, WEB_TASK, state
+from tidecd.base.model import Action, ChangeEntry, Manifest, ResourceKey
 from tidecd.clients.cluster import ApiError
 from tidecd.config.model import IgnoreDifference
 from tidecd.diff import respect_ignored
 from tidecd.state.app import TaskPhase
+from tidecd.step import record
+from tidecd.step.execute import Executed
 from tidecd.sync import decide as d
-from tidecd.sync.apply import drop_field, namespace_metadata_stale, resets, undeclared_fields, writes_synced
+from tidecd.sync.apply import drop_field, explain, namespace_metadata_stale, resets, undeclared_fields, writes_synced
 from tidecd.sync.plan import plan
 
 ONLY_OUT_OF_SYNC = d.Policy(apply_out_of_sync_only=True)
@@ -167,5 +170,23 @@ def test_validate_false_drops_the_fields_server_side_apply_says_are_undeclared()
 def test_an_undeclared_field_names_validate_false() -> None:
     message = ".invalidKey: field not declared in schema"
     exc = ApiError(ResourceKey("", "ConfigMap", "ns", "c"), 500, "InternalError", message)
-    assert "Validate=false" in str(exc) and undeclared_fields(str(exc)) == [[".invalidKey"]]
-    assert "Validate=false" not in str(ApiError(None, 500, "InternalError", "etcd timed out"))
+    assert "Validate=false" in explain(exc) and undeclared_fields(explain(exc)) == [[".invalidKey"]]
+    assert "Validate=false" not in explain(ApiError(None, 500, "InternalError", "etcd timed out"))
+
+
+def test_a_deferred_refusal_is_kept_then_fails_its_own_task_at_its_wave() -> None:
+    """The bookkeeping of `step.record.dry_run`: a refusal that waits is no failure (the operation is checked,
+    the object kept in `progress.deferred`); at its wave a refusal is that task's failed result."""
+    refused = Executed(entries=(ChangeEntry(WEB, Action.FAILED, "forbidden: no ServiceAccount"),), refused={WEB: 403})
+    upfront = d.DryRun((WEB_TASK,), later=frozenset({WEB}))
+    checked, shown, failure = record.dry_run(state(), refused, [], upfront)
+    assert failure == "" and shown == [] and checked.operation is not None
+    assert checked.operation.progress.checked and checked.operation.progress.deferred_keys() == {WEB}
+    invalid = Executed(entries=refused.entries, refused={WEB: 422})  # about the object itself: fails now
+    assert "nothing was written" in record.dry_run(state(), invalid, [], upfront)[2]
+    at_wave = d.DryRun((WEB_TASK,), at_group=True)
+    after, shown, failure = record.dry_run(checked, refused, [], at_wave)
+    assert failure == "" and [e.key for e in shown] == [WEB] and after.operation is not None
+    assert after.operation.progress.deferred_keys() == frozenset()
+    [failed] = [r for r in after.operation.results if r.phase is TaskPhase.FAILED]
+    assert failed.key == WEB and "before its wave" in failed.message

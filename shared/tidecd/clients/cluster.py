@@ -123,17 +123,7 @@ class ApiTooManyRequests(ApiError, TemporaryError):
 
 
 class ApiServerError(ApiError, TemporaryError):
-    """5xx: the API server, an aggregated API or an admission webhook failed; it may work later. (Server-side
-    apply also answers 500 for a field the kind does not declare: the hint says what to do.)"""
-
-    def hint(self, message: str) -> str:
-        if UNDECLARED_FIELD in message:
-            return (" (the kind does not declare this field: remove it from the manifest, or add the sync option "
-                    "Validate=false to drop it)")
-        return ""
-
-
-UNDECLARED_FIELD = "field not declared in schema"
+    """5xx: the API server, an aggregated API or an admission webhook failed; it may work later."""
 
 
 class ClusterTlsError(PermanentError):

@@ -17,12 +17,13 @@ from typing import Any
 from tidecd.base import constants, ownership
 from tidecd.base.errors import TemporaryError
 from tidecd.base.model import Action, ChangeEntry, Manifest, ResourceKey
-from tidecd.clients.cluster import UNDECLARED_FIELD, ApiError, ApiResource, Cluster, UnknownKind
+from tidecd.clients.cluster import ApiError, ApiResource, Cluster, UnknownKind
 from tidecd.sync.plan import Task
 
 REPLACE = "Replace=true"
 FORCE = "Force=true"
 VALIDATE_OFF = "Validate=false"
+UNDECLARED_FIELD = "field not declared in schema"
 # How server-side apply refuses a field the kind's schema does not declare (whatever `fieldValidation` says):
 # `.spec.bogus: field not declared in schema`, the path in structured-merge-diff's notation.
 _UNDECLARED = re.compile(r'((?:\.[^\s.\[\]:]+|\[[^\]]*\])+): ' + re.escape(UNDECLARED_FIELD))
@@ -242,5 +243,9 @@ def placed(task: Task) -> dict[str, Any]:
 
 def explain(exc: ApiError) -> str:
     """The API server's message without the object's key (the change entry names it); the advice where a
-    user can act on it (Replace=true for an immutable field, ...) is added by the ApiError class itself."""
-    return str(exc).split(": ", 1)[-1] if exc.key else str(exc)
+    user can act on it (Replace=true for an immutable field, ...) is added by the ApiError class itself,
+    the one for a field the kind does not declare (server-side apply's 500) here."""
+    text = str(exc).split(": ", 1)[-1] if exc.key else str(exc)
+    if UNDECLARED_FIELD in text:
+        text += " (the kind does not declare this field: remove it, or add the sync option Validate=false to drop it)"
+    return text
