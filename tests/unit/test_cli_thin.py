@@ -110,6 +110,8 @@ def test_failures_exit_with_the_full_clis_codes(server: str) -> None:
     ("app", "diff", "guestbook", "--cached"), ("app", "diff", "guestbook", "-o", "json"),
     ("app", "refresh", "guestbook"), ("app", "refresh", "guestbook", "-o", "json"),
     ("app", "terminate-op", "guestbook"), ("app", "rollback", "guestbook", "1"),
+    # a directory config source: the removal has no git to go to (a real delete: tests/e2e/test_app_deletion.py)
+    ("app", "delete", "guestbook"), ("app", "delete", "guestbook", "--cascade", "sideways"), ("app", "delete", "nope"),
     ("app", "wait", "guestbook", "--health", "--timeout", "1"), ("app", "wait", "guestbook", "--operation"),
     # the api's own step fails to reach git here (a real sync: tests/e2e/test_cli_and_demo.py)
     ("app", "sync", "guestbook", "--dry-run", "--timeout", "60"),
