@@ -52,7 +52,9 @@ def test_list_get_diff_history(runtime: Runtime) -> None:
     listed = call(runtime, "GET", "/api/v1/apps")
     assert listed.status == 200
     assert listed.body["apps"] == [{"name": "web", "sync": "OutOfSync", "health": "Healthy",
-                                    "revision": "a" * 40, "revisions": [], "reconciledAt": ""}]
+                                    "revision": "a" * 40, "revisions": [], "reconciledAt": "", "conditions": [],
+                                    "project": "default", "labels": {},
+                                    "destination": {"server": "", "name": "in-cluster", "namespace": "web"}}]
     got = call(runtime, "GET", "/api/v1/apps/web").body
     assert got["syncStatus"] == "OutOfSync" and "diff" not in got["resources"][0]
     diff = call(runtime, "GET", "/api/v1/apps/web/diff").body
