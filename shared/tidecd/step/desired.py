@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import structlog
+
 from tidecd import render
 from tidecd import source as git
 from tidecd.base.errors import PermanentError, RenderError, SecretError, UnsafePathError
@@ -39,6 +41,8 @@ from tidecd.runtime import Runtime
 from tidecd.source import charts, dependencies, submodules
 from tidecd.state import app as app_state
 from tidecd.sync import hooks, plan
+
+log = structlog.get_logger("tidecd.step.desired")
 
 
 class Render(Protocol):
@@ -100,7 +104,12 @@ def render_desired(runtime: Runtime, app: Application, revision: str = "",
     deleted (`tidecd.generated.records`) desires only its deletion hooks, rendered at its targetRevision
     (as Argo CD renders them): its objects are pruned."""
     if generated.is_deleting(app):
-        manifests = _render_current(runtime, app, "", warnings)[1]
+        try:
+            manifests = _render_current(runtime, app, "", warnings)[1]
+        except PermanentError as exc:  # its source is gone (a retired directory): no hooks to run, objects still go
+            log.warning("deleting app: its source no longer renders, deleted without deletion hooks", app=app.name,
+                        error=str(exc)[:300])
+            return DELETING_REVISION, []
         return DELETING_REVISION, [m for m in manifests if hooks.delete_hook_type(m)]
     return _render_current(runtime, app, revision, warnings)
 
