@@ -11,6 +11,8 @@
    for this one: its repo server lives in a network namespace that reaches only the git server.
 3. A git submodule (a relative URL in `.gitmodules`) is fetched as its own snapshot and rendered from; a
    project whose sourceRepos do not list its repository refuses it, naming `.gitmodules` and the URL.
+4. Kustomize `helmCharts`: refused by name until argocd-cm's `kustomize.buildOptions` holds `--enable-helm`,
+   then inflated from a chart tidecd fetched (kustomize pulls nothing).
 """
 
 from __future__ import annotations
@@ -215,3 +217,23 @@ def test_a_git_submodule_is_fetched_within_the_projects_source_repos(gitops: Git
     messages = " | ".join(c["message"] for c in gitops.state("own").conditions)
     assert f".gitmodules: submodule 'vendor/lib' ({lib.url})" in messages, messages
     assert "not permitted by the project's sourceRepos" in messages, messages
+
+
+def test_kustomize_helm_charts_are_fetched_by_tidecd_when_argocd_cm_enables_helm(
+        gitops: GitOps, helm_repo: HelmRepo) -> None:
+    helm_repo.add("web", "1.2.0")
+    gitops.push({"kz/kustomization.yaml": yaml.safe_dump({"helmCharts": [
+        {"name": "web", "repo": helm_repo.url, "version": "1.2.0", "releaseName": "kz",
+         "valuesInline": {"color": "green"}}]})})
+    gitops.application("kz", path="kz")
+    gitops.reconcile("kz", automate=False)
+    messages = " | ".join(c["message"] for c in gitops.state("kz").conditions)
+    assert "helmCharts: helm chart inflation needs argocd-cm's kustomize.buildOptions: --enable-helm" in messages
+    (gitops.config_dir / "argocd-cm.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "argocd-cm", "namespace": "argocd"},
+        "data": {"kustomize.buildOptions": "--enable-helm"}}))
+    gitops.sync("kz")
+    synced(gitops, "kz")
+    live = gitops.live("ConfigMap", "kz-cm")
+    assert live is not None and live["data"] == {"chart": "web", "version": "1.2.0", "color": "green"}
+    assert [p for p in helm_repo.requests if p.endswith(".tgz")] == ["/charts/web-1.2.0.tgz"]  # by tidecd, once

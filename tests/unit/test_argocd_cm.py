@@ -178,3 +178,15 @@ def test_other_configmaps_are_still_unsupported_objects(tmp_path: Path) -> None:
     write(tmp_path, **{"cm.yaml": configmap("my-app-settings", {"a": "b"})})
     config = load_config(tmp_path, strict=False)
     assert any("unsupported object (apiVersion 'v1', kind 'ConfigMap')" in p for p in config.problems)
+
+
+def test_kustomize_build_options_enable_helm_and_nothing_else(tmp_path: Path) -> None:
+    write(tmp_path, **{"app.yaml": APP, "cm.yaml": configmap("argocd-cm", {
+        "kustomize.buildOptions": "--enable-helm --load-restrictor LoadRestrictionsNone"})})
+    config = load_config(tmp_path, strict=False)
+    assert config.argo_settings.kustomize_enable_helm and config.problems == []
+    notices = "\n".join(config.argo_settings.notices)
+    assert ("kustomize.buildOptions: --load-restrictor LoadRestrictionsNone: not honoured by tidecd (only "
+            "--enable-helm)") in notices
+    write(tmp_path, **{"cm.yaml": configmap("argocd-cm", {"kustomize.buildOptions": "--enable-alpha-plugins"})})
+    assert not load_config(tmp_path, strict=False).argo_settings.kustomize_enable_helm

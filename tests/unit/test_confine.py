@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tidecd.base.errors import LimitExceeded, RenderError, UnsafePathError
-from tidecd.render.confine import confine
+from tidecd.render.confine import KustomizeChart, confine
 
 
 def write(root: Path, rel: str, text: str) -> Path:
@@ -119,11 +119,34 @@ def test_every_path_field_is_checked(repo: Path, text: str, where: str) -> None:
         confine(repo, app)
 
 
-def test_helm_inflation_is_refused(repo: Path) -> None:
+def test_helm_inflation_is_refused_unless_argocd_cm_enables_helm(repo: Path) -> None:
     app = kustomization(repo, "helmCharts:\n  - name: x\n    repo: https://charts.example.com\n")
     with pytest.raises(RenderError, match=r"kustomization app/kustomization.yaml: helmCharts: helm chart "
-                                          r"inflation is not run"):
+                                          r"inflation needs argocd-cm's kustomize.buildOptions: --enable-helm"):
         confine(repo, app)
+    assert confine(repo, app, helm=True) == [KustomizeChart(
+        "kustomization app/kustomization.yaml: helmCharts[0]", "x", "https://charts.example.com", "", "app/charts/x")]
+
+
+def test_helm_charts_go_where_kustomize_looks_before_it_pulls(repo: Path) -> None:
+    app = kustomization(repo, """
+        resources: [../base]
+        helmGlobals: {chartHome: ../vendor}
+        helmCharts:
+          - {name: web, repo: "https://charts.example.com", version: 1.2.0, valuesFile: ../base/app.env}
+          - {name: db, repo: "oci://r.example.com/charts", version: 2.0.0}
+        """)
+    write(repo, "vendor/db-2.0.0/db/Chart.yaml", "name: db\n")  # vendored: kustomize pulls nothing
+    assert [(c.name, c.target) for c in confine(repo, app, helm=True)] == [("web", "vendor/web-1.2.0/web")]
+    write(repo, "base/kustomization.yaml", "helmCharts:\n  - {name: web, repo: x, valuesFile: https://e.com/v}\n")
+    with pytest.raises(RenderError, match=r"base/kustomization.yaml: helmCharts\[0\]: valuesFile .* is remote"):
+        confine(repo, app, helm=True)
+    kustomization(repo, "helmGlobals: {chartHome: ../../out}\nhelmCharts:\n  - {name: web, repo: x}\n")
+    with pytest.raises(UnsafePathError, match=r"chartHome '../../out' leaves the repository checkout"):
+        confine(repo, app, helm=True)
+    kustomization(repo, "helmChartInflationGenerator: [{chartName: web}]\n")
+    with pytest.raises(RenderError, match=r"helmChartInflationGenerator: helm chart inflation needs"):
+        confine(repo, app, helm=True)
 
 
 def test_symlinked_base_leaving_the_checkout_is_refused(tmp_path: Path, repo: Path) -> None:

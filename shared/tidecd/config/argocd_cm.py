@@ -51,7 +51,8 @@ SECRETS: Mapping[str, str] = MappingProxyType({
 IMPERSONATION = "application.sync.impersonation.enabled"
 IMPERSONATION_ENFORCED = "application.sync.impersonation.enforced"
 HONOURED_KEYS = ("resource.customizations", "resource.exclusions", "resource.inclusions",
-                 "timeout.reconciliation", "timeout.reconciliation.jitter", IMPERSONATION, IMPERSONATION_ENFORCED)
+                 "timeout.reconciliation", "timeout.reconciliation.jitter", IMPERSONATION, IMPERSONATION_ENFORCED,
+                 "kustomize.buildOptions")
 HONOURED_PREFIXES = ("resource.customizations.health.", "resource.customizations.useOpenLibs.",
                      "resource.customizations.ignoreDifferences.")
 _UI = "Argo CD's web UI settings: tidecd's dashboard has its own"
@@ -112,6 +113,8 @@ HONOURED_WHAT: Mapping[str, str] = MappingProxyType({
     "resource.inclusions": "only these kinds are synced and pruned",
     "timeout.reconciliation": "how often the poll's drift sweep re-compares an automated app (0: never)",
     "timeout.reconciliation.jitter": "spreads those sweeps per app",
+    "kustomize.buildOptions": "`--enable-helm` only: `helmCharts` are inflated, each chart fetched by tidecd as a "
+                              "snapshot from a repository the project permits (other options are not honoured)",
     "url": "the dashboard's external URL: the OIDC redirect URI is URL/ui/auth/callback",
     "oidc.config": "single sign-on for the dashboard and `tidecd login --sso` (authorization code with PKCE); "
                    "clientSecret as a $KEY of the sealed argocd-secret; groups from the ID token's claims",
@@ -303,6 +306,7 @@ def _read_argocd_cm(data: Mapping[str, Any], origin: str, notices: list[str],
                 open_libs.add(gk)
         elif (rule := _ignore_rule(reader, key, reader.yaml(key, value))) is not None:
             ignores[gk] = rule
+    enable_helm = _kustomize_options(values.get("kustomize.buildOptions", ""), origin, notices)
     login = sso.read({k: v for k, v in values.items() if sso.handles(k)}, reader.error,
                      lambda key, why: notices.append(f"{origin}: ConfigMap/{ARGOCD_CM}: {key}: {why}"), reader.yaml)
     return ArgoSettings(
@@ -315,7 +319,17 @@ def _read_argocd_cm(data: Mapping[str, Any], origin: str, notices: list[str],
                                        values.get("timeout.reconciliation.jitter")),
         notices=tuple(notices), origin=origin,
         sync_impersonation=_boolean(reader, IMPERSONATION, values.get(IMPERSONATION), False),
-        impersonation_enforced=_boolean(reader, IMPERSONATION_ENFORCED, values.get(IMPERSONATION_ENFORCED), True))
+        impersonation_enforced=_boolean(reader, IMPERSONATION_ENFORCED, values.get(IMPERSONATION_ENFORCED), True),
+        kustomize_enable_helm=enable_helm)
+
+
+def _kustomize_options(options: str, origin: str, notices: list[str]) -> bool:
+    """Whether `kustomize.buildOptions` enables helm; each other option is noticed as not honoured."""
+    words = options.split()
+    if other := [word for word in words if word != "--enable-helm"]:
+        notices.append(f"{origin}: ConfigMap/{ARGOCD_CM}: kustomize.buildOptions: {' '.join(other)}: not honoured by "
+                       "tidecd (only --enable-helm)")
+    return "--enable-helm" in words
 
 
 def _boolean(reader: ConfigMapReader, key: str, value: str | None, default: bool) -> bool:

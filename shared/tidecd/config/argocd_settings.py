@@ -97,6 +97,9 @@ class ArgoSettings:
     # ServiceAccounts (tidecd.project.impersonation); enforced: no matching entry fails the sync
     sync_impersonation: bool = False
     impersonation_enforced: bool = True
+    # kustomize.buildOptions holds --enable-helm: kustomizations may inflate `helmCharts` (charts fetched by
+    # tidecd as snapshots, `render.kustomize`); kustomize's other build options are not honoured
+    kustomize_enable_helm: bool = False
     # argocd-notifications-cm and the sealed argocd-notifications-secret (tidecd.config.notifications)
     notifications: NotificationsConfig = NO_NOTIFICATIONS
 

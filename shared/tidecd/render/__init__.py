@@ -31,6 +31,7 @@ from tidecd.clients import metrics
 from tidecd.clients.store import ObjectStore, PreconditionFailed
 from tidecd.config.load import ApplicationSource, DirectorySpec
 from tidecd.render.buildenv import BuildEnv
+from tidecd.render.confine import KustomizeChart, confine
 from tidecd.render.directory import render_directory
 from tidecd.render.documents import Document, check
 from tidecd.render.helm import Dependencies, is_chart, render_helm
@@ -38,7 +39,8 @@ from tidecd.render.kustomize import is_kustomization, render_kustomize
 from tidecd.render.overrides import SourceOverride, apply, read_source_files
 from tidecd.render.tool import one_render, rendering, report_sandbox
 
-__all__ = ["BuildEnv", "Dependencies", "Tool", "choose_tool", "manifest_key", "render", "render_cached"]
+__all__ = ["BuildEnv", "Dependencies", "KustomizeChart", "Tool", "choose_tool", "kustomize_charts", "manifest_key",
+           "render", "render_cached"]
 
 log = structlog.get_logger("tidecd.render")
 CACHE_FORMAT = 3  # bump when the stored shape or the rendering rules change (3: the destination's capabilities)
@@ -53,7 +55,8 @@ class Tool(enum.StrEnum):
 
 def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespace: str,
            override: SourceOverride | None = None, value_refs: Mapping[str, Path] | None = None,
-           build_env: BuildEnv | None = None, dependencies: Dependencies | None = None) -> list[Manifest]:
+           build_env: BuildEnv | None = None, dependencies: Dependencies | None = None,
+           charts: Mapping[str, Path] | None = None) -> list[Manifest]:
     """The app's desired objects, in the tool's (stable) output order.
 
     The app path's `.argocd-source*.yaml` files and then `override` (the image updater's `argocd`
@@ -62,7 +65,8 @@ def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespac
     the project and this source's resolved revision; completed with the app's name, the destination
     namespace and the source's repoURL, path and targetRevision, it is Argo CD's build environment, which
     the tools substitute where Argo CD does (`render.buildenv`). `dependencies` complete a helm chart
-    committed without its `charts/` (`render.helm.Dependencies`).
+    committed without its `charts/` (`render.helm.Dependencies`); `charts` are the fetched charts of a
+    kustomization's `helmCharts` (`kustomize_charts`), by `KustomizeChart.target`.
 
     The time it takes counts against `TIDECD_MAX_RENDER_SECONDS`, with every other `render` call of the
     same `render_cached` render (a multi-source app's sources): a LimitExceeded names the file or tool
@@ -70,12 +74,13 @@ def render(checkout: Path, source: ApplicationSource, *, app_name: str, namespac
     """
     with rendering():
         return _render(checkout, source, app_name=app_name, namespace=namespace, override=override,
-                       value_refs=value_refs, build_env=build_env, dependencies=dependencies)
+                       value_refs=value_refs, build_env=build_env, dependencies=dependencies, charts=charts)
 
 
 def _render(checkout: Path, source: ApplicationSource, *, app_name: str, namespace: str,
             override: SourceOverride | None, value_refs: Mapping[str, Path] | None,
-            build_env: BuildEnv | None, dependencies: Dependencies | None) -> list[Manifest]:
+            build_env: BuildEnv | None, dependencies: Dependencies | None,
+            charts: Mapping[str, Path] | None = None) -> list[Manifest]:
     env = (build_env or BuildEnv()).complete(app_name=app_name, namespace=namespace, repo_url=source.repo_url,
                                             path=source.path, target_revision=source.target_revision)
     if source.chart:
@@ -94,21 +99,35 @@ def _render(checkout: Path, source: ApplicationSource, *, app_name: str, namespa
         source = apply(source, tool.value, from_file, replace=True, what=where)
     source = apply(source, tool.value, override, replace=False)
     return check(_render_documents(checkout, app_dir, label, source, app_name=app_name, namespace=namespace,
-                                   value_refs=value_refs, build_env=env, dependencies=dependencies))
+                                   value_refs=value_refs, build_env=env, dependencies=dependencies,
+                                   charts=charts))
 
 
 def _render_documents(
     checkout: Path, app_dir: Path, label: str, source: ApplicationSource, *, app_name: str, namespace: str,
     build_env: BuildEnv, value_refs: Mapping[str, Path] | None = None, dependencies: Dependencies | None = None,
+    charts: Mapping[str, Path] | None = None,
 ) -> list[Document]:
     tool = choose_tool(app_dir, source)
     if tool is Tool.HELM:
         return render_helm(checkout, label, app_dir, source.helm, app_name=app_name, namespace=namespace,
                            value_refs=value_refs, build_env=build_env, dependencies=dependencies)
     if tool is Tool.KUSTOMIZE:
-        return render_kustomize(checkout, app_dir, source.kustomize, label=label, build_env=build_env)
+        return render_kustomize(checkout, app_dir, source.kustomize, label=label, build_env=build_env, charts=charts)
     return render_directory(app_dir, source.directory or DirectorySpec(), label=label, checkout=checkout,
                             build_env=build_env)
+
+
+def kustomize_charts(checkout: Path, source: ApplicationSource) -> list[KustomizeChart]:
+    """The charts a kustomize source's `helmCharts` would make kustomize pull (argocd-cm enables helm):
+    the step fetches them as chart snapshots and passes them to `render` as `charts`."""
+    try:
+        app_dir = inside(checkout, source.path or ".", what="spec.source.path")
+    except UnsafePathError:
+        return []  # `render` refuses it, naming the field
+    if not app_dir.is_dir() or choose_tool(app_dir, source) is not Tool.KUSTOMIZE:
+        return []
+    return confine(checkout, app_dir, helm=True)
 
 
 def choose_tool(app_dir: Path, source: ApplicationSource) -> Tool:

@@ -44,6 +44,7 @@ class BuildEnv:
     # `ApiVersions` of the manifest request): helm's `.Capabilities`; never substituted into fields
     kube_version: str = ""  # the server's gitVersion ("" where no cluster may be asked: a fork's preview)
     api_versions: tuple[str, ...] = ()  # `group/version` and `group/version/Kind` it serves, sorted
+    kustomize_helm: bool = False  # argocd-cm's kustomize.buildOptions has --enable-helm (`helmCharts`)
 
     def complete(self, *, app_name: str, namespace: str, repo_url: str, path: str,
                  target_revision: str) -> BuildEnv:

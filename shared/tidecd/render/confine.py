@@ -7,13 +7,16 @@ path a kustomization can name (`resources`, `bases`, `components`, patches of ea
 `validators`) is resolved here, against the checkout, following every kustomization it reaches. An entry
 that is not a file or directory inside the checkout is refused with the kustomization and the entry
 named: that covers URLs, `git@` and `host/org/repo` forms (kustomize would fetch them), absolute paths,
-`../..` and symlinks that leave the checkout. Helm inflation (`helmCharts`) is refused too: it downloads
-charts. Each kustomization file goes through the YAML bounds of `tidecd.base.limits` before it is read.
+`../..` and symlinks that leave the checkout. Helm inflation (`helmCharts`) is refused too (kustomize
+would download charts), unless argocd-cm enables it (`kustomize.buildOptions: --enable-helm`): then the
+charts kustomize would pull are named (`KustomizeChart`) for tidecd to fetch and put where kustomize
+looks first. Each kustomization file goes through the YAML bounds of `tidecd.base.limits` before it is read.
 """
 
 from __future__ import annotations
 
 import posixpath
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -41,9 +44,25 @@ def find_kustomization(directory: Path) -> Path | None:
     return None
 
 
-def confine(checkout: Path, app_dir: Path) -> None:
+@dataclass(frozen=True)
+class KustomizeChart:
+    """A `helmCharts` entry (with `--enable-helm`) whose chart kustomize would pull: tidecd fetches it and
+    puts it where kustomize looks first, `target` (`<chartHome>/<name>-<version>/<name>` of the
+    kustomization's directory, `<chartHome>/<name>` without a version), so kustomize pulls nothing."""
+
+    where: str  # `kustomization <file>: helmCharts[<i>]`, for errors
+    name: str
+    repo: str
+    version: str
+    target: str  # inside the checkout, posix
+
+
+def confine(checkout: Path, app_dir: Path, *, helm: bool = False) -> list[KustomizeChart]:
     """Raise UnsafePathError or RenderError (naming kustomization and entry) for anything kustomize would
-    read from outside `checkout` or from the network, starting at the kustomization in `app_dir`."""
+    read from outside `checkout` or from the network, starting at the kustomization in `app_dir`. With
+    `helm` (argocd-cm's `kustomize.buildOptions: --enable-helm`), `helmCharts` are allowed: the charts
+    kustomize would pull are returned, for the caller to fetch."""
+    charts: list[KustomizeChart] = []
     root = checkout.resolve()
     todo = [app_dir.resolve()]
     seen: set[Path] = set()
@@ -57,17 +76,21 @@ def confine(checkout: Path, app_dir: Path) -> None:
         file = find_kustomization(directory)
         if file is None:
             continue
-        todo.extend(_check_kustomization(root, file))
+        todo.extend(_check_kustomization(root, file, charts if helm else None))
+    return charts
 
 
-def _check_kustomization(root: Path, file: Path) -> list[Path]:
-    """The directories (other kustomizations) this one names; every entry checked."""
+def _check_kustomization(root: Path, file: Path, charts: list[KustomizeChart] | None) -> list[Path]:
+    """The directories (other kustomizations) this one names; every entry checked. `helmCharts` go to
+    `charts` (refused when it is None: helm is not enabled)."""
     label = _rel(root, file)
     doc = _load(file, label)
     for name in _REFUSED_FIELDS:
-        if doc.get(name):
-            raise RenderError(f"kustomization {label}: {name}: helm chart inflation is not run by tidecd "
-                              "(it downloads charts); render the chart as a helm source instead")
+        if doc.get(name) and (charts is None or name == "helmChartInflationGenerator"):
+            raise RenderError(f"kustomization {label}: {name}: helm chart inflation needs argocd-cm's "
+                              "kustomize.buildOptions: --enable-helm (and helmCharts, not a generator plugin)")
+    if charts is not None and doc.get("helmCharts"):
+        charts.extend(_helm_charts(root, file, label, doc))
     directories: list[Path] = []
     for name, style in _LIST_FIELDS.items():
         entries = doc.get(name)
@@ -84,6 +107,47 @@ def _check_kustomization(root: Path, file: Path) -> list[Path]:
     if isinstance(openapi, dict) and isinstance(openapi.get("path"), str):
         _resolve(root, file.parent, openapi["path"], f"kustomization {label}: openapi.path {openapi['path']!r}")
     return directories
+
+
+def _helm_charts(root: Path, file: Path, label: str, doc: dict[str, Any]) -> list[KustomizeChart]:
+    """The charts of one kustomization's `helmCharts` that kustomize would pull (those not in the checkout
+    already), each with the place it looks for them first. `helmGlobals.chartHome` must stay inside."""
+    globals_ = doc.get("helmGlobals") or {}
+    if not isinstance(globals_, dict) or globals_.get("configHome"):
+        raise RenderError(f"kustomization {label}: helmGlobals: only chartHome is supported")
+    home = str(globals_.get("chartHome") or "charts")
+    if "://" in home or PurePosixPath(home).is_absolute():
+        raise UnsafePathError(f"kustomization {label}: helmGlobals.chartHome {home!r} must be inside the repository")
+    entries = doc["helmCharts"]
+    if not isinstance(entries, list):
+        raise RenderError(f"kustomization {label}: helmCharts must be a list")
+    out = []
+    base = file.parent.resolve().relative_to(root).as_posix()
+    for index, entry in enumerate(entries):
+        where = f"kustomization {label}: helmCharts[{index}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise RenderError(f"{where}: expected a mapping with a name")
+        name, repo, version = entry["name"], str(entry.get("repo") or ""), str(entry.get("version") or "")
+        if "/" in name or name.startswith("."):
+            raise RenderError(f"{where}: name {name!r} is not a chart name")
+        for key in ("valuesFile", "additionalValuesFiles"):
+            for path in [entry[key]] if isinstance(entry.get(key), str) else entry.get(key) or []:
+                _resolve(root, file.parent, str(path), f"{where}: {key} {path!r}")
+        target = posixpath.normpath(posixpath.join(base, home, f"{name}-{version}" if version and repo else "",
+                                                   name))
+        if (root / target).is_dir():
+            continue  # in the repository already: kustomize pulls nothing
+        if not repo:
+            raise RenderError(f"{where}: no repo, and no chart at {target!r} in the repository")
+        _resolve_inside(root, target, f"{where}: helmGlobals.chartHome {home!r}")
+        out.append(KustomizeChart(where, name, repo, version, target))
+    return out
+
+
+def _resolve_inside(root: Path, relative: str, what: str) -> None:
+    target = (root / relative).resolve()
+    if target != root and root not in target.parents:
+        raise UnsafePathError(f"{what} leaves the repository checkout")
 
 
 def _paths(name: str, style: str, index: int, entry: Any) -> list[tuple[str, str]]:

@@ -8,7 +8,9 @@ commonLabels values, and in the commonAnnotations values with `commonAnnotations
 in a copy of the checkout, because the checkout is a shared cache that other renders read. Without
 overrides nothing is copied and the checkout is built in place.
 Before kustomize runs, `render.confine` checks every path the kustomizations name against the checkout
-(nothing remote, nothing outside); kustomize itself then runs with no network (`render.tool`).
+(nothing remote, nothing outside); kustomize itself then runs with no network (`render.tool`). With
+argocd-cm's `--enable-helm` (`BuildEnv.kustomize_helm`), `helmCharts` inflate from charts the step fetched
+(`charts`), copied to where kustomize looks before it would pull.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import posixpath
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +32,7 @@ from tidecd.config.load import KustomizeSpec
 from tidecd.render.buildenv import BuildEnv
 from tidecd.render.confine import KUSTOMIZATION_FILES, confine
 from tidecd.render.documents import Document, load_yaml
+from tidecd.render.helm import parse_kube_version
 from tidecd.render.tool import run as run_tool
 
 REMOTE_HINTS = ("://", "git@", "github.com", "git clone", "no such host", "ssh:")
@@ -115,12 +119,16 @@ def render_kustomize(
     *,
     label: str,
     build_env: BuildEnv | None = None,
+    charts: Mapping[str, Path] | None = None,
 ) -> list[Document]:
     """Objects of `kustomize build` on `app_dir` (inside `checkout`), with the overrides of `spec` and
-    `build_env` substituted in them as Argo CD substitutes it."""
+    `build_env` substituted in them as Argo CD substitutes it. With `build_env.kustomize_helm`, `helmCharts`
+    are inflated from `charts` (`KustomizeChart.target` → the fetched chart's directory), put where
+    kustomize looks before it would pull, with the destination's version and API versions for helm."""
+    env = build_env or BuildEnv()
     if spec is not None:
-        spec = substituted(spec, build_env or BuildEnv())
-    confine(checkout, app_dir)
+        spec = substituted(spec, env)
+    wanted = confine(checkout, app_dir, helm=env.kustomize_helm)
     with tempfile.TemporaryDirectory(prefix="tidecd-kustomize-") as tmp:
         work = Path(tmp)
         home = work / "home"
@@ -128,20 +136,37 @@ def render_kustomize(
         root = checkout.resolve()
         strip = [work / "repo", root, checkout]
         build_dir = app_dir
+        if (spec is not None and has_overrides(spec)) or wanted:
+            build_dir = _private_copy(root, app_dir, work / "repo")
+        for chart in wanted:
+            if chart.target not in (charts or {}):
+                raise RenderError(f"{chart.where}: chart {chart.name} was not fetched")
+            copy_writable((charts or {})[chart.target], work / "repo" / chart.target)
         if spec is not None and has_overrides(spec):
             kustomize = tools.binary("kustomize")  # `kubectl kustomize` cannot edit
             check_paths(root, app_dir, spec)
-            build_dir = _private_copy(root, app_dir, work / "repo")
             add_patches(build_dir, spec)
             for argv in edit_commands(spec):
                 what = f"kustomize {' '.join(argv[:3])} in {label}"
                 run_tool([kustomize, *argv], what=what, cwd=build_dir, home=home, strip=strip)
         what = f"kustomize build {label}"
+        argv = build_argv(build_dir) + (helm_flags(env) if env.kustomize_helm else [])
         try:
-            out = run_tool(build_argv(build_dir), what=what, cwd=build_dir, home=home, strip=strip)
+            out = run_tool(argv, what=what, cwd=build_dir, home=home, strip=strip)
         except RenderError as exc:
             raise _with_remote_hint(exc) from exc
     return load_yaml(out, f"kustomize build {label} output")
+
+
+def helm_flags(env: BuildEnv) -> list[str]:
+    """`--enable-helm` and what Argo CD adds with it: the helm binary, the destination's version and API
+    versions (`--helm-kube-version`, `--helm-api-versions`)."""
+    flags = ["--enable-helm", "--helm-command", tools.binary("helm")]
+    if env.kube_version:
+        flags += ["--helm-kube-version", parse_kube_version(env.kube_version, "the destination's version")]
+    for api_version in env.api_versions:
+        flags += ["--helm-api-versions", api_version]
+    return flags
 
 
 def build_argv(build_dir: Path) -> list[str]:

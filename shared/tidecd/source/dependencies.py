@@ -131,9 +131,6 @@ def fetch_missing(missing: list[dict[str, Any]], store: ObjectStore, credentials
     chart snapshot in the store (`source.charts.ChartSnapshots`: verified, bounded, fetched once), as
     `(file name under charts/, archive)`. A repository the project's sourceRepos do not permit is refused
     before anything is fetched; `file://` dependencies are left to the caller (they are in the checkout)."""
-    # lazy: charts imports this module lazily; here it is needed only when a git chart lacks dependencies
-    from tidecd.source import charts
-
     remote = [d for d in missing if str(d.get("repository") or "").startswith(("https://", "http://", "oci://"))]
     if len(remote) > MAX_DEPENDENCIES:
         raise RenderError(f"{what}: {len(remote)} dependencies to fetch; at most {MAX_DEPENDENCIES}")
@@ -148,18 +145,36 @@ def fetch_missing(missing: list[dict[str, Any]], store: ObjectStore, credentials
                                  "file for it; give the repository's URL" if repository else "names no repository"))
     out = []
     for dep in remote:
-        name, version, repository = dep["name"], str(dep.get("version") or "*"), str(dep["repository"])
-        oci_source = repository.startswith("oci://")
-        source = ApplicationSource(repo_url=f"{repository.rstrip('/')}/{name}" if oci_source else repository,
-                                   chart=name, target_revision=version)
-        try:
-            ref = charts.resolve(source, credentials(repository), store=store)
-            data = charts.ChartSnapshots(store).get_or_fetch(ref, credentials(repository), credentials_for=credentials,
-                                                             permitted=permitted)
-        except RenderError as exc:
-            raise RenderError(f"{what}: dependency {name} ({redact_repo_url(repository)}): {exc}") from exc
-        out.append((f"{name}-{ref.version.replace('_', '+')}.tgz", data))
+        name = dep["name"]
+        version, data = fetch_chart(str(dep["repository"]), name, str(dep.get("version") or "*"), store, credentials,
+                                    permitted, what=f"{what}: dependency {name}")
+        out.append((f"{name}-{version}.tgz", data))
     return out
+
+
+def fetch_chart(repository: str, name: str, version: str, store: ObjectStore, credentials: Credentials,
+                permitted: Callable[[str], bool], *, what: str) -> tuple[str, bytes]:
+    """(version, archive) of chart `name` in a helm repository (`https://`, `http://`) or OCI registry
+    (`oci://`, the chart at `<repository>/<name>`), `version` an exact version or a constraint, kept as a
+    chart snapshot in the store (`source.charts.ChartSnapshots`). Only from a `permitted` repository."""
+    # lazy: charts imports this module lazily; here it is needed only when a chart is fetched for a render
+    from tidecd.source import charts
+
+    if not repository.startswith(("https://", "http://", "oci://")):
+        raise RenderError(f"{what}: repository {repository!r} is not a helm repository or OCI registry URL")
+    if not permitted(repository):
+        raise RenderError(f"{what}: repository {redact_repo_url(repository)!r} is not permitted by the project's "
+                          "sourceRepos; nothing was fetched from it")
+    oci_source = repository.startswith("oci://")
+    source = ApplicationSource(repo_url=f"{repository.rstrip('/')}/{name}" if oci_source else repository,
+                               chart=name, target_revision=version or "*")
+    try:
+        ref = charts.resolve(source, credentials(repository), store=store)
+        data = charts.ChartSnapshots(store).get_or_fetch(ref, credentials(repository), credentials_for=credentials,
+                                                         permitted=permitted)
+    except RenderError as exc:
+        raise RenderError(f"{what} ({redact_repo_url(repository)}): {exc}") from exc
+    return ref.version.replace("_", "+"), data
 
 
 def with_dependencies(archive: bytes, credentials: Credentials,

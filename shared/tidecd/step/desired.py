@@ -181,9 +181,10 @@ def _render_multi(runtime: Runtime, app: Application,
                     source = charts.render_source(source, rev, trees[index])
                 try:
                     deps = chart_dependencies(runtime, app, source, trees[index]) if isinstance(rev, str) else None
+                    fetched = kustomize_charts(runtime, app, source, trees[index], Path(tmp) / f"charts-{index}")
+                    env = dataclasses.replace(build_env, revision=rev if isinstance(rev, str) else rev.version)
                     out += render.render(trees[index], source, app_name=app.name, namespace=namespace,
-                                         value_refs=refs, dependencies=deps, build_env=dataclasses.replace(
-                                             build_env, revision=rev if isinstance(rev, str) else rev.version))
+                                         value_refs=refs, dependencies=deps, charts=fetched, build_env=env)
                 except RenderError as exc:
                     raise RenderError(f"spec.sources[{index}]: {exc}") from exc
             return out
@@ -234,9 +235,11 @@ def _render_single(runtime: Runtime, app: Application, revision: str = "") -> tu
 
     def render_now() -> list[Manifest]:
         with submodules.tree(runtime.store, app.source.repo_url, sha, runtime.repo_credentials,
-                             _permitted_by_project(runtime, app)) as root:  # checked; submodules filled in
+                             _permitted_by_project(runtime, app)) as root, \
+                tempfile.TemporaryDirectory(prefix="tidecd-charts-") as tmp:  # checked; submodules filled in
             return render.render(root, app.source, app_name=app.name, namespace=namespace, override=override,
-                                 build_env=build_env, dependencies=chart_dependencies(runtime, app, app.source, root))
+                                 build_env=build_env, dependencies=chart_dependencies(runtime, app, app.source, root),
+                                 charts=kustomize_charts(runtime, app, app.source, root, Path(tmp)))
 
     build_env = build_env_of(runtime, app, sha)  # Argo CD's build environment: project and revision
     manifests = render.render_cached(runtime.store, app.name, sha, app.source, render_now, namespace=namespace,
@@ -250,12 +253,35 @@ def build_env_of(runtime: Runtime, app: Application, revision: str) -> render.Bu
     cluster cache). Discovery is cached per cluster (`KubeCluster.capabilities`), so a step that renders
     from the manifest cache asks nothing more. A runtime that may ask no cluster (a fork's preview)
     renders with helm's pinned default version and no API versions."""
+    helm = runtime.config().argo_settings.kustomize_enable_helm
     try:
         cluster = runtime.cluster(app.destination)
     except PermanentError:  # no cluster for this runtime, or an unknown destination (the step names it)
-        return render.BuildEnv(app.project, revision)
+        return render.BuildEnv(app.project, revision, kustomize_helm=helm)
     kube_version, api_versions = cluster.capabilities()
-    return render.BuildEnv(app.project, revision, kube_version=kube_version, api_versions=api_versions)
+    return render.BuildEnv(app.project, revision, kube_version=kube_version, api_versions=api_versions,
+                           kustomize_helm=helm)
+
+
+def kustomize_charts(runtime: Runtime, app: Application, source: ApplicationSource, root: Path,
+                     into: Path) -> dict[str, Path] | None:
+    """The charts a kustomize source's `helmCharts` would make kustomize pull (argocd-cm's
+    `kustomize.buildOptions: --enable-helm`), fetched by tidecd as chart snapshots from repositories the
+    app's project permits and extracted under `into`: `KustomizeChart.target` → the chart's directory."""
+    if not runtime.config().argo_settings.kustomize_enable_helm:
+        return None
+    found: dict[str, Path] = {}
+    for index, chart in enumerate(render.kustomize_charts(root, source)):
+        _, archive = dependencies.fetch_chart(chart.repo, chart.name, chart.version, runtime.store,
+                                              runtime.repo_credentials, _permitted_by_project(runtime, app),
+                                              what=chart.where)
+        dest = into / f"chart-{index}"
+        git.extract(archive, dest)
+        tops = [p for p in dest.iterdir() if (p / "Chart.yaml").is_file()]
+        if len(tops) != 1:
+            raise RenderError(f"{chart.where}: the chart archive holds no single chart directory")
+        found[chart.target] = tops[0]
+    return found
 
 
 def chart_dependencies(runtime: Runtime, app: Application, source: ApplicationSource,
