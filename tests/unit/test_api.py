@@ -69,7 +69,7 @@ def test_list_get_diff_history(runtime: Runtime) -> None:
 def test_errors_have_a_code_and_a_message(runtime: Runtime) -> None:
     missing = call(runtime, "GET", "/api/v1/apps/nope")
     assert missing.status == 404 and "nope" in missing.body["message"]
-    assert call(runtime, "DELETE", "/api/v1/apps/web").status == 405
+    assert call(runtime, "PUT", "/api/v1/apps/web/history").status == 405
     assert call(runtime, "GET", "/api/v1/whatever").status == 404
     bad = api.handle("POST", "/api/v1/apps/web/sync", {"Authorization": f"Bearer {TOKEN}"}, b"{nope", runtime)
     assert bad.status == 400 and bad.body["error"] == "bad_request"
