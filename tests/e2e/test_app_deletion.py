@@ -1,8 +1,9 @@
 """Deleting apps as Argo CD does, on the dev control plane: prune wave by wave, an app removed from the config
 source (its finalizer decides), and its PreDelete / PostDelete hooks around the deletion.
 
-Argo CD's cases: `test/e2e/app_deletion_test.go` (TestDeletingAppStuckInSync's finalizer, cascade and
-orphan), `hook_test.go` (TestPreDeleteHook, TestPostDeleteHook), `sync_waves_test.go`
+Argo CD's cases: `test/e2e/app_deletion_test.go` (TestDeletingAppByLabelWait: a cascading delete leaves
+nothing; TestDeletingAppWithImpersonationMissingDeletePermission's `Delete(false)`: the objects stay),
+`hook_test.go` (TestPreDeleteHook, TestPostDeleteHook), `sync_waves_test.go`
 (TestSyncPruneOrderWithSyncWaves: a wave is pruned once the one above it is gone), read through the search
 tool; the deletion flow is `controller/appcontroller.go` `finalizeApplicationDeletion`.
 """
@@ -122,7 +123,7 @@ def test_an_app_removed_from_git_runs_its_delete_hooks_around_the_deletion_of_it
 
 
 def test_app_delete_commits_the_removal_and_deletes_the_objects_as_the_cascade_says(gitops: GitOps) -> None:
-    """`argocd app delete --propagation-policy background` (app_deletion_test.go): through the api, RBAC
+    """`argocd app delete --propagation-policy background` (TestDeletingAppByLabelWait): through the api, RBAC
     `applications, delete` and the audit log; the Application leaves git (so no poll brings it back), and
     the cascade decides, not the finalizer (this app has none)."""
     gitops.push({"app/cm.yaml": configmap("web"), "config/.keep": ""})
