@@ -198,11 +198,12 @@ def cpu_text(summary: dict[str, dict[str, float]]) -> str:
 
 def profiles(folder: Path) -> dict[str, list[str]]:
     """Each step kind's top functions by cumulative time, when the run was profiled (TIDECD_BENCH_PROFILE=1)."""
-    found = {kind: stepprobe.top(folder, kind) for kind in stepprobe.KINDS}
+    found = {kind: stepprobe.top(folder, kind) + ["-- by own time:"] + stepprobe.top(folder, kind, own=True)
+             for kind in stepprobe.KINDS}
     for kind, lines in found.items():
-        if lines:
+        if len(lines) > 1:
             say(f"scale: profile of {kind} steps:\n  " + "\n  ".join(lines))
-    return {k: v for k, v in found.items() if v}
+    return {k: v for k, v in found.items() if len(v) > 1}
 
 
 def bridge_counts(fleet: scale.Fleet) -> dict[str, int]:

@@ -3,8 +3,10 @@
 `functions/main.py` as it is, with `tidecd.triggers.dispatch.run_step` wrapped: the Fleet starts its
 reconcile instances with this file as their functions-framework source when `TIDECD_BENCH_STEPS` names a
 folder. Each step appends one JSON line to `<folder>/steps-<pid>.jsonl` (its kind, wall and CPU seconds);
-with `TIDECD_BENCH_PROFILE=1` each kind's calls also run under its own cProfile, written to
-`<folder>/profile-<kind>-<pid>.pstats` (at most every `DUMP_EVERY` seconds, and at exit). The kinds:
+with `TIDECD_BENCH_PROFILE=1` each kind's calls also run under its own cProfile (timed in CPU seconds of
+the process, so waits on the API server, git and the store do not count), written to
+`<folder>/profile-<kind>-<pid>.pstats` (after every call: slow, so a profiled run's times are not the
+measured ones). The kinds:
 
 - `no-op`: answered by the quiet path (`Outcome.unchanged`);
 - `first sync`: the step that ended an operation (`Outcome.deployed`);
@@ -27,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 KINDS = ("no-op", "first sync", "health follow-up", "refresh")
-DUMP_EVERY = 5.0  # seconds between profile dumps (a killed instance loses at most this much)
 
 
 def kind_of(*, continuation: bool, unchanged: bool, deployed: bool) -> str:
@@ -50,11 +51,10 @@ class Probe:
         self.lines = (folder / f"steps-{os.getpid()}.jsonl").open("a", buffering=1)
         self.profile = profile
         self.stats: dict[str, Any] = {}  # kind → pstats.Stats of its calls so far
-        self.dumped = time.monotonic()
 
     def wrap(self, run_step: Any) -> Any:
         def measured(runtime: Any, refresh: Any, dispatcher: Any) -> Any:
-            profiler = cProfile.Profile() if self.profile else None
+            profiler = cProfile.Profile(time.process_time) if self.profile else None  # CPU, not waits
             wall, cpu = time.monotonic(), time.process_time()
             if profiler is not None:
                 profiler.enable()
@@ -85,13 +85,12 @@ class Probe:
             self.stats[kind] = pstats.Stats(profiler)
         else:
             stats.add(profiler)
-        if time.monotonic() - self.dumped >= DUMP_EVERY:
-            self.dump()
+        self.dump(kind)  # after every call: the bench reads them while the instances still run
 
-    def dump(self) -> None:
-        self.dumped = time.monotonic()
+    def dump(self, only: str = "") -> None:
         for kind, stats in self.stats.items():
-            stats.dump_stats(str(self.folder / f"profile-{kind.replace(' ', '-')}-{os.getpid()}.pstats"))
+            if not only or kind == only:
+                stats.dump_stats(str(self.folder / f"profile-{kind.replace(' ', '-')}-{os.getpid()}.pstats"))
 
 
 def read_steps(folder: Path) -> list[dict[str, Any]]:
@@ -121,8 +120,9 @@ def summary(steps: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def top(folder: Path, kind: str, limit: int = 15) -> list[str]:
-    """The `limit` functions with the most cumulative time in `kind`'s profiles, one line each."""
+def top(folder: Path, kind: str, limit: int = 15, *, own: bool = False) -> list[str]:
+    """The `limit` functions with the most CPU time in `kind`'s profiles (their own time when `own`, else
+    with what they call), one line each."""
     import pstats  # lazy: only a profiled run
 
     paths = sorted(folder.glob(f"profile-{kind.replace(' ', '-')}-*.pstats"))
@@ -131,7 +131,8 @@ def top(folder: Path, kind: str, limit: int = 15) -> list[str]:
     stats = pstats.Stats(str(paths[0]))
     for path in paths[1:]:
         stats.add(str(path))
-    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][3], reverse=True)  # type: ignore[attr-defined]
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2 if own else 3],  # type: ignore[attr-defined]
+                  reverse=True)
     lines = []
     for (file, line, name), (_cc, calls, tottime, cumtime, _callers) in rows[:limit]:
         where = f"{Path(file).name}:{line}" if line else file

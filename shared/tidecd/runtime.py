@@ -119,27 +119,41 @@ def fingerprint(directory: Path, *, now: float | None = None) -> str:
     """What changes when any file of the directory changes: each path's size, mtime and inode, as git's
     index does, and the content hash of files modified in the last RACY_SECONDS (a rewrite within the
     file system's timestamp granularity keeps the mtime). Reading and hashing 1,000 Application files
-    was a tenth of every reconcile step's time in the 1,000-app scenario; their stat is ~20x cheaper."""
-    digest = hashlib.sha256()
+    was a tenth of every reconcile step's time in the 1,000-app scenario; their stat is ~20x cheaper, and
+    one `scandir` entry's stat (its type comes with the listing) a third of `islink` + `stat` + `isfile`."""
+    parts: list[str] = []  # hashed once at the end: one update per entry cost more than the stat
+    racy: list[bytes] = []
     racy_after = (time.time() if now is None else now) - RACY_SECONDS
-    for folder, dirs, files in os.walk(directory):
-        dirs.sort()
-        for name in sorted(dirs + files):
-            path = os.path.join(folder, name)
-            digest.update(path.encode() + b"\0")
-            if os.path.islink(path):
-                digest.update(b"link:" + os.readlink(path).encode())
-                continue
-            try:
-                stat = os.stat(path)
-            except FileNotFoundError:
-                continue
-            if not os.path.isfile(path):
-                continue
-            digest.update(f"{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}".encode())
-            if stat.st_mtime >= racy_after:
-                with open(path, "rb") as f:
-                    digest.update(hashlib.sha256(f.read()).digest())
+    folders = [str(directory)]
+    while folders:
+        folder = folders.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:  # gone, or unreadable: as os.walk, skipped
+            continue
+        below = []
+        for entry in entries:
+            if entry.is_symlink():
+                parts.append(f"{entry.path}\0link:{os.readlink(entry.path)}")
+            elif entry.is_dir(follow_symlinks=False):
+                parts.append(f"{entry.path}\0dir")
+                below.append(entry.path)
+            elif entry.is_file(follow_symlinks=False):
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                parts.append(f"{entry.path}\0{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}")
+                if stat.st_mtime >= racy_after:
+                    with open(entry.path, "rb") as f:
+                        racy.append(entry.path.encode() + b"\0" + hashlib.sha256(f.read()).digest())
+            else:
+                parts.append(f"{entry.path}\0other")
+        folders.extend(reversed(below))  # depth first, in name order, as os.walk goes
+    digest = hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape"))
+    for line in racy:
+        digest.update(line)
     return digest.hexdigest()
 
 

@@ -142,6 +142,33 @@ def test_the_config_fingerprint_reads_only_recently_modified_files(tmp_path: Pat
     assert rt.fingerprint(tmp_path) != old
 
 
+def test_the_config_fingerprint_sees_every_folder_and_link(tmp_path: Path) -> None:
+    import os
+
+    from tidecd import runtime as rt
+
+    (tmp_path / "team" / "apps").mkdir(parents=True)
+    deep = tmp_path / "team" / "apps" / "web.yaml"
+    deep.write_text("name: web\n")
+    os.utime(deep, (1_000_000_000, 1_000_000_000))
+    before = rt.fingerprint(tmp_path)
+    assert rt.fingerprint(tmp_path) == before
+    deep.write_text("name: web, longer\n")
+    os.utime(deep, (1_000_000_000, 1_000_000_000))  # same mtime, another size
+    changed = rt.fingerprint(tmp_path)
+    assert changed != before
+    (tmp_path / "team" / "new").mkdir()  # a new (empty) folder
+    assert rt.fingerprint(tmp_path) != changed
+    grown = rt.fingerprint(tmp_path)
+    (tmp_path / "link.yaml").symlink_to("team/apps/web.yaml")
+    linked = rt.fingerprint(tmp_path)
+    assert linked != grown
+    (tmp_path / "link.yaml").unlink()
+    (tmp_path / "link.yaml").symlink_to("team/new")
+    assert rt.fingerprint(tmp_path) != linked  # where a link points is part of it
+    assert rt.fingerprint(tmp_path / "missing") == rt.fingerprint(tmp_path / "missing-too")
+
+
 def _kubeconfig(path: Path, token: str) -> None:
     import yaml
 
