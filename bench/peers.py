@@ -114,6 +114,7 @@ class Results:
     notes: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (tool, measure) → what to know
     reps: int = 0  # repetitions done
     load: list[tuple[float, float, float]] = field(default_factory=list)  # os.getloadavg() per repetition end
+    settings: dict[str, str] = field(default_factory=dict)  # tool → how it was run (flags, intervals)
 
     def add(self, tool: str, measure: str, seconds: float) -> None:
         self.samples.setdefault(tool, {}).setdefault(measure, []).append(seconds)
@@ -230,6 +231,10 @@ class Tool:
 
     def start(self) -> None:
         """Start and warm the tool (untimed)."""
+
+    def settings(self) -> str:
+        """How the tool is run here, for the record beside its numbers ("": its defaults)."""
+        return ""
 
     def prepare(self, case: Case) -> None:
         """Untimed set-up of the case before its cold sync."""
@@ -404,6 +409,10 @@ class ArgoTool(Tool):
         self.argo = peers.ArgoCD(bench.kubeconfig, bench.dir("peers/argocd"), reach=[bench.git.url],
                                  namespace="argocd-bench")
 
+    def settings(self) -> str:
+        return (f"controller defaults but --app-resync {self.argo.app_resync} (only the triggers reconcile), "
+                f"self-heal timeout {self.argo.self_heal_timeout}s; repo-server and redis as shipped")
+
     def start(self) -> None:
         self.argo.__enter__()
         repo, sha = warm_up_repo(self.bench, "argo")
@@ -441,6 +450,11 @@ class FluxTool(Tool):
     def __init__(self, bench: Bench) -> None:
         self.bench = bench
         self.flux = peers.Flux(bench.kubeconfig, bench.dir("peers/flux"), namespace="flux-bench")
+
+    def settings(self) -> str:
+        return (f"source-controller --concurrent={self.flux.concurrent}, kustomize-controller "
+                f"--concurrent={self.flux.kustomize_concurrent}, --watch-all-namespaces=false, other flags "
+                "default; GitRepository and Kustomization interval 1h, Kustomization wait: true")
 
     def start(self) -> None:
         self.flux.__enter__()
@@ -592,6 +606,7 @@ def run(bench: Bench) -> list[Row]:
     try:
         for tool in tools:
             say(f"peers: starting {tool.name} (untimed)")
+            results.settings[tool.name] = tool.settings() or "its defaults"
             try:
                 tool.start()
                 started.append(tool)
@@ -649,6 +664,8 @@ def matrix(results: Results) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     for tool, why in results.broken.items():
         lines.append(f"\n{tool}: {why}")
+    for tool, how in results.settings.items():
+        lines.append(f"\n{tool} settings: {how}")
     said = set()
     for (tool, _), notes in results.notes.items():
         for text in notes:

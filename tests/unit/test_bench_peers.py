@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from bench import peers as bench_peers
+
+from tidecd_dev import peers
 
 
 def test_measure_times_each_observation_and_the_tools_own_done() -> None:
@@ -57,6 +60,17 @@ def test_the_matrix_shows_medians_and_says_why_a_peer_is_missing() -> None:
     row = next(line for line in text.splitlines() if line.startswith(f"| {bench_peers.MEASURES[2]} |"))
     assert row.split(" | ")[5] == "2.00 s" and "not run" in row
     assert "Argo CD: did not start: PeerError: redis exited" in text
+
+
+def test_the_matrix_records_how_each_peer_was_run(tmp_path: Path) -> None:
+    results = bench_peers.Results()
+    flux = bench_peers.FluxTool.__new__(bench_peers.FluxTool)
+    flux.flux = peers.Flux("kubeconfig", tmp_path, concurrent=4, kustomize_concurrent=20)
+    results.settings["Flux"] = flux.settings()
+    results.settings["tidecd warm function"] = bench_peers.Tool().settings() or "its defaults"
+    text = bench_peers.matrix(results)
+    assert "Flux settings: source-controller --concurrent=4, kustomize-controller --concurrent=20" in text
+    assert "tidecd warm function settings: its defaults" in text
 
 
 def test_a_peer_that_failed_after_some_repetitions_keeps_its_numbers_and_says_so() -> None:
