@@ -200,27 +200,23 @@ def normalise(obj: Obj, namespace: str, name: str) -> Obj:
     return dict(_replace(out, namespace))
 
 
+GENERATED = re.compile(r"(^|-)[0-9a-f]{7}-(presync|sync|postsync|syncfail|skip)-[0-9]+$")
+
+
 class Names:
-    """A case's object names as written, and how a generated one (a hook's `generateName`, or Argo CD's
-    and tidecd's own for a hook with neither name) is compared: by its prefix only."""
+    """How a generated object name is compared: a hook's `generateName` plus what each tool appends becomes
+    the prefix and `*`, and a hook named by the tool (gitops-engine's `<revision>-<phase>-<time>` suffix)
+    the same with that suffix; every other name as it is."""
 
     def __init__(self, docs: Iterable[Obj]) -> None:
-        self.known: set[str] = set()
-        self.prefixes: set[str] = set()
-        for doc in docs:
-            meta = doc.get("metadata") or {}
-            if meta.get("name"):
-                self.known.add(str(meta["name"]))
-            if meta.get("generateName"):
-                self.prefixes.add(str(meta["generateName"]))
+        self.prefixes = {str(d["metadata"]["generateName"]) for d in docs
+                         if (d.get("metadata") or {}).get("generateName")}
 
     def __call__(self, name: str) -> str:
-        if name in self.known:
-            return name
         for prefix in sorted(self.prefixes, key=len, reverse=True):
             if name.startswith(prefix):
                 return prefix + "*"
-        return "*generated*"
+        return GENERATED.sub(r"\1*", name)
 
 
 def documents(files: Mapping[str, Any]) -> list[Obj]:
@@ -281,7 +277,7 @@ def argo_observation(app: Obj | None, objects: Mapping[str, Obj], namespace: str
          str(r.get("hookPhase", "")) if r.get("hookType") else _verb(r), str(r.get("syncPhase", "")))
         for r in (op.get("syncResult") or {}).get("resources") or []))
     resources = tuple(sorted(
-        (str(r.get("kind", "")), str(r.get("name", "")), str(r.get("status", "")),
+        (str(r.get("kind", "")), names(str(r.get("name", ""))), str(r.get("status", "")),
          str((r.get("health") or {}).get("status", "")))
         for r in status.get("resources") or []))
     return Observation(sync=str((status.get("sync") or {}).get("status", "")),
@@ -315,7 +311,7 @@ def tide_observation(state: app_state.AppState, objects: Mapping[str, Obj], name
         (r.key.kind, names(r.key.name), RESULT_STATUS.get(r.action, "Synced"),
          r.phase.value if r.hook else _tide_verb(r), r.sync_phase)
         for r in (op.results if op else [])))
-    resources = tuple(sorted((r.kind, r.name, r.status.value, r.health.value if r.health else "")
+    resources = tuple(sorted((r.kind, names(r.name), r.status.value, r.health.value if r.health else "")
                              for r in state.resources))
     return Observation(sync=state.sync_status.value, health=state.health.value,
                        phase=op.phase.value if op else "", results=results, resources=resources,

@@ -31,7 +31,8 @@ def test_normalise_drops_server_and_tool_fields_and_the_namespace() -> None:
 def test_generated_names_compare_by_prefix_and_written_names_as_written() -> None:
     hook = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "hook-"}}
     names = Names([pod("pod"), hook])
-    assert [names("pod"), names("hook-x7k2p"), names("pod-presync-1a2b")] == ["pod", "hook-*", "*generated*"]
+    assert [names("pod"), names("hook-x7k2p"), names("pod-8ec5810-presync-1796223550"), names("my-map-798k5k7g9f"),
+            names("8ec5810-postsync-1796223550")] == ["pod", "hook-*", "pod-*", "my-map-798k5k7g9f", "*"]
 
 
 def test_differences_name_each_aspect_and_the_round() -> None:
