@@ -10,9 +10,13 @@ tool; the deletion flow is `controller/appcontroller.go` `finalizeApplicationDel
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -20,7 +24,7 @@ from tests.support.apps import GitOps, configmap, job
 from tidecd.base.model import ResourceKey
 from tidecd.state import auditlog
 from tidecd.triggers.dispatch import ManualDispatcher, reconcile_step
-from tidecd.usecases import api, deletion
+from tidecd.usecases import api, deletion, webhook
 from tidecd.usecases.commands import SyncRequest
 
 WAVE = "argocd.argoproj.io/sync-wave"
@@ -44,11 +48,11 @@ def release(gitops: GitOps, name: str) -> None:
 
 
 def step_until_gone(gitops: GitOps, name: str, watch: Callable[[], None] = lambda: None,
-                    timeout: float = 120.0) -> None:
+                    timeout: float = 120.0, **settings: Any) -> None:
     """Step a deleting app as its continuations would, until it has left the config."""
     deadline = time.monotonic() + timeout
     while True:
-        runtime = gitops.runtime()
+        runtime = gitops.runtime(**settings)
         if name not in runtime.config().applications:
             return
         outcome = reconcile_step(runtime, name, budget=5.0)
@@ -145,4 +149,37 @@ def test_app_delete_commits_the_removal_and_deletes_the_objects_as_the_cascade_s
     while name in gitops.runtime(config=f"{gitops.repo.url}#main:config").config().applications:
         reconcile_step(gitops.runtime(config=f"{gitops.repo.url}#main:config"), name, budget=5.0)
         assert time.monotonic() < deadline
+    assert gitops.live("ConfigMap", "web") is None
+
+
+def test_a_push_that_removes_an_app_from_the_config_source_deletes_it_at_once(gitops: GitOps) -> None:
+    """The push webhook to the config source finds the removal (no waiting for the poll) and refreshes the
+    app, now deleting: its finalizer (`.../background`) deletes its objects."""
+    gitops.push({"app/cm.yaml": configmap("web"), "config/.keep": ""})
+    name = gitops.application()
+    with_finalizers(gitops, name, f"{FINALIZER}/background")
+    app_file = f"config/{name}.yaml"
+    gitops.push({app_file: yaml.safe_load((gitops.config_dir / f"{name}.yaml").read_text())})
+    source = f"{gitops.repo.url}#main:config"
+    gitops.reconcile(request=SyncRequest(), runtime=gitops.runtime(config=source))
+    deletion.track(gitops.runtime(config=source), [])  # the poll has seen it
+    sha = gitops.push({app_file: None})
+    body = json.dumps({"ref": "refs/heads/main", "after": sha, "repository": {"clone_url": gitops.repo.url},
+                       "commits": [{"added": [], "modified": [], "removed": [app_file]}]}).encode()
+    signature = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+    headers = {"X-GitHub-Event": "push", "X-GitHub-Delivery": f"d-{sha[:8]}", "X-Hub-Signature-256": signature,
+               "Content-Type": "application/json"}
+    sent: list[str] = []
+
+    class Recorder:
+        def dispatch(self, refreshes: Any) -> dict[str, str]:
+            sent.extend(r.app for r in refreshes)
+            return {}
+
+        def schedule(self, app: str, delay: float, reason: str) -> None:
+            sent.append(app)
+
+    answer = webhook.handle(headers, body, gitops.runtime(config=source, webhook_secret="s3cret"), Recorder())
+    assert answer.body.get("deleting") == [name] and name in sent, answer.body
+    step_until_gone(gitops, name, config=source)
     assert gitops.live("ConfigMap", "web") is None

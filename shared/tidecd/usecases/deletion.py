@@ -3,7 +3,7 @@
 Argo CD deletes an Application's objects when the Application is deleted and carries
 `resources-finalizer.argocd.argoproj.io` (foreground propagation; `.../background`: background), and
 leaves them running without it. In tidecd the config source holds the Applications, so removing one from
-git is deleting it. Each poll tick `track` keeps the last spec of every written app with the finalizer
+git is deleting it. Each poll tick (and each push webhook to the config source) `track` keeps the last spec of every written app with the finalizer
 (`generated.records.track_written`), and one no longer declared is *deleting*: the step then runs its
 PreDelete hooks, prunes its objects wave by wave, runs its PostDelete hooks and forgets it
 (`tidecd.step.deletion`). The tick refreshes it at once (a deleting app is automated). An app that is only

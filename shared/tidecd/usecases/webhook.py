@@ -41,7 +41,7 @@ from tidecd.clients.deadlines import budget, env_seconds
 from tidecd.clients.store import PreconditionFailed, read_json, write_json
 from tidecd.config.load import Application, Config, ConfigSourceRef, normalize_repo_url, parse_config_source
 from tidecd.triggers.dispatch import Dispatcher, Refresh
-from tidecd.usecases import registry_events, revert
+from tidecd.usecases import deletion, registry_events, revert
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
@@ -156,6 +156,11 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
     answer |= config_report(config)
     if config_source_matches(runtime.settings.config, push):
         answer["config_source"] = "changed: the next call loads the new configuration"
+        removed = _removed(runtime)  # an Application removed by this push is deleted at once, as its finalizer says
+        if removed:
+            config = _config(runtime)
+            apps += [config.applications[n] for n in removed if n in config.applications]
+            answer["deleting"] = removed
     apps += team_source_apps(config, push, apps, answer)
     claim = _claim(runtime, delivery, provider, push) if delivery else None
     if claim is not None and claim.duplicate:
@@ -391,6 +396,15 @@ def _glob_match(pattern: str, candidates: list[str]) -> bool:
     except ValueError:
         return pattern in candidates
     return any(regex.fullmatch(c) for c in candidates)
+
+
+def _removed(runtime: Runtime) -> list[str]:
+    """The written apps this push removed from the config source, now deleting (`usecases.deletion`)."""
+    errors: list[str] = []
+    removed = deletion.track(runtime, errors)
+    if errors:
+        log.warning("removed apps not checked; the poll checks again", errors=errors)
+    return removed
 
 
 def config_source_matches(spec: str, push: Push) -> bool:
