@@ -3,12 +3,12 @@
 Argo CD deletes an Application's objects when the Application is deleted and carries
 `resources-finalizer.argocd.argoproj.io` (foreground propagation; `.../background`: background), and
 leaves them running without it. In tidecd the config source holds the Applications, so removing one from
-git is deleting it. Each poll tick (and each push webhook to the config source) `track` keeps the last spec of every written app with the finalizer
-(`generated.records.track_written`), and one no longer declared is *deleting*: the step then runs its
-PreDelete hooks, prunes its objects wave by wave, runs its PostDelete hooks and forgets it
-(`tidecd.step.deletion`). The tick refreshes it at once (a deleting app is automated). An app that is only
-unreadable for now (set aside by a bad file, its team source not loaded, the config source switched) is
-never taken for removed. `tidecd app delete` is `usecases.app_write.remove`.
+git is deleting it. Each poll tick (and each push webhook to the config source) `track` keeps the last
+spec of every written app with the finalizer (`generated.records.track_written`), and one no longer
+declared is *deleting*: the step then runs its PreDelete hooks, prunes its objects wave by wave, runs its
+PostDelete hooks and forgets it (`tidecd.step.deletion`). The tick (or the webhook) refreshes it at once.
+An app that is only unreadable for now (set aside by a bad file, its team source not loaded, the config
+source switched) is never taken for removed. `tidecd app delete` is `usecases.app_write.remove`.
 """
 
 from __future__ import annotations
