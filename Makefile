@@ -65,10 +65,12 @@ bench-scale: venv tools-if-missing
 # The dashboard's screenshots in docs/screenshots/ (README, docs/dashboard.md), taken by the browser tests that
 # check what they show: the examples' list, an app during a sync and its history (test_ui), the sync panel, a
 # dry run's results, a rollback's confirmation and a resource action (test_ui_act), a failing pod and the
-# graph (test_explain), a page following a webhook push (test_ui_live).
+# graph (test_explain), a page following a webhook push (test_ui_live), the create-app form and the app it
+# deployed (test_app_write).
 SCREENSHOT_TESTS = tests/e2e/test_ui.py::test_dashboard_shows_syncs_and_rolls_back_the_examples \
 	tests/e2e/test_ui_act.py tests/e2e/test_explain.py::test_a_failing_pods_reason_and_logs_are_shown \
-	tests/e2e/test_ui_live.py::test_open_pages_follow_a_webhook_push_and_fit_the_screen
+	tests/e2e/test_ui_live.py::test_open_pages_follow_a_webhook_push_and_fit_the_screen \
+	tests/e2e/test_app_write.py::test_an_app_created_in_the_dashboard_is_a_commit_by_the_user_and_deploys_from_it
 screenshots: venv tools-if-missing
 	TIDECD_SCREENSHOTS=$(CURDIR)/docs/screenshots $(VENV)/bin/pytest -q -p no:cacheprovider $(SCREENSHOT_TESTS)
 

@@ -19,6 +19,7 @@ import yaml
 
 from tests.e2e.test_ui import dashboard, log_in, wait_for
 from tests.support.apps import GitOps, deployment
+from tests.support.browser import screenshot_dir
 from tests.support.functions import Functions
 from tests.support.github_repos import GitHubReposStandIn
 from tests.support.gitserver import GitRepo
@@ -46,7 +47,7 @@ def _commit_of(gitops: GitOps, path: str, ref: str = "origin/main") -> tuple[str
 
 
 def test_an_app_created_in_the_dashboard_is_a_commit_by_the_user_and_deploys_from_it(
-        browser: Any, gitops: GitOps, functions: Functions) -> None:
+        browser: Any, gitops: GitOps, functions: Functions, tmp_path: Path) -> None:
     _config_source(gitops, functions)
     name = gitops.real("made")
     base = dashboard(functions)
@@ -65,6 +66,7 @@ def test_an_app_created_in_the_dashboard_is_a_commit_by_the_user_and_deploys_fro
     assert "spec.project: project 'no-such-project' is not defined" in problem
     assert page.locator("input[name=project]").get_attribute("aria-invalid") == "true"
     assert page.input_value("input[name=name]") == name  # what was typed is kept
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "create-app.png"), full_page=True)
 
     page.fill("input[name=project]", "default")
     page.fill("input[name=namespace]", gitops.namespace)
@@ -83,6 +85,9 @@ def test_an_app_created_in_the_dashboard_is_a_commit_by_the_user_and_deploys_fro
 
     wait_for(deployed, 120, "the new app to deploy from the commit")
     assert gitops.live("Deployment", "web", group="apps") is not None
+    page.goto(f"{base}apps/{name}")
+    page.wait_for_selector("text=Healthy")
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "created-app.png"), full_page=True)
 
     # Edit: the same file is rewritten, by the same user
     page.goto(f"{base}apps/{name}/edit")
