@@ -6,6 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# make test: two pytest-xdist workers; the tests that mostly wait (outages, slow hooks) run on one while the
+# other runs the rest (groups and order: tests/conftest.py). `make test XDIST=` runs it in one process.
+XDIST ?= -n 2 --dist loadgroup --no-loadscope-reorder
 
 .PHONY: all venv tools tools-if-missing test unit e2e lint demo bench bench-scale bench-peers screenshots package infra-check clean fuzz
 
@@ -32,7 +35,7 @@ lint: venv
 	$(VENV)/bin/lint-imports
 
 test: venv tools-if-missing lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
 
 unit: venv
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)

@@ -1,7 +1,8 @@
 """Session-wide fixtures: one real control plane, one git server, one GCS emulator per test session.
 
 Each fixture lives in its own module under tests/support/ and starts its service on first use only,
-so a unit-only run starts nothing.
+so a unit-only run starts nothing. `make test` runs the suite on two pytest-xdist workers, each a session
+of its own; tests/support/xdist_groups.py says which tests go together, and in what order.
 """
 
 pytest_plugins = [
@@ -21,6 +22,7 @@ pytest_plugins = [
     "tests.support.peers",
     "tests.support.sealing",
     "tests.support.receivers",
+    "tests.support.xdist_groups",
 ]
 
 

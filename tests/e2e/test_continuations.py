@@ -19,7 +19,7 @@ from tests.support.invocations import Proxy
 from tidecd.clients.store import LocalStore
 from tidecd.triggers.dispatch import PubSubDispatcher
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long_wait]  # minutes of hooks and waves: handed out first
 PROJECT = "tidecd-test"
 
 

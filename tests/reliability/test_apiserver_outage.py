@@ -35,6 +35,7 @@ from tidecd.triggers.dispatch import reconcile_step
 from tidecd.usecases.commands import SyncRequest, start_operation
 from tidecd_dev.devcluster import READY_AFTER, DevCluster
 
+pytestmark = pytest.mark.long_wait  # two 30 s outages and their backoff: handed out first (tests/conftest.py)
 WAVE = "argocd.argoproj.io/sync-wave"
 OUTAGE = 30.0  # seconds the API server is stopped
 IN_STEP = 2.0  # seconds into a step (past its render and listing, in its health poll) the server stops
