@@ -155,11 +155,13 @@ def test_read_only_fields_are_stripped_and_the_output_loads_strictly(pair: KeyPa
     assert config.projects["team"].source_repos == ("https://git.example.com/org/*",)
     written = (tmp_path / "applications" / "guestbook.yaml").read_text()
     for server_field in ("status:", "operation:", "uid:", "resourceVersion", "managedFields", "generation",
-                         "creationTimestamp", "argocd.argoproj.io/refresh", "last-applied", "finalizers"):
+                         "creationTimestamp", "argocd.argoproj.io/refresh", "last-applied"):
         assert server_field not in written
+    # Argo CD's resources finalizer is kept: it decides what the app's deletion deletes, in tidecd too
+    assert config.applications["guestbook"].finalizers == ("resources-finalizer.argocd.argoproj.io",)
     assert "notifications.argoproj.io/subscribe.on-sync-succeeded.slack" in written
     assert "jwtTokensByRole" not in (tmp_path / "projects" / "team.yaml").read_text()
-    assert "cascade" not in str(finding(plan, "Application/guestbook", "metadata.finalizers"))
+    assert not any(f.field == "metadata.finalizers" for f in plan.findings if f.obj == "Application/guestbook")
     assert "ownerReferences" not in written
 
 
@@ -327,7 +329,8 @@ def test_argocd_cm_keeps_what_tidecd_honours_and_reports_the_rest(pair: KeyPair,
     written = (tmp_path / "settings" / "argocd-cm.yaml").read_text()
     assert "dex.config" not in written and "argocd.example.com" in written  # url: the dashboard's, for SSO
     assert "runs no Dex" in finding(plan, "ConfigMap/argocd-cm", "data.dex.config").note
-    assert "kustomize build options" in finding(plan, "ConfigMap/argocd-cm", "data.kustomize.buildOptions").note
+    # --enable-helm is honoured (helmCharts inflate, each chart fetched by tidecd): kept, nothing to report
+    assert not any(f.field == "data.kustomize.buildOptions" for f in plan.findings)
     assert config.argo_settings.rbac.policy_csv == "g, admins, role:admin\ng, devs, role:readonly"
     assert config.argo_settings.rbac.default_role == "role:readonly"  # argocd-rbac-cm is read as it is
     assert "not a key of argocd-rbac-cm" in finding(plan, "ConfigMap/argocd-rbac-cm", "data.unknown.key").note
