@@ -148,6 +148,20 @@ def test_an_app_healthy_moments_after_its_sync_ends_in_that_step(h: Harness) -> 
     assert h.step().unchanged  # the record it left is a quiet one: the next no-op compares nothing
 
 
+def test_an_app_of_many_objects_not_healthy_is_read_less_often(h: Harness) -> None:
+    h.git.push([deployment(f"web-{i}") for i in range(16)])
+    h.sync()
+    outcome = h.step()
+    assert h.op().phase is OperationPhase.SUCCEEDED and outcome.continue_after is not None
+    # 16 Deployments not Healthy: two looks a second apart (32 GETs), not eight of 16 GETs each
+    assert h.clock.pauses == [1.0, 1.0]
+    h.git.push([deployment(f"web-{i}") for i in range(40)])
+    h.sync()
+    h.clock.pauses.clear()
+    h.step()
+    assert h.op().phase is OperationPhase.SUCCEEDED and h.clock.pauses == []  # 40: left to the follow-up
+
+
 def test_the_health_read_after_a_sync_stays_within_the_steps_budget(h: Harness) -> None:
     h.git.push([deployment("web")])
     h.sync()

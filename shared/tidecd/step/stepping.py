@@ -53,6 +53,7 @@ POLL_INTERVAL = 0.5  # between health checks inside one step's budget
 # most HEALTH_AWAIT, within the step's budget (the instance is held meanwhile: short looks waste little)
 HEALTH_AWAIT = 2.0
 HEALTH_LOOK = 0.25
+HEALTH_READS = 32  # GETs at most in that read: an app with many objects not Healthy looks less often
 MAX_STEP_ERRORS = 3  # temporary errors in a row a running operation survives after its first write
 
 
@@ -295,9 +296,12 @@ class Observer:
         digest is kept to what was read, for the quiet record."""
         ctx, view = self.ctx, self.view
         until = min(ctx.deadline, ctx.clock.monotonic() + HEALTH_AWAIT)
-        while self.state.health is HealthStatus.PROGRESSING and ctx.clock.monotonic() + HEALTH_LOOK <= until:
-            ctx.clock.pause(HEALTH_LOOK)
-            self.reread(self.unhealthy())
+        keys = self.unhealthy()
+        every = max(HEALTH_LOOK, HEALTH_AWAIT * len(keys) / HEALTH_READS)
+        while self.state.health is HealthStatus.PROGRESSING and ctx.clock.monotonic() + every <= until:
+            ctx.clock.pause(every)
+            self.reread(keys)
+            keys = self.unhealthy()
             self.state = record.reassessed(self.state, view.live, self.current.health_scripts)
         if view.current and view.listed is not None:
             hooks = self.current.hook_keys
