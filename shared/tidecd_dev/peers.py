@@ -451,7 +451,9 @@ class ArgoCD(_Runner):
         for sub in ("tls", "ssh", "gpg/keys", "gpg/source", "tmp", "redis"):
             (local / sub).mkdir(parents=True, exist_ok=True)
         # argocd's own dir on PATH too: the repo-server's git runs `argocd` as its GIT_ASKPASS helper
-        env = {"PATH": os.pathsep.join([str(share / "bin"), str(argocd.parent), os.environ.get("PATH", "")]),
+        # and tidecd's helm and kustomize: the repo server runs them as Argo CD's image carries them
+        tools_dir = str(Path(binary("helm")).parent)
+        env = {"PATH": os.pathsep.join([str(share / "bin"), str(argocd.parent), tools_dir, os.environ.get("PATH", "")]),
                "ARGOCD_FAKE_IN_CLUSTER": "true", "ARGOCD_GPG_ENABLED": "false",
                "ARGOCD_TLS_DATA_PATH": str(local / "tls"), "ARGOCD_SSH_DATA_PATH": str(local / "ssh"),
                "ARGOCD_GNUPGHOME": str(local / "gpg/keys"), "ARGOCD_GPG_DATA_PATH": str(local / "gpg/source"),
