@@ -104,7 +104,8 @@ class Observation:
     health: str
     phase: str  # the last operation's phase, "" when none ran
     results: tuple[tuple[str, ...], ...]  # sorted (kind, name, status, hook phase or apply verb, sync phase)
-    resources: tuple[tuple[str, ...], ...]  # sorted (kind, name, sync status, health)
+    resources: tuple[tuple[str, ...], ...]  # sorted (kind, name, sync status): Argo CD v3 keeps each
+    # resource's health out of the Application (controller.resource.health.persist), so the app's is compared
     live: Mapping[str, Any]  # "Kind/name" -> the normalised object
 
     def differences(self, other: Observation) -> dict[str, str]:
@@ -276,10 +277,9 @@ def argo_observation(app: Obj | None, objects: Mapping[str, Obj], namespace: str
         (str(r.get("kind", "")), names(str(r.get("name", ""))), str(r.get("status", "")),
          str(r.get("hookPhase", "")) if r.get("hookType") else _verb(r), str(r.get("syncPhase", "")))
         for r in (op.get("syncResult") or {}).get("resources") or []))
-    resources = tuple(sorted(
-        (str(r.get("kind", "")), names(str(r.get("name", ""))), str(r.get("status", "")),
-         str((r.get("health") or {}).get("status", "")))
-        for r in status.get("resources") or []))
+    resources = tuple(sorted(  # a hook is listed with no status: not a resource of the app
+        (str(r.get("kind", "")), names(str(r.get("name", ""))), str(r.get("status", "")))
+        for r in status.get("resources") or [] if r.get("status")))
     return Observation(sync=str((status.get("sync") or {}).get("status", "")),
                        health=str((status.get("health") or {}).get("status", "")),
                        phase=str(op.get("phase", "")), results=results, resources=resources,
@@ -311,8 +311,7 @@ def tide_observation(state: app_state.AppState, objects: Mapping[str, Obj], name
         (r.key.kind, names(r.key.name), RESULT_STATUS.get(r.action, "Synced"),
          r.phase.value if r.hook else _tide_verb(r), r.sync_phase)
         for r in (op.results if op else [])))
-    resources = tuple(sorted((r.kind, names(r.name), r.status.value, r.health.value if r.health else "")
-                             for r in state.resources))
+    resources = tuple(sorted((r.kind, names(r.name), r.status.value) for r in state.resources))
     return Observation(sync=state.sync_status.value, health=state.health.value,
                        phase=op.phase.value if op else "", results=results, resources=resources,
                        live=_live(objects, namespace, names))

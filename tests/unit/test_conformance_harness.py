@@ -12,7 +12,7 @@ from tests.support.conformance_cases import CASES, pod
 def observation(**changes: object) -> Observation:
     base: dict[str, object] = {"sync": "Synced", "health": "Healthy", "phase": "Succeeded",
                                "results": (("Pod", "pod", "Synced", "created", "Sync"),),
-                               "resources": (("Pod", "pod", "Synced", "Healthy"),), "live": {"Pod/pod": {"a": 1}}}
+                               "resources": (("Pod", "pod", "Synced"),), "live": {"Pod/pod": {"a": 1}}}
     base.update(changes)
     return Observation(**base)  # type: ignore[arg-type]
 
