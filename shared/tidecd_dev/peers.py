@@ -431,18 +431,15 @@ class ArgoCD(_Runner):
         self.procs = _Processes(self.workdir)
         self.kube: _Kube
         self.metrics_port = 0
+        self.repo_server = ""  # host:port of the repo-server, once started
+        self._env: dict[str, str] = {}
 
     def start(self) -> None:
         argocd, redis = ensure_built("argocd"), ensure_built("redis-server")
         share = argocd.parent / "share"
         self.kube = _Kube(self.kubeconfig)
         self.kube.crds(sorted((share / "crds").glob("*.yaml")))
-        self.kube.namespace(self.namespace)
-        self.kube.apply_all(install_config(share / "install.yaml", self.namespace))
-        self.kube.apply({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
-                         "metadata": {"name": "default", "namespace": self.namespace},
-                         "spec": {"sourceRepos": ["*"], "destinations": [{"namespace": "*", "server": "*"}],
-                                  "clusterResourceWhitelist": [{"group": "*", "kind": "*"}]}})
+        self.prepare_namespace(self.namespace)
         redis_port, repo_port, repo_metrics, metrics = free_port(), free_port(), free_port(), free_port()
         self.metrics_port = metrics  # the controller's, on 0.0.0.0 hard-wired (inside the namespace)
         forward = [_port_of(self.kube.server), *(_port_of(u) for u in self.reach)]
@@ -462,6 +459,7 @@ class ArgoCD(_Runner):
                # ARGOCD_FAKE_IN_CLUSTER serves https://kubernetes.default.svc from the default loading rules
                # (KUBECONFIG, else ~/.kube/config), not from --kubeconfig
                "KUBECONFIG": self.kubeconfig}
+        self._env = env
         self.procs.spawn("redis", [str(redis), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                    "--appendonly", "no", "--dir", str(local / "redis")])
         redis_addr = f"127.0.0.1:{redis_port}"
@@ -471,6 +469,7 @@ class ArgoCD(_Runner):
                                          "--logformat", "text"],
                          env={**env, "ARGOCD_BINARY_NAME": "argocd-repo-server"})
         self.procs.wait_http(repo_metrics, "/metrics", "argocd repo-server")
+        self.repo_server = f"127.0.0.1:{repo_port}"
         self.procs.spawn("application-controller", [
             str(argocd), "--kubeconfig", self.kubeconfig, "--namespace", self.namespace, "--redis", redis_addr,
             "--repo-server", f"127.0.0.1:{repo_port}", "--repo-server-plaintext", "--metrics-port", str(metrics),
@@ -478,6 +477,32 @@ class ArgoCD(_Runner):
             "--logformat", "text", *self.controller_args,
         ], env={**env, "ARGOCD_BINARY_NAME": "argocd-application-controller"})
         self.procs.wait_http(metrics, "/metrics", "argocd application-controller")
+
+    def start_applicationset_controller(self, namespace: str, *, args: Sequence[str] = ()) -> None:
+        """Argo CD's ApplicationSet controller (the same binary), beside the running controller and against its
+        repo-server, watching ApplicationSets of `namespace` only and writing their Applications there, with
+        progressive syncs enabled. `namespace` needs its own argocd-cm, AppProjects and cluster Secrets
+        (`prepare_namespace`); no application controller watches it unless it is this runner's. Ended with
+        the runner's other processes."""
+        if not self.repo_server:
+            raise PeerError("start the ArgoCD runner before its ApplicationSet controller")
+        ports = [free_port() for _ in range(3)]
+        self.procs.spawn(f"applicationset-controller-{namespace}", [
+            str(ensure_built("argocd")), "--kubeconfig", self.kubeconfig, "--namespace", namespace,
+            "--argocd-repo-server", self.repo_server, "--repo-server-plaintext",
+            "--metrics-addr", f"127.0.0.1:{ports[0]}", "--probe-addr", f"127.0.0.1:{ports[1]}",
+            "--webhook-addr", f"127.0.0.1:{ports[2]}", "--enable-progressive-syncs", "--logformat", "text",
+            *args], env={**self._env, "ARGOCD_BINARY_NAME": "argocd-applicationset-controller"})
+
+    def prepare_namespace(self, namespace: str) -> None:
+        """Another Argo CD namespace on the same cluster: install.yaml's ConfigMaps and Secrets and AppProject
+        `default` (CRDs come with `start`)."""
+        self.kube.namespace(namespace)
+        self.kube.apply_all(install_config(ensure_built("argocd").parent / "share" / "install.yaml", namespace))
+        self.kube.apply({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+                         "metadata": {"name": "default", "namespace": namespace},
+                         "spec": {"sourceRepos": ["*"], "destinations": [{"namespace": "*", "server": "*"}],
+                                  "clusterResourceWhitelist": [{"group": "*", "kind": "*"}]}})
 
     # -- Applications --------------------------------------------------------------------------------------
 
