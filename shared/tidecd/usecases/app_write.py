@@ -45,7 +45,9 @@ from tidecd.project import rules
 from tidecd.usecases import authz
 
 if TYPE_CHECKING:
+    from tidecd.images.writeback import Edit
     from tidecd.runtime import Runtime
+    from tidecd.source.gitremote import RepoCredentials
     from tidecd.triggers.dispatch import Dispatcher
 
 log = structlog.get_logger("tidecd.usecases.app_write")
@@ -166,7 +168,6 @@ def save(runtime: Runtime, principal: Principal, doc: Any, *, create: bool,
     exist yet (RBAC `applications create`); else it must (`applications update`, in its old and new project)."""
     # lazy: cold start (dulwich and the git write path only when an app is written)
     from tidecd import source as git
-    from tidecd.images import writeback
     from tidecd.usecases.images import default_branch
 
     source = _git_config_source(runtime)
@@ -202,17 +203,8 @@ def save(runtime: Runtime, principal: Principal, doc: Any, *, create: bool,
         text = replaced(current, doc, name) if current is not None else _dump([doc])
         return {} if text == current else {file: text}
 
-    author = writeback.Author(principal.subject[:200],
-                              principal.subject if "@" in principal.subject else runtime.settings.git_commit_email)
-    branch, pull = base, ""
-    try:
-        commit = writeback.push(source.repo_url, creds, base=base, target=base, edit=edit, message=message,
-                                author=author)
-    except writeback.PushDeclined:
-        branch = f"{BRANCH_PREFIX}{name}"
-        commit = writeback.push(source.repo_url, creds, base=base, target=branch, message=message, author=author,
-                                edit=functools.partial(edit, pending=True))
-        pull = _open_pull(runtime, source, base=base, head=branch, message=message)
+    commit, branch, pull = _commit(runtime, principal, source, creds, base, name, message, edit,
+                                   functools.partial(edit, pending=True))
     commit = commit or git.ls_remote(source.repo_url, creds).get(f"refs/heads/{branch}", "")  # nothing to change
     authz.done(runtime, principal, rbac.APPLICATIONS, "create" if create else "update", authz.app_object(app),
                f"committed {commit[:12]} to {file}" + (f", pull request {pull}" if pull else ""))
@@ -270,6 +262,24 @@ def _file_of(source: ConfigSourceRef, name: str, origin: str) -> str:
     return posixpath.normpath(posixpath.join(source.path or ".", rest))
 
 
+def _commit(runtime: Runtime, principal: Principal, source: ConfigSourceRef, creds: RepoCredentials | None,
+            base: str, name: str, message: str, edit: Edit, edit_on_branch: Edit) -> tuple[str, str, str]:
+    """Commit `edit` to the config source's branch as `principal`; where the branch refuses the push (a
+    protected branch), `edit_on_branch` on `tidecd/app-NAME` and a pull request. (commit, branch, pull)."""
+    from tidecd.images import writeback  # lazy: cold start (dulwich and the git write path only when writing)
+
+    author = writeback.Author(principal.subject[:200],
+                              principal.subject if "@" in principal.subject else runtime.settings.git_commit_email)
+    try:
+        return writeback.push(source.repo_url, creds, base=base, target=base, edit=edit, message=message,
+                              author=author), base, ""
+    except writeback.PushDeclined:
+        branch = f"{BRANCH_PREFIX}{name}"
+        commit = writeback.push(source.repo_url, creds, base=base, target=branch, message=message, author=author,
+                                edit=edit_on_branch)
+        return commit, branch, _open_pull(runtime, source, base=base, head=branch, message=message)
+
+
 def _open_pull(runtime: Runtime, source: ConfigSourceRef, *, base: str, head: str, message: str) -> str:
     from tidecd.clients import github  # lazy: cold start (PyGithub only for a pull request)
 
@@ -306,7 +316,6 @@ def remove(runtime: Runtime, principal: Principal, name: str, *, cascade: str = 
     from the config source, then its objects by `cascade`; recorded in the audit log."""
     # lazy: cold start (dulwich and the git write path only when an app is written)
     from tidecd import source as git
-    from tidecd.images import writeback
     from tidecd.usecases.images import default_branch
 
     if cascade not in CASCADES:
@@ -336,17 +345,7 @@ def remove(runtime: Runtime, principal: Principal, name: str, *, cascade: str = 
             raise ConfigError(f"{source}: {file}, where app {name!r} was defined, is gone: reload and retry")
         return {file: without(current, name) or None}  # None: nothing else was in it, the file goes
 
-    author = writeback.Author(principal.subject[:200],
-                              principal.subject if "@" in principal.subject else runtime.settings.git_commit_email)
-    branch, pull = base, ""
-    try:
-        commit = writeback.push(source.repo_url, creds, base=base, target=base, edit=edit, message=message,
-                                author=author)
-    except writeback.PushDeclined:
-        branch = f"{BRANCH_PREFIX}{name}"
-        commit = writeback.push(source.repo_url, creds, base=base, target=branch, message=message, author=author,
-                                edit=edit)
-        pull = _open_pull(runtime, source, base=base, head=branch, message=message)
+    commit, branch, pull = _commit(runtime, principal, source, creds, base, name, message, edit, edit)
     if not pull and cascade != "orphan":
         generated.mark_removed(runtime.store, name, entry, cascade)
     authz.done(runtime, principal, rbac.APPLICATIONS, "delete", authz.app_object(app),
