@@ -71,14 +71,7 @@ class GitOps:
 
     def push(self, files: dict[str, Any], message: str = "change") -> str:
         """Write files (a dict or list of dicts becomes YAML; None removes the file), commit and push."""
-        for path, content in files.items():
-            if content is None:
-                self.repo.remove(path)
-            elif isinstance(content, str):
-                self.repo.write(path, content)
-            else:
-                docs = content if isinstance(content, list) else [content]
-                self.repo.write(path, yaml.safe_dump_all(docs))
+        self.repo.write_files(files)
         sha = str(self.repo.commit(message))
         self.repo.push()
         return sha

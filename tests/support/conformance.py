@@ -405,13 +405,7 @@ class Suite:
     def _push(self, files: Mapping[str, Any], message: str) -> None:
         if not files:
             return
-        for path, content in files.items():
-            if content is None:
-                self.repo.remove(path)
-            elif isinstance(content, str):
-                self.repo.write(path, content)
-            else:
-                self.repo.write(path, yaml.safe_dump_all(content if isinstance(content, list) else [content]))
+        self.repo.write_files(files)
         self.repo.commit(message)
         self.repo.push()
 

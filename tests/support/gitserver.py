@@ -13,11 +13,13 @@ import secrets
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
+import yaml
 
 from tidecd_dev.gitserver import GitServer
 
@@ -105,6 +107,16 @@ class GitRepo:
 
     def remove(self, path: str) -> None:
         self.git("rm", "-r", "--quiet", path)
+
+    def write_files(self, files: Mapping[str, Any]) -> None:
+        """Each path's content: text as it is, a dict or list of dicts as YAML documents, None removes it."""
+        for path, content in files.items():
+            if content is None:
+                self.remove(path)
+            elif isinstance(content, str):
+                self.write(path, content)
+            else:
+                self.write(path, yaml.safe_dump_all(content if isinstance(content, list) else [content]))
 
     def symlink(self, path: str, target: str) -> None:
         link = self.workdir / path
