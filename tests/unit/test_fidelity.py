@@ -71,7 +71,25 @@ def test_render_accepts_generate_name_only_on_hooks(tmp_path: Path) -> None:
     got = render(tmp_path, ApplicationSource(repo_url=REPO, path="app"), app_name="a", namespace="ns")
     assert [m["metadata"]["generateName"] for m in got] == ["migrate-", "smoke-"]
     (tmp_path / "app" / "plain.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {generateName: x-}\n")
-    with pytest.raises(RenderError, match="ConfigMap has only metadata.generateName: that is allowed for hooks"):
+    with pytest.raises(RenderError, match="ConfigMap has no metadata.name: only hooks .* may have just "
+                                          "metadata.generateName"):
+        render(tmp_path, ApplicationSource(repo_url=REPO, path="app"), app_name="a", namespace="ns")
+
+
+def test_a_hook_with_neither_name_nor_generate_name_is_named_as_argocd_names_it(tmp_path: Path) -> None:
+    """Argo CD's TestAutomaticallyNamingUnnamedHook: such a hook runs as `<revision[:7]>-<phase>-<unix time>`;
+    any other object without a name stays an error."""
+    from tidecd.sync.plan import HookNaming, Phase, plan
+
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "hook.yaml").write_text(
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {annotations: {argocd.argoproj.io/hook: 'PreSync,PostSync'}}\n")
+    got = render(tmp_path, ApplicationSource(repo_url=REPO, path="app"), app_name="a", namespace="ns")
+    named = [t.key.name for t in plan(got, naming=HookNaming("ABCDEF0123456789", 1700000000))]
+    assert named == ["abcdef0-presync-1700000000", "abcdef0-postsync-1700000000"]
+    assert [t.phase for t in plan(got, naming=HookNaming("a" * 40, 1))] == [Phase.PRE_SYNC, Phase.POST_SYNC]
+    (tmp_path / "app" / "plain.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {}\n")
+    with pytest.raises(RenderError, match="ConfigMap has no metadata.name$"):
         render(tmp_path, ApplicationSource(repo_url=REPO, path="app"), app_name="a", namespace="ns")
 
 

@@ -112,16 +112,16 @@ HOOK_ANNOTATIONS = ("argocd.argoproj.io/hook", "helm.sh/hook")
 
 def check(docs: list[Document]) -> list[Manifest]:
     """The objects, once each has an identity, none is over the object size limit, and no object is
-    declared twice. A hook may have `metadata.generateName` instead of a name (the sync names it per
-    operation)."""
+    declared twice. A hook may have `metadata.generateName` instead of a name, or neither (the sync names
+    it per operation, as Argo CD: `<generateName><revision>-<phase>-<time>`)."""
     seen: dict[ResourceKey, str] = {}
     bound = limits.current()
     for doc in docs:
         _check_identity(doc)
         _check_size(doc, bound)
         key = ResourceKey.of(doc.obj)
-        if not key.name:  # a generateName hook: two of them with one generateName would collide
-            key = ResourceKey(key.group, key.kind, key.namespace, doc.obj["metadata"]["generateName"] + "*")
+        if not key.name:  # a hook the sync names: two of them with one generateName would collide
+            key = ResourceKey(key.group, key.kind, key.namespace, (doc.obj["metadata"].get("generateName") or "") + "*")
         if key in seen:
             raise RenderError(f"{key} is declared twice: in {seen[key]} and in {doc.origin}")
         seen[key] = doc.origin
@@ -149,12 +149,13 @@ def _check_identity(doc: Document) -> None:
         generate = meta.get("generateName")
         annotations = meta.get("annotations")
         hook = isinstance(annotations, dict) and any(a in annotations for a in HOOK_ANNOTATIONS)
-        if not (name is None and isinstance(generate, str) and generate):
-            raise RenderError(f"{doc.origin}: {doc.obj['kind']} has no metadata.name")
-        if not hook:
-            raise RenderError(f"{doc.origin}: {doc.obj['kind']} has only metadata.generateName: that is "
-                              "allowed for hooks (argocd.argoproj.io/hook), other objects need metadata.name")
-        name = generate
+        if name is not None or not hook:
+            raise RenderError(f"{doc.origin}: {doc.obj['kind']} has no metadata.name" + (
+                "" if name is not None or not generate else
+                ": only hooks (argocd.argoproj.io/hook) may have just metadata.generateName"))
+        if generate is not None and not isinstance(generate, str):
+            raise RenderError(f"{doc.origin}: {doc.obj['kind']}: metadata.generateName is not a string")
+        name = generate or "(named by the sync)"  # Argo CD names a hook with neither: <revision>-<phase>-<time>
     namespace = meta.get("namespace")
     if namespace is not None and not isinstance(namespace, str):
         raise RenderError(f"{doc.origin}: {doc.obj['kind']} {name}: metadata.namespace is not a string")

@@ -82,14 +82,16 @@ def after_prune(step: Step) -> None:
 
 def _declared(step: Step, kind: str) -> dict[ResourceKey, Manifest]:
     """The deletion hooks of one kind the app's source declares, as placed (namespace defaulted); a hook
-    named only by `generateName` gets one fixed name per app and kind, so a later step finds it."""
+    named only by `generateName` (or not at all) gets one fixed name per app and kind, so a later step finds
+    it."""
     out = {}
     for obj in step.eye.current.manifests:
         if hooks.delete_hook_type(obj) != kind:
             continue
         meta = obj.get("metadata") or {}
-        if not meta.get("name") and meta.get("generateName"):
-            obj = {**obj, "metadata": {**meta, "name": f"{meta['generateName']}{kind.lower()}"}}
+        if not meta.get("name"):  # generateName, or neither (Argo CD names such a hook too)
+            obj = {**obj, "metadata": {**meta, "name": f"{meta.get('generateName') or step.ctx.name + '-'}"
+                                                       f"{kind.lower()}"}}
         out[ResourceKey.of(obj)] = obj
     return out
 

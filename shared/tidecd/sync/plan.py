@@ -71,7 +71,7 @@ class Task:
     hook: bool = False
     delete_policies: frozenset[str] = frozenset()
     options: frozenset[str] = frozenset()
-    generate_name: str = ""  # a hook named by the operation (see `HookNaming`)
+    generate_name: str | None = None  # a hook named by the operation (see `HookNaming`): its generateName
 
     @property
     def sort_key(self) -> tuple[int, int, int, str, str]:
@@ -117,10 +117,11 @@ class HookNaming:
         return f"{generate_name}{self.revision[:7]}-{phase.value}-{self.started_at}".lower()
 
 
-def generate_name_of(obj: Manifest) -> str:
-    """`metadata.generateName` of an object that has no `metadata.name`, else ""."""
+def generate_name_of(obj: Manifest) -> str | None:
+    """`metadata.generateName` of an object the sync names (it has no `metadata.name`; "" when it has no
+    generateName either), None for a named object."""
     meta = obj.get("metadata") or {}
-    return "" if meta.get("name") else str(meta.get("generateName") or "")
+    return None if meta.get("name") else str(meta.get("generateName") or "")
 
 
 def merged_options(app_options: Iterable[str], obj: Manifest) -> frozenset[str]:
@@ -186,7 +187,7 @@ def plan(manifests: Iterable[Manifest], *, app_options: Iterable[str] = (),
         generate = generate_name_of(obj)
         for phase in phases:
             named, hook_key = obj, key
-            if generate and naming is not None:
+            if generate is not None and naming is not None:
                 named = copy.deepcopy(obj)
                 named["metadata"]["name"] = naming.name(generate, phase)
                 hook_key = ResourceKey.of(named)
