@@ -372,6 +372,10 @@ def test_after_a_rollback_a_newer_tag_does_not_upgrade_until_unpinned(gitops: Gi
     push_image(f"{image}:1.1.0")
     assert tick(rt)[app].status == "updated"
     wait_images(gitops, f"{image}:1.1.0")
+    deadline = time.monotonic() + 60  # the sync's last step may still be reading health: a rollback waits for it
+    while (op := app_state.load(gitops.store, app)[0].operation) is not None and op.running:
+        assert time.monotonic() < deadline, op
+        time.sleep(0.3)
     history = app_state.load(gitops.store, app)[0].history
     first = history[0].id
 

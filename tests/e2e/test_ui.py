@@ -156,8 +156,10 @@ def test_dashboard_shows_syncs_and_rolls_back_the_examples(browser: Any, example
     page.goto(f"{base}apps/{app}")
     wait_for(lambda: page.reload() or page.locator("[data-revision]").get_attribute("data-revision") == first.revision,
              60, "the page to show the rolled-back revision")
+    # the rollback's last step may still be reading health: automation is off once the operation has ended
+    wait_for(lambda: page.reload() or page.locator(".facts", has_text="manual (after a rollback)").count() == 1,
+             60, "the page to show automated sync off after the rollback")
     assert page.locator("[data-history] [data-current]").count() == 1  # only what is deployed
-    assert page.locator(".facts", has_text="manual (after a rollback)").count() == 1
     page.locator("#history").screenshot(path=str(shots / "history.png"))  # who, what triggered it, rollback
     page.click("button[name=refresh]")  # compared with git again: an older revision than git's, as in Argo CD
     page.wait_for_selector("[data-notice]")
