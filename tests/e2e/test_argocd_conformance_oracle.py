@@ -49,8 +49,8 @@ def known(reason: str, *aspects: str) -> Known:
 
 
 KNOWN: dict[str, Known] = {
-    "unnamed-hook": known("a hook with neither name nor generateName is refused at render; Argo CD names it "
-                          "<revision>-<phase>-<time>", "health", "live", "phase", "resources", "results", "sync"),
+    "unnamed-hook": known("named and run as Argo CD names it, but once finished it is listed as an OutOfSync "
+                          "resource (as generate-name-hook)", "resources", "sync"),
     "unnamed-resource": known("a non-hook object without a name makes the app Unknown (ComparisonError); Argo "
                               "CD shows it OutOfSync/Missing and fails its sync", "health", "resources", "results",
                               "sync"),
