@@ -29,7 +29,6 @@ from tests.support.apps import GitOps, configmap
 from tests.support.cluster import ensure_tools
 from tests.support.gitserver import AuthGitServer, GitRepo
 from tests.support.kubeseal import kubeseal_binary, run_kubeseal
-from tidecd.base import logs
 from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER, SECRET_TYPE_REPOSITORY
 from tidecd.base.model import ResourceKey
 from tidecd.clients.cluster import KubeCluster
@@ -474,7 +473,6 @@ def test_no_plaintext_secret_in_logs_store_api_or_cli(
     sealed_crd: None, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    logs.configure()  # tidecd's log lines into this test's captured stderr (an earlier test's stream otherwise)
     pair, keys = sealing
     ns = private.namespace
     db_old, db_new = "db-old-" + uuid.uuid4().hex, "db-new-" + uuid.uuid4().hex
