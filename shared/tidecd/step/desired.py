@@ -37,6 +37,7 @@ from tidecd.config.load import Application, ApplicationSource
 from tidecd.generated import records as generated
 from tidecd.images.state import render_override as image_override
 from tidecd.project import rules
+from tidecd.render.overrides import SourceOverride
 from tidecd.runtime import Runtime
 from tidecd.source import charts, dependencies, submodules
 from tidecd.state import app as app_state
@@ -122,7 +123,18 @@ def _render_current(runtime: Runtime, app: Application, revision: str,
         if warnings is not None:
             warnings.extend(found)
         return sha, manifests
-    return _render_single(runtime, app, revision)
+    sha, manifests = _render_single(runtime, app, revision, image_override(runtime.store, app.name))
+    return sha, _unseal(runtime, app, manifests)
+
+
+def manifests_at(runtime: Runtime, app: Application, revision: str,
+                 override: SourceOverride | None) -> list[Manifest]:
+    """A single-source app's manifests at `revision` (a commit, or a chart's version) with this image
+    override, still sealed: the step's cache entry, or rendered as the step renders it and stored for it. For readers
+    besides the step (the image updater, a revert): their cache lookup misses whenever the key's build
+    environment moved since the step rendered (a CRD installed changes the served API versions), and a
+    miss must not read as "the app uses no such image"."""
+    return _render_single(runtime, app, revision, override)[1]
 
 
 def revisions_of(app: Application, sha: str) -> list[str]:
@@ -221,9 +233,11 @@ def merge_sources(manifests: list[Manifest]) -> tuple[list[Manifest], list[str]]
     return out, warnings
 
 
-def _render_single(runtime: Runtime, app: Application, revision: str = "") -> tuple[str, list[Manifest]]:
+def _render_single(runtime: Runtime, app: Application, revision: str,
+                   override: SourceOverride | None) -> tuple[str, list[Manifest]]:
+    """(sha, manifests, still sealed); `override`: the image updater's `argocd` write-back (`image_override`)."""
     if charts.kind_of(app.source) != charts.GIT:
-        return _render_chart(runtime, app, revision)
+        return _render_chart(runtime, app, revision, override)
     creds = runtime.repo_credentials(app.source.repo_url)
     if revision:
         sha = revision
@@ -231,7 +245,6 @@ def _render_single(runtime: Runtime, app: Application, revision: str = "") -> tu
         refs = git.ls_remote(app.source.repo_url, creds)
         sha = git.resolve_revision(refs, app.source.target_revision, app.source.repo_url)
     namespace = app.destination.namespace
-    override = image_override(runtime.store, app.name)  # the image updater's `argocd` write-back
 
     def render_now() -> list[Manifest]:
         with submodules.tree(runtime.store, app.source.repo_url, sha, runtime.repo_credentials,
@@ -244,7 +257,7 @@ def _render_single(runtime: Runtime, app: Application, revision: str = "") -> tu
     build_env = build_env_of(runtime, app, sha)  # Argo CD's build environment: project and revision
     manifests = render.render_cached(runtime.store, app.name, sha, app.source, render_now, namespace=namespace,
                                      override=override, build_env=build_env)
-    return sha, _unseal(runtime, app, manifests)
+    return sha, manifests
 
 
 def build_env_of(runtime: Runtime, app: Application, revision: str) -> render.BuildEnv:
@@ -313,13 +326,13 @@ def _permitted_by_project(runtime: Runtime, app: Application) -> Callable[[str],
     return lambda url: rules.source_permitted(project, url)
 
 
-def _render_chart(runtime: Runtime, app: Application, revision: str = "") -> tuple[str, list[Manifest]]:
+def _render_chart(runtime: Runtime, app: Application, revision: str,
+                  override: SourceOverride | None) -> tuple[str, list[Manifest]]:
     """A chart from a helm repository or an OCI registry (or a plain OCI artifact): (version, manifests)."""
     creds = runtime.repo_credentials(app.source.repo_url)
     ref = charts.resolve(app.source, creds, revision, store=runtime.store)
     namespace = app.destination.namespace
     pass_credentials = bool(app.source.helm and app.source.helm.pass_credentials)
-    override = image_override(runtime.store, app.name)  # the image updater's `argocd` write-back
 
     def render_now() -> list[Manifest]:
         archive = charts.ChartSnapshots(runtime.store).get_or_fetch(ref, creds, pass_credentials=pass_credentials,
@@ -334,7 +347,7 @@ def _render_chart(runtime: Runtime, app: Application, revision: str = "") -> tup
     build_env = build_env_of(runtime, app, ref.version)  # Argo CD's build environment: project and revision
     manifests = render.render_cached(runtime.store, app.name, ref.cache_revision, app.source, render_now,
                                      namespace=namespace, override=override, build_env=build_env)
-    return ref.version, _unseal(runtime, app, manifests)
+    return ref.version, manifests
 
 
 def _unseal(runtime: Runtime, app: Application, manifests: list[Manifest]) -> list[Manifest]:

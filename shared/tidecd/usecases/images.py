@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from tidecd import render
 from tidecd import source as git
 from tidecd.base import semver as versions
 from tidecd.base.errors import NotFound, TidecdError
@@ -54,7 +53,7 @@ from tidecd.images.state import ImageValue
 from tidecd.render.overrides import IMAGE_DIGEST, IMAGE_TAG, SourceOverride
 from tidecd.source import RepoCredentials
 from tidecd.state import app as app_state
-from tidecd.step.desired import build_env_of
+from tidecd.step.desired import manifests_at
 from tidecd.triggers.dispatch import Dispatcher, Refresh, dispatcher_for
 
 if TYPE_CHECKING:
@@ -535,14 +534,12 @@ def _running_images(runtime: Runtime, app: Application, held: images_state.Image
 
 def images_at(runtime: Runtime, app: Application, revision: str,
               override: SourceOverride | None = None) -> list[str] | None:
-    """Container images of the app's manifests as rendered at `revision` (None when never rendered)."""
-    manifests = render.cached_manifests(runtime.store, app.name, revision, app.source,
-                                        namespace=app.destination.namespace, override=override,
-                                        build_env=build_env_of(runtime, app, revision))
-    if manifests is None:
+    """Container images of the app's manifests at `revision`, as the step renders them (None for an app
+    of several sources, which the updater does not write to)."""
+    if app.sources:
         return None
     found: list[str] = []
-    _collect_images(manifests, found)
+    _collect_images(manifests_at(runtime, app, revision, override), found)
     return found
 
 

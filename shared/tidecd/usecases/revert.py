@@ -301,8 +301,12 @@ def _lift(runtime: Runtime, name: str, record: Revert) -> None:
     # lazy: cold start (the image updater's tick module: only a revert of an app it manages)
     from tidecd.usecases.images import images_at
 
-    before = set(images_at(runtime, app, record.reverted) or [])
-    after = set(images_at(runtime, app, record.revision) or [])
+    try:
+        before = set(images_at(runtime, app, record.reverted) or [])
+        after = set(images_at(runtime, app, record.revision) or [])
+    except TidecdError as exc:  # a revision that no longer renders: nothing to refuse, the pin still goes
+        log.warning("revert: images of the reverted revision unknown", app=name, error=str(exc)[:300])
+        before = after = set()
     images_state.unpin(runtime.store, name, refuse=sorted(before - after))
 
 
