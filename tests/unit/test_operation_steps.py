@@ -220,25 +220,33 @@ def test_waves_wait_for_health_across_steps_and_hooks_run_once(h: Harness) -> No
     assert {r.key.name: r.phase for r in op.results} == {n: TaskPhase.SUCCEEDED for n in ("pre", "db", "web", "post")}
 
 
-def test_a_step_killed_after_creating_a_hook_finds_it_instead_of_creating_another(h: Harness) -> None:
-    h.git.push([job("pre", **{HOOK: "PreSync"}), deployment("web")])
-    h.sync()
 
-    class Killed(BaseException):
-        pass
+class _Killed(BaseException):
+    """The step's process dying (SIGKILL): no handler of the step's own catches it."""
 
+
+def _step_dies_right_after_creating_a_job(h: Harness) -> None:
+    """One step whose process dies just after the API server created a Job (a hook), before it records that."""
     original = h.cluster.apply
 
     def apply_then_die(obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         result = original(obj, dry_run=dry_run)
         if not dry_run and obj["kind"] == "Job":
-            raise Killed
+            raise _Killed
         return result
 
     h.cluster.apply = apply_then_die  # type: ignore[method-assign]
-    with pytest.raises(Killed):
-        h.step()
-    h.cluster.apply = original  # type: ignore[method-assign]
+    try:
+        with pytest.raises(_Killed):
+            h.step()
+    finally:
+        h.cluster.apply = original  # type: ignore[method-assign]
+
+
+def test_a_step_killed_after_creating_a_hook_finds_it_instead_of_creating_another(h: Harness) -> None:
+    h.git.push([job("pre", **{HOOK: "PreSync"}), deployment("web")])
+    h.sync()
+    _step_dies_right_after_creating_a_job(h)
     assert h.op().results[0].phase is TaskPhase.PENDING  # the intent was recorded before creating
     # a SIGKILLed step leaves its lease behind (no finally runs): the app waits until it expires
     assert acquire_lease(h.store, "app", "killed-step", LEASE_TTL, h.clock.now())
@@ -526,22 +534,7 @@ def test_a_generate_name_hook_is_created_once_per_operation_even_when_a_step_die
         h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     h.git.push([generated_job("migrate-", **{HOOK: "PreSync"}), deployment("web")])
     h.sync()
-
-    class Killed(BaseException):
-        pass
-
-    original = h.cluster.apply
-
-    def apply_then_die(obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
-        result = original(obj, dry_run=dry_run)
-        if not dry_run and obj["kind"] == "Job":
-            raise Killed
-        return result
-
-    h.cluster.apply = apply_then_die  # type: ignore[method-assign]
-    with pytest.raises(Killed):
-        h.step()
-    h.cluster.apply = original  # type: ignore[method-assign]
+    _step_dies_right_after_creating_a_job(h)
     [name] = h.cluster.created("Job")
     assert name.startswith(f"migrate-{h.git.head[:7]}-presync-")
     h.clock.advance(LEASE_TTL + 1)  # the killed step's lease expires
