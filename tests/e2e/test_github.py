@@ -4,14 +4,10 @@ OpenAPI-driven GitHub stand-in, a real HMAC-checking HTTP receiver and the Pub/S
 from __future__ import annotations
 
 import copy
-import hashlib
-import hmac
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +22,7 @@ from tests.support.functions import Functions, push_payload
 from tests.support.github_standin import GitHubStandIn
 from tests.support.gitserver import GitRepo
 from tests.support.notifications_catalog import CATALOG_TRIGGERS, catalog_cm
-from tests.support.receivers import SLACK_TOKEN, Receivers
+from tests.support.receivers import SLACK_TOKEN, Receivers, SignedWebhook
 from tidecd.clients.secrets import KeyPair, generate_key, seal_secret, write_key_pair
 
 ZERO = "0" * 40
@@ -49,49 +45,9 @@ def eventually(check: Callable[[], Any], timeout: float = 90.0, what: str = "") 
         time.sleep(0.3)
 
 
-class Receiver:
-    """A user's webhook endpoint: checks X-Tidecd-Signature over the raw body with the shared key."""
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-        self.messages: list[tuple[str, dict[str, Any]]] = []
-        self.bad = 0
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                return
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.path == "/hook":
-                    expected = "sha256=" + hmac.new(receiver.key.encode(), body, hashlib.sha256).hexdigest()
-                    if not hmac.compare_digest(expected, self.headers.get("X-Tidecd-Signature", "")):
-                        receiver.bad += 1
-                        self.send_response(401)
-                        self.send_header("Content-Length", "0")
-                        self.end_headers()
-                        return
-                receiver.messages.append((self.path, json.loads(body)))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
-
-    def triggers(self, path: str) -> list[str]:
-        return [body.get("trigger", body.get("text", "")) for p, body in self.messages if p == path]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver(HMAC_KEY)
+def receiver() -> Iterator[SignedWebhook]:
+    server = SignedWebhook(HMAC_KEY, signed_path="/hook")
     yield server
     server.close()
 
@@ -234,7 +190,7 @@ def test_pull_request_preview_comment_upserted_and_forbidden_clusterrole_fails(
 
 
 def test_each_service_gets_one_message_per_trigger(
-        hub: GitOps, github_standin: GitHubStandIn, sealing: tuple[KeyPair, Path], receiver: Receiver,
+        hub: GitOps, github_standin: GitHubStandIn, sealing: tuple[KeyPair, Path], receiver: SignedWebhook,
         pubsub_emulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from google.cloud import pubsub_v1
 
@@ -265,7 +221,7 @@ def test_each_service_gets_one_message_per_trigger(
     expected = ["on-sync-running", "on-sync-succeeded", "on-deployed"]
     assert receiver.triggers("/hook") == expected
     assert receiver.bad == 0
-    slack = [body["text"] for path, body in receiver.messages if path == "/slack"]
+    slack = [body["text"] for body in receiver.bodies("/slack")]
     assert [t.split(": ", 1)[1] for t in slack] == ["sync running", "sync succeeded", "deployed"]
     pulled = subscriber.pull(subscription=subscription, max_messages=20, timeout=30)
     got = sorted((m.message.attributes["trigger"], json.loads(m.message.data)["app"])
@@ -279,7 +235,7 @@ def test_each_service_gets_one_message_per_trigger(
     for _ in range(3):
         hub.reconcile(runtime=runtime)
     assert receiver.triggers("/hook") == [*expected, "on-sync-running", "on-sync-failed"]
-    assert len([1 for path, _ in receiver.messages if path == "/slack"]) == 5
+    assert len(receiver.bodies("/slack")) == 5
     subscriber.close()
 
 

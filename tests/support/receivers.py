@@ -8,6 +8,8 @@ routing key and required payload fields, JSON bodies) and records what it accept
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import socketserver
 import threading
@@ -214,6 +216,54 @@ class SmtpReceiver:
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class SignedWebhook:
+    """A user's webhook endpoint: a POST must carry X-Tidecd-Signature, the HMAC-SHA256 of its raw body with
+    the shared `key` (401 otherwise, counted in `bad`), on every path or only on `signed_path` (a Slack
+    stand-in beside it signs nothing); an empty key checks nothing. `fail` answers that many 503s first.
+    Each accepted POST is kept as (path, headers, JSON body)."""
+
+    def __init__(self, key: str, signed_path: str | None = None) -> None:
+        self.messages: list[tuple[str, dict[str, str], Any]] = []
+        self.key, self.bad, self.fail = key, 0, 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                expected = "sha256=" + hmac.new(receiver.key.encode(), body, hashlib.sha256).hexdigest()
+                given = self.headers.get("X-Tidecd-Signature", "")
+                checked = bool(receiver.key) and signed_path in (None, self.path)
+                status = 200
+                if checked and not hmac.compare_digest(expected, given):
+                    receiver.bad += 1
+                    status = 401
+                elif receiver.fail > 0:
+                    receiver.fail -= 1
+                    status = 503
+                else:
+                    receiver.messages.append((self.path, dict(self.headers), json.loads(body)))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def bodies(self, path: str) -> list[Any]:
+        return [body for p, _, body in self.messages if p == path]
+
+    def triggers(self, path: str) -> list[str]:
+        return [body.get("trigger", body.get("text", "")) for body in self.bodies(path)]
 
     def close(self) -> None:
         self.server.shutdown()

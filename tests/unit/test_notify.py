@@ -4,19 +4,15 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from tests.support.fakecluster import FakeCluster, FakeGit, application, fake_runtime
 from tests.support.github_standin import GitHubStandIn
-from tests.support.receivers import Published
+from tests.support.receivers import Published, SignedWebhook
 from tidecd.base.model import HealthStatus, SyncStatus
 from tidecd.clients import metrics
 from tidecd.clients.store import MemoryStore, read_json
@@ -104,47 +100,9 @@ def test_subscriptions_parse_and_name_bad_annotations() -> None:
 # --- delivery through a real reconcile step ----------------------------------------------------------------
 
 
-class Receiver:
-    """A local HTTP server that checks the HMAC of every POST, like a user's webhook endpoint would."""
-
-    def __init__(self, key: str) -> None:
-        self.messages: list[tuple[str, dict[str, str], Any]] = []
-        self.key, self.bad, self.fail = key, 0, 0
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                return
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                expected = "sha256=" + hmac.new(receiver.key.encode(), body, hashlib.sha256).hexdigest()
-                given = self.headers.get("X-Tidecd-Signature", "")
-                status = 200
-                if receiver.key and not hmac.compare_digest(expected, given):
-                    receiver.bad += 1
-                    status = 401
-                elif receiver.fail > 0:
-                    receiver.fail -= 1
-                    status = 503
-                else:
-                    receiver.messages.append((self.path, dict(self.headers), json.loads(body)))
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver(HMAC_KEY)
+def receiver() -> Iterator[SignedWebhook]:
+    server = SignedWebhook(HMAC_KEY)
     yield server
     server.close()
 
@@ -154,7 +112,7 @@ INVALID = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "bad"},
            "spec": {"ports": [{"port": 99999}]}}
 
 
-def _setup(monkeypatch: pytest.MonkeyPatch, standin: GitHubStandIn, receiver: Receiver, *,
+def _setup(monkeypatch: pytest.MonkeyPatch, standin: GitHubStandIn, receiver: SignedWebhook, *,
            annotations: dict[str, str] | None = None) -> tuple[Any, FakeGit, MemoryStore, Published]:
     cluster, git, store = FakeCluster(), FakeGit(), MemoryStore()
     cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}})
@@ -193,7 +151,7 @@ def _steps(runtime: Any, n: int = 6) -> None:
 
 
 def test_an_automated_sync_posts_statuses_and_each_subscription_once(
-        monkeypatch: pytest.MonkeyPatch, github_standin: GitHubStandIn, receiver: Receiver) -> None:
+        monkeypatch: pytest.MonkeyPatch, github_standin: GitHubStandIn, receiver: SignedWebhook) -> None:
     runtime, git, store, published = _setup(monkeypatch, github_standin, receiver)
     receiver.key = ""  # slack does not sign; the webhook target's signature is checked below
     sha = git.push([CONFIGMAP])
@@ -214,7 +172,7 @@ def test_an_automated_sync_posts_statuses_and_each_subscription_once(
     assert states == ["in_progress", "success"] and deployment["environment"] == "production"
     hooks = [(m[2]["trigger"], m[1]["X-Tidecd-Signature"]) for m in receiver.messages if m[0] == "/hook"]
     assert [t for t, _ in hooks] == ["on-sync-running", "on-sync-succeeded"]
-    slack = [m[2] for m in receiver.messages if m[0] == "/slack"]
+    slack = receiver.bodies("/slack")
     assert len(slack) == 1 and "web: deployed" in slack[0]["text"]
     assert [(t, json.loads(d)["trigger"]) for t, d, _ in published.messages] == [("projects/p/topics/t", "on-deployed")]
     after = metrics.NOTIFICATIONS.labels(service="webhook", trigger="on-sync-succeeded", result="sent")._value.get()
@@ -231,17 +189,17 @@ def test_an_automated_sync_posts_statuses_and_each_subscription_once(
 
 
 def test_a_failing_sync_ends_in_failure(monkeypatch: pytest.MonkeyPatch, github_standin: GitHubStandIn,
-                                        receiver: Receiver) -> None:
+                                        receiver: SignedWebhook) -> None:
     runtime, git, _, _ = _setup(monkeypatch, github_standin, receiver)
     sha = git.push([CONFIGMAP, INVALID])
     _steps(runtime)
     assert github_standin.status_states("octo/web", sha, "tidecd/web") == ["pending", "failure"]
-    assert [m[2]["trigger"] for m in receiver.messages if m[0] == "/hook"] == ["on-sync-running", "on-sync-failed"]
+    assert receiver.triggers("/hook") == ["on-sync-running", "on-sync-failed"]
     assert receiver.bad == 0
 
 
 def test_failed_delivery_is_retried_with_backoff_then_given_up(
-        monkeypatch: pytest.MonkeyPatch, github_standin: GitHubStandIn, receiver: Receiver) -> None:
+        monkeypatch: pytest.MonkeyPatch, github_standin: GitHubStandIn, receiver: SignedWebhook) -> None:
     runtime, git, store, _ = _setup(monkeypatch, github_standin, receiver, annotations={
         "notifications.argoproj.io/subscribe.on-sync-succeeded.webhook": "hooks"})
     git.push([CONFIGMAP])
@@ -277,7 +235,7 @@ def test_failed_delivery_is_retried_with_backoff_then_given_up(
 
 
 def test_github_down_never_fails_the_sync(monkeypatch: pytest.MonkeyPatch, github_standin: GitHubStandIn,
-                                          receiver: Receiver) -> None:
+                                          receiver: SignedWebhook) -> None:
     runtime, git, _, _ = _setup(monkeypatch, github_standin, receiver)
     runtime.settings.github_api_url = "http://127.0.0.1:9"  # nothing listens
     git.push([CONFIGMAP])
