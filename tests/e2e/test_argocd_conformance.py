@@ -92,6 +92,22 @@ def test_hooks_named_by_generate_name_run_and_are_tracked(gitops: GitOps) -> Non
     assert len(second) == 1 and second[0] != pre[0], (pre, second)
 
 
+def test_a_finished_generated_hook_is_no_resource_of_the_app(gitops: GitOps) -> None:
+    """Argo CD (controller/state.go CompareAppState, gitops-engine `hook.IsHook`): a live object that is a
+    hook is neither compared nor listed, so a finished PreSync hook named by its operation (of the same kind
+    as a plain object of the app, hence listed) does not make the app OutOfSync once the operation is over."""
+    gitops.push({"app/work.yaml": job("work"), "app/pre.yaml": hook_job("pre-", "PreSync")})
+    gitops.application()
+    gitops.sync()
+    gitops.reconcile(automate=False)  # a refresh after the operation: its hook name is no longer planned
+    state = gitops.state()
+    assert state.operation is not None and state.operation.phase == "Succeeded", state.operation
+    [pre] = [r.key.name for r in state.operation.results if r.hook]
+    assert gitops.live("Job", pre, "batch") is not None  # BeforeHookCreation: it stays until the next sync
+    assert [(r.kind, r.name) for r in state.resources] == [("Job", "work")], state.resources
+    assert state.sync_status == "Synced" and state.health == "Healthy", (state.sync_status, state.health)
+
+
 def test_prune_runs_after_the_apply_waves_highest_wave_first(gitops: GitOps) -> None:
     """Argo CD's sync-waves doc: waves are applied lowest first and pruned highest first, and pruning comes
     after the sync phase's waves (gitops-engine gives prune tasks the last wave's turn)."""

@@ -266,14 +266,35 @@ def test_roll_up_empty_and_no_health_is_healthy() -> None:
     assert roll_up(iter([HealthResult(S)])) is S
 
 
-def test_app_health_ignores_missing_kinds_without_check() -> None:
+def test_app_health_counts_only_live_resources_unless_none_is_live() -> None:
+    """Argo CD 3 (controller/health.go setApplicationHealth): a resource not live (a selective sync left it
+    out) does not make the app Missing, whatever its kind; only an app none of whose resources is live is."""
     cm = ResourceKey("", "ConfigMap", "guestbook", "guestbook-config")
     deploy = ResourceKey("apps", "Deployment", "guestbook", "guestbook-ui")
     svc = ResourceKey("", "Service", "guestbook", "guestbook-ui")
-    assert app_health([(cm, assess(None)), (svc, assess(load("service-clusterip.yaml")))]) is H
-    assert app_health([(cm, assess(None)), (deploy, assess(None))]) is M
-    assert app_health([(deploy, assess(load("deployment-degraded-deadline.yaml"))), (cm, None)]) is D
-    assert app_health([]) is H
+    service = load("service-clusterip.yaml")
+    assert app_health([(cm, None, assess(None)), (svc, service, assess(service))]) is H
+    assert app_health([(deploy, None, assess(None)), (svc, service, assess(service))]) is H
+    assert app_health([(cm, None, assess(None)), (deploy, None, assess(None))]) is M
+    degraded = load("deployment-degraded-deadline.yaml")
+    assert app_health([(deploy, degraded, assess(degraded)), (cm, None, assess(None))]) is D
+    assert app_health([(deploy, degraded, assess(degraded)), (cm, configmap := {"kind": "ConfigMap"}, None)]) is D
+    assert configmap and app_health([]) is H
+
+
+def test_app_health_ignores_what_argocd_ignores() -> None:
+    """`argocd.argoproj.io/ignore-healthcheck: "true"` keeps an object out; a child Application that is
+    Missing or Unknown does not affect its parent; a live object a Lua check calls Missing still counts."""
+    deploy = ResourceKey("apps", "Deployment", "guestbook", "guestbook-ui")
+    degraded = copy.deepcopy(load("deployment-degraded-deadline.yaml"))
+    degraded["metadata"].setdefault("annotations", {})["argocd.argoproj.io/ignore-healthcheck"] = "true"
+    assert app_health([(deploy, degraded, assess(degraded))]) is H
+    child = ResourceKey("argoproj.io", "Application", "argocd", "child")
+    app = {"kind": "Application"}
+    assert app_health([(child, app, HealthResult(M)), (child, app, HealthResult(U))]) is H
+    assert app_health([(child, app, HealthResult(D))]) is D
+    widget = ResourceKey("example.com", "Widget", "ns", "w")
+    assert app_health([(widget, {"kind": "Widget"}, HealthResult(M))]) is M
 
 
 HOOKS = [

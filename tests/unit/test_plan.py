@@ -13,6 +13,7 @@ from tidecd.sync.plan import (
     apply_batches,
     apply_order,
     hook_phases,
+    is_hook,
     plan,
     prune_order,
     resources,
@@ -71,6 +72,18 @@ def test_hooks_are_not_resources_and_skip_is_never_applied() -> None:
                  obj("ConfigMap", "skipped", **{"argocd.argoproj.io/hook": "Skip"})]
     assert [r["metadata"]["name"] for r in resources(manifests)] == ["c"]
     assert names(plan(manifests)) == ["PreSync:0:Job/x", "Sync:0:ConfigMap/c"]
+
+
+def test_a_live_hook_is_known_by_its_annotation_whatever_its_name() -> None:
+    """gitops-engine's `hook.IsHook`: a finished hook an earlier operation named (generateName) is still a
+    hook, so the comparison leaves it out; `Skip` and Helm's `crd-install` are not hooks."""
+    generated = hook("Pod", "hook-abc1234-presync-1700000000", "PreSync")
+    assert is_hook(generated)
+    assert is_hook(hook("Pod", "x", "PreDelete"))
+    assert is_hook(obj("Job", "t", **{"helm.sh/hook": "test"}))
+    assert not is_hook(obj("ConfigMap", "c"))
+    assert not is_hook(obj("ConfigMap", "s", **{"argocd.argoproj.io/hook": "Skip"}))
+    assert not is_hook(obj("CustomResourceDefinition", "d", **{"helm.sh/hook": "crd-install"}))
 
 
 def test_helm_hooks_map_to_argo_phases_with_weight_as_wave() -> None:

@@ -132,19 +132,35 @@ def roll_up(results: Iterable[HealthResult | None]) -> HealthStatus:
     return worst
 
 
-def app_health(resources: Iterable[tuple[ResourceKey, HealthResult | None]],
-               scripts: Scripts = _NO_SCRIPTS) -> HealthStatus:
-    """An app's health from (key, `assess` result) of each of its resources, with Argo CD's rules.
+IGNORE_HEALTH_CHECK = "argocd.argoproj.io/ignore-healthcheck"  # "true": the object's health is not rolled up
+_CHILD_APP_IGNORED = frozenset({HealthStatus.MISSING, HealthStatus.UNKNOWN})
 
-    As `roll_up`, except that a Missing resource counts only when its kind has a health check: a missing
-    ConfigMap shows as Missing on the resource but does not make the app Missing. The caller leaves out
-    hooks and resources with `compare-options: IgnoreExtraneous`, as Argo CD does.
+
+def app_health(resources: Iterable[tuple[ResourceKey, Manifest | None, HealthResult | None]]) -> HealthStatus:
+    """An app's health from (key, live object or None, `assess` result) of each of its resources, with Argo
+    CD 3's rules (`controller/health.go` setApplicationHealth): the worst health of the live objects. A
+    resource that is not live does not count (its OutOfSync already says it is missing), unless none of the
+    app's resources is live: then the app is Missing. A live object annotated
+    `argocd.argoproj.io/ignore-healthcheck: "true"` does not count, nor does a child Application whose
+    health is Missing or Unknown. The caller leaves out hooks and resources with
+    `compare-options: IgnoreExtraneous`, as Argo CD does.
     """
-    return roll_up(
-        result for key, result in resources
-        if not (result is not None and result.status is HealthStatus.MISSING
-                and not has_check(key.group, key.kind, scripts))
-    )
+    worst, any_resource, any_live = HealthStatus.HEALTHY, False, False
+    for key, live, result in resources:
+        any_resource = True
+        if live is None:
+            continue
+        any_live = True
+        notes = (live.get("metadata") or {}).get("annotations") or {}
+        if result is None or notes.get(IGNORE_HEALTH_CHECK) == "true":
+            continue
+        if (key.group, key.kind) == ("argoproj.io", "Application") and result.status in _CHILD_APP_IGNORED:
+            continue
+        if result.status.is_worse(worst):
+            worst = result.status
+    if any_resource and not any_live and HealthStatus.MISSING.is_worse(worst):
+        return HealthStatus.MISSING
+    return worst
 
 
 @dataclass(frozen=True)
@@ -188,4 +204,5 @@ def _run(check: Callable[[Manifest], HealthResult | None], obj: Manifest, key: R
         return HealthResult(HealthStatus.UNKNOWN, f"{key}: health check failed: {exc}")
 
 
-__all__ = ["HookOutcome", "Scripts", "app_health", "assess", "has_check", "hook_outcome", "is_hook_done", "roll_up"]
+__all__ = ["IGNORE_HEALTH_CHECK", "HookOutcome", "Scripts", "app_health", "assess", "has_check", "hook_outcome",
+           "is_hook_done", "roll_up"]

@@ -177,7 +177,8 @@ def compare_all(cluster: KubeCluster, app: Application, config: Config, manifest
                 live: Mapping[ResourceKey, Manifest], *, hooks: frozenset[ResourceKey] = frozenset(),
                 cache: Mapping[str, CachedComparison] | None = None) -> Compared:
     """Each desired object against its live one (a dry-run of tidecd's apply, unless the cache knows this
-    live object and desired fingerprint), then the app's live objects nothing desires any more."""
+    live object and desired fingerprint), then the app's live objects nothing desires any more, hooks left
+    out (`plan.is_hook`: a finished hook an earlier operation named is not extraneous, as in Argo CD)."""
     desired = {ResourceKey.of(m): m for m in plan.resources(manifests)}
     cache = cache or {}
     new_cache: dict[str, CachedComparison] = {}
@@ -210,7 +211,7 @@ def compare_all(cluster: KubeCluster, app: Application, config: Config, manifest
 
     results = each(one, sorted(desired.items()))
     for key, obj in sorted(live.items()):
-        if key not in desired and key not in hooks and owned_by(obj, app.name) \
+        if key not in desired and key not in hooks and not plan.is_hook(obj) and owned_by(obj, app.name) \
                 and not excluded_kind(config, app, key):
             results.append(dataclasses.replace(compare(key, obj, None), ignore_extraneous=_ignores_extraneous(obj)))
     return Compared(Comparison(results), new_cache, tuple(sorted(claimed)))

@@ -63,13 +63,13 @@ def observed(state: AppState, target: Target, comparison: Comparison, live: Mapp
         result: HealthResult | None = None
         if not res.requires_pruning:
             result = health.assess(live.get(res.key), scripts)
-            assessed.append((res.key, result))
+            assessed.append((res.key, live.get(res.key), result))
         statuses.append(app_state.ResourceStatus(
             res.key.group, res.key.kind, res.key.namespace, res.key.name, res.status,
             result.status if result else None, result.message if result else "",
             list(res.changed_paths), res.requires_pruning, res.text or res.error,
         ))
-    roll, message = _rolled_up(assessed, scripts)
+    roll, message = _rolled_up(assessed)
     conditions = kept_conditions(state) + syncoptions.conditions(target.app.sync_policy.sync_options, now)
     conditions += [{"type": "RepeatedResourceWarning", "message": text, "at": now} for text in notes.warnings]
     if notes.orphans:
@@ -96,18 +96,18 @@ def reassessed(state: AppState, live: Mapping[ResourceKey, Manifest], scripts: M
             statuses.append(res)
             continue
         result = health.assess(live.get(res.key), scripts)
-        assessed.append((res.key, result))
+        assessed.append((res.key, live.get(res.key), result))
         statuses.append(replace(res, health=result.status if result else None,
                                 health_message=result.message if result else ""))
-    roll, message = _rolled_up(assessed, scripts)
+    roll, message = _rolled_up(assessed)
     return replace(state, health=roll, health_message=message, resources=statuses)
 
 
-def _rolled_up(assessed: list[tuple[ResourceKey, HealthResult | None]],
-               scripts: Mapping[str, str]) -> tuple[HealthStatus, str]:
-    """The app's health and the message of the first resource that gave it."""
-    roll = health.app_health(assessed, scripts)
-    return roll, next((f"{k}: {r.message}" for k, r in assessed if r and r.status is roll and r.message), "")
+def _rolled_up(assessed: list[tuple[ResourceKey, Manifest | None, HealthResult | None]]) -> tuple[HealthStatus, str]:
+    """The app's health and the message of the first live resource that gave it."""
+    roll = health.app_health(assessed)
+    return roll, next((f"{k}: {r.message}" for k, obj, r in assessed
+                       if obj is not None and r and r.status is roll and r.message), "")
 
 
 def kept_conditions(state: AppState) -> list[dict[str, str]]:

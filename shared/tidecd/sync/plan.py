@@ -155,6 +155,17 @@ def hook_phases(obj: Manifest) -> list[Phase] | None:
     return None
 
 
+def is_hook(obj: Manifest) -> bool:
+    """Whether a live object is a hook, as gitops-engine's `hook.IsHook` reads it (Argo CD's deletion hooks
+    included): `argocd.argoproj.io/hook` naming anything but `Skip`, else any `helm.sh/hook` but
+    `crd-install`. Argo CD leaves such objects out of the comparison, the app's health and prune, whatever
+    their name: a hook named by an earlier operation (`generateName`, or none) is no resource of the app."""
+    notes = annotations_of(obj)
+    if constants.ANNOTATION_HOOK in notes:
+        return "Skip" not in {n.strip() for n in str(notes[constants.ANNOTATION_HOOK]).split(",")}
+    return constants.HELM_HOOK in notes and str(notes[constants.HELM_HOOK]).strip() != "crd-install"
+
+
 def delete_policies(obj: Manifest) -> frozenset[str]:
     notes = annotations_of(obj)
     if constants.ANNOTATION_HOOK_DELETE_POLICY in notes:
