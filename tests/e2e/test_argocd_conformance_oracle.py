@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster import release_argocd_finalizers, track_namespace
-from tests.support.conformance import Outcome, Suite, live_objects, placeholders
+from tests.support.conformance import Case, Outcome, Suite, live_objects, placeholders
 from tests.support.conformance_cases import CASES
 from tests.support.gitserver import GitRepo
 from tests.support.peers import application_names, delete_applications
@@ -73,6 +73,18 @@ KNOWN: dict[str, Known] = {
 }
 
 
+def selected_cases() -> list[Case]:
+    """`TIDECD_CONFORMANCE_CASES=a,b` runs only those cases (a name no case has is an error); all by default."""
+    wanted = [n.strip() for n in os.environ.get("TIDECD_CONFORMANCE_CASES", "").split(",") if n.strip()]
+    unknown = sorted(set(wanted) - {c.name for c in CASES})
+    if unknown:
+        raise ValueError(f"TIDECD_CONFORMANCE_CASES names no case: {unknown}")
+    return [c for c in CASES if not wanted or c.name in wanted]
+
+
+SELECTED = selected_cases()
+
+
 @dataclass(frozen=True)
 class Run:
     suite: Suite
@@ -86,7 +98,7 @@ def conformance(argocd_session: ArgoCD, cluster: DevCluster, git_server: GitServ
     workdir = tmp_path_factory.mktemp("conformance")
     repo = GitRepo(git_server, f"conformance-{uuid.uuid4().hex[:8]}", workdir / "repo")
     kube = KubeCluster.from_kubeconfig(str(cluster.kubeconfig))
-    suite = Suite(CASES, argo=argocd_session, kube=kube, kubeconfig=str(cluster.kubeconfig), repo=repo,
+    suite = Suite(SELECTED, argo=argocd_session, kube=kube, kubeconfig=str(cluster.kubeconfig), repo=repo,
                   workdir=workdir)
     for ns in suite.namespaces:
         track_namespace(ns, "tests/e2e/test_argocd_conformance_oracle.py")
@@ -94,7 +106,7 @@ def conformance(argocd_session: ArgoCD, cluster: DevCluster, git_server: GitServ
     try:
         outcomes = suite.run()
         took = time.monotonic() - start
-        print(f"\nconformance: {len(CASES)} cases in {took:.1f} s (rounds: "
+        print(f"\nconformance: {len(SELECTED)} cases in {took:.1f} s (rounds: "
               f"{', '.join(f'{t:.1f}' for t in suite.timings)} s)")
         if report := os.environ.get("TIDECD_CONFORMANCE_REPORT"):  # every difference in full, as JSON
             Path(report).write_text(json.dumps({o.case.name: o.differences() for o in outcomes}, indent=1))
@@ -102,13 +114,13 @@ def conformance(argocd_session: ArgoCD, cluster: DevCluster, git_server: GitServ
             print(f"  {outcome.case.name}: {sorted(outcome.differences()) or 'agrees'}")
         yield Run(suite, {o.case.name: o for o in outcomes}, took)
     finally:
-        delete_applications(argocd_session, {c.app for c in CASES} & application_names(argocd_session))
+        delete_applications(argocd_session, {c.app for c in SELECTED} & application_names(argocd_session))
         for ns in sorted(suite.namespaces):
             release_argocd_finalizers(kube, ns)
             kube.delete(ResourceKey("", "Namespace", "", ns))
 
 
-@pytest.mark.parametrize("name", [c.name for c in CASES])
+@pytest.mark.parametrize("name", [c.name for c in SELECTED])
 def test_case_agrees_with_argocd(conformance: Run, name: str) -> None:
     outcome = conformance.outcomes[name]
     differences = outcome.differences()

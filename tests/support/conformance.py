@@ -299,7 +299,12 @@ RESULT_STATUS = {Action.FAILED: "SyncFailed", Action.PRUNED: "Pruned", Action.PR
 
 
 def _tide_verb(result: app_state.TaskResult) -> str:
+    """What tidecd's apply did, shown where Argo CD's result still shows it: gitops-engine replaces the apply
+    message of a resource that turns Degraded during a multi-step sync with its health message
+    (`setResourceResult` in `Sync`), so a resource tidecd judged Degraded shows no apply word either."""
     if result.action in RESULT_STATUS or result.action is Action.SKIPPED:
+        return ""
+    if not result.hook and result.phase is app_state.TaskPhase.FAILED:
         return ""
     return "replaced" if result.message == "replaced" else result.action.value
 
