@@ -2,7 +2,8 @@
 
 A `Case` is files in a git repo (under the case's own directory of one suite repo), an Application spec
 and steps (push a change, sync with options, change a live object). `Suite.run` plays every case at once:
-each round pushes all cases' changes in one commit, starts every case's operation in both tools (Argo CD
+each round plays the cases that only drift live objects first, then pushes all other cases' changes in one
+commit, starts every case's operation in both tools (Argo CD
 in namespace A, tidecd in namespace B), waits for all of them together and observes both sides. Argo CD
 processes its Applications in parallel; tidecd's steps run on a few threads, one Runtime per case.
 
@@ -415,8 +416,33 @@ class Suite:
         self.repo.push()
 
     def _round(self, index: int, cases: list[Case]) -> list[tuple[Case, Observation, Observation]]:
+        """One round of every case: first the cases that only change live objects (a drift, as Argo CD's
+        self-heal tests make it: nothing is pushed), so both tools see them at the revision they synced; then
+        one commit of every other case's files, and those cases. The suite's cases share one repository, so
+        that commit would otherwise move the revision of a drift case too: tidecd would sync the new commit
+        whole where Argo CD's controller, refreshed by the watch at its last compared revision, self-heals
+        only what drifted."""
         steps = {c.name: c.steps[index] for c in cases}
-        self._push({f"{c.name}/{p}": v for c in cases for p, v in steps[c.name].files.items()}, f"round {index}")
+        drifts = [c for c in cases if steps[c.name].patches and not steps[c.name].files and steps[c.name].sync is None]
+        self._play(index, drifts, steps)
+        rest = [c for c in cases if c not in drifts]
+        self._push({f"{c.name}/{p}": v for c in rest for p, v in steps[c.name].files.items()}, f"round {index}")
+        self._play(index, rest, steps)
+        self._settle(cases)
+        objects = live_objects(self.kube, self.namespaces)
+        out = []
+        for case in cases:
+            argo_ns, tide_ns = self.ns[case.name]
+            names = self.names[case.name]
+            argo = argo_observation(self.argo.application(case.app), objects[argo_ns], argo_ns, names)
+            state = app_state.load(self.store, case.app)[0]
+            out.append((case, argo, tide_observation(state, objects[tide_ns], tide_ns, names)))
+        return out
+
+    def _play(self, index: int, cases: list[Case], steps: Mapping[str, Step]) -> None:
+        """Patch the cases' live objects, then start and finish their round in both tools at once."""
+        if not cases:
+            return
         for case in cases:
             for patch in steps[case.name].patches:
                 for ns in self.ns[case.name]:
@@ -431,16 +457,6 @@ class Suite:
             self._wait_argo(tracks)
             for future in futures:
                 future.result()
-        self._settle(cases)
-        objects = live_objects(self.kube, self.namespaces)
-        out = []
-        for case in cases:
-            argo_ns, tide_ns = self.ns[case.name]
-            names = self.names[case.name]
-            argo = argo_observation(self.argo.application(case.app), objects[argo_ns], argo_ns, names)
-            state = app_state.load(self.store, case.app)[0]
-            out.append((case, argo, tide_observation(state, objects[tide_ns], tide_ns, names)))
-        return out
 
     # -- Argo CD's side --------------------------------------------------------------------------------------
 
