@@ -109,7 +109,8 @@ def conformance(argocd_session: ArgoCD, cluster: DevCluster, git_server: GitServ
         print(f"\nconformance: {len(SELECTED)} cases in {took:.1f} s (rounds: "
               f"{', '.join(f'{t:.1f}' for t in suite.timings)} s)")
         if report := os.environ.get("TIDECD_CONFORMANCE_REPORT"):  # every difference in full, as JSON
-            Path(report).write_text(json.dumps({o.case.name: o.differences() for o in outcomes}, indent=1))
+            Path(report).write_text(json.dumps({o.case.name: {**o.differences(), "notes": o.notes()}
+                                                for o in outcomes}, indent=1))
         for outcome in outcomes:
             print(f"  {outcome.case.name}: {sorted(outcome.differences()) or 'agrees'}")
         yield Run(suite, {o.case.name: o for o in outcomes}, took)

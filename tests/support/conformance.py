@@ -108,6 +108,7 @@ class Observation:
     resources: tuple[tuple[str, ...], ...]  # sorted (kind, name, sync status): Argo CD v3 keeps each
     # resource's health out of the Application (controller.resource.health.persist), so the app's is compared
     live: Mapping[str, Any]  # "Kind/name" -> the normalised object
+    note: str = ""  # not compared: the operation's message and the app's conditions, for the report
 
     def differences(self, other: Observation) -> dict[str, str]:
         """Aspect -> what differs (this is Argo CD's side, `other` tidecd's)."""
@@ -132,6 +133,10 @@ class Outcome:
     case: Case
     rounds: tuple[tuple[Observation, Observation], ...]
     error: str = ""  # what a tidecd step raised
+
+    def notes(self) -> list[str]:
+        """Per round, each tool's operation message and conditions (the report's context, never compared)."""
+        return [f"round {i}: argocd {argo.note} | tidecd {tide.note}" for i, (argo, tide) in enumerate(self.rounds)]
 
     def differences(self) -> dict[str, str]:
         """Aspect -> the first round's difference in it (empty when both tools agree throughout)."""
@@ -281,10 +286,12 @@ def argo_observation(app: Obj | None, objects: Mapping[str, Obj], namespace: str
     resources = tuple(sorted(  # a hook is listed with no status: not a resource of the app
         (str(r.get("kind", "")), names(str(r.get("name", ""))), str(r.get("status", "")))
         for r in status.get("resources") or [] if r.get("status")))
+    conditions = "; ".join(f"{c.get('type')}: {c.get('message', '')}" for c in status.get("conditions") or [])
     return Observation(sync=str((status.get("sync") or {}).get("status", "")),
                        health=str((status.get("health") or {}).get("status", "")),
                        phase=str(op.get("phase", "")), results=results, resources=resources,
-                       live=_live(objects, namespace, names))
+                       live=_live(objects, namespace, names),
+                       note=f"operation: {op.get('message', '')!r}; conditions: {conditions!r}")
 
 
 APPLY_MESSAGE = re.compile(r"^\S+/\S+ (created|configured|unchanged|replaced)$")
@@ -318,9 +325,11 @@ def tide_observation(state: app_state.AppState, objects: Mapping[str, Obj], name
          r.phase.value if r.hook else _tide_verb(r), r.sync_phase)
         for r in (op.results if op else [])))
     resources = tuple(sorted((r.kind, names(r.name), r.status.value) for r in state.resources))
+    conditions = "; ".join(f"{c.get('type')}: {c.get('message', '')}" for c in state.conditions)
     return Observation(sync=state.sync_status.value, health=state.health.value,
                        phase=op.phase.value if op else "", results=results, resources=resources,
-                       live=_live(objects, namespace, names))
+                       live=_live(objects, namespace, names),
+                       note=f"operation: {op.message if op else ''!r}; conditions: {conditions!r}")
 
 
 # -- running --------------------------------------------------------------------------------------------------
