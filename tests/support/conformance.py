@@ -482,8 +482,12 @@ class Suite:
             sync: Obj = {"prune": step.sync.prune}
             if step.sync.resources:
                 sync["resources"] = [{"group": g, "kind": k, "name": n} for g, k, n in step.sync.resources]
-            if step.sync.options:
-                sync["syncOptions"] = list(step.sync.options)
+            # as argocd-server's Sync fills the operation (server/application.go): the request's sync options,
+            # else the app's `syncPolicy.syncOptions` (the controller reads CreateNamespace=true, ServerSideApply=true
+            # ... from the operation only; an operation written without them creates no namespace)
+            options = list(step.sync.options) or list((case.spec.get("syncPolicy") or {}).get("syncOptions") or [])
+            if options:
+                sync["syncOptions"] = options
             self.argo.kube.merge_patch(self.argo.key(case.app), {"operation": {
                 "initiatedBy": {"username": "conformance"}, "sync": sync}})
             track.synced = True
