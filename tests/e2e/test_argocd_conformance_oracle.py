@@ -49,27 +49,11 @@ def known(reason: str, *aspects: str) -> Known:
 
 
 KNOWN: dict[str, Known] = {
-    "unnamed-hook": known("named and run as Argo CD names it, but once finished it is listed as an OutOfSync "
-                          "resource (as generate-name-hook)", "resources", "sync"),
-    "unnamed-resource": known("a non-hook object without a name makes the app Unknown (ComparisonError); Argo "
-                              "CD shows it OutOfSync/Missing and fails its sync", "health", "resources", "results",
-                              "sync"),
-    "generate-name-hook": known("the finished generateName hook is listed as an OutOfSync resource, so the app is "
-                                "OutOfSync; Argo CD leaves hooks out of the comparison", "resources", "sync"),
-    "prune-order-waves": known("per-resource results of a pruning sync: tidecd lists the prunes wave by wave with "
-                               "its own messages", "results"),
-    "selective-sync": known("after a selective sync the objects not synced count as Missing in the app's health; "
-                            "Argo CD's health stays Healthy", "health"),
-    "postsync-pod-fails": known("a failed hook Pod's result message: Argo CD's carries no apply word", "results"),
-    "self-heal-enabled": known("self-heal re-applies the whole app (the Service too); Argo CD re-applies only what "
-                               "drifted", "results"),
-    "create-namespace": known("a destination namespace created by CreateNamespace=true: Argo CD's sync fails "
-                              "in this harness, not yet analysed", "health", "live", "phase", "resources", "results",
-                              "sync"),
-    "namespace-ssa": known("as create-namespace, with ServerSideApply=true", "health", "live", "phase", "resources",
-                           "results", "sync"),
-    "namespace-metadata": known("as create-namespace, with managedNamespaceMetadata", "health", "live", "phase",
-                                "resources", "results", "sync"),
+    "unnamed-resource": known("a non-hook object without a name makes the app Unknown (ComparisonError) and is "
+                              "never sent to the cluster; Argo CD shows it OutOfSync/Missing and fails its sync at "
+                              "the dry-run", "health", "resources", "results", "sync"),
+    "prune-order-waves": known("a new Role or RoleBinding: Argo CD creates RBAC through `kubectl auth reconcile`, so "
+                               "its result reads 'reconciled ... configured'; tidecd's reads created", "results"),
 }
 
 

@@ -115,6 +115,8 @@ class Observation:
         out: dict[str, str] = {}
         for aspect in ("sync", "health", "phase", "results", "resources"):
             mine, theirs = getattr(self, aspect), getattr(other, aspect)
+            if aspect == "results":
+                theirs = server_side(mine, theirs)
             if mine != theirs:
                 out[aspect] = f"argocd {mine!r} | tidecd {theirs!r}"
         if self.live != other.live:
@@ -157,6 +159,9 @@ SERVER_META = ("uid", "resourceVersion", "managedFields", "creationTimestamp", "
                "namespace", "ownerReferences", "deletionTimestamp", "deletionGracePeriodSeconds")
 TOOL_ANNOTATIONS = ("argocd.argoproj.io/tracking-id", "kubectl.kubernetes.io/last-applied-configuration",
                     "deployment.kubernetes.io/revision")
+# Argo CD marks the namespace its managedNamespaceMetadata writes so that it applies it server-side
+# (controller/sync_namespace.go); tidecd applies everything server-side and needs no mark
+NAMESPACE_MARKS = {"argocd.argoproj.io/sync-options": "ServerSideApply=true"}
 TOOL_PREFIXES = ("tidecd.io/", "tidecd.dev/")
 UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
 SKIPPED_OBJECTS = {("ConfigMap", "kube-root-ca.crt"), ("ServiceAccount", "default")}
@@ -184,6 +189,8 @@ def normalise(obj: Obj, namespace: str, name: str) -> Obj:
     meta["name"] = name
     meta["labels"] = _clean_map(meta.get("labels"), UID_LABELS)
     meta["annotations"] = _clean_map(meta.get("annotations"))
+    if obj.get("kind") == "Namespace":
+        meta["annotations"] = {k: v for k, v in meta["annotations"].items() if NAMESPACE_MARKS.get(k) != v}
     out: Obj = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
     out["metadata"] = {k: v for k, v in meta.items() if v not in ({}, None)}
     spec = out.get("spec")
@@ -215,11 +222,21 @@ class Names:
     the prefix and `*`, and a hook named by the tool (gitops-engine's `<revision>-<phase>-<time>` suffix)
     the same with that suffix; every other name as it is."""
 
-    def __init__(self, docs: Iterable[Obj]) -> None:
+    def __init__(self, docs: Iterable[Obj], namespace: str = "") -> None:
         self.prefixes = {str(d["metadata"]["generateName"]) for d in docs
                          if (d.get("metadata") or {}).get("generateName")}
+        self.namespace = namespace
+
+    def within(self, namespace: str) -> Names:
+        """These names, and the tool's own namespace (a CreateNamespace=true result) shown as `NS`, as in
+        the live objects."""
+        out = Names([], namespace)
+        out.prefixes = self.prefixes
+        return out
 
     def __call__(self, name: str) -> str:
+        if self.namespace and name == self.namespace:
+            return "NS"
         for prefix in sorted(self.prefixes, key=len, reverse=True):
             if name.startswith(prefix):
                 return prefix + "*"
@@ -277,6 +294,7 @@ def _live(objects: Mapping[str, Obj], namespace: str, names: Names) -> dict[str,
 
 
 def argo_observation(app: Obj | None, objects: Mapping[str, Obj], namespace: str, names: Names) -> Observation:
+    names = names.within(namespace)
     status = (app or {}).get("status") or {}
     op = status.get("operationState") or {}
     results = tuple(sorted(
@@ -291,10 +309,23 @@ def argo_observation(app: Obj | None, objects: Mapping[str, Obj], namespace: str
                        health=str((status.get("health") or {}).get("status", "")),
                        phase=str(op.get("phase", "")), results=results, resources=resources,
                        live=_live(objects, namespace, names),
-                       note=f"operation: {op.get('message', '')!r}; conditions: {conditions!r}")
+                       note=f"operation: {op.get('message', '')!r}; conditions: {conditions!r}; results: "
+                            + "; ".join(f"{r.get('kind')}/{r.get('name')}: {r.get('message', '')}"
+                                        for r in (op.get("syncResult") or {}).get("resources") or []))
 
 
-APPLY_MESSAGE = re.compile(r"^\S+/\S+ (created|configured|unchanged|replaced)$")
+APPLY_MESSAGE = re.compile(r"^\S+/\S+ (created|configured|unchanged|replaced|serverside-applied)$")
+SERVER_SIDE = "serverside-applied"
+
+
+def server_side(argo: tuple[tuple[str, ...], ...], tide: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
+    """tidecd's results with the apply word of each resource Argo CD applied server-side replaced by Argo CD's:
+    its result then reads `serverside-applied`, which says neither created nor configured, and tidecd (which
+    always applies server-side) says which. Every other field still has to agree."""
+    applied = {(r[0], r[1], r[2], r[4]) for r in argo if r[3] == SERVER_SIDE}
+    return tuple(sorted((r[0], r[1], r[2], SERVER_SIDE, r[4])
+                        if (r[0], r[1], r[2], r[4]) in applied and r[3] in ("created", "configured") else r
+                        for r in tide))
 
 
 def _verb(result: Obj) -> str:
@@ -319,6 +350,7 @@ def _tide_verb(result: app_state.TaskResult) -> str:
 
 def tide_observation(state: app_state.AppState, objects: Mapping[str, Obj], namespace: str,
                      names: Names) -> Observation:
+    names = names.within(namespace)
     op = state.operation
     results = tuple(sorted(
         (r.key.kind, names(r.key.name), RESULT_STATUS.get(r.action, "Synced"),

@@ -98,6 +98,7 @@ TRANSITIONS: dict[str, Callable[[AppState], object]] = {
     "dry_run": lambda s: record.dry_run(s, FAILED, [ChangeEntry(OLD, Action.FAILED, "known")], decision.DryRun(())),
     "hooks_intended": lambda s: record.hooks_intended(s, decision.RunTasks(Phase.PRE_SYNC, 0, (HOOK_TASK,), False)),
     "ran": lambda s: record.ran(s, WRITTEN),
+    "namespace_applied": lambda s: record.namespace_applied(s, "ns", created=True),
     "pruned": lambda s: record.pruned(s, decision.Prune(((OLD, 0), (WEB, 1)), True), Executed(
         entries=(ChangeEntry(OLD, Action.PRUNED, "pruned"),))),
     "finish": lambda s: record.finish(s, OperationPhase.SUCCEEDED, "done", finished()),
@@ -136,3 +137,18 @@ def test_a_transition_leaves_its_input_unchanged(name: str) -> None:
     assert app_state.encode(given) == before  # the input, as it was
     assert app_state.encode(new) != before  # and the transition did change something
     assert new is not given
+
+
+def test_a_created_namespace_is_a_presync_result_and_never_inventory() -> None:
+    """gitops-engine reports CreateNamespace=true's namespace as a PreSync result; it is no task, so the
+    operation's end does not add it to the inventory (a later prune would delete the app's namespace)."""
+    new = record.namespace_applied(state(), "ns", created=True)
+    assert new.operation is not None
+    [result] = [r for r in new.operation.results if r.key.kind == "Namespace"]
+    assert (result.key.name, result.sync_phase, result.hook, result.action, result.phase) == (
+        "ns", "PreSync", False, Action.CREATED, TaskPhase.SUCCEEDED)
+    again = record.namespace_applied(new, "ns", created=False)
+    assert again.operation is not None
+    assert [r.action for r in again.operation.results if r.key.kind == "Namespace"] == [Action.CONFIGURED]
+    done, _ = record.finish(new, OperationPhase.SUCCEEDED, "done", finished())
+    assert ResourceKey("", "Namespace", "", "ns") not in dict(done.inventory_keys())

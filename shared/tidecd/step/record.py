@@ -373,6 +373,19 @@ def hooks_intended(state: AppState, step: decision.RunTasks) -> tuple[AppState, 
     return _with_operation(state, replace(op, results=results)), bool(hooks)
 
 
+def namespace_applied(state: AppState, namespace: str, *, created: bool) -> AppState:
+    """CreateNamespace=true's namespace created (or its `managedNamespaceMetadata` applied) as a result of the
+    PreSync phase, as gitops-engine's `autoCreateNamespace` task reports it. Not a task: never in the
+    inventory (pruning it would delete the app's namespace)."""
+    op = _operation(state)
+    key = ResourceKey("", "Namespace", "", namespace)
+    action = Action.CREATED if created else Action.CONFIGURED
+    message = "created (CreateNamespace=true)" if created else "managedNamespaceMetadata applied"
+    result = TaskResult(key, "PreSync", 0, False, action, TaskPhase.SUCCEEDED, message)
+    results = [r for r in op.results if r.id != result.id] + [result]
+    return _with_operation(state, replace(op, results=results))
+
+
 def ran(state: AppState, done: Executed) -> AppState:
     """Each applied task's result, replacing an earlier one of the same task (a hook's intent)."""
     op = _operation(state)

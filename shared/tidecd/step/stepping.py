@@ -522,6 +522,8 @@ class Step:
             self.finish(OperationPhase.FAILED, refused)
         elif isinstance(step, decision.CreateNamespace):
             execute.create_namespace(target, step)
+            created = step.namespace in self.eye.facts.missing_namespaces
+            self.state = record.namespace_applied(self.state, step.namespace, created=created)
             self.eye.facts = dataclasses.replace(self.eye.facts,
                                              missing_namespaces=self.eye.facts.missing_namespaces - {step.namespace},
                                              stale=frozenset())
