@@ -7,11 +7,13 @@ One set-up serves every case: the session's Argo CD (`argocd_session`) gets a se
 with its own argocd-cm, AppProject `default` and cluster Secrets, and an ApplicationSet controller watching only
 it (no application controller does, so nothing generated is ever synced). All ApplicationSets are applied at
 once; tidecd evaluates the same documents from a config source holding the same cluster Secrets.
+`TIDECD_APPSET_ORACLE_DUMP=FILE` writes both sides of every case to FILE (JSON), to study a difference.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -188,6 +190,12 @@ def results(argocd_session: ArgoCD, cluster: DevCluster, git_server: GitServer,
     seconds = {"argo set-up and apply": applied - started, "tidecd evaluation": evaluated - applied,
                "argo settled after": done - applied}
     print(f"appset oracle: {len(appset_cases.CASES)} cases; " + ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()))
+    if os.environ.get("TIDECD_APPSET_ORACLE_DUMP"):  # both sides of every case, to study a difference
+        Path(os.environ["TIDECD_APPSET_ORACLE_DUMP"]).write_text(json.dumps({
+            name: {"tidecd": json.loads(_shown(tidecd[name])), "argo": json.loads(_shown(argo_side[name]))}
+            for name, _ in appset_cases.CASES} | {
+            f"rolling:{name}": {"tidecd": repr(rolling_tidecd.get(name)), "argo": repr(rolling_argo.get(name))}
+            for name in appset_cases.ROLLING_CASES}, indent=1, sort_keys=True))
     yield Results(tidecd, argo_side, rolling_tidecd, rolling_argo, seconds)
     release_argocd_finalizers(argo.kube.kube, NAMESPACE)
     for name, _ in appset_cases.CASES:
@@ -219,7 +227,8 @@ def test_rolling_sync_chooses_what_argo_cd_chooses(results: Results, name: str) 
     chosen and their syncs started, every other app waits; both from the same steps and labels."""
     ours, theirs = results.rolling_tidecd[name], results.rolling_argo[name]
     if name in appset_cases.ROLLING_EXPECTED:
-        assert ours != theirs, f"{name} now agrees with Argo CD: drop it from ROLLING_EXPECTED"
+        assert ours != theirs, f"{name} now agrees with Argo CD: drop its ROLLING_EXPECTED entry " \
+                               f"({appset_cases.ROLLING_EXPECTED[name]})"
         return
     assert ours == theirs, f"{name}: tidecd {ours}; Argo CD {theirs}"
 

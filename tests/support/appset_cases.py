@@ -7,8 +7,9 @@ are tidecd's own. `@REPO@` stands for the test's git repository. Every generated
 case's name, so the cases share one namespace and one config without colliding.
 
 `FILES` is the repository the git generators read; `CLUSTERS` the cluster Secrets both sides see.
-`EXPECTED` lists the cases whose outcome differs on purpose, each with its reason (docs/argocd-compatibility.md
-lists them too); the test asserts that they still differ, so an entry goes when the difference does.
+`EXPECTED` (and `ROLLING_EXPECTED`, for RollingSync's first choice) lists the cases whose outcome differs on
+purpose, each with its reason (docs/argocd-compatibility.md lists them too); the test asserts that they still
+differ, so an entry goes when the difference does.
 """
 
 from __future__ import annotations
@@ -126,9 +127,9 @@ ROLLING = {"type": "RollingSync", "rollingSync": {"steps": [
     {"matchExpressions": [{"key": "envLabel", "operator": "In", "values": ["env-dev"]}]},
     {"matchExpressions": [{"key": "envLabel", "operator": "In", "values": ["env-qa"]}], "maxUpdate": 0},
     {"matchExpressions": [{"key": "envLabel", "operator": "In", "values": ["env-prod"]}], "maxUpdate": "10%"}]}}
-ROLLING_ELEMENTS = [{"cluster": "dev", "url": "https://1.2.3.4", "env": "env-dev"},
-                    {"cluster": "qa", "url": "https://2.4.6.8", "env": "env-qa"},
-                    {"cluster": "prod", "url": "https://9.8.7.6/", "env": "env-prod"}]
+ROLLING_ELEMENTS = [{"cluster": "dev", "url": "https://staging.example:6443", "env": "env-dev"},
+                    {"cluster": "qa", "url": "https://production.example:6443", "env": "env-qa"},
+                    {"cluster": "prod", "url": "https://west.example:6443/", "env": "env-prod"}]
 
 CASES: list[tuple[str, dict[str, Any]]] = [
     # -- list (Generators-List.md, list_test.go) ------------------------------------------------------------
@@ -393,23 +394,22 @@ CASES: list[tuple[str, dict[str, Any]]] = [
 ]
 ROLLING_CASES = [name for name, body in CASES if (body.get("strategy") or {}).get("type") == "RollingSync"]
 
-UNANALYSED = "differs from Argo CD v3.6.1 (found by the oracle's first run; not analysed yet: issue 24)"
 EXPECTED: dict[str, str] = {
-    "list-fast": UNANALYSED,
-    "list-go": UNANALYSED,
-    "list-numbers-fast": UNANALYSED,
-    "patch-project": UNANALYSED,
-    "patch-finalizer": UNANALYSED,
-    "git-files": UNANALYSED,
-    "matrix-go-first-wins": UNANALYSED,
-    "merge-base-duplicates": UNANALYSED,
-    "cdr-labels": UNANALYSED,
-    "dup-names": UNANALYSED,
-    "rolling": UNANALYSED,
+    "patch-project": "Argo CD's applyTemplatePatch (controllers/template/patch.go) silently puts the template's "
+                     "spec.project back after the patch and generates the app with the rest of the patch applied; "
+                     "tidecd refuses a templatePatch that changes spec.project and sets that app aside with an error "
+                     "naming the field (issue 29): a patch fed by generator parameters (a file in git, a pull "
+                     "request's branch) that tries to move an app to another project is a mistake or an attack, "
+                     "and applying the rest of it unnoticed is not what its author meant",
 }
-# RollingSync's first choice: Argo CD recorded no applicationStatus for these within 5 s of settling (new apps
-# without a sync status); tidecd chooses the first step's apps at once. Not analysed yet (issue 24).
-ROLLING_EXPECTED = {"rolling", "rolling-max-update"}
+# RollingSync's first choice of apps, where it differs on purpose.
+ROLLING_EXPECTED: dict[str, str] = {
+    "rolling-max-update": "Argo CD v3.6.1 counts the apps of no step into the first step's total when it scales a "
+                          "percent maxUpdate (progressive_sync.go UpdateApplicationSetApplicationStatusProgress: "
+                          "totalCountMap[appStepMap[name]], where a name of no step reads step 0), so 50% of the "
+                          "3 dev apps starts 2 of them (50% of 3 + 2 prod apps); tidecd scales it by the step's own "
+                          "apps, as Argo CD's Progressive-Syncs documentation says, and starts 1",
+}
 
 
 def substituted(value: Any, repo: str) -> Any:

@@ -57,12 +57,16 @@ def test_cluster_params_as_argo_cd_gives_them(tmp_path: Path) -> None:
 
 
 def test_matrix_first_generators_values_win_with_go_templates(tmp_path: Path) -> None:
-    """matrix.go merges the second's set into a copy of the first's without override (mergo.Merge): the first's
-    values win, the second fills what is missing or empty, nested maps are combined."""
+    """matrix.go merges the second's set, then the first's, into an empty map with mergo.WithOverride (mergo
+    v1.0.2): the first's values win, even empty ones (mergo overrides map entries with empty values), nested
+    maps are merged key by key the same way, and a value meeting a map of another kind replaces it."""
     gen = {"matrix": {"generators": [
-        {"list": {"elements": [{"a": "first", "empty": "", "nested": {"x": "1"}}]}},
-        {"list": {"elements": [{"a": "second", "b": "b2", "empty": "filled", "nested": {"x": "2", "y": "3"}}]}}]}}
-    assert params(gen, tmp_path) == [{"a": "first", "b": "b2", "empty": "filled", "nested": {"x": "1", "y": "3"}}]
+        {"list": {"elements": [{"a": "first", "empty": "", "nested": {"x": "1"}, "zero": 0, "gone": None,
+                                "items": [], "kind": "text"}]}},
+        {"list": {"elements": [{"a": "second", "b": "b2", "empty": "filled", "nested": {"x": "2", "y": "3"},
+                                "zero": 5, "gone": "here", "items": ["i"], "kind": {"k": "v"}}]}}]}}
+    assert params(gen, tmp_path) == [{"a": "first", "b": "b2", "empty": "", "nested": {"x": "1", "y": "3"},
+                                      "zero": 0, "gone": None, "items": [], "kind": "text"}]
 
 
 def test_matrix_fasttemplate_refuses_a_key_both_give_differently(tmp_path: Path) -> None:
@@ -77,19 +81,39 @@ def test_matrix_fasttemplate_refuses_a_key_both_give_differently(tmp_path: Path)
     assert "spec.generators[0].matrix: both generators give parameter 'a'" in out.errors[0]
 
 
-def test_merge_refuses_duplicate_merge_keys_after_the_base_generator(tmp_path: Path) -> None:
-    """merge.go (ErrNonUniqueParamSets): the base generator may repeat a merge key, a later one may not."""
-    base_repeats = {"merge": {"mergeKeys": ["name"], "generators": [
-        {"list": {"elements": [{"name": "a", "v": "1"}, {"name": "a", "v": "2"}]}},
-        {"list": {"elements": [{"name": "a", "w": "x"}]}}]}}
-    assert params(base_repeats, tmp_path) == [{"name": "a", "v": "1", "w": "x"}, {"name": "a", "v": "2", "w": "x"}]
-    later_repeats = {"merge": {"mergeKeys": ["name"], "generators": [
-        {"list": {"elements": [{"name": "a"}]}},
-        {"list": {"elements": [{"name": "a", "w": "1"}, {"name": "a", "w": "2"}]}}]}}
-    out = expand(appset([later_repeats], name="{{name}}"), FakeSources(tmp_path))
-    assert out.failed and not out.apps
-    assert "spec.generators[0].merge.generators[1]: two parameter sets have the same merge keys (name='a')" \
-        in out.errors[0]
+def test_merge_refuses_duplicate_merge_keys_in_any_generator(tmp_path: Path) -> None:
+    """merge.go (getParamSetsByMergeKey, ErrNonUniqueParamSets) keys the base generator's sets too: a merge key
+    repeated in the first generator fails the merge as it does in a later one."""
+    for number, gens in enumerate([
+            [{"list": {"elements": [{"name": "a", "v": "1"}, {"name": "a", "v": "2"}]}},
+             {"list": {"elements": [{"name": "a", "w": "x"}]}}],
+            [{"list": {"elements": [{"name": "a"}]}},
+             {"list": {"elements": [{"name": "a", "w": "1"}, {"name": "a", "w": "2"}]}}]]):
+        gen = {"merge": {"mergeKeys": ["name"], "generators": gens}}
+        out = expand(appset([gen], name="{{name}}"), FakeSources(tmp_path))
+        assert out.failed and not out.apps
+        assert f'spec.generators[0].merge.generators[{number}]: two parameter sets have the same merge keys ' \
+               '({"name": "a"})' in out.errors[0]
+
+
+def test_merge_keys_are_top_level_parameters_compared_as_json(tmp_path: Path) -> None:
+    """merge.go reads `paramSet[mergeKey]`: a nested value is not found by its dotted name (both sides null, so
+    they match), and 1 and "1" are different keys."""
+    nested = {"merge": {"mergeKeys": ["meta.zone"], "generators": [
+        {"list": {"elements": [{"meta": {"zone": "a"}, "v": "base"}]}},
+        {"list": {"elements": [{"meta": {"zone": "b"}, "v": "override"}]}}]}}
+    assert params(nested, tmp_path) == [{"meta": {"zone": "b"}, "v": "override"}]
+    typed = {"merge": {"mergeKeys": ["n"], "generators": [
+        {"list": {"elements": [{"n": 1, "v": "base"}]}}, {"list": {"elements": [{"n": "1", "v": "override"}]}}]}}
+    assert params(typed, tmp_path) == [{"n": 1, "v": "base"}]
+
+
+def test_merge_with_go_templates_overrides_as_mergo_does(tmp_path: Path) -> None:
+    """merge.go: mergo.Merge(&base, override, mergo.WithOverride): empty values override too, maps merge."""
+    gen = {"merge": {"mergeKeys": ["name"], "generators": [
+        {"list": {"elements": [{"name": "a", "tier": "gold", "nested": {"x": "1", "y": "2"}}]}},
+        {"list": {"elements": [{"name": "a", "tier": "", "nested": {"y": "3"}}]}}]}}
+    assert params(gen, tmp_path) == [{"name": "a", "tier": "", "nested": {"x": "1", "y": "3"}}]
 
 
 def test_merge_key_missing_on_both_sides_matches_as_null(tmp_path: Path) -> None:
@@ -166,15 +190,17 @@ def test_empty_generators_generate_nothing(tmp_path: Path) -> None:
     assert out.apps == {} and out.errors == [] and not out.failed
 
 
-def test_a_duplicated_name_keeps_the_first_app(tmp_path: Path) -> None:
-    """validateGeneratedApplications: a name already generated is an error for the later app only."""
-    gens = [{"list": {"elements": [{"n": "same", "v": "first"}]}}, {"list": {"elements": [{"n": "same", "v": "2"}]}}]
+def test_a_duplicated_name_sets_every_app_of_that_name_aside(tmp_path: Path) -> None:
+    """validateGeneratedApplications records its errors by the app's name, and validApps drops every app whose
+    name has an error: a name generated twice generates neither app."""
+    gens = [{"list": {"elements": [{"n": "same", "v": "first"}, {"n": "other", "v": "x"}]}},
+            {"list": {"elements": [{"n": "same", "v": "2"}]}}]
     out = expand(appset(gens, name="{{n}}", extra={"source": {"repoURL": "https://git.example/{{v}}"}}),
                  FakeSources(tmp_path))
-    assert list(out.apps) == ["same"]
-    assert out.apps["same"].doc["spec"]["source"]["repoURL"] == "https://git.example/first"
-    assert "spec.generators[1] (list element 0): spec.template.metadata.name: 'same' is generated twice" \
-        in out.errors[0]
+    assert list(out.apps) == ["other"] and not out.failed
+    [error] = out.errors
+    assert "spec.generators[0] (list element 0): spec.template.metadata.name: 'same' is generated again by " \
+           "spec.generators[1] (list element 0): every app of that name is set aside" in error
 
 
 def test_the_resources_finalizer_is_added_as_argo_cd_adds_it(tmp_path: Path) -> None:

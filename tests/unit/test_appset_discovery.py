@@ -219,17 +219,20 @@ class DecisionSources(FakeSources):
 
 def test_cluster_decision_resource_gives_the_decided_known_clusters(tmp_path: Path) -> None:
     """duck_type.go: each decision naming a known cluster (matchKey) gives name and server, then its own keys;
-    a decision naming no known cluster is skipped; values are added as for the cluster generator."""
+    a decision naming no known cluster is skipped; `values` are added as written (duck_type.go's
+    collectParams does not template them, unlike the cluster generator)."""
     decisions = Decisions("clusterName", ({"clusterName": "prod", "reason": "fits"}, {"clusterName": "gone"},
                                           {"reason": "no key"}, {"clusterName": "in-cluster"}))
     sources = DecisionSources(tmp_path, [ClusterInfo("prod", "https://prod")], decisions)
     gen = {"clusterDecisionResource": {"configMapRef": "ocm-placement", "name": "placement-1",
                                        "values": {"tier": "{{ .reason | default \"none\" }}"}}}
     out = expand(appset([gen], go=True, name="{{ .name }}",
-                        extra={"destination": {"server": "{{ .server }}", "namespace": "{{ .values.tier }}"}}),
+                        extra={"destination": {"server": "{{ .server }}", "namespace": "{{ .reason }}"},
+                               "info": [{"name": "tier", "value": "{{ .values.tier }}"}]}),
                  sources)
     assert sorted(out.apps) == ["in-cluster", "prod"], out.errors
     assert out.apps["prod"].doc["spec"]["destination"] == {"server": "https://prod", "namespace": "fits"}
+    assert out.apps["prod"].doc["spec"]["info"] == [{"name": "tier", "value": "{{ .reason | default \"none\" }}"}]
     assert out.apps["in-cluster"].doc["spec"]["destination"]["server"] == "https://kubernetes.default.svc"
     assert sources.asked_for == [("ocm-placement", "placement-1", {})]
 

@@ -3,16 +3,19 @@
 `expand` renders the template for each parameter set (the generator's own `template` merged over the
 ApplicationSet's, then `templatePatch`) and returns the Application documents by name, each with the
 generator that produced it as its origin. A problem sets aside only what it concerns: a parameter set whose
-rendering fails, or whose name an earlier set already gave (the first is kept, as in Argo CD), is reported
-with the dotted field; a generator
+rendering fails, a name generated twice (every app of that name, as Argo CD's validateGeneratedApplications
+does), an app whose destination names no known cluster (as Argo CD's GetDestinationCluster refuses it), each
+reported with the dotted field; a generator
 that fails (an unreachable repository, a bad file) fails the whole evaluation, and the caller keeps what
 was generated before (Argo CD keeps the Applications of an ApplicationSet in error).
 
 A `templatePatch` is rendered from generator parameters (a file in git, a pull request's branch), so it
 may not change the generated app's `spec.project`: Argo CD does not support `spec.project` in a
-templatePatch and its API refuses a templated project. The app whose patch would move it to another
-project is set aside with an error naming the ApplicationSet and the field; its destination is then
-checked against the template's project like any app's (`project.rules` at reconcile).
+templatePatch (its applyTemplatePatch puts the template's project back silently) and its API refuses a
+templated project. The app whose patch would move it to another project is set aside with an error naming
+the ApplicationSet and the field (a deliberate difference: the rest of such a patch is not applied
+unnoticed); its destination is then checked against the template's project like any app's (`project.rules`
+at reconcile).
 
 Under RollingSync a generated app's `automated` sync is written `enabled: false`, as Argo CD writes it.
 
@@ -24,11 +27,12 @@ sync (the default) does all three.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tidecd.base.constants import ARGO_VERSION, ARGOCD_RESOURCES_FINALIZER
-from tidecd.config.appset.generators import Evaluator, GeneratorError, Params, Sources
+from tidecd.config.appset.generators import IN_CLUSTER, ClusterInfo, Evaluator, GeneratorError, Params, Sources
 from tidecd.config.appset.gotemplate import TemplateError
 from tidecd.config.appset.model import ApplicationSet
 from tidecd.config.appset.template import Renderer, apply_patch, merge
@@ -55,6 +59,13 @@ def expand(appset: ApplicationSet, sources: Sources) -> Expansion:
     evaluator = Evaluator(sources, renderer)
     where = f"{appset.origin}: {appset.label}"
     seen: dict[str, str] = {}
+    known: list[list[ClusterInfo]] = []
+
+    def clusters() -> list[ClusterInfo]:  # read once, and only if an app names a cluster other than the local one
+        if not known:
+            known.append(sources.clusters())
+        return known[0]
+
     evaluated: list[tuple[str, list[Params]]] = []
     for index, gen in enumerate(appset.generators):
         path = f"spec.generators[{index}]"
@@ -95,14 +106,50 @@ def expand(appset: ApplicationSet, sources: Sources) -> Expansion:
                 out.errors.append(f"{where}: {label}: spec.template.metadata.name: rendered name {shown} is not a "
                                   "valid Application name")
                 continue
-            if name in seen:  # Argo CD's validateGeneratedApplications keeps the first
-                out.errors.append(f"{where}: {label}: spec.template.metadata.name: {name!r} is generated twice "
-                                  f"(first by {seen[name]}, which is kept); this one is set aside")
+            if name in seen:  # Argo CD's validateGeneratedApplications: errors by name, so both go
+                if name in out.apps:
+                    del out.apps[name]
+                    out.errors.append(f"{where}: {seen[name]}: spec.template.metadata.name: {name!r} is generated "
+                                      f"again by {label}: every app of that name is set aside (as in Argo CD)")
                 continue
             seen[name] = label
+            try:
+                problem = _destination_problem(doc["spec"].get("destination"), clusters)
+            except GeneratorError as exc:  # the cluster Secrets cannot be read: keep what was generated before
+                out.errors.append(f"{where}: {exc}")
+                out.failed = True
+                return out
+            if problem:
+                out.errors.append(f"{where}: {label}: spec.template.spec.destination: {problem}; this app is set "
+                                  "aside (as in Argo CD)")
+                continue
             doc["metadata"].pop("namespace", None)  # Argo CD's `argocd`: not a destination
             out.apps[name] = Generated(name, doc, label)
     return out
+
+
+def _destination_problem(destination: Any, clusters: Callable[[], list[ClusterInfo]]) -> str:
+    """Why Argo CD's validateGeneratedApplications (GetDestinationCluster) refuses a generated app's destination,
+    or "": exactly one of `server` (a known cluster's URL, trailing '/' ignored, or the local cluster's) and
+    `name` (one known cluster's name, or `in-cluster` when no Secret takes that name)."""
+    dest = destination if isinstance(destination, dict) else {}
+    server, name = str(dest.get("server") or ""), str(dest.get("name") or "")
+    if server and name:
+        return f"names both a server ({server!r}) and a cluster name ({name!r})"
+    if not server and not name:
+        return "names no server and no cluster name"
+    known = clusters()
+    if server:
+        wanted = server.rstrip("/")
+        if wanted == IN_CLUSTER[1] or any(c.server.rstrip("/") == wanted for c in known):
+            return ""
+        return f"no cluster has the server {server!r} (add its cluster Secret to the config source)"
+    servers = {c.server.rstrip("/") for c in known if c.name == name}
+    if not servers and name == IN_CLUSTER[0]:
+        return ""
+    if len(servers) > 1:
+        return f"{len(servers)} clusters are named {name!r}"
+    return "" if servers else f"no cluster is named {name!r} (add its cluster Secret to the config source)"
 
 
 def _finalizer(doc: dict[str, Any], appset: ApplicationSet, params: dict[str, Any]) -> None:

@@ -1,6 +1,7 @@
 """ApplicationSet generators: each turns its spec into parameter sets, as Argo CD's generators do.
 
-    list          `elements` (or `elementsYaml`), one parameter set per element
+    list          `elements` (or `elementsYaml`), one parameter set per element (without Go templates, strings
+                  only, as Argo CD reads them)
     clusters      the clusters tidecd knows (cluster Secrets of the config source, and `in-cluster` when no
                   selector is given), filtered by `selector`; `values` added; `flatList`: one set,
                   `{clusters: [...]}`
@@ -8,13 +9,15 @@
                   `files` (the content of each matching JSON/YAML file, one set per list item, an empty file one
                   set of path parameters; git pathspec matching), at `revision`
     matrix        the product of two generators; the second may use the first's parameters; the first's
-                  values win (Go templates), a key both give differently is an error (fasttemplate)
-    merge         the first generator's sets, updated by later ones whose `mergeKeys` values match (a later
-                  generator's merge keys must be unique)
+                  values win, even empty ones (Go templates: mergo with override), a key both give
+                  differently is an error (fasttemplate)
+    merge         the first generator's sets, updated by later ones whose `mergeKeys` values match (every
+                  generator's merge keys must be unique, the first's too)
     pullRequest   open pull requests of a GitHub repository (PyGithub), filtered by `labels`
     scmProvider   the repositories of a GitHub organization (`config.appset.discovery`)
     clusterDecisionResource
-                  the clusters a duck-typed resource's status decides (`config.appset.discovery`)
+                  the clusters a duck-typed resource's status decides (`config.appset.discovery`); its
+                  `values` are added as written (Argo CD does not template them)
 
 Parameters follow the template form: nested values for Go templates (`.path.basename`), flat keys for
 fasttemplate (`path.basename`, `path[0]`). Every generator may carry a `selector` (a post-selector over
@@ -26,6 +29,8 @@ unit-tested with an in-memory fake.
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -306,7 +311,10 @@ class Evaluator:
         for index, element in enumerate(elements):
             if not isinstance(element, Mapping):
                 raise GeneratorError(f"{where}.elements[{index}]: expected a mapping")
-            values = dict(element) if self.go else flatten(element)
+            if self.go or index >= len(body.get("elements") or []):
+                values = dict(element)  # Argo CD appends elementsYaml's items as they are, in both forms
+            else:
+                values = _fast_element(element, f"{where}.elements[{index}]")
             out.append(Params(values, origin=f"list element {index}"))
         return out
 
@@ -409,7 +417,9 @@ class Evaluator:
             except TemplateError as exc:
                 raise GeneratorError(str(exc)) from None
             for right in self.run(interpolated, f"{where}.generators[1]"):
-                values = _first_wins(left.values, right.values) if self.go else _combined(
+                # Argo CD (matrix.go): mergo with override of the second's set, then of the first's, into an
+                # empty map: the first's values win, even empty ones; maps in both are merged key by key
+                values = mergo_override(mergo_override({}, right.values), left.values) if self.go else _combined(
                     left.values, right.values, where)
                 template = merge(left.template or {}, right.template or {}) or None
                 out.append(Params(values, template, f"{left.origin} x {right.origin}"))
@@ -418,30 +428,36 @@ class Evaluator:
         return out
 
     def _merge(self, body: Mapping[str, Any], where: str) -> list[Params]:
-        keys = [str(k) for k in body.get("mergeKeys") or []]
+        """Argo CD's merge.go: every generator's sets by their merge keys' values (top-level parameters, compared
+        as JSON: a missing key is null, so sets that both lack it match), which must be unique in each generator,
+        the first included; each later generator updates the first's set with the same keys (Go templates:
+        mergo with override; fasttemplate: its keys replace)."""
+        keys = list(dict.fromkeys(str(k) for k in body.get("mergeKeys") or []))
         sets = [self.run(g, f"{where}.generators[{i}]") for i, g in enumerate(body["generators"])]
+
+        def by_key(found: list[Params], number: int) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for index, params in enumerate(found):
+                key = json.dumps({k: params.values.get(k) for k in sorted(keys)}, sort_keys=True, default=str)
+                if key in out:
+                    raise GeneratorError(f"{where}.generators[{number}]: two parameter sets have the same merge keys "
+                                         f"({key}); a merge needs them unique in every generator, the first "
+                                         "included (as in Argo CD)")
+                out[key] = index
+            return out
+
         base = list(sets[0])
-
-        def key_of(params: Params) -> tuple[str | None, ...]:
-            """A missing key is null, as in Argo CD (sets that both lack it match)."""
-            flat = flatten(params.values) if self.go else params.values
-            return tuple(str(flat[k]) if k in flat else None for k in keys)
-
+        base_keys = by_key(base, 0)
         for number, later in enumerate(sets[1:], start=1):
-            by_key: dict[tuple[str | None, ...], Params] = {}
-            for params in later:
-                found = key_of(params)
-                if found in by_key:  # Argo CD: only the base generator may repeat a key
-                    shown = ", ".join(f"{k}={v!r}" for k, v in zip(keys, found, strict=True))
-                    raise GeneratorError(f"{where}.generators[{number}]: two parameter sets have the same merge "
-                                         f"keys ({shown}); a merge needs them unique after the first generator")
-                by_key[found] = params
-            for index, params in enumerate(base):
-                match = by_key.get(key_of(params))
-                if match is not None:
-                    values = merge(params.values, match.values) if self.go else {**params.values, **match.values}
-                    base[index] = Params(values, merge(params.template or {}, match.template or {}) or None,
-                                         f"{params.origin} + {match.origin}")
+            later_keys = by_key(later, number)
+            for key, index in base_keys.items():
+                if key not in later_keys:
+                    continue
+                params, match = base[index], later[later_keys[key]]
+                values = mergo_override(copy.deepcopy(params.values), match.values) if self.go else {
+                    **params.values, **match.values}
+                base[index] = Params(values, merge(params.template or {}, match.template or {}) or None,
+                                     f"{params.origin} + {match.origin}")
         return base
 
     # -- pull requests ------------------------------------------------------------------------------
@@ -495,22 +511,53 @@ class Evaluator:
         out = []
         for params in discovery.decision_params(decisions, known):
             values = params if self.go else flatten(params)
-            self._values(body, values, where)
+            # Argo CD's duck_type.go copies `values` as written: unlike the clusters and git generators', they
+            # are not templated with the decision's parameters (`{{ .name }}` stays `{{ .name }}`)
+            extra = {str(k): str(v) for k, v in (body.get("values") or {}).items()}
+            if self.go and extra:
+                values["values"] = extra
+            else:
+                values.update({f"values.{k}": v for k, v in extra.items()})
             out.append(Params(values, origin=f"decision for cluster {params['name']}"))
         return out
 
 
-def _first_wins(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
-    """Argo CD's matrix with Go templates (mergo without override): the first generator's values win; the
-    second fills what is missing or empty, and maps present in both are combined the same way."""
-    out = dict(first)
-    for key, value in second.items():
-        mine = out.get(key)
-        if isinstance(mine, Mapping) and isinstance(value, Mapping):
-            out[key] = _first_wins(mine, value)
-        elif key not in out or mine in (None, "", 0, False) or (isinstance(mine, list | Mapping) and not mine):
-            out[key] = value
+def _fast_element(element: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A list element as Argo CD's list generator reads it for fasttemplate (list.go): every value a string,
+    `values` a mapping of strings given as `values.KEY`; anything else (a number, a boolean, a nested
+    mapping) fails the generator, as Argo CD's 'error parsing value as string' does."""
+    out: dict[str, Any] = {}
+    for key, value in element.items():
+        if key == "values":
+            if not isinstance(value, Mapping):
+                raise GeneratorError(f"{where}.values: expected a mapping of strings (Argo CD: 'error parsing "
+                                     "values map'); with goTemplate: true any value may be given")
+            for inner, text in value.items():
+                if not isinstance(text, str):
+                    raise GeneratorError(f"{where}.values.{inner}: {type(text).__name__} value, expected a string "
+                                         "(Argo CD's list generator without goTemplate takes strings only: quote "
+                                         "it, or set goTemplate: true)")
+                out[f"values.{inner}"] = text
+        elif not isinstance(value, str):
+            raise GeneratorError(f"{where}.{key}: {type(value).__name__} value, expected a string (Argo CD's list "
+                                 "generator without goTemplate takes strings only: quote it, or set goTemplate: true)")
+        else:
+            out[str(key)] = value
     return out
+
+
+def mergo_override(dst: dict[str, Any], src: Mapping[str, Any]) -> dict[str, Any]:
+    """`dst` updated by `src` as Argo CD's `mergo.Merge(&dst, src, mergo.WithOverride)` (dario.cat/mergo v1.0.2)
+    does it to parameter maps: every value of `src` replaces `dst`'s, an empty one ("", 0, false, null, an empty
+    list) too, except that a mapping meeting a mapping is merged the same way, key by key. `dst` is changed
+    and returned."""
+    for key, value in src.items():
+        mine = dst.get(key)
+        if isinstance(value, Mapping) and isinstance(mine, Mapping):
+            dst[key] = mergo_override(dict(mine), value)
+        else:
+            dst[key] = copy.deepcopy(value)
+    return dst
 
 
 def _combined(first: Mapping[str, Any], second: Mapping[str, Any], where: str) -> dict[str, Any]:

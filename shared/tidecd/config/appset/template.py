@@ -177,4 +177,37 @@ def _merged(doc: dict[str, Any], loaded: Any) -> dict[str, Any]:
         raise TemplateError("templatePatch: the rendered patch must be a mapping")
     merged = merge(doc, loaded)
     assert isinstance(merged, dict)
+    patch_meta, meta = loaded.get("metadata"), doc.get("metadata")
+    patched = patch_meta.get("finalizers") if isinstance(patch_meta, Mapping) else None
+    before = meta.get("finalizers") if isinstance(meta, Mapping) else None
+    if isinstance(patched, list) and isinstance(before, list) and isinstance(merged.get("metadata"), dict):
+        merged["metadata"]["finalizers"] = merged_scalars(before, patched)
     return merged
+
+
+def merged_scalars(original: Sequence[Any], patch: Sequence[Any]) -> list[Any]:
+    """A list of scalars whose patch strategy is `merge` (an object's `metadata.finalizers`) after Kubernetes'
+    strategic merge patch, which Argo CD applies a templatePatch with: the union of both, so a patch can add
+    a finalizer but not remove one (`finalizers: []` keeps the generated app's
+    `resources-finalizer.argocd.argoproj.io`). The order is apimachinery's (mergeSortedSlice): the items only
+    the original has, in its order, interleaved with the patch's items, in the patch's order; an item only
+    the original has goes before a patch item when the original has both and holds it first."""
+    patch_items = list(dict.fromkeys(patch))
+    server_only = [item for item in dict.fromkeys(original) if item not in patch_items]
+    position = {item: index for index, item in enumerate(original)}
+    out: list[Any] = []
+    i = j = 0
+    while i < len(server_only) or j < len(patch_items):
+        if j >= len(patch_items):
+            out.append(server_only[i])
+            i += 1
+        elif i >= len(server_only):
+            out.append(patch_items[j])
+            j += 1
+        elif patch_items[j] in position and position[server_only[i]] < position[patch_items[j]]:
+            out.append(server_only[i])
+            i += 1
+        else:
+            out.append(patch_items[j])
+            j += 1
+    return out
