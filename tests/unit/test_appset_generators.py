@@ -122,10 +122,11 @@ def test_git_files_yield_their_content(repo: Path) -> None:
 def test_list_generator_and_generator_template(repo: Path) -> None:
     gen = {"list": {"elements": [{"cluster": "a", "url": "https://a"}, {"cluster": "b", "url": "https://b"}],
                     "template": {"spec": {"destination": {"server": "{{url}}"}}}}}
-    out = expand(appset([gen], name="app-{{cluster}}"), FakeSources(repo))
-    assert sorted(out.apps) == ["app-a", "app-b"]
-    assert out.apps["app-b"].doc["spec"]["destination"] == {"name": "in-cluster", "namespace": "ns",
-                                                           "server": "https://b"}
+    clusters = [ClusterInfo("a", "https://a"), ClusterInfo("b", "https://b")]
+    out = expand(appset([gen], name="app-{{cluster}}", extra={"destination": {"namespace": "ns"}}),
+                 FakeSources(repo, clusters))
+    assert sorted(out.apps) == ["app-a", "app-b"], out.errors
+    assert out.apps["app-b"].doc["spec"]["destination"] == {"namespace": "ns", "server": "https://b"}
 
 
 def test_cluster_generator_selects_by_label_and_adds_in_cluster_without_selector(repo: Path) -> None:

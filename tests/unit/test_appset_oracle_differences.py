@@ -29,11 +29,11 @@ def test_fasttemplate_list_elements_take_strings_only(tmp_path: Path) -> None:
     strings; a number, a boolean or a nested mapping fails the generator ('error parsing value as string')."""
     gen = {"list": {"elements": [{"cluster": "a", "values": {"ns": "n1"}}]}}
     assert params(gen, tmp_path, go=False) == [{"cluster": "a", "values.ns": "n1"}]
-    for element, field in (({"cluster": "n", "ratio": 1.5}, "elements[0].ratio: float value"),
-                           ({"cluster": "n", "on": True}, "elements[0].on: bool value"),
-                           ({"cluster": "n", "deep": {"k": "v"}}, "elements[0].deep: dict value"),
-                           ({"cluster": "n", "values": {"deep": {"k": "v"}}}, "elements[0].values.deep: dict value"),
-                           ({"cluster": "n", "values": "x"}, "elements[0].values: expected a mapping of strings")):
+    for element, field in (({"cluster": "n", "ratio": 1.5}, "elements[1].ratio: float value"),
+                           ({"cluster": "n", "on": True}, "elements[1].on: bool value"),
+                           ({"cluster": "n", "deep": {"k": "v"}}, "elements[1].deep: dict value"),
+                           ({"cluster": "n", "values": {"deep": {"k": "v"}}}, "elements[1].values.deep: dict value"),
+                           ({"cluster": "n", "values": "x"}, "elements[1].values: expected a mapping of strings")):
         out = expand(appset([{"list": {"elements": [{"cluster": "ok"}, element]}}], name="{{cluster}}"),
                      FakeSources(tmp_path))
         assert out.failed and out.apps == {}, element

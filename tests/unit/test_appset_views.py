@@ -111,13 +111,13 @@ def test_generate_from_a_manifest_names_the_file_and_field_and_checks_the_projec
     refused = call(runtime, "POST", "/api/v1/applicationsets/generate", {"manifest": yaml.safe_dump(templated)})
     assert refused.status == 400 and "not templated" in refused.body["message"]
     per_app = appset([{"name": "a", "path": "apps/a"}, {"name": "b", "path": "apps/b"}])
-    per_app["spec"]["template"]["spec"]["destination"] = {"namespace": "ns"}
+    per_app["spec"]["template"]["spec"]["syncPolicy"] = {"automated": "yes"}
     per_app["spec"]["templatePatch"] = '{{ if eq .name "b" }}spec:\n  project: nope\n{{ end }}'
     answer = call(runtime, "POST", "/api/v1/applicationsets/generate", {"manifest": yaml.safe_dump(per_app)})
     patched, invalid = answer.body["errors"]  # expand's refusal, and the record's validation of the other app
     assert "list element 1" in patched and "spec.templatePatch" in patched and "'nope'" in patched
     assert invalid.startswith("applicationset.yaml: ApplicationSet/sets (spec.generators[0] (list element 0))")
-    assert "Application/set-a: spec.destination:" in invalid
+    assert "Application/set-a: spec.syncPolicy.automated:" in invalid, invalid
 
 
 def test_the_policy_decides_what_a_diff_would_do() -> None:

@@ -138,13 +138,12 @@ def _destination_problem(destination: Any, clusters: Callable[[], list[ClusterIn
         return f"names both a server ({server!r}) and a cluster name ({name!r})"
     if not server and not name:
         return "names no server and no cluster name"
-    known = clusters()
     if server:
         wanted = server.rstrip("/")
-        if wanted == IN_CLUSTER[1] or any(c.server.rstrip("/") == wanted for c in known):
+        if wanted == IN_CLUSTER[1] or any(c.server.rstrip("/") == wanted for c in clusters()):
             return ""
         return f"no cluster has the server {server!r} (add its cluster Secret to the config source)"
-    servers = {c.server.rstrip("/") for c in known if c.name == name}
+    servers = {c.server.rstrip("/") for c in clusters() if c.name == name}
     if not servers and name == IN_CLUSTER[0]:
         return ""
     if len(servers) > 1:
