@@ -68,15 +68,15 @@ def config_repo(bench: Bench, apps: int = APPS) -> str:
     return f"{repo.url}#main:"
 
 
-def cold_load(source: str, store: Path, mode: str = "") -> dict[str, float]:
+def cold_load(source: str, store: Path, mode: str = "", apps: int = APPS) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "shared"), str(REPO_ROOT)])}
     proc = subprocess.run([sys.executable, "-c", _CHILD, source, str(store), mode], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, check=False, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"config load failed: {proc.stderr.strip()[-800:]}")
     result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
-    if result["apps"] != APPS:
-        raise RuntimeError(f"loaded {result['apps']} apps, expected {APPS}")
+    if result["apps"] != apps:
+        raise RuntimeError(f"loaded {result['apps']} apps, expected {apps}")
     return result
 
 

@@ -14,6 +14,9 @@ measured ones). The kinds:
 - `refresh`: any other step (a full comparison, an operation started but not ended, ...).
 
 A continuation refused as early (HTTP 429) never reaches `run_step`: the Frontend counts those.
+
+Each step's line also holds its store operations (`StoreCounter`: the local store's calls, classed as GCS
+bills them), and the poll target's calls are measured alike into `<folder>/poll-<pid>.jsonl` (kind `poll`).
 """
 
 from __future__ import annotations
@@ -22,13 +25,60 @@ import atexit
 import cProfile
 import importlib.util
 import json
+import math
 import os
 import sys
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 KINDS = ("no-op", "first sync", "health follow-up", "refresh")
+LIST_PAGE = 1000  # keys per listing request: GCS bills a listing per page
+
+
+class StoreCounter:
+    """Counts the store's calls in this process as GCS would bill them: class `A` (a write, a listing per
+    1,000 keys), class `B` (a read), `deletes` (free). Only the outermost call counts (LocalStore.generations
+    lists through `list`)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._depth = threading.local()
+
+    def install(self, cls: Any) -> None:
+        for name, klass in (("read", "B"), ("read_file", "B"), ("write", "A"), ("write_file", "A"),
+                            ("delete", "deletes"), ("list", "A"), ("generations", "A")):
+            if hasattr(cls, name):
+                setattr(cls, name, self._wrap(getattr(cls, name), klass, listing=name in ("list", "generations")))
+
+    def _wrap(self, method: Any, klass: str, *, listing: bool) -> Any:
+        counter = self
+
+        def counted(store: Any, *args: Any, **kwargs: Any) -> Any:
+            depth = getattr(counter._depth, "n", 0)
+            counter._depth.n = depth + 1
+            try:
+                result = method(store, *args, **kwargs)
+            finally:
+                counter._depth.n = depth
+            if depth == 0:
+                calls = max(1, math.ceil(len(result) / LIST_PAGE)) if listing else 1
+                with counter._lock:
+                    counter.counts[klass] += calls
+            return result
+
+        return counted
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {k: self.counts.get(k, 0) for k in ("A", "B", "deletes")}
+
+    @staticmethod
+    def since(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+        return {k: after[k] - before.get(k, 0) for k in after}
 
 
 def kind_of(*, continuation: bool, unchanged: bool, deployed: bool) -> str:
@@ -45,8 +95,9 @@ def kind_of(*, continuation: bool, unchanged: bool, deployed: bool) -> str:
 class Probe:
     """Measures every step of this process into `folder`."""
 
-    def __init__(self, folder: Path, *, profile: bool) -> None:
+    def __init__(self, folder: Path, *, profile: bool, store: StoreCounter | None = None) -> None:
         self.folder = folder
+        self.store = store or StoreCounter()
         self.folder.mkdir(parents=True, exist_ok=True)
         self.lines = (folder / f"steps-{os.getpid()}.jsonl").open("a", buffering=1)
         self.profile = profile
@@ -55,7 +106,7 @@ class Probe:
     def wrap(self, run_step: Any) -> Any:
         def measured(runtime: Any, refresh: Any, dispatcher: Any) -> Any:
             profiler = cProfile.Profile(time.process_time) if self.profile else None  # CPU, not waits
-            wall, cpu = time.monotonic(), time.process_time()
+            wall, cpu, ops = time.monotonic(), time.process_time(), self.store.snapshot()
             if profiler is not None:
                 profiler.enable()
             try:
@@ -69,10 +120,31 @@ class Probe:
                                          "skipped": outcome.skipped,
                                          "wall": round(time.monotonic() - wall, 4),
                                          "cpu": round(time.process_time() - cpu, 4),
+                                         "store": self.store.since(ops, self.store.snapshot()),
                                          "continue_after": outcome.continue_after}) + "\n")
             if profiler is not None:
                 self._merge(kind, profiler)
             return outcome
+
+        return measured
+
+    def wrap_target(self, target: Any, kind: str) -> Any:
+        """A functions-framework target measured as a whole (the poll): one line per call in
+        `<folder>/<kind>-<pid>.jsonl` with its wall and CPU seconds and store operations."""
+        import functools
+
+        lines = (self.folder / f"{kind}-{os.getpid()}.jsonl").open("a", buffering=1)
+
+        @functools.wraps(target)
+        def measured(request: Any) -> Any:
+            wall, cpu, ops = time.monotonic(), time.process_time(), self.store.snapshot()
+            try:
+                return target(request)
+            finally:
+                lines.write(json.dumps({"at": round(time.time(), 3), "kind": kind,
+                                        "wall": round(time.monotonic() - wall, 4),
+                                        "cpu": round(time.process_time() - cpu, 4),
+                                        "store": self.store.since(ops, self.store.snapshot())}) + "\n")
 
         return measured
 
@@ -93,10 +165,11 @@ class Probe:
                 stats.dump_stats(str(self.folder / f"profile-{kind.replace(' ', '-')}-{os.getpid()}.pstats"))
 
 
-def read_steps(folder: Path) -> list[dict[str, Any]]:
-    """Every step the instances recorded in `folder` (a line that is cut short is skipped)."""
+def read_steps(folder: Path, kind: str = "steps") -> list[dict[str, Any]]:
+    """Every step the instances recorded in `folder` (a line that is cut short is skipped); with `kind`
+    `poll`, the poll target's calls."""
     steps: list[dict[str, Any]] = []
-    for path in sorted(folder.glob("steps-*.jsonl")):
+    for path in sorted(folder.glob(f"{kind}-*.jsonl")):
         for line in path.read_text().splitlines():
             try:
                 steps.append(json.loads(line))
@@ -150,10 +223,14 @@ def _install() -> None:
     spec.loader.exec_module(main)
     globals().update({k: v for k, v in vars(main).items() if not k.startswith("__")})
     if folder:
+        from tidecd.clients.store import LocalStore
         from tidecd.triggers import dispatch
 
-        probe = Probe(Path(folder), profile=os.environ.get("TIDECD_BENCH_PROFILE", "") == "1")
+        store = StoreCounter()
+        store.install(LocalStore)
+        probe = Probe(Path(folder), profile=os.environ.get("TIDECD_BENCH_PROFILE", "") == "1", store=store)
         dispatch.run_step = probe.wrap(dispatch.run_step)  # functions/main.py calls it as dispatch.run_step
+        globals()["poll"] = probe.wrap_target(globals()["poll"], "poll")  # functions-framework looks it up here
         atexit.register(probe.dump)
 
 

@@ -130,6 +130,13 @@ def describe(body: bytes) -> tuple[str, bool]:
         return "", False
 
 
+def _app_of(data: bytes) -> str:
+    try:
+        return str(json.loads(data or b"{}").get("app", ""))
+    except (ValueError, AttributeError):
+        return ""
+
+
 class PushBridge:
     """Delivers a pull subscription's messages to `endpoint` in Pub/Sub's push format, as Cloud Pub/Sub's
     push delivery would.
@@ -140,6 +147,10 @@ class PushBridge:
     pulls (StreamingPull, at most `outstanding` messages at once) and posts each message itself: a 2xx
     answer acks it; any other answer (429 from an early continuation, 5xx) nacks it after the retry
     policy's backoff (`min_backoff` doubling up to `max_backoff` per message), so it is redelivered.
+
+    Every first-seen message is counted (`messages`, `bytes` of its data and attributes). With `only` set,
+    a message for any other app is acked without posting (`withheld`): the 10,000-app scenario
+    (bench/scale10k.py) runs the steps of a sample of apps and counts the rest of the fan-out.
     """
 
     def __init__(self, subscription: str, endpoint: str, *, outstanding: int = 64, min_backoff: float = 1.0,
@@ -152,6 +163,10 @@ class PushBridge:
         self._done: set[str] = set()  # message ids answered 2xx: a redelivery of one is acked, not posted
         self._in_flight: set[str] = set()
         self.duplicates = 0
+        self.messages = 0
+        self.bytes = 0
+        self.withheld = 0
+        self.only: frozenset[str] | None = None
         self._lock = threading.Lock()
         self._future: Any = None
         self._subscriber: Any = None
@@ -176,6 +191,15 @@ class PushBridge:
                 self.duplicates += 1
             else:
                 self._in_flight.add(message.message_id)
+                self.messages += 1
+                self.bytes += len(message.data) + sum(len(k) + len(v) for k, v in message.attributes.items())
+        if not done and not running and self.only is not None and _app_of(message.data) not in self.only:
+            with self._lock:
+                self.withheld += 1
+                self._done.add(message.message_id)
+                self._in_flight.discard(message.message_id)
+            message.ack()
+            return
         if done:  # the emulator redelivers messages it already got an ack for: Pub/Sub's at-least-once
             message.ack()
             return
