@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from bench import cost
 from bench.stepprobe import StoreCounter
+
 from tidecd.clients.store import LocalStore
 
 
