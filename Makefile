@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # other runs the rest (groups and order: tests/conftest.py). `make test XDIST=` runs it in one process.
 XDIST ?= -n 2 --dist loadgroup --no-loadscope-reorder
 
-.PHONY: all venv tools tools-if-missing test unit e2e lint demo bench bench-scale bench-peers screenshots package infra-check clean fuzz
+.PHONY: all venv tools tools-if-missing test unit e2e lint demo bench bench-scale bench-scale-10k bench-peers screenshots package infra-check clean fuzz
 
 all: test
 
@@ -64,6 +64,12 @@ bench-peers: venv tools-if-missing
 # Heavy: 10 minutes for tidecd alone on 2 cores, up to 2 x the peer timeout more.
 bench-scale: venv tools-if-missing
 	$(PY) -m bench.scale
+
+# The 10,000-app scenario (bench/scale10k.py): the poll, the config load, the store and the fan-out of 10,000 apps
+# on 200 repos for real, the steps of a sample of them against the API server; prints the counts and the cost
+# table of docs/cost.md (bench/cost.py). Sizes: TIDECD_SCALE10K_APPS, TIDECD_SCALE10K_REPOS, TIDECD_SCALE10K_SAMPLE.
+bench-scale-10k: venv tools-if-missing
+	$(PY) -m bench.scale10k
 
 # The dashboard's screenshots in docs/screenshots/ (README, docs/dashboard.md), taken by the browser tests that
 # check what they show: the examples' list, an app during a sync and its history (test_ui), the sync panel, a

@@ -95,10 +95,12 @@ def config_in_git(bench: Bench, folder: Path, name: str) -> str:
 
 
 def seed_states(store: Path, model: str, apps: list[str]) -> int:
-    """Each of `apps` gets `model`'s state document with the name changed (names have one width: app-0007);
-    returns how many were written."""
+    """Each of `apps` gets `model`'s state document with the name changed (names have one width: app-0007),
+    and its refresh claim (`pending/<app>`) of the cold tick is released as its step would have: else the
+    next tick coalesces its refresh and publishes nothing. Returns how many were written."""
     from tidecd.clients.store import LocalStore
     from tidecd.state.app import state_key
+    from tidecd.triggers import pending
 
     local = LocalStore(store)
     blob = local.read(state_key(model))
@@ -107,6 +109,7 @@ def seed_states(store: Path, model: str, apps: list[str]) -> int:
     text = blob.data.decode()
     for app in apps:
         local.write(state_key(app), text.replace(model, app).encode())
+        pending.release(local, app)
     return len(apps)
 
 
@@ -126,11 +129,18 @@ def billed_total(calls: list[Any]) -> float:
     return round(sum(cost.billed(c.seconds) for c in calls), 2)
 
 
-def wait_pulled(fleet: scale.Fleet, before: int, expected: int, timeout: float = TIMEOUT) -> int:
-    """Until the bridge has seen `expected` new messages (or `timeout`); how many it saw."""
+def wait_pulled(fleet: scale.Fleet, before: int, expected: int, timeout: float = TIMEOUT,
+                stalled: float = 20.0) -> int:
+    """Until the bridge has seen `expected` new messages, or none came for `stalled` seconds (a refresh
+    coalesced by `pending/` is never published), or `timeout`; how many it saw."""
     assert fleet.bridge is not None
     deadline = time.monotonic() + timeout
+    last, since = -1, time.monotonic()
     while fleet.bridge.messages - before < expected and time.monotonic() < deadline:
+        if fleet.bridge.messages != last:
+            last, since = fleet.bridge.messages, time.monotonic()
+        elif time.monotonic() - since > stalled:
+            break
         time.sleep(0.5)
     return fleet.bridge.messages - before
 
@@ -240,9 +250,10 @@ def noop_tick(bench: Bench, fleet: scale.Fleet, scenario: scale.Scenario, store:
     calls = fleet.frontend.snapshot()[seen:]
     steps = steps_between(probe, at)
     polls = [p for p in stepprobe.read_steps(probe, "poll") if float(p.get("at", 0)) >= at]
-    ls = sum(bench.git.requests(r, LS_REMOTE) for r in [*scenario.repo_names(), f"{scenario.name}-config"])
+    ls = sum(bench.git.requests(r, LS_REMOTE) for r in scenario.repo_names())
+    ls_config = bench.git.requests(f"{scenario.name}-config", LS_REMOTE)
     return {"tick_seconds": round(answered, 2), "fan_out_seconds": round(fan_out, 1),
-            "poll": polls[-1] if polls else {}, "ls_remote": ls,
+            "poll": polls[-1] if polls else {}, "ls_remote": ls, "ls_remote_config": ls_config,
             "refreshed": len(summary.get("apps_refreshed", [])), "drift_checked": len(summary.get("drift_checked", [])),
             "errors": summary.get("errors", [])[:5], "left": len(summary.get("left", [])),
             "published": published, "pulled": pulled, "withheld": fleet.bridge.withheld - withheld,
@@ -268,7 +279,8 @@ def report(m: Run) -> str:
         f"{c.get('steps_per_app')} steps per app, {c.get('billed_per_app')} billed s per app, store per app "
         f"{c.get('store_per_app')}",
         f"no-op tick: poll answered in {n.get('tick_seconds')}s ({poll.get('cpu')}s CPU, store {poll.get('store')}); "
-        f"{n.get('ls_remote')} ls-remote; {n.get('published')} published, {n.get('pulled')} pulled, "
+        f"{n.get('ls_remote')} ls-remote of the app repos, {n.get('ls_remote_config')} of the config source; "
+        f"{n.get('published')} published, {n.get('pulled')} pulled, "
         f"{n.get('message_bytes')} bytes each; fan-out until quiet {n.get('fan_out_seconds')}s",
         f"no-op steps (sample): {n.get('steps')} steps, {n.get('steps_per_app')} per app, "
         f"{n.get('instance_seconds')} instance-s, {n.get('billed_per_step')} billed s per step, store per step "
