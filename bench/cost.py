@@ -14,6 +14,12 @@ The model, per day, for N apps, T poll ticks and C changes per app:
 - store operations (class A: writes and listings, a listing per 1,000 keys; class B: reads; deletes are
   free) = T·(the poll's) + T·N·s₀·(a no-op step's) + C·N·(a change's);
 - Pub/Sub: one message per step, each published and pushed once, each billed at least 1,000 bytes.
+
+`sweeps` (per app per day, default one per tick) separates the drift sweep from the poll's ticks: with
+argocd-cm's `timeout.reconciliation` the poll still ticks T times (its measured time and its own store
+operations each tick, an upper bound for a tick that sweeps nothing) but only `sweeps` of them refresh each
+app: a no-op step, its message and the poll's claim of `pending/<app>` (one read and one write,
+`tidecd.triggers.pending.claim`) each.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ CHANGES_PER_APP = 1.0  # commits reaching each app per day
 BILLING_UNIT = 0.1  # seconds: Cloud Run rounds each instance's billable time up to 100 ms
 PUBSUB_MIN_BYTES = 1000  # Pub/Sub bills each publish and each push at least 1,000 bytes
 GIB = 2**30
+CLAIM_A, CLAIM_B = 1, 1  # the poll's claim of pending/<app> for each refresh it hands over: a read and a write
 
 
 @dataclass(frozen=True)
@@ -111,14 +118,19 @@ class Day:
         return sum(self.dollars.values())
 
 
-def derive(c: Counts, *, ticks: int = TICKS_PER_DAY, changes: float = CHANGES_PER_APP,
+def derive(c: Counts, *, ticks: int = TICKS_PER_DAY, changes: float = CHANGES_PER_APP, sweeps: int | None = None,
            prices: Prices = PRICES) -> Day:
-    """A day at `ticks` poll ticks and `changes` changes per app, from the measured counts."""
-    noop_steps, change_steps = ticks * c.apps * c.noop_steps_per_app, changes * c.apps * c.change_steps_per_app
+    """A day at `ticks` poll ticks, `sweeps` drift sweeps per app (default: every tick) and `changes` changes
+    per app, from the measured counts."""
+    sweeps = ticks if sweeps is None else sweeps
+    noop_steps, change_steps = sweeps * c.apps * c.noop_steps_per_app, changes * c.apps * c.change_steps_per_app
     invocations = ticks + noop_steps + change_steps
     seconds = ticks * c.poll_billed + noop_steps * c.noop_billed + changes * c.apps * c.change_billed
-    store_a = ticks * c.poll_store_a + noop_steps * c.noop_store_a + changes * c.apps * c.change_store_a
-    store_b = ticks * c.poll_store_b + noop_steps * c.noop_store_b + changes * c.apps * c.change_store_b
+    poll_a, poll_b = max(0, c.poll_store_a - c.apps * CLAIM_A), max(0, c.poll_store_b - c.apps * CLAIM_B)
+    store_a = ticks * poll_a + sweeps * c.apps * CLAIM_A + noop_steps * c.noop_store_a \
+        + changes * c.apps * c.change_store_a
+    store_b = ticks * poll_b + sweeps * c.apps * CLAIM_B + noop_steps * c.noop_store_b \
+        + changes * c.apps * c.change_store_b
     messages = noop_steps + change_steps
     pubsub_bytes = 2 * messages * max(PUBSUB_MIN_BYTES, c.message_bytes)
     dollars = {
@@ -163,10 +175,11 @@ def _n(value: float) -> str:
 
 
 def markdown(runs: list[Counts], *, ticks: int = TICKS_PER_DAY, changes: float = CHANGES_PER_APP,
-             prices: Prices = PRICES, peers: tuple[Peer, ...] = PEERS) -> str:
+             sweeps: int | None = None, prices: Prices = PRICES, peers: tuple[Peer, ...] = PEERS) -> str:
     """The cost table: one column per run, its inputs and a day's counts and dollars, then the peers."""
-    days = [derive(c, ticks=ticks, changes=changes, prices=prices) for c in runs]
-    head = "| per day, a tick every " + f"{DAY / ticks / 60:g} min, {changes:g} change per app | " + \
+    days = [derive(c, ticks=ticks, changes=changes, sweeps=sweeps, prices=prices) for c in runs]
+    swept = "" if sweeps is None else f", {sweeps} drift sweeps per app"
+    head = "| per day, a tick every " + f"{DAY / ticks / 60:g} min{swept}, {changes:g} change per app | " + \
         " | ".join(f"{c.apps:,} apps / {c.repos} repos" for c in runs) + " |"
     lines = [head, "|---|" + "---|" * len(runs)]
 
@@ -205,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     runs = sorted((Counts.from_run(json.loads(p.read_text())) for p in paths), key=lambda c: c.apps)
     print(markdown(runs))
+    print("\nWith argocd-cm timeout.reconciliation: 1h (24 drift sweeps per app a day):\n")
+    print(markdown(runs, sweeps=24))
     for c in runs:
         print(f"\n{c.apps:,} apps: {c.run}; simulated: {c.simulated or 'nothing'}")
         print(json.dumps(asdict(derive(c)), indent=1))

@@ -14,8 +14,8 @@ from tidecd.clients.store import LocalStore
 
 def counts(apps: int = 1000, **changes: float) -> cost.Counts:
     base: dict[str, float] = {
-        "poll_billed": 5.3, "poll_store_a": 2, "poll_store_b": 60, "noop_steps_per_app": 1.0, "noop_billed": 0.2,
-        "noop_store_a": 2.0, "noop_store_b": 3.0, "change_steps_per_app": 1.0, "change_billed": 1.0,
+        "poll_billed": 5.3, "poll_store_a": 2 + apps, "poll_store_b": 60 + apps, "noop_steps_per_app": 1.0,
+        "noop_billed": 0.2, "noop_store_a": 2.0, "noop_store_b": 3.0, "change_steps_per_app": 1.0, "change_billed": 1.0,
         "change_store_a": 10.0, "change_store_b": 5.0, "message_bytes": 300.0}
     base.update(changes)
     return cost.Counts(apps=apps, repos=50, run="test", **base)  # type: ignore[arg-type]
@@ -30,8 +30,10 @@ def test_a_day_is_the_counts_times_the_ticks_and_changes() -> None:
     day = cost.derive(counts(), ticks=480, changes=1.0)
     assert day.invocations == 480 + 480 * 1000 + 1000
     assert day.instance_seconds == pytest.approx(480 * 5.3 + 480 * 1000 * 0.2 + 1000 * 1.0)
-    assert day.store_a == pytest.approx(480 * 2 + 480_000 * 2 + 1000 * 10)
-    assert day.store_b == pytest.approx(480 * 60 + 480_000 * 3 + 1000 * 5)
+    # the poll's own operations (its measured ones less a claim of pending/<app> per app) every tick, the
+    # claims once per app and sweep
+    assert day.store_a == pytest.approx(480 * 2 + 480 * 1000 + 480_000 * 2 + 1000 * 10)
+    assert day.store_b == pytest.approx(480 * 60 + 480 * 1000 + 480_000 * 3 + 1000 * 5)
     assert day.messages == 481_000
     assert day.pubsub_bytes == 2 * 481_000 * 1000  # each message billed at least 1,000 bytes, published and pushed
     assert day.dollars["CPU"] == pytest.approx(day.instance_seconds * 0.000024)
@@ -47,8 +49,10 @@ def test_steps_per_app_and_message_size_scale_what_they_should() -> None:
     assert two.instance_seconds - one.instance_seconds == pytest.approx(480 * 1000 * 0.2)
     big = cost.derive(counts(message_bytes=3000.0))
     assert big.pubsub_bytes == 3 * one.pubsub_bytes
-    hourly = cost.derive(counts(), ticks=24)
-    assert hourly.instance_seconds == pytest.approx(24 * 5.3 + 24 * 1000 * 0.2 + 1000 * 1.0)
+    hourly = cost.derive(counts(), ticks=480, sweeps=24)  # argocd-cm timeout.reconciliation: 1h
+    assert hourly.invocations == 480 + 24 * 1000 + 1000
+    assert hourly.instance_seconds == pytest.approx(480 * 5.3 + 24 * 1000 * 0.2 + 1000 * 1.0)
+    assert hourly.store_a == pytest.approx(480 * 2 + 24 * 1000 + 24_000 * 2 + 1000 * 10)
 
 
 def test_counts_are_read_from_a_run_document() -> None:
