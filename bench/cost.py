@@ -11,8 +11,9 @@ The model, per day, for N apps, T poll ticks and C changes per app:
   s₁ steps per app, its sync and any health follow-up);
 - instance-seconds = T·p + T·N·s₀·b₀ + C·N·b₁, with p the poll invocation's billed time, b₀ the billed time
   of a no-op step and b₁ a change's billed time per app (Cloud Run bills each invocation in 100 ms units);
-- store operations (class A: writes and listings, a listing per 1,000 keys; class B: reads; deletes are
-  free) = T·(the poll's) + T·N·s₀·(a no-op step's) + C·N·(a change's);
+- store operations (class A: writes and listings, a listing per 1,000 keys; class B: reads, and the
+  generation read `GcsStore.delete` makes before a conditional delete, as a step's lease release and
+  pending finish are; the delete itself is free) = T·(the poll's) + T·N·s₀·(a no-op step's) + C·N·(a change's);
 - Pub/Sub: one message per step, each published and pushed once, each billed at least 1,000 bytes.
 
 `sweeps` (per app per day, default one per tick) separates the drift sweep from the poll's ticks: with
@@ -81,6 +82,9 @@ class Counts:
     change_store_b: float
     message_bytes: float  # mean payload of a refresh message
     simulated: str = ""  # what was not run for every app
+    poll_deletes: int = 0  # deletes: free, but GcsStore reads the generation first (class B)
+    noop_deletes: float = 0.0
+    change_deletes: float = 0.0
 
     @classmethod
     def from_run(cls, doc: dict[str, Any]) -> Counts:
@@ -93,7 +97,10 @@ class Counts:
                    noop_store_a=float(noop["store_per_step"]["A"]), noop_store_b=float(noop["store_per_step"]["B"]),
                    change_steps_per_app=float(cold["steps_per_app"]), change_billed=float(cold["billed_per_app"]),
                    change_store_a=float(cold["store_per_app"]["A"]), change_store_b=float(cold["store_per_app"]["B"]),
-                   message_bytes=float(noop["message_bytes"]), simulated=str(doc.get("simulated", "")))
+                   message_bytes=float(noop["message_bytes"]), simulated=str(doc.get("simulated", "")),
+                   poll_deletes=int(noop["poll"]["store"].get("deletes", 0)),
+                   noop_deletes=float(noop["store_per_step"].get("deletes", 0)),
+                   change_deletes=float(cold["store_per_app"].get("deletes", 0)))
 
 
 def billed(seconds: float) -> float:
@@ -129,8 +136,8 @@ def derive(c: Counts, *, ticks: int = TICKS_PER_DAY, changes: float = CHANGES_PE
     poll_a, poll_b = max(0, c.poll_store_a - c.apps * CLAIM_A), max(0, c.poll_store_b - c.apps * CLAIM_B)
     store_a = ticks * poll_a + sweeps * c.apps * CLAIM_A + noop_steps * c.noop_store_a \
         + changes * c.apps * c.change_store_a
-    store_b = ticks * poll_b + sweeps * c.apps * CLAIM_B + noop_steps * c.noop_store_b \
-        + changes * c.apps * c.change_store_b
+    store_b = ticks * (poll_b + c.poll_deletes) + sweeps * c.apps * CLAIM_B \
+        + noop_steps * (c.noop_store_b + c.noop_deletes) + changes * c.apps * (c.change_store_b + c.change_deletes)
     messages = noop_steps + change_steps
     pubsub_bytes = 2 * messages * max(PUBSUB_MIN_BYTES, c.message_bytes)
     dollars = {
@@ -186,14 +193,14 @@ def markdown(runs: list[Counts], *, ticks: int = TICKS_PER_DAY, changes: float =
     def row(name: str, values: list[str]) -> None:
         lines.append(f"| {name} | " + " | ".join(values) + " |")
 
-    row("input: the poll's no-op tick, billed s; store ops A / B", [
-        f"{_n(c.poll_billed)} s; {c.poll_store_a} / {c.poll_store_b}" for c in runs])
-    row("input: no-op steps per app; billed s per step; store A / B per step", [
-        f"{c.noop_steps_per_app:.2f}; {c.noop_billed:.3f} s; {c.noop_store_a:.2f} / {c.noop_store_b:.2f}"
-        for c in runs])
-    row("input: a change: steps per app; billed s per app; store A / B per app", [
-        f"{c.change_steps_per_app:.2f}; {c.change_billed:.3f} s; {c.change_store_a:.2f} / {c.change_store_b:.2f}"
-        for c in runs])
+    row("input: the poll's no-op tick, billed s; store writes+listings (A) / reads / conditional deletes", [
+        f"{_n(c.poll_billed)} s; {c.poll_store_a} / {c.poll_store_b} / {c.poll_deletes}" for c in runs])
+    row("input: no-op steps per app; billed s per step; store A / reads / deletes per step", [
+        f"{c.noop_steps_per_app:.2f}; {c.noop_billed:.3f} s; {c.noop_store_a:.2f} / {c.noop_store_b:.2f} / "
+        f"{c.noop_deletes:.2f}" for c in runs])
+    row("input: a change: steps per app; billed s per app; store A / reads / deletes per app", [
+        f"{c.change_steps_per_app:.2f}; {c.change_billed:.3f} s; {c.change_store_a:.2f} / {c.change_store_b:.2f} / "
+        f"{c.change_deletes:.2f}" for c in runs])
     row("input: refresh message, bytes", [
         f"{c.message_bytes:.0f} (billed as {max(PUBSUB_MIN_BYTES, c.message_bytes):,.0f})" for c in runs])
     row("invocations", [_n(d.invocations) for d in days])

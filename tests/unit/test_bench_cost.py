@@ -34,6 +34,10 @@ def test_a_day_is_the_counts_times_the_ticks_and_changes() -> None:
     # claims once per app and sweep
     assert day.store_a == pytest.approx(480 * 2 + 480 * 1000 + 480_000 * 2 + 1000 * 10)
     assert day.store_b == pytest.approx(480 * 60 + 480 * 1000 + 480_000 * 3 + 1000 * 5)
+    # a conditional delete is free but GcsStore reads the generation first: one class B each
+    deleting = cost.derive(counts(noop_deletes=2.0, change_deletes=2.0, poll_deletes=1))
+    assert deleting.store_b - day.store_b == pytest.approx(480 * 1 + 480_000 * 2 + 1000 * 2)
+    assert deleting.store_a == day.store_a
     assert day.messages == 481_000
     assert day.pubsub_bytes == 2 * 481_000 * 1000  # each message billed at least 1,000 bytes, published and pushed
     assert day.dollars["CPU"] == pytest.approx(day.instance_seconds * 0.000024)
@@ -58,13 +62,15 @@ def test_steps_per_app_and_message_size_scale_what_they_should() -> None:
 def test_counts_are_read_from_a_run_document() -> None:
     doc = {"apps": 10000, "repos": 200, "run": "tidecd abc", "simulated": "the steps of 9,500 apps",
            "noop": {"poll": {"wall": 12.34, "store": {"A": 12, "B": 205}}, "steps_per_app": 1.0,
-                    "billed_per_step": 0.21, "store_per_step": {"A": 2.0, "B": 4.0}, "message_bytes": 310.5},
+                    "billed_per_step": 0.21, "store_per_step": {"A": 2.0, "B": 4.0, "deletes": 2.0},
+                    "message_bytes": 310.5},
            "cold": {"steps_per_app": 1.02, "billed_per_app": 1.4, "store_per_app": {"A": 9.5, "B": 20.1}}}
     c = cost.Counts.from_run(doc)
     assert (c.apps, c.repos, c.poll_store_a, c.poll_store_b) == (10000, 200, 12, 205)
     assert c.poll_billed == pytest.approx(12.4)
     assert (c.noop_billed, c.noop_store_b, c.change_steps_per_app, c.change_store_a) == (0.21, 4.0, 1.02, 9.5)
     assert c.simulated == "the steps of 9,500 apps"
+    assert (c.noop_deletes, c.change_deletes, c.poll_deletes) == (2.0, 0.0, 0)
 
 
 def test_a_peer_always_on_costs_a_vcpu_and_its_measured_memory_all_day() -> None:
