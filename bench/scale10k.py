@@ -311,13 +311,14 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(logging.WARNING)
     signal.signal(signal.SIGTERM, _on_sigterm)  # `finally` then stops every process the run started
     scenario = scale.Scenario(args.apps, args.repos, name="s10k")
+    commit = commit_of(Path(__file__).resolve().parents[1])  # at the start: the code the functions run
     bench = Bench(Path(tempfile.mkdtemp(prefix="tidecd-scale10k-")))
     try:
         m = measure(bench, scenario, args.sample, args.workers or choose_workers())
     finally:
         bench.close()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    m.run = f"tidecd {commit_of(Path(__file__).resolve().parents[1])}, {when}, load {'/'.join(map(str, m.load['end']))}"
+    m.run = f"tidecd {commit}, {when}, load {'/'.join(map(str, m.load['end']))}"
     doc = m.__dict__
     target = args.json or CACHE / f"scale10k-{m.apps}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
