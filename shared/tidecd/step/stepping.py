@@ -278,6 +278,10 @@ class Observer:
                                                    "at": self.ctx.iso()})
         return refused
 
+    def out_of_sync(self) -> set[ResourceKey]:
+        """The objects this step's comparison did not find Synced (ApplyOutOfSyncOnly and the dry-run read it)."""
+        return {r.key for r in self.comparison.resources if r.status is not SyncStatus.SYNCED}
+
     def unhealthy(self) -> list[ResourceKey]:
         """The app's resources whose live object is not Healthy (or is missing), hooks and prunes aside."""
         scripts = self.current.health_scripts
@@ -553,8 +557,7 @@ class Step:
 
     def dry_run(self, step: decision.DryRun) -> None:
         op = self.state.operation
-        out_of_sync = {r.key for r in self.eye.comparison.resources if r.status is not SyncStatus.SYNCED}
-        done = execute.dry_run(self.eye.current, step, self.eye.view.live, out_of_sync,
+        done = execute.dry_run(self.eye.current, step, self.eye.view.live, self.eye.out_of_sync(),
                                operation_dry_run=bool(op and op.request.dry_run))
         temporary = {r.key for r in self.eye.comparison.resources if r.temporary}
         known = [ChangeEntry(k, Action.FAILED, m, temporary=k in temporary) for k, m in step.known_failures]
@@ -569,12 +572,11 @@ class Step:
         self.state, intended = record.hooks_intended(self.state, step)
         if intended:
             self.save()
-        out_of_sync = {r.key for r in self.eye.comparison.resources if r.status is not SyncStatus.SYNCED}
 
         def written(key: ResourceKey, result: Manifest) -> None:
             view.written[key] = target.identity(result)
 
-        done = execute.run_tasks(target, step, view.live, out_of_sync, op.id, written)
+        done = execute.run_tasks(target, step, view.live, self.eye.out_of_sync(), op.id, written)
         self.add(done.entries)
         self.state = record.ran(self.state, done)
         # An object is live as written (or, unchanged, as this step listed it): only those whose health

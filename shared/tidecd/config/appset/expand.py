@@ -85,18 +85,8 @@ def expand(appset: ApplicationSet, sources: Sources) -> Expansion:
     for path, found in evaluated:
         for params in found:
             label = f"{path} ({params.origin})"
-            template = _template(appset, params)
             try:
-                rendered = renderer.value(template, params.values, "spec.template")
-                assert isinstance(rendered, dict)
-                meta = rendered.get("metadata")
-                doc: dict[str, Any] = {"apiVersion": ARGO_VERSION, "kind": "Application",
-                       "metadata": copy.deepcopy(meta) if isinstance(meta, dict) else {},
-                       "spec": copy.deepcopy(rendered.get("spec") or {})}
-                _finalizer(doc, appset, params.values)
-                if appset.template_patch:
-                    doc = _patched(doc, appset, params.values, renderer)
-                _rolling_hold(doc, appset)
+                doc = _application(appset, params, renderer)
             except TemplateError as exc:
                 out.errors.append(f"{where}: {label}: {exc}")
                 continue
@@ -126,6 +116,22 @@ def expand(appset: ApplicationSet, sources: Sources) -> Expansion:
             doc["metadata"].pop("namespace", None)  # Argo CD's `argocd`: not a destination
             out.apps[name] = Generated(name, doc, label)
     return out
+
+
+def _application(appset: ApplicationSet, params: Params, renderer: Renderer) -> dict[str, Any]:
+    """One parameter set's Application document: the template rendered, then the finalizer, the templatePatch
+    and the RollingSync hold applied in Argo CD's order. Raises TemplateError."""
+    rendered = renderer.value(_template(appset, params), params.values, "spec.template")
+    assert isinstance(rendered, dict)
+    meta = rendered.get("metadata")
+    doc: dict[str, Any] = {"apiVersion": ARGO_VERSION, "kind": "Application",
+                           "metadata": copy.deepcopy(meta) if isinstance(meta, dict) else {},
+                           "spec": copy.deepcopy(rendered.get("spec") or {})}
+    _finalizer(doc, appset, params.values)
+    if appset.template_patch:
+        doc = _patched(doc, appset, params.values, renderer)
+    _rolling_hold(doc, appset)
+    return doc
 
 
 def _destination_problem(destination: Any, clusters: Callable[[], list[ClusterInfo]]) -> str:
