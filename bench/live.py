@@ -1,8 +1,8 @@
-"""Live pages (issue 25): what one open dashboard page costs per minute, polling a cheap version every 2 s
-(`tidecd.ui.watch`), against what a server-sent events stream would hold.
+"""Live pages (issue 25): what one open dashboard page costs per minute, polling a cheap version every
+second (`tidecd.ui.watch.POLL_SECONDS`), against what a server-sent events stream would hold.
 
 The installation is the `ui` group's: 1,000 apps in 10 projects, each with a realistic stored state. An
-open page asks `GET .../version?v=V` every 2 s (30 requests a minute); while nothing changed the answer is
+open page asks `GET .../version?v=V` every second (60 requests a minute); while nothing changed the answer is
 a 204 after one metadata listing of the app states. Each request is served as the api function serves it
 (`ui.handle`, a fresh Runtime: the config's fingerprint checked, the caller's RBAC applied) on a warm
 instance (the config and templates parsed already) and on a cold one (everything parsed again). Store
@@ -10,8 +10,8 @@ calls are counted by a wrapper over the local store: reads of a body, listings, 
 
 The peer is a server-sent events stream from the api function: it would hold its instance (billed time,
 and one of the instance's concurrent requests) for the whole minute, 60 s per open page, and it would
-still have to ask the store every 2 s, since the steps that record changes run in other instances. Its
-row is that held time; the polling row is the CPU time its 30 requests take.
+still have to ask the store as often, since the steps that record changes run in other instances. Its
+row is that held time; the polling row is the CPU time its 60 requests take.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from bench.ui import TOKEN, _forget, _install
 from tidecd import ui
 from tidecd.clients.store import Blob, LocalStore
 from tidecd.runtime import Runtime, Settings
+from tidecd.ui.watch import POLL_SECONDS
 
 GROUP = "live"
-POLLS_PER_MINUTE = 60 // 2
+POLLS_PER_MINUTE = 60 // POLL_SECONDS
 REPS = 30
 
 

@@ -11,7 +11,7 @@ from tidecd.base.model import HealthStatus
 from tidecd.clients.store import LocalStore, MemoryStore
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
-from tidecd.ui.watch import generations
+from tidecd.ui.watch import POLL_SECONDS, generations
 
 __all__ = ["runtime"]  # the fixture, shared with test_ui
 
@@ -34,6 +34,7 @@ def test_an_open_app_page_polls_a_version_and_gets_the_page_when_a_step_records(
     watch = _watch(html)
     assert '<noscript><meta http-equiv="refresh" content="30"></noscript>' in html  # without JavaScript
     assert watch.startswith("/ui/apps/web/version?v=") and "diff=split" in watch
+    assert f'hx-trigger="every {POLL_SECONDS}s"' in html and POLL_SECONDS <= 1  # within 3 s: a poll + a render
     status, body, _ = _poll(runtime, watch)
     assert (status, body) == (204, b"")  # nothing recorded: no page rendered, nothing swapped
 

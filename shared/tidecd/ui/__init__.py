@@ -137,7 +137,8 @@ def _redirect(location: str, *extra: tuple[str, str]) -> Page:
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True,
                              trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    env.globals.update(static=static_url, commit_url=views.commit_url, short=_short, NOTICES=actions.NOTICES)
+    env.globals.update(static=static_url, commit_url=views.commit_url, short=_short, NOTICES=actions.NOTICES,
+                       watch_seconds=watch.POLL_SECONDS)
     env.filters["quote"] = lambda text: quote(str(text), safe="")
     env.filters["slug"] = lambda text: re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "unknown"
     return env

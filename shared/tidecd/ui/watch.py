@@ -3,11 +3,13 @@
     GET /ui/version?v=VERSION&...            the apps list's version (every app this caller may see)
     GET /ui/apps/NAME/version?v=VERSION&...  one app's version
 
-A page carries the version it was rendered at; htmx asks the route above every 2 s (`_watch.html`). An
-unchanged version is a 204 with no body: one metadata read of the store (the state objects' generations,
-never their bodies: `clients.store.generations`), no template. A changed one answers the page itself,
-rendered for the same query, and htmx swaps its `<main>` in place (`HX-Retarget`/`HX-Reselect`), so a
-change is on screen at most one poll interval after it is recorded.
+A page carries the version it was rendered at; htmx asks the route above every second (`POLL_SECONDS`,
+`_watch.html`). An unchanged version is a 204 with no body: one metadata read of the store (the state
+objects' generations, never their bodies: `clients.store.generations`), no template. A changed one answers
+the page itself, rendered for the same query, and htmx swaps its `<main>` in place
+(`HX-Retarget`/`HX-Reselect`), so a change is on screen at most one poll interval plus the page's render
+after it is recorded: within 3 s, which `tests/e2e/test_ui_live.py` asserts (a 2 s interval plus a
+render on a busy machine came too close to it).
 
 Why polling and not server-sent events: on a serverless function an event stream holds an instance (and
 its billed time) for as long as the page is open, and the stream would still have to poll the store to
@@ -31,7 +33,7 @@ from tidecd.state import app as app_state
 from tidecd.ui import Context, Page, app_page, apps, route, visible_names, who
 from tidecd.usecases import authz
 
-POLL_SECONDS = 2
+POLL_SECONDS = 1
 # (caller) → (the config it was computed for, the apps it may see): RBAC over every app is most of a
 # list poll's CPU (casbin per app), and the answer changes only with the config (a new object when it does)
 _VISIBLE: dict[Principal, tuple[Config, list[str]]] = {}
