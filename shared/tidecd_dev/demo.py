@@ -3,7 +3,7 @@
 Starts a control plane (with kwok) whose audit webhook backend posts to the webhook function, a git server
 holding `examples/apps`, and the webhook, poll and api functions under functions-framework with the local
 store; the first poll tick deploys the three example apps, and the demo waits until each is Synced and
-Healthy, then prints the dashboard's address and the token that logs in to it. Then a commit is pushed, a
+Healthy, then prints the dashboard's address and a login link carrying the token. Then a commit is pushed, a
 signed GitHub push webhook is sent, and the demo shows the app going OutOfSync → Synced and Healthy, and
 what its history recorded for the pushed revision. Last, a second person
 (alice@example.com) runs `kubectl scale` on the self-healed guestbook: the audit event undoes it within
@@ -192,9 +192,11 @@ class Demo:
 
     def print_dashboard(self) -> None:
         """The dashboard's address and how to log in: the demo's api token, random for this run and
-        valid only on this loopback address until Ctrl-C (the login form takes it; no password exists)."""
+        valid only on this loopback address until Ctrl-C, in a link whose fragment fills the login form
+        (`ui/static/login.js`; a fragment never reaches the server's logs)."""
         say(f"the dashboard: http://127.0.0.1:{self.ports['api']}/ui/")
-        print(f"    log in by pasting this demo's api token: {self.token}")
+        print(f"    log in: http://127.0.0.1:{self.ports['api']}/ui/login#token={self.token} (then press Log in; "
+              "or paste this demo's api token into the form)")
 
     def drift(self, timeout: float = 60.0) -> None:
         """alice scales the self-healed frontend by hand; the API server's audit event brings it back."""

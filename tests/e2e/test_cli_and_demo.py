@@ -67,6 +67,7 @@ def test_demo_runs_end_to_end_and_leaves_nothing(tmp_path: Path) -> None:
     pushed = re.search(r"pushed ([0-9a-f]{12}) ", out)
     assert pushed and re.search(rf"recorded: history #2 Succeeded at revision {pushed[1]}, deployed 20", out), out
     assert re.search(r"the dashboard: http://127\.0\.0\.1:\d+/ui/", out)
+    assert re.search(r"log in: http://127\.0\.0\.1:\d+/ui/login#token=[0-9a-f]{32} ", out), out
     # alice's kubectl scale, undone through the API server's audit webhook backend, and named
     assert "restored to 3 replicas" in demo.stdout
     assert "DriftDetected: Deployment guestbook/frontend: spec.replicas changed by alice@example.com via kubectl" \

@@ -252,3 +252,25 @@ def test_read_only_token_and_cross_site_posts_cannot_act(browser: Any, gitops: G
     admin.wait_for_selector("[data-notice]")
     wait_for(lambda: len(gitops.state().history) == len(before.history) + 1, 120, "the admin's sync")
     admin.context.close()
+
+
+def test_the_demos_login_link_fills_the_form_and_keeps_the_token_out_of_the_address(browser: Any,
+                                                                                    functions: Functions) -> None:
+    """`make demo` prints /ui/login#token=T: the fragment fills the token form (login.js), leaves the address
+    bar and the history at once, and never reaches the server; the person presses Log in."""
+    base = dashboard(functions)
+    context = browser.new_context(viewport=WIDE)
+    page = context.new_page()
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto(f"{base}login#token={functions.token}")
+    wait_for(lambda: page.input_value("#token") == functions.token, 30, "the link's token in the form")
+    assert "#" not in page.url and functions.token not in page.url
+    assert page.evaluate("document.activeElement.textContent.trim()") == "Log in"
+    assert not [url for url in requested if functions.token in url]  # no request carried it
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r"/ui/$"))
+    assert page.locator(".who [data-role]").inner_text() == "admin"
+    page.go_back()  # the history holds the login page without the token
+    assert functions.token not in page.url
+    context.close()

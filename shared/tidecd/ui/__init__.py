@@ -43,7 +43,7 @@ from tidecd.usecases.revert import summary as revert_summary
 
 HERE = Path(__file__).parent
 STATIC = {"htmx.min.js": "text/javascript; charset=utf-8", "tidecd.css": "text/css; charset=utf-8",
-          "live.js": "text/javascript; charset=utf-8"}
+          "live.js": "text/javascript; charset=utf-8", "login.js": "text/javascript; charset=utf-8"}
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 _NAME = r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,252})"
