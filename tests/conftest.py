@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.support.apps",
     "tests.support.functions",
     "tests.support.github_standin",
+    "tests.support.gitlab_standin",
     "tests.support.charts",
     "tests.support.browser",
     "tests.support.examples",

@@ -111,9 +111,9 @@ def parsed_errors(gen: dict[str, Any]) -> list[str]:
 
 
 def test_scm_and_cdr_fields_are_checked_naming_the_field() -> None:
-    text = "\n".join(parsed_errors({"scmProvider": {"gitlab": {"group": "g"}, "cloneProtocol": "ftp",
+    text = "\n".join(parsed_errors({"scmProvider": {"gitea": {"owner": "g"}, "cloneProtocol": "ftp",
                                                     "filters": [{"repositoryMatch": "("}]}}))
-    assert "spec.generators[0].scmProvider.gitlab: the gitlab provider is not implemented by tidecd" in text
+    assert "spec.generators[0].scmProvider.gitea: the gitea provider is not implemented by tidecd" in text
     assert "spec.generators[0].scmProvider.cloneProtocol: 'ftp' is not one of ssh, https" in text
     assert "spec.generators[0].scmProvider.filters[0].repositoryMatch: not a regular expression" in text
     assert "scmProvider.github.organization: required field is missing" in "\n".join(

@@ -59,7 +59,7 @@ class RefreshSummary:
 
 class RuntimeSources:
     """`generators.Sources` from a Runtime: git snapshots through the object store, the config's cluster
-    Secrets, GitHub through PyGithub. Checkouts live until `close()`."""
+    Secrets, GitHub through PyGithub, GitLab through python-gitlab. Checkouts live until `close()`."""
 
     def __init__(self, runtime: Runtime, ls_remote: LsRemote | None = None) -> None:
         self.runtime = runtime
@@ -68,7 +68,7 @@ class RuntimeSources:
         self._checkouts: dict[tuple[str, str], tuple[str, Path]] = {}
         self.used_repos: set[str] = set()
         self.inputs: dict[str, str] = {}  # "repoURL#revision" → commit, of the evaluation running now
-        self._scms: dict[ScmSpec, discovery.GitHubScm] = {}
+        self._scms: dict[ScmSpec, discovery.GitHubScm | discovery.GitLabScm] = {}
 
     def close(self) -> None:
         self._tmp.cleanup()
@@ -119,9 +119,9 @@ class RuntimeSources:
         base, token = discovery.github_token(self.runtime, api, token_ref, "pullRequest")
         return list_pull_requests(base, owner, repo, token, labels)
 
-    def _scm(self, spec: ScmSpec) -> discovery.GitHubScm:
+    def _scm(self, spec: ScmSpec) -> discovery.GitHubScm | discovery.GitLabScm:
         if spec not in self._scms:
-            self._scms[spec] = discovery.GitHubScm(self.runtime, spec)
+            self._scms[spec] = discovery.scm_provider(self.runtime, spec)
         return self._scms[spec]
 
     def scm_repositories(self, spec: ScmSpec) -> list[ScmRepo]:

@@ -1,14 +1,19 @@
 """The generators that discover their parameters elsewhere: `scmProvider` (the repositories of a GitHub
-organization) and `clusterDecisionResource` (a duck-typed resource's `status` list of cluster decisions),
-as Argo CD's scm_provider and duck_type generators give them.
+organization or a GitLab group) and `clusterDecisionResource` (a duck-typed resource's `status` list of
+cluster decisions), as Argo CD's scm_provider and duck_type generators give them.
 
-scmProvider: every repository of the organization (archived ones left out with `excludeArchivedRepos`),
-with its default branch or, with `allBranches`, every branch; `filters` as Argo CD applies them: a filter
+scmProvider: every repository of the GitHub organization (archived ones left out with
+`excludeArchivedRepos`), or every project of the GitLab group as GitLab lists it (`includeSubgroups`,
+`includeSharedProjects`, `includeArchivedRepos`, `topic` are GitLab's own query parameters), with its
+default branch or, with `allBranches`, every branch; `filters` as Argo CD applies them, the same for both
+providers (GitLab's labels are the project's topics): a filter
 naming only `repositoryMatch` and/or `labelMatch` selects repositories, one naming `pathsExist`,
 `pathsDoNotExist` or `branchMatch` selects branches (checking its repository conditions too); within each
 kind any filter may match, and a kind with no filter lets everything through. Parameters: `organization`,
 `repository`, `repository_id`, `url` (the ssh URL, or the https one with `cloneProtocol: https`), `branch`,
-`branchNormalized`, `sha`, `short_sha` (8), `short_sha_7`, `labels` (the topics, comma-joined).
+`branchNormalized`, `sha`, `short_sha` (8), `short_sha_7`, `labels` (the topics, comma-joined). For
+GitLab, `organization` is the project's namespace full path (a subgroup's project names its subgroup) and
+`repository` the project's path.
 
 clusterDecisionResource: the ConfigMap `configMapRef` names gives the resource's `apiVersion` and `kind`,
 `statusListKey` (default `clusters`) and `matchKey`; the resources (`name`, or `labelSelector`) are listed,
@@ -30,8 +35,10 @@ from tidecd.config.schema import Keys, Node
 
 SCM_KEYS = Keys(("github", "gitlab", "bitbucket", "bitbucketServer", "gitea", "azureDevOps", "awsCodeCommit",
                  "cloneProtocol", "filters", "requeueAfterSeconds", "template", "values"))
-SCM_PROVIDERS = ("github",)
+SCM_PROVIDERS = ("github", "gitlab")
 _SCM_GITHUB = Keys(("organization", "api", "allBranches", "excludeArchivedRepos", "tokenRef", "appSecretName"))
+_SCM_GITLAB = Keys(("group", "api", "allBranches", "includeSubgroups", "includeSharedProjects",
+                    "includeArchivedRepos", "topic", "tokenRef", "insecure", "caRef"))
 _SCM_FILTER = Keys(("repositoryMatch", "pathsExist", "pathsDoNotExist", "labelMatch", "branchMatch"))
 _TOKEN_REF = Keys(("secretName", "key"))
 CDR_KEYS = Keys(("configMapRef", "name", "labelSelector", "requeueAfterSeconds", "template", "values"))
@@ -45,15 +52,20 @@ class GeneratorError(ConfigError):
 
 @dataclass(frozen=True)
 class ScmSpec:
-    """What the caller needs to list an organization's repositories."""
+    """What the caller needs to list an organization's (GitHub) or a group's (GitLab) repositories."""
 
-    provider: str  # "github"
-    organization: str
+    provider: str  # "github" | "gitlab"
+    organization: str  # GitHub's organization, GitLab's group (its id or full path)
     api: str = ""
     token_ref: tuple[str, str] | None = None  # (Secret name, key)
     all_branches: bool = False
-    exclude_archived: bool = False
+    exclude_archived: bool = False  # github
     clone_protocol: str = "ssh"
+    include_subgroups: bool = False  # gitlab, as Argo CD's defaults
+    include_shared_projects: bool = True
+    include_archived: bool = False
+    topic: str = ""
+    insecure: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,16 +100,21 @@ def validate_scm(node: Node) -> None:
     others = [k for k in SCM_KEYS.allowed if k in body.data and k not in (*SCM_PROVIDERS, "cloneProtocol", "filters",
                                                                          "requeueAfterSeconds", "template", "values")]
     for name in others:
-        body.error(name, f"the {name} provider is not implemented by tidecd (github is)")
+        body.error(name, f"the {name} provider is not implemented by tidecd (github and gitlab are)")
     github = body.child("github", _SCM_GITHUB)
-    if github is None and not others:
-        body.error("", "set a provider (tidecd implements github)")
+    gitlab = body.child("gitlab", _SCM_GITLAB)
+    if github is None and gitlab is None and not others:
+        body.error("", "set a provider (tidecd implements github and gitlab)")
+    if github is not None and gitlab is not None:
+        body.error("", "set one provider: github and gitlab are both set (Argo CD would read github only)")
     if github is not None:
         github.text("organization", required=True)
         github.text("api")
         github.flag("allBranches")
         github.flag("excludeArchivedRepos")
         validate_github_auth(github, "use tokenRef")
+    if gitlab is not None:
+        _validate_gitlab(gitlab)
     protocol = body.text("cloneProtocol", "ssh") or "ssh"
     if protocol not in ("ssh", "https"):
         body.error("cloneProtocol", f"{protocol!r} is not one of ssh, https")
@@ -115,11 +132,27 @@ def validate_scm(node: Node) -> None:
         entry.texts("pathsDoNotExist")
 
 
+def _validate_gitlab(gitlab: Node) -> None:
+    gitlab.text("group", required=True)
+    gitlab.text("api")
+    gitlab.text("topic")
+    for key in ("allBranches", "includeSubgroups", "includeSharedProjects", "includeArchivedRepos", "insecure"):
+        gitlab.flag(key)
+    if gitlab.data.get("caRef") is not None:
+        gitlab.error("caRef", "not implemented by tidecd (its config source keeps no argocd-tls-certs-cm): use a "
+                              "certificate the system trusts, or insecure: true")
+    _validate_token_ref(gitlab)
+
+
 def validate_github_auth(github: Node, instead: str) -> None:
     """A GitHub provider's credentials: `tokenRef` (a Secret name and key); `appSecretName` is not implemented."""
     if github.data.get("appSecretName") is not None:
         github.error("appSecretName", f"not implemented by tidecd ({instead})")
-    ref = github.child("tokenRef", _TOKEN_REF)
+    _validate_token_ref(github)
+
+
+def _validate_token_ref(provider: Node) -> None:
+    ref = provider.child("tokenRef", _TOKEN_REF)
     if ref is not None:
         ref.text("secretName", required=True)
         ref.text("key", required=True)
@@ -141,14 +174,27 @@ def validate_cdr(node: Node) -> None:
 
 
 def scm_spec(body: Mapping[str, Any]) -> ScmSpec:
+    protocol = str(body.get("cloneProtocol") or "ssh")
+    if isinstance(body.get("gitlab"), Mapping) and not isinstance(body.get("github"), Mapping):
+        gitlab = body["gitlab"]
+        shared = gitlab.get("includeSharedProjects")
+        return ScmSpec(provider="gitlab", organization=str(gitlab.get("group", "")),
+                       api=str(gitlab.get("api") or ""), token_ref=_token_ref(gitlab),
+                       all_branches=bool(gitlab.get("allBranches")), clone_protocol=protocol,
+                       include_subgroups=bool(gitlab.get("includeSubgroups")),
+                       include_shared_projects=shared is None or bool(shared),  # WillIncludeSharedProjects
+                       include_archived=bool(gitlab.get("includeArchivedRepos")),
+                       topic=str(gitlab.get("topic") or ""), insecure=bool(gitlab.get("insecure")))
     github = body.get("github") or {}
-    ref = github.get("tokenRef")
     return ScmSpec(provider="github", organization=str(github.get("organization", "")),
-                   api=str(github.get("api") or ""),
-                   token_ref=(str(ref["secretName"]), str(ref["key"])) if isinstance(ref, Mapping) else None,
+                   api=str(github.get("api") or ""), token_ref=_token_ref(github),
                    all_branches=bool(github.get("allBranches")),
-                   exclude_archived=bool(github.get("excludeArchivedRepos")),
-                   clone_protocol=str(body.get("cloneProtocol") or "ssh"))
+                   exclude_archived=bool(github.get("excludeArchivedRepos")), clone_protocol=protocol)
+
+
+def _token_ref(provider: Mapping[str, Any]) -> tuple[str, str] | None:
+    ref = provider.get("tokenRef")
+    return (str(ref["secretName"]), str(ref["key"])) if isinstance(ref, Mapping) else None
 
 
 # --------------------------------------------------------------------------------------------------

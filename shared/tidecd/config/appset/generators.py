@@ -14,7 +14,7 @@
     merge         the first generator's sets, updated by later ones whose `mergeKeys` values match (every
                   generator's merge keys must be unique, the first's too)
     pullRequest   open pull requests of a GitHub repository (PyGithub), filtered by `labels`
-    scmProvider   the repositories of a GitHub organization (`config.appset.discovery`)
+    scmProvider   the repositories of a GitHub organization or a GitLab group (`config.appset.discovery`)
     clusterDecisionResource
                   the clusters a duck-typed resource's status decides (`config.appset.discovery`); its
                   `values` are added as written (Argo CD does not template them)
