@@ -61,6 +61,19 @@ def test_version_is_the_installed_package_version() -> None:
     assert result.exit_code == 0 and result.stdout.strip() == f"tidecd {version('tidecd')}"
 
 
+def test_the_full_clis_start_loads_no_config_rbac_or_runtime() -> None:
+    """`tidecd --version` and `--help` import every command group: none may load the config schema (and
+    casbin with it), the runtime or the api client before a command needs them."""
+    code = ("import sys; sys.argv = ['tidecd', '--version']; from tidecd.cli import root\n"
+            "try:\n    root.main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('tidecd.config', 'casbin', 'tidecd.runtime', "
+            "'requests', 'structlog', 'jinja2', 'kubernetes'))))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          check=True)
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout
+
+
 def test_logs_are_warnings_only_unless_verbose(local: Path) -> None:
     """In the process entry (main), a reconcile's INFO lines stay off stderr; `-v` brings them back."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

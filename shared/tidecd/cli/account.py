@@ -15,7 +15,6 @@ import typer
 
 from tidecd.cli.app import OUTPUT, SERVER, TOKEN, call_api, checked, emit, fail, print_table
 from tidecd.cli.proj import when
-from tidecd.config.schema import parse_duration
 
 app = typer.Typer(no_args_is_help=True, help="Local accounts and their API keys (Argo CD's account).")
 ACCOUNT = typer.Option("", "--account", "-a", help="Account name (default: the current account).")
@@ -35,6 +34,8 @@ def generate_token(account: str = ACCOUNT,
                    token_id: str = typer.Option("", "--id", help="The token's id (default: a random uuid)."),
                    server: str = SERVER, token: str = TOKEN) -> None:
     """Issue an API key of an account with the apiKey capability; it is printed once and never shown again."""
+    from tidecd.config.schema import parse_duration  # lazy: cold start (the config schema loads casbin)
+
     seconds = parse_duration(expires_in)
     if seconds is None or seconds < 0:
         fail(f"--expires-in: expected a duration such as 24h or 0s, got {expires_in[:40]!r}")
