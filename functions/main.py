@@ -14,7 +14,18 @@ Heavy modules are imported inside the functions, so a cold start pays only for w
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
+
+if "structlog" not in sys.modules and "rich" not in sys.modules:
+    # structlog imports rich when it is installed (it is: the CLI's), for console tracebacks these functions
+    # never print (they log JSON lines). Hidden while structlog loads, rich costs a cold start nothing; a None
+    # in sys.modules makes `import rich` raise the ImportError structlog expects. (tests/unit/test_coldstart.py)
+    sys.modules["rich"] = None  # type: ignore[assignment]
+    try:
+        import structlog
+    finally:
+        del sys.modules["rich"]
 
 import functions_framework
 import structlog
@@ -57,9 +68,9 @@ def _runtime() -> Any:
 @functions_framework.http
 def webhook(request: Request) -> Response:
     from tidecd.base import limits
+    from tidecd.base.constants import AUDIT_GKE_PATH, AUDIT_PATH
     from tidecd.clients import metrics
     from tidecd.triggers import dispatch
-    from tidecd.usecases import audit
     from tidecd.usecases import webhook as hooks
 
     limit = limits.current().webhook_bytes
@@ -67,10 +78,13 @@ def webhook(request: Request) -> Response:
     if body is None:
         return _too_large(limit, "TIDECD_MAX_WEBHOOK_BYTES")
     runtime = _runtime()
-    if request.path.rstrip("/") == audit.PATH:  # the kube-apiserver's audit webhook backend (EventList batches)
-        answer = audit.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime))
-    elif request.path.rstrip("/") == audit.GKE_PATH:  # GKE's audit log entries, pushed by Pub/Sub
-        answer = audit.handle_push(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime))
+    if request.path.rstrip("/") in (AUDIT_PATH, AUDIT_GKE_PATH):
+        from tidecd.usecases import audit  # lazy: cold start (a push delivery does not load the audit use case)
+
+        if request.path.rstrip("/") == AUDIT_PATH:  # the kube-apiserver's audit webhook backend (EventList batches)
+            answer = audit.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime))
+        else:  # GKE's audit log entries, pushed by Pub/Sub
+            answer = audit.handle_push(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime))
     else:
         answer = hooks.handle(dict(request.headers), body, runtime, dispatch.dispatcher_for(runtime),
                               path=request.full_path)

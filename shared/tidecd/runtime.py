@@ -20,7 +20,6 @@ import structlog
 from tidecd.base import constants
 from tidecd.base.errors import ConfigError, NotFound, TemporaryError, TidecdError
 from tidecd.base.paths import inside
-from tidecd.clients.cluster import KubeCluster, client_for_secret
 from tidecd.clients.clustersecrets import find_cluster_secret
 from tidecd.clients.secrets import load_private_keys, text_fields, unseal
 from tidecd.clients.store import ObjectStore, open_store
@@ -38,6 +37,7 @@ from tidecd.config.load import (
 from tidecd.generated import records as generated
 
 if TYPE_CHECKING:
+    from tidecd.clients.cluster import KubeCluster
     from tidecd.source.gitremote import RepoCredentials
 
 log = structlog.get_logger("tidecd.runtime")
@@ -391,6 +391,9 @@ class Runtime:
         return text_fields(found, f"cluster secret {(found.get('metadata') or {}).get('name', '?')}").get("server", "")
 
     def _connect(self, destination: Destination) -> KubeCluster:
+        # lazy: cold start (the cluster client and its metrics only for a call that reaches a cluster)
+        from tidecd.clients.cluster import KubeCluster, client_for_secret
+
         found = find_cluster_secret(self.secrets(), name=destination.name, server=destination.server)
         if found is not None:
             return KubeCluster(client_for_secret(found), name=destination.name or destination.server)

@@ -58,4 +58,8 @@ ARGO_VERSION: Final = "argoproj.io/v1alpha1"
 
 HISTORY_LIMIT: Final = 10
 
+# The webhook function's audit routes (`tidecd.usecases.audit`), here so that routing a delivery imports no use case.
+AUDIT_PATH: Final = "/audit"  # the webhook function's path the audit backend's kubeconfig points at
+AUDIT_GKE_PATH: Final = "/audit/gke"  # where the Log Router sink's Pub/Sub subscription pushes GKE's audit log entries
+
 AUTO_ROLLBACK: Final = "auto-rollback"  # who started a rollback tidecd made by itself (`step.autorollback`; notify)

@@ -23,16 +23,16 @@ import csv
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING, Any
 
-import casbin
 import yaml
-from casbin import persist
-from casbin.model import Model
 
 from tidecd.base.errors import ConfigError
 from tidecd.base.globs import compile_glob
+
+if TYPE_CHECKING:
+    import casbin
 
 MODEL_CONF = """\
 [request_definition]
@@ -248,15 +248,39 @@ def parse_lines(text: str, where: str = "policy") -> list[list[str]]:
     return rows
 
 
-class _Lines(persist.Adapter):  # type: ignore[misc]  # pycasbin is untyped
-    """Casbin's adapter over policy texts, loaded in order (builtin, user, runtime) as Argo CD's does."""
+def _enforcer_of(rows: list[list[str]], match: Any) -> casbin.Enforcer:
+    """A casbin enforcer with Argo CD's model over these policy rows, `match` as `globOrRegexMatch`.
 
-    def __init__(self, rows: list[list[str]]) -> None:
-        self.rows = rows
+    casbin is imported here, on the first decision, not with this module: reading a config (every
+    trigger's cold start) needs the policy's types, and casbin's import is about a tenth of a second."""
+    # lazy: cold start (casbin only for a decision; tests/unit/test_coldstart.py)
+    import casbin
+    from casbin.model import Model
 
-    def load_policy(self, model: Model) -> None:
-        for tokens in self.rows:
-            model.model[tokens[0][:1]][tokens[0]].policy.append(tokens[1:])
+    model = Model()
+    model.load_model_from_text(MODEL_CONF)
+    found = casbin.Enforcer(model, _lines_adapter()(rows))
+    found.add_function("globOrRegexMatch", match)
+    return found
+
+
+@cache
+def _lines_adapter() -> type[Any]:
+    """Casbin's adapter over policy texts, loaded in order (builtin, user, runtime) as Argo CD's does (a
+    class made on first use: casbin's base class is imported lazily, see `_enforcer_of`)."""
+    # lazy: cold start (as in `_enforcer_of`)
+    from casbin import persist
+    from casbin.model import Model
+
+    class Lines(persist.Adapter):  # type: ignore[misc]  # pycasbin is untyped
+        def __init__(self, rows: list[list[str]]) -> None:
+            self.rows = rows
+
+        def load_policy(self, model: Model) -> None:
+            for tokens in self.rows:
+                model.model[tokens[0][:1]][tokens[0]].policy.append(tokens[1:])
+
+    return Lines
 
 
 @lru_cache(maxsize=4096)
@@ -299,11 +323,7 @@ def enforcer(builtin: str, user: str, runtime: str, mode: str) -> casbin.Enforce
                               "'p, SUBJECT, RESOURCE, ACTION, OBJECT, EFFECT'")
         if tokens[0] == "g" and len(tokens) != 3:
             raise PolicyError(f"invalid RBAC policy: {', '.join(tokens)[:120]!r}: expected 'g, SUBJECT, ROLE'")
-    model = Model()
-    model.load_model_from_text(MODEL_CONF)
-    found = casbin.Enforcer(model, _Lines(rows))
-    found.add_function("globOrRegexMatch", glob_or_regex(mode))
-    return found
+    return _enforcer_of(rows, glob_or_regex(mode))
 
 
 @lru_cache(maxsize=1024)
@@ -322,11 +342,7 @@ def narrowed(builtin: str, user: str, runtime: str, mode: str, subject: str, res
     if not rows:
         return None
     rows += [["g", *rule] for rule in full.get_grouping_policy()]
-    model = Model()
-    model.load_model_from_text(MODEL_CONF)
-    found = casbin.Enforcer(model, _Lines(rows))
-    found.add_function("globOrRegexMatch", match)
-    return found
+    return _enforcer_of(rows, match)
 
 
 def validate(text: str) -> None:

@@ -41,7 +41,7 @@ from urllib.parse import parse_qs, urlsplit
 import structlog
 
 from tidecd.base import bearer
-from tidecd.base.constants import FIELD_MANAGER
+from tidecd.base.constants import AUDIT_GKE_PATH, AUDIT_PATH, FIELD_MANAGER
 from tidecd.base.errors import PermanentError, TemporaryError, TidecdError
 from tidecd.base.model import Response
 from tidecd.clients.deadlines import budget, env_seconds
@@ -53,8 +53,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("tidecd.usecases.audit")
 
-PATH = "/audit"  # the webhook function's path the audit backend's kubeconfig points at
-GKE_PATH = "/audit/gke"  # where the Log Router sink's Pub/Sub subscription pushes GKE's audit log entries
+PATH = AUDIT_PATH
+GKE_PATH = AUDIT_GKE_PATH
 API_VERSION = "audit.k8s.io/v1"
 MAX_EVENTS = 10_000  # events in one batch (the backend sends at most 400 by default)
 MAX_TEXT = 1024  # characters kept of any one text field (a user agent, a name)

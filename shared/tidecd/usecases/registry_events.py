@@ -42,12 +42,11 @@ import structlog
 
 from tidecd.base.errors import PermanentError, TemporaryError, TidecdError
 from tidecd.base.model import Response
-from tidecd.clients.registry import Repository, parse_image
 from tidecd.config.load import Application, Config
-from tidecd.source import charts
 from tidecd.triggers.dispatch import Dispatcher, Refresh
 
 if TYPE_CHECKING:
+    from tidecd.clients.registry import Repository
     from tidecd.runtime import Runtime
 
 log = structlog.get_logger("tidecd.usecases.registry_events")
@@ -299,6 +298,8 @@ def _bounded(items: list[Any], what: str) -> None:
 
 
 def _push(source: str, references: list[str], tags: Iterable[str]) -> RegistryPush:
+    from tidecd.clients.registry import Repository, parse_image  # lazy: cold start (requests, for registry events only)
+
     tags = [t for t in tags if t]
     _bounded(references, f"{source} payload: the repositories")
     _bounded(tags, f"{source} payload: the tags")
@@ -324,6 +325,9 @@ def image_apps(apps: Iterable[Application], repositories: frozenset[Repository])
 
 def oci_apps(apps: Iterable[Application], repositories: frozenset[Repository]) -> list[str]:
     """Apps with a source in one of the repositories over OCI (`oci://`, or a chart repository with `chart`)."""
+    from tidecd.clients.registry import Repository  # lazy: cold start (as in `_push`)
+    from tidecd.source import charts  # lazy: cold start (the source stage, for registry events only)
+
     found = []
     for app in apps:
         for source in app.all_sources:

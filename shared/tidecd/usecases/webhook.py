@@ -41,7 +41,7 @@ from tidecd.clients.deadlines import budget, env_seconds
 from tidecd.clients.store import PreconditionFailed, read_json, write_json
 from tidecd.config.load import Application, Config, ConfigSourceRef, normalize_repo_url, parse_config_source
 from tidecd.triggers.dispatch import Dispatcher, Refresh
-from tidecd.usecases import deletion, registry_events, revert
+from tidecd.usecases import registry_events
 
 if TYPE_CHECKING:
     from tidecd.runtime import Runtime
@@ -121,8 +121,8 @@ def _handle(headers: dict[str, str], body: bytes, runtime: Runtime, dispatcher: 
     if provider == "github" and event in registry_events.GITHUB_EVENTS:  # a container pushed to GHCR
         return registry_events.on_github(event, _payload(headers, body), runtime, dispatcher)
     if provider == "github" and event == "pull_request":  # previews (tidecd.usecases.preview), PR generators
-        # lazy: cold start (only a pull_request delivery loads the preview pipeline)
-        from tidecd.usecases import preview
+        # lazy: cold start (only a pull_request delivery loads the preview and rollback pipelines)
+        from tidecd.usecases import preview, revert
 
         payload = _payload(headers, body)
         generated_apps = _pull_request_generators(payload, runtime, dispatcher)
@@ -400,6 +400,8 @@ def _glob_match(pattern: str, candidates: list[str]) -> bool:
 
 def _removed(runtime: Runtime) -> list[str]:
     """The written apps this push removed from the config source, now deleting (`usecases.deletion`)."""
+    from tidecd.usecases import deletion  # lazy: cold start (only a push to the config source)
+
     errors: list[str] = []
     removed = deletion.track(runtime, errors)
     if errors:
@@ -439,6 +441,8 @@ def _pushed_appsets(config: Config, push: Push, runtime: Runtime, answer: dict[s
     """ApplicationSets whose git generators read the pushed repository are evaluated now; the apps they
     created and those whose RollingSync step started a sync, to be stepped (None when no ApplicationSet
     reads it)."""
+    if not config.appsets:
+        return None
     from tidecd.usecases import appsets  # lazy: cold start (GitHub and ApplicationSets only when one is read)
 
     names = {n for n, s in config.appsets.items() if appsets.git_repos(s) & push.repo_urls}
