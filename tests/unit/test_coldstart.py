@@ -45,6 +45,8 @@ NOT_ON_THE_NO_OP = {
     "tidecd.usecases.revert": "rollbacks: only a pull_request delivery",
     "tidecd.usecases.deletion": "only a push to the config source",
     "tidecd.usecases.appsets": "only when the config has ApplicationSets",
+    "tidecd.config.appset.generators": "ditto (tidecd.config.appset.model imports them to parse one)",
+    "tidecd.config.appset.gotemplate": "ditto",
     "tidecd.usecases.audit": "only the /audit routes",
     "tidecd.usecases.preview": "only pull_request and issue_comment deliveries",
     "jsonschema": "the api's request bodies",

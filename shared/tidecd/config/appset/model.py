@@ -17,13 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tidecd.config.appset import generators
-from tidecd.config.appset.gotemplate import TemplateError
 from tidecd.config.appset.rolling import OPERATORS, Expression, Step
-from tidecd.config.appset.template import Renderer
 from tidecd.config.schema import Keys, Node
+
+if TYPE_CHECKING:
+    from tidecd.config.appset.template import Renderer
 
 APPLICATIONS_SYNC = ("create-only", "create-update", "create-delete", "sync")
 
@@ -70,11 +70,19 @@ class ApplicationSet:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def renderer(self) -> Renderer:
+        from tidecd.config.appset.template import Renderer  # lazy: cold start (as in `parse_application_set`)
+
         return Renderer(self.go_template, self.go_template_options)
 
 
 def parse_application_set(top: Node) -> ApplicationSet | None:
     """The ApplicationSet of one document; errors go to `top.errs` (None when there are any)."""
+    # Every config load and cache decode imports this module for the type; only ApplicationSets need these.
+    # lazy: cold start (the generators and templates only for a config with ApplicationSets)
+    from tidecd.config.appset import generators
+    from tidecd.config.appset.gotemplate import TemplateError
+    from tidecd.config.appset.template import Renderer
+
     before = len(top.errs.items)
     top.check_keys(_TOP)
     meta = top.child("metadata", _METADATA, required=True)
