@@ -9,8 +9,6 @@ module-level import added back on this path fails here, whatever the machine's s
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import subprocess
