@@ -125,9 +125,9 @@ def reconcile(cloud_event: Any) -> None:
     from tidecd.triggers import dispatch
 
     try:
-        from tidecd.usecases import preview
+        if (job := dispatch.preview_job(cloud_event.data)) is not None:  # a pull-request preview job
+            from tidecd.usecases import preview  # lazy: cold start (a refresh does not load the preview use case)
 
-        if (job := preview.job_of(cloud_event.data)) is not None:  # a pull-request preview job
             preview.run_job(_runtime(), job)
             return
         refresh = dispatch.decode_refresh(cloud_event.data)

@@ -551,9 +551,8 @@ def test_github_package_parser_gives_a_push_or_names_the_field(data: st.DataObje
             "notBefore": st.sampled_from(["1e400", "nan", "12"]) | json_values}))}))})))
 def test_pubsub_messages_decode_to_a_refresh_a_job_or_a_bad_message(data: Any) -> None:
     from tidecd.triggers import dispatch
-    from tidecd.usecases import preview
 
-    job = preview.job_of(data)
+    job = dispatch.preview_job(data)
     assert job is None or isinstance(job, dict)
     try:
         refresh = dispatch.decode_refresh(data)

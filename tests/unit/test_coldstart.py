@@ -128,3 +128,22 @@ def test_structlog_logs_as_before_without_rich(tmp_path: Path) -> None:
     line = json.loads(next(line for line in done.stderr.splitlines() if '"failed"' in line))
     assert line["event"] == "failed" and line["level"] == "error" and line["exc_info"] is True, line
     assert "rich importable later True" in done.stdout
+
+
+def test_a_cold_reconcile_call_imports_the_preview_use_case_only_for_a_preview_job(tmp_path: Path) -> None:
+    """A reconcile message is told apart from a preview job by `dispatch.preview_job`; a refresh (here a
+    malformed one, acknowledged as bad) does not load tidecd.usecases.preview (GitHub, plans, forks)."""
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import main\n"
+            "from cloudevents.http import CloudEvent\n"
+            "event = CloudEvent({'type': 'google.cloud.pubsub.topic.v1.messagePublished', 'source': 'test'},\n"
+            "                   {'message': {'data': 'bm90IGpzb24=', 'attributes': {'app': 'x'}}})\n"
+            "main.reconcile(event)\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TIDECD_")}, "PYTHONPATH": str(ROOT / "shared"),
+           "TIDECD_CONFIG": str(tmp_path), "TIDECD_STORE": str(tmp_path / "store")}
+    done = subprocess.run([sys.executable, "-c", code, str(ROOT / "functions")], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "tidecd.triggers.dispatch" in loaded  # the guard sees the path it checks
+    assert "tidecd.usecases.preview" not in loaded

@@ -255,6 +255,22 @@ def topic_path(topic: str) -> str:
                       "name with GOOGLE_CLOUD_PROJECT set)")
 
 
+def preview_job(cloud_event_data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The pull-request preview job inside a Pub/Sub CloudEvent (attribute kind=preview, published by
+    `tidecd.usecases.preview`), or None for a refresh: here, so a reconcile call tells them apart without
+    importing the preview use case."""
+    message = cloud_event_data.get("message") if isinstance(cloud_event_data, Mapping) else None
+    attributes = message.get("attributes") if isinstance(message, Mapping) else None
+    if not isinstance(message, Mapping) or not isinstance(attributes, Mapping) or attributes.get("kind") != "preview":
+        return None
+    try:
+        job = json.loads(base64.b64decode(str(message.get("data") or "")))
+    except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than the parser goes
+        return None
+    keys = ("app", "owner", "repo", "number", "head_sha")
+    return job if isinstance(job, dict) and all(k in job for k in keys) else None
+
+
 def decode_refresh(cloud_event_data: Mapping[str, Any]) -> Refresh:
     """The Refresh inside a Pub/Sub CloudEvent's data (`{"message": {"data": <base64 JSON>, ...}}`)."""
     message = cloud_event_data.get("message") if isinstance(cloud_event_data, Mapping) else None

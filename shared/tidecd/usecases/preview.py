@@ -30,7 +30,6 @@ The webhook hands a `pull_request` event (opened, synchronize, reopened, labeled
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import threading
@@ -617,16 +616,3 @@ def _comment_for(runtime: Runtime, repo: gh.Repo, number: int, folder: str) -> s
         results[name] = preview if preview is not None and preview.head_sha == sha and preview.mode == mode else None
     return render_comment(repo, number, sha, results, mode=mode)
 
-
-def job_of(cloud_event_data: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The preview job inside a Pub/Sub CloudEvent (attribute kind=preview), or None for a refresh."""
-    message = cloud_event_data.get("message") if isinstance(cloud_event_data, Mapping) else None
-    attributes = message.get("attributes") if isinstance(message, Mapping) else None
-    if not isinstance(message, Mapping) or not isinstance(attributes, Mapping) or attributes.get("kind") != "preview":
-        return None
-    try:
-        job = json.loads(base64.b64decode(str(message.get("data") or "")))
-    except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than the parser goes
-        return None
-    keys = ("app", "owner", "repo", "number", "head_sha")
-    return job if isinstance(job, dict) and all(k in job for k in keys) else None
