@@ -1,8 +1,9 @@
 """The conformance suite (issue 23): Argo CD's own e2e cases, each run through the real Argo CD v3.6.1 and
 through tidecd on the same control plane, compared.
 
-`tests/support/conformance_cases.py` holds the cases (each with the Go test it ports), and
-`tests/support/conformance.py` the harness: every case's app starts at once in both tools, Argo CD in a
+`tests/support/conformance_cases.py` holds the cases (each with the Go test it ports),
+`tests/support/example_cases.py` Argo CD's example apps (argoproj/argocd-example-apps, `ex-` and the example's
+directory), and `tests/support/conformance.py` the harness: every case's app starts at once in both tools, Argo CD in a
 namespace of its own and tidecd in another, and both sides are observed when all are done. A case agrees
 when the normalised live objects, the operation's phase and per-resource results, and the sync and health
 status are the same. `KNOWN` lists the cases that still differ, which aspects, and why; a known case
@@ -22,9 +23,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.test_health_crds import crd
+from tests.support.charts import HelmRepo
 from tests.support.cluster import release_argocd_finalizers, track_namespace
-from tests.support.conformance import Case, Outcome, Suite, live_objects, placeholders
+from tests.support.conformance import LISTED, Case, Outcome, Suite, live_objects, placeholders
 from tests.support.conformance_cases import CASES
+from tests.support.example_cases import CHARTS, EXAMPLE_CASES
 from tests.support.gitserver import GitRepo
 from tests.support.peers import application_names, delete_applications
 from tidecd.base.model import ResourceKey
@@ -57,13 +61,18 @@ KNOWN: dict[str, Known] = {
 }
 
 
+ALL = CASES + EXAMPLE_CASES
+ROLLOUTS = "rollouts.argoproj.io"  # Argo Rollouts' CRD, for blue-green (no Rollouts controller runs)
+
+
 def selected_cases() -> list[Case]:
-    """`TIDECD_CONFORMANCE_CASES=a,b` runs only those cases (a name no case has is an error); all by default."""
+    """`TIDECD_CONFORMANCE_CASES=a,b` runs only those cases (a name no case has is an error); all by default.
+    (ex-pre-post-sync builds on ex-kustomize-guestbook's directory: select both.)"""
     wanted = [n.strip() for n in os.environ.get("TIDECD_CONFORMANCE_CASES", "").split(",") if n.strip()]
-    unknown = sorted(set(wanted) - {c.name for c in CASES})
+    unknown = sorted(set(wanted) - {c.name for c in ALL})
     if unknown:
         raise ValueError(f"TIDECD_CONFORMANCE_CASES names no case: {unknown}")
-    return [c for c in CASES if not wanted or c.name in wanted]
+    return [c for c in ALL if not wanted or c.name in wanted]
 
 
 SELECTED = selected_cases()
@@ -77,13 +86,27 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def conformance(argocd_session: ArgoCD, cluster: DevCluster, git_server: GitServer,
+def conformance(argocd_session: ArgoCD, cluster: DevCluster, git_server: GitServer, session_helm_repo: HelmRepo,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     workdir = tmp_path_factory.mktemp("conformance")
     repo = GitRepo(git_server, f"conformance-{uuid.uuid4().hex[:8]}", workdir / "repo")
     kube = KubeCluster.from_kubeconfig(str(cluster.kubeconfig))
+    crd_key = ResourceKey("apiextensions.k8s.io", "CustomResourceDefinition", "", ROLLOUTS)
+    ours = kube.get(crd_key) is None  # made here: removed at the end
+    if ours:
+        kube.apply(crd("argoproj.io", "Rollout", "rollouts", "v1alpha1"))
+    served = [c for c in ((kube.get(crd_key) or {}).get("status") or {}).get("conditions") or []
+              if c.get("type") == "Established" and c.get("status") == "True"]
+    for chart in CHARTS:
+        if not (session_helm_repo.root / f"{chart['name']}-{chart['version']}.tgz").exists():
+            session_helm_repo.add(**chart)
     suite = Suite(SELECTED, argo=argocd_session, kube=kube, kubeconfig=str(cluster.kubeconfig), repo=repo,
-                  workdir=workdir)
+                  workdir=workdir, charts_url=session_helm_repo.url, kinds=(*LISTED, ("argoproj.io", "Rollout")))
+    deadline = time.monotonic() + 30
+    while not served and time.monotonic() < deadline:  # the Rollout kind is served before the first sync
+        time.sleep(0.2)
+        served = [c for c in ((kube.get(crd_key) or {}).get("status") or {}).get("conditions") or []
+                  if c.get("type") == "Established" and c.get("status") == "True"]
     for ns in suite.namespaces:
         track_namespace(ns, "tests/e2e/test_argocd_conformance_oracle.py")
     start = time.monotonic()
@@ -99,10 +122,14 @@ def conformance(argocd_session: ArgoCD, cluster: DevCluster, git_server: GitServ
             print(f"  {outcome.case.name}: {sorted(outcome.differences()) or 'agrees'}")
         yield Run(suite, {o.case.name: o for o in outcomes}, took)
     finally:
-        delete_applications(argocd_session, {c.app for c in SELECTED} & application_names(argocd_session))
+        apps = {c.app for c in SELECTED}  # and the children an app of apps made (`<parent>-<child>`)
+        delete_applications(argocd_session, {n for n in application_names(argocd_session)
+                                             if n in apps or any(n.startswith(f"{a}-") for a in apps)})
         for ns in sorted(suite.namespaces):
             release_argocd_finalizers(kube, ns)
             kube.delete(ResourceKey("", "Namespace", "", ns))
+        if ours:
+            kube.delete(crd_key)
 
 
 @pytest.mark.parametrize("name", [c.name for c in SELECTED])
@@ -119,10 +146,10 @@ def test_case_agrees_with_argocd(conformance: Run, name: str) -> None:
 
 
 def test_the_suite_holds_at_least_40_agreeing_cases() -> None:
-    names = [c.name for c in CASES]
+    names = [c.name for c in ALL]
     assert len(names) == len(set(names)), "case names must be unique"
     assert set(KNOWN) <= set(names), sorted(set(KNOWN) - set(names))
-    assert len([n for n in names if n not in KNOWN]) >= 40
+    assert len([c.name for c in CASES if c.name not in KNOWN]) >= 40
 
 
 def test_no_rendered_manifest_holds_an_argocd_placeholder(conformance: Run) -> None:

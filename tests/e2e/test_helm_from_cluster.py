@@ -7,8 +7,9 @@
 2. A chart committed without its dependencies (Argo CD's `helm-dependency` example, written again here:
    a `wordpress` dependency from a helm repository, customised by the parent's values.yaml) is built as
    `helm dependency build` builds it, with the dependency fetched by tidecd as a snapshot; a project whose
-   sourceRepos do not list the chart repository refuses it by name and fetches nothing. Argo CD is not run
-   for this one: its repo server lives in a network namespace that reaches only the git server.
+   sourceRepos do not list the chart repository refuses it by name and fetches nothing. The same example
+   against the real Argo CD: the conformance oracle's `ex-helm-dependency` (its repo server reaches the
+   session's helm repository).
 3. A git submodule (a relative URL in `.gitmodules`) is fetched as its own snapshot and rendered from; a
    project whose sourceRepos do not list its repository refuses it, naming `.gitmodules` and the URL.
 4. Kustomize `helmCharts`: refused by name until argocd-cm's `kustomize.buildOptions` holds `--enable-helm`,
@@ -29,6 +30,7 @@ import yaml
 from tests.e2e.test_health_crds import crd, established
 from tests.support.apps import GitOps, configmap
 from tests.support.charts import HelmRepo
+from tests.support.example_cases import CHARTS
 from tests.support.gitserver import GitRepo
 from tidecd.base.model import ResourceKey
 from tidecd.clients import cluster as cluster_client
@@ -126,28 +128,10 @@ def test_helm_capabilities_agree_with_argo_cd(gitops: GitOps, argocd: ArgoCD) ->
     assert theirs["ConfigMap"]["data"] == ours["ConfigMap"]["data"]
 
 
-WORDPRESS = textwrap.dedent("""\
-    apiVersion: v1
-    kind: Secret
-    metadata: {name: {{ .Values.fullname | lower }}}
-    stringData:
-      wordpress-password: {{ .Values.wordpressPassword | quote }}
-      mariadb-password: {{ .Values.mariadb.db.password | quote }}
-      mariadb-root-password: {{ .Values.mariadb.rootUser.password | quote }}
-    ---
-    apiVersion: v1
-    kind: Service
-    metadata: {name: {{ .Values.fullname | lower }}}
-    spec: {ports: [{port: 80}], selector: {app: wordpress}}
-    """)
-
-
 def test_the_helm_dependency_example_syncs_with_its_dependency_fetched_by_tidecd(
         gitops: GitOps, helm_repo: HelmRepo) -> None:
-    for version in ("9.0.2", "9.0.3"):
-        helm_repo.add("wordpress", version, templates={"wordpress.yaml": WORDPRESS},
-                      values={"fullname": "wordpress", "wordpressPassword": "", "mariadb": {
-                          "db": {"password": ""}, "rootUser": {"password": ""}}})
+    for chart in CHARTS:  # wordpress 9.0.2 and 9.0.3
+        helm_repo.add(**chart)
     gitops.push({  # argocd-example-apps/helm-dependency, its repository swapped for the test's
         "helm-dependency/Chart.yaml": textwrap.dedent(f"""\
             apiVersion: v2

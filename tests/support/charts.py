@@ -142,6 +142,17 @@ def helm_repo(tmp_path: Path) -> Iterator[HelmRepo]:
     repo.close()
 
 
+@pytest.fixture(scope="session")
+def session_helm_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HelmRepo]:
+    """One helm repository for the session: the real Argo CD's repo server (in its network namespace) reaches
+    it, so a chart that depends on a repository chart (argocd-example-apps' helm-dependency) renders in both
+    tools."""
+    ensure_tools(["helm"])
+    repo = HelmRepo(tmp_path_factory.mktemp("session-charts") / "charts-served")
+    yield repo
+    repo.close()
+
+
 @pytest.fixture()
 def private_helm_repo(tmp_path: Path) -> Iterator[HelmRepo]:
     ensure_tools(["helm"])

@@ -93,6 +93,7 @@ class Case:
     source: Mapping[str, Any] = field(default_factory=dict)  # more source fields (helm, kustomize, ...)
     spec: Mapping[str, Any] = field(default_factory=dict)  # more spec fields; "@REPO@"/"@DIR@" substituted
     create_namespace: bool = True  # False: the destination namespace does not exist before the sync
+    progressing: bool = False  # stays Progressing in both tools (no controller for a kind): settle skips it
 
     @property
     def app(self) -> str:
@@ -152,7 +153,7 @@ class Outcome:
 # -- normalising ----------------------------------------------------------------------------------------------
 
 LISTED = (("", "ConfigMap"), ("", "Secret"), ("", "Service"), ("", "ServiceAccount"), ("", "Pod"),
-          ("apps", "Deployment"), ("apps", "StatefulSet"), ("batch", "Job"),
+          ("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet"), ("batch", "Job"),
           ("rbac.authorization.k8s.io", "Role"), ("rbac.authorization.k8s.io", "RoleBinding"),
           ("networking.k8s.io", "Ingress"), ("policy", "PodDisruptionBudget"))
 SERVER_META = ("uid", "resourceVersion", "managedFields", "creationTimestamp", "generation", "selfLink",
@@ -164,6 +165,9 @@ TOOL_ANNOTATIONS = ("argocd.argoproj.io/tracking-id", "kubectl.kubernetes.io/las
 NAMESPACE_MARKS = {"argocd.argoproj.io/sync-options": "ServerSideApply=true"}
 TOOL_PREFIXES = ("tidecd.io/", "tidecd.dev/")
 UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
+# the API server copies a Job's pod template labels to the Job when it has none: Argo CD's (annotation
+# tracking) has none, tidecd's has its `tidecd.io/app` label (docs/argocd-compatibility.md)
+JOB_NAME_LABELS = ("job-name", "batch.kubernetes.io/job-name")
 SKIPPED_OBJECTS = {("ConfigMap", "kube-root-ca.crt"), ("ServiceAccount", "default")}
 
 
@@ -187,7 +191,7 @@ def normalise(obj: Obj, namespace: str, name: str) -> Obj:
     """`obj` without what the API server, controllers and the managing tool set, under `name`."""
     meta = {k: v for k, v in obj["metadata"].items() if k not in SERVER_META}
     meta["name"] = name
-    meta["labels"] = _clean_map(meta.get("labels"), UID_LABELS)
+    meta["labels"] = _clean_map(meta.get("labels"), UID_LABELS + (JOB_NAME_LABELS if obj.get("kind") == "Job" else ()))
     meta["annotations"] = _clean_map(meta.get("annotations"))
     if obj.get("kind") == "Namespace":
         meta["annotations"] = {k: v for k, v in meta["annotations"].items() if NAMESPACE_MARKS.get(k) != v}
@@ -197,13 +201,16 @@ def normalise(obj: Obj, namespace: str, name: str) -> Obj:
     kind = obj.get("kind")
     if isinstance(spec, dict):
         spec = dict(spec)
-        if kind == "Service":
+        if kind == "Service":  # addresses and node ports the API server allocates
             for key in ("clusterIP", "clusterIPs"):
                 spec.pop(key, None)
+            spec["ports"] = [{k: v for k, v in port.items() if k != "nodePort"} for port in spec.get("ports") or []]
         elif kind == "Job":
             spec.pop("selector", None)
             template = dict(spec.get("template") or {})
             labels = _clean_map((template.get("metadata") or {}).get("labels"), UID_LABELS)
+            real = obj["metadata"].get("name")  # the job-name labels: the Job's name, as it is shown
+            labels = {k: name if k in JOB_NAME_LABELS and v == real else v for k, v in labels.items()}
             template["metadata"] = {**(template.get("metadata") or {}), "labels": labels}
             spec["template"] = template
         elif kind == "Pod":  # what the case wrote; the scheduler, kwok and the token volume add the rest
@@ -263,17 +270,18 @@ def documents(files: Mapping[str, Any]) -> list[Obj]:
 
 # -- observing ---------------------------------------------------------------------------------------------
 
-def live_objects(kube: KubeCluster, namespaces: set[str]) -> dict[str, dict[str, Obj]]:
+def live_objects(kube: KubeCluster, namespaces: set[str],
+                 kinds: Iterable[tuple[str, str]] = LISTED) -> dict[str, dict[str, Obj]]:
     """Namespace -> "Kind/name" -> object, for the kinds the cases write, one list call per kind."""
     out: dict[str, dict[str, Obj]] = {ns: {} for ns in namespaces}
-    for group, kind in LISTED:
+    for group, kind in kinds:
         for obj in kube.list(group, kind):
             meta = obj["metadata"]
             ns = meta.get("namespace", "")
             if ns not in out or (kind, meta["name"]) in SKIPPED_OBJECTS:
                 continue
-            if kind == "Pod" and meta.get("ownerReferences"):
-                continue  # a controller's pod (ReplicaSet, Job): its owner is compared
+            if kind in ("Pod", "ReplicaSet") and meta.get("ownerReferences"):
+                continue  # a controller's pod or replica set (Deployment, ReplicaSet, Job): its owner is compared
             if kind == "Secret" and obj.get("type") == "kubernetes.io/service-account-token":
                 continue
             out[ns][f"{kind}/{meta['name']}"] = {**obj, "kind": kind}
@@ -394,8 +402,10 @@ class Suite:
     `commit`, `push`, `url`); `workdir` holds tidecd's config and store."""
 
     def __init__(self, cases: Iterable[Case], *, argo: ArgoCD, kube: KubeCluster, kubeconfig: str, repo: Any,
-                 workdir: Path, threads: int = 4) -> None:
+                 workdir: Path, threads: int = 4, charts_url: str = "",
+                 kinds: Iterable[tuple[str, str]] = LISTED) -> None:
         self.cases = list(cases)
+        self.charts_url, self.kinds = charts_url, tuple(kinds)
         self.argo, self.kube, self.kubeconfig, self.repo = argo, kube, kubeconfig, repo
         self.config_dir, self.store = workdir / "config", LocalStore(workdir / "store")
         self.config_dir.mkdir(parents=True, exist_ok=True)
@@ -415,8 +425,13 @@ class Suite:
         return Runtime(settings=Settings(config=str(self.config_dir), store=str(self.store.root),
                                          kubeconfig=self.kubeconfig), store=self.store)
 
+    def values(self, case: Case) -> dict[str, str]:
+        """What a case's spec, source and files name by placeholder: the suite's git repo, the case's
+        directory in it, and the session's helm repository."""
+        return {"@REPO@": self.repo.url, "@DIR@": case.name, "@CHARTS@": self.charts_url}
+
     def application(self, case: Case, namespace: str) -> Obj:
-        values = {"@REPO@": self.repo.url, "@DIR@": case.name}
+        values = self.values(case)
         path = f"{case.name}/{case.path}".rstrip("/")
         spec: Obj = {"project": "default", "destination": {"name": "in-cluster", "namespace": namespace}}
         extra = substitute(dict(case.spec), values)
@@ -432,8 +447,8 @@ class Suite:
     def run(self) -> list[Outcome]:
         rounds = max(len(c.steps) for c in self.cases)
         observed: dict[str, list[tuple[Observation, Observation]]] = {c.name: [] for c in self.cases}
-        self._push({f"{c.name}/{path}": content for c in self.cases for path, content in c.files.items()},
-                   "conformance cases")
+        self._push({f"{c.name}/{path}": substitute(content, self.values(c)) for c in self.cases
+                    for path, content in c.files.items()}, "conformance cases")
         for case in self.cases:
             argo_ns, tide_ns = self.ns[case.name]
             if case.create_namespace:
@@ -470,7 +485,7 @@ class Suite:
         self._push({f"{c.name}/{p}": v for c in rest for p, v in steps[c.name].files.items()}, f"round {index}")
         self._play(index, rest, steps)
         self._settle(cases)
-        objects = live_objects(self.kube, self.namespaces)
+        objects = live_objects(self.kube, self.namespaces, self.kinds)
         out = []
         for case in cases:
             argo_ns, tide_ns = self.ns[case.name]
@@ -582,7 +597,7 @@ class Suite:
         """Until no app reads Progressing in either tool (a rollout kwok completes in a moment), for at most
         `SETTLE_SECONDS`: Argo CD keeps watching; tidecd's status moves when a step runs."""
         deadline = time.monotonic() + SETTLE_SECONDS
-        pending = list(cases)
+        pending = [c for c in cases if not c.progressing]
         while pending and time.monotonic() < deadline:
             runtime = self.runtime()
             left = []

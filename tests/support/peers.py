@@ -2,9 +2,9 @@
 
 `argocd_built` builds Argo CD and redis with scripts/tools.sh when missing (cached; a missing build is
 built, never skipped). `argocd_session` is one Argo CD per session (controller, repo-server, redis) against
-the session control plane and git server, in the `argocd` namespace, with a long poll interval so only a
-test's own refresh or sync triggers reconcile. Tests give their Applications names of their own (never a
-tidecd app's name) and deploy into their own namespace.
+the session control plane, git server and helm repository (`session_helm_repo`), in the `argocd`
+namespace, with a long poll interval so only a test's own refresh or sync triggers reconcile. Tests give
+their Applications names of their own (never a tidecd app's name) and deploy into their own namespace.
 
 `argocd` is that Argo CD for one test: at the test's end, before its namespace goes, the Applications the
 test left are deleted while Argo CD still runs, their finalizers dropped first (so nothing cascades into a
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.charts import HelmRepo
 from tests.support.cluster import release_argocd_finalizers
 from tidecd_dev.devcluster import DevCluster
 from tidecd_dev.gitserver import GitServer
@@ -52,9 +53,10 @@ def delete_applications(argo: ArgoCD, names: set[str], timeout: float = 60.0) ->
 
 
 @pytest.fixture(scope="session")
-def argocd_session(argocd_built: Path, cluster: DevCluster, git_server: GitServer,
+def argocd_session(argocd_built: Path, cluster: DevCluster, git_server: GitServer, session_helm_repo: HelmRepo,
                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArgoCD]:
-    with ArgoCD(cluster.kubeconfig, tmp_path_factory.mktemp("argocd"), reach=[git_server.url]) as argo:
+    with ArgoCD(cluster.kubeconfig, tmp_path_factory.mktemp("argocd"),
+                reach=[git_server.url, session_helm_repo.url]) as argo:
         yield argo
         delete_applications(argo, application_names(argo))
         release_argocd_finalizers(argo.kube.kube, argo.namespace)  # AppProjects too
