@@ -56,8 +56,6 @@ KNOWN: dict[str, Known] = {
     "unnamed-resource": known("a non-hook object without a name makes the app Unknown (ComparisonError) and is "
                               "never sent to the cluster; Argo CD shows it OutOfSync/Missing and fails its sync at "
                               "the dry-run", "health", "resources", "results", "sync"),
-    "prune-order-waves": known("a new Role or RoleBinding: Argo CD creates RBAC through `kubectl auth reconcile`, so "
-                               "its result reads 'reconciled ... configured'; tidecd's reads created", "results"),
 }
 
 

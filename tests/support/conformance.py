@@ -336,9 +336,21 @@ def server_side(argo: tuple[tuple[str, ...], ...], tide: tuple[tuple[str, ...], 
                         for r in tide))
 
 
+# gitops-engine writes a Role, RoleBinding, ClusterRole or ClusterRoleBinding with `kubectl auth reconcile`
+# and then applies it: the message starts with the reconcile's report, which says the object was created
+RECONCILED_CREATE = re.compile(r"^\S+/\S+ reconciled\. reconciliation required create\b")
+
+
 def _verb(result: Obj) -> str:
-    """What Argo CD's apply did to a resource, from its message (`configmap/my-map created`)."""
-    found = APPLY_MESSAGE.match(str(result.get("message", ""))) if result.get("status") == "Synced" else None
+    """What Argo CD's apply did to a resource, from its message (`configmap/my-map created`; an RBAC object
+    that `kubectl auth reconcile` created: `role.rbac.authorization.k8s.io/x reconciled. reconciliation
+    required create ... configured`)."""
+    if result.get("status") != "Synced":
+        return ""
+    message = str(result.get("message", ""))
+    if RECONCILED_CREATE.match(message):
+        return "created"
+    found = APPLY_MESSAGE.match(message)
     return found.group(1) if found else ""
 
 
