@@ -1,6 +1,7 @@
 """The ApplicationSet oracle: Argo CD v3.6.1's own ApplicationSet controller and tidecd generate the Applications of
 the same ApplicationSets (tests/support/appset_cases.py: list, clusters, git directories and files against the
-local git server, matrix, merge, templatePatch, goTemplate options, syncPolicy, RollingSync), and each case's
+local git server, matrix, merge, templatePatch, goTemplate options, syncPolicy, RollingSync, scmProvider gitlab
+against the GitLab stand-in, both tools asking the same one), and each case's
 Applications must agree, or the case must be an expected difference with its reason.
 
 One set-up serves every case: the session's Argo CD (`argocd_session`) gets a second namespace, `appset-oracle`,
@@ -26,6 +27,7 @@ import yaml
 
 from tests.support import appset_cases
 from tests.support.cluster import release_argocd_finalizers
+from tests.support.gitlab_standin import GitLabStandIn
 from tests.support.gitserver import GitRepo
 from tidecd.base.model import ResourceKey
 from tidecd.clients.store import LocalStore
@@ -69,11 +71,12 @@ class Results:
     seconds: dict[str, float]
 
 
-def tidecd_outcomes(repo_url: str, kubeconfig: str, tmp: Path) -> tuple[dict[str, Outcome], dict[str, Rolling]]:
+def tidecd_outcomes(repo_url: str, gitlab: str, kubeconfig: str,
+                    tmp: Path) -> tuple[dict[str, Outcome], dict[str, Rolling]]:
     config = tmp / "config"
     config.mkdir()
     for name, body in appset_cases.CASES:
-        doc = appset_cases.document(name, body, repo_url, "argocd")
+        doc = appset_cases.document(name, body, repo_url, "argocd", gitlab)
         (config / f"appset-{name}.yaml").write_text(yaml.safe_dump(doc))
     for secret in appset_cases.CLUSTERS:
         (config / f"{secret['metadata']['name']}.yaml").write_text(
@@ -178,7 +181,7 @@ def argo_outcomes(argo: ArgoCD, rolling_apps: dict[str, int]) -> tuple[dict[str,
 
 
 @pytest.fixture(scope="module")
-def results(argocd_session: ArgoCD, cluster: DevCluster, git_server: GitServer,
+def results(argocd_session: ArgoCD, cluster: DevCluster, git_server: GitServer, gitlab_session: GitLabStandIn,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Results]:
     tmp = tmp_path_factory.mktemp("appset-oracle")
     repo = GitRepo(git_server, f"appset-oracle-{uuid.uuid4().hex[:8]}", tmp / "work")
@@ -187,6 +190,9 @@ def results(argocd_session: ArgoCD, cluster: DevCluster, git_server: GitServer,
     repo.commit("appset oracle files")
     repo.push()
     argo = argocd_session
+    gitlab = gitlab_session  # relayed into Argo CD's network namespace (argocd_session)
+    gitlab.reset()
+    appset_cases.gitlab_projects(gitlab)
     started = time.monotonic()
     argo.prepare_namespace(NAMESPACE)
     for secret in appset_cases.CLUSTERS:
@@ -199,9 +205,9 @@ def results(argocd_session: ArgoCD, cluster: DevCluster, git_server: GitServer,
             argo.apply({**obj, "metadata": {**obj["metadata"], "namespace": namespace}})
     argo.start_applicationset_controller(NAMESPACE)
     for name, body in appset_cases.CASES:
-        argo.apply(appset_cases.document(name, body, repo.url, NAMESPACE))
+        argo.apply(appset_cases.document(name, body, repo.url, NAMESPACE, gitlab.base_url))
     applied = time.monotonic()
-    tidecd, rolling_tidecd = tidecd_outcomes(repo.url, str(cluster.kubeconfig), tmp)
+    tidecd, rolling_tidecd = tidecd_outcomes(repo.url, gitlab.base_url, str(cluster.kubeconfig), tmp)
     evaluated = time.monotonic()
     argo_side, rolling_argo = argo_outcomes(argo, {n: r.stepped for n, r in rolling_tidecd.items()})
     done = time.monotonic()
@@ -215,6 +221,8 @@ def results(argocd_session: ArgoCD, cluster: DevCluster, git_server: GitServer,
             f"rolling:{name}": {"tidecd": repr(rolling_tidecd.get(name)), "argo": repr(rolling_argo.get(name))}
             for name in appset_cases.ROLLING_CASES}, indent=1, sort_keys=True))
     yield Results(tidecd, argo_side, rolling_tidecd, rolling_argo, seconds)
+    gitlab.assert_clean()  # neither tool asked GitLab anything its documentation does not allow
+    gitlab.reset()
     release_argocd_finalizers(argo.kube.kube, NAMESPACE)
     for name, _ in appset_cases.CASES:
         argo.kube.delete(ResourceKey("argoproj.io", "ApplicationSet", NAMESPACE, name))

@@ -3,7 +3,8 @@
 Each case is one ApplicationSet spec, modelled on an example of Argo CD's ApplicationSet documentation
 (docs/operator-manual/applicationset/*.md), a row of its generators' Go test tables
 (applicationset/generators/*_test.go) or a case of its e2e suite (test/e2e/applicationset_test.go); the data
-are tidecd's own. `@REPO@` stands for the test's git repository. Every generated app's name starts with the
+are tidecd's own. `@REPO@` stands for the test's git repository, `@GITLAB@` for the GitLab API stand-in
+(tests/support/gitlab_standin.py, its projects set by `gitlab_projects`). Every generated app's name starts with the
 case's name, so the cases share one namespace and one config without colliding.
 
 `FILES` is the repository the git generators read; `CLUSTERS` the cluster Secrets both sides see.
@@ -17,9 +18,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tests.support.gitlab_standin import GitLabStandIn
 from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_CLUSTER
 
 REPO = "@REPO@"
+GITLAB = "@GITLAB@"
 IN_CLUSTER = "https://kubernetes.default.svc"
 
 FILES: dict[str, str] = {
@@ -122,6 +125,32 @@ def _decision(name: str, labels: dict[str, str], clusters: list[str]) -> dict[st
 
 DUCK_OBJECTS = [_decision("placement-a", {"tier": "gold"}, ["staging", "production", "unknown"]),
                 _decision("placement-b", {"tier": "silver"}, ["Prod_West"])]
+
+def gitlab_projects(standin: GitLabStandIn) -> None:
+    """The GitLab the scm-gitlab cases read: group acme with web (topics, a kustomization), db (archived, a
+    feature branch with a helm folder), team/api in a subgroup (tag_list, default branch trunk), and other/lib
+    shared with acme."""
+    standin.project("acme", "web", topics=["deploy-ok", "frontend"],
+                    files={"main": {"kubernetes/kustomization.yaml", "README.md"}})
+    standin.project("acme", "db", archived=True, branches={"main": "d" * 40, "feature/x": "e" * 40},
+                    files={"feature/x": {"helm/Chart.yaml"}, "main": {"README.md"}})
+    standin.project("acme/team", "api", tag_list=["legacy"], default_branch="trunk")
+    standin.project("other", "lib", shared_with=["acme"], topics=["frontend"])
+
+
+def scm(name: str, gitlab: dict[str, Any], go: bool = True, **extra: Any) -> tuple[str, dict[str, Any]]:
+    """A scmProvider gitlab case; every parameter shown in the app's annotations and source."""
+    if go:
+        template = tpl(f"{name}-{{{{ .repository }}}}-{{{{ .branchNormalized }}}}", spec_with(source={
+            "repoURL": "{{ .url }}", "targetRevision": "{{ .sha }}", "path": "kubernetes"}), annotations={
+            "params": "{{ .organization }}|{{ .repository_id }}|{{ .branch }}|{{ .short_sha }}|{{ .short_sha_7 }}|"
+                      "{{ .labels }}"})
+    else:
+        template = tpl(f"{name}-{{{{repository}}}}-{{{{branchNormalized}}}}", spec_with(source={
+            "repoURL": "{{url}}", "targetRevision": "{{sha}}", "path": "kubernetes"}), annotations={
+            "params": "{{organization}}|{{repository_id}}|{{branch}}|{{short_sha}}|{{labels}}"})
+    return case(name, [{"scmProvider": {"gitlab": {"api": GITLAB, **gitlab}, **extra}}], template, go=go)
+
 
 ROLLING = {"type": "RollingSync", "rollingSync": {"steps": [
     {"matchExpressions": [{"key": "envLabel", "operator": "In", "values": ["env-dev"]}]},
@@ -376,6 +405,19 @@ CASES: list[tuple[str, dict[str, Any]]] = [
         "matchLabels": {"tier": "silver"}}, "values": {"zone": "{{ .name | lower }}"}}}],
          tpl("cdr-labels-{{ .values.zone | replace \"_\" \"-\" }}", annotations={"reason": "{{ .reason }}"}),
          go=True),
+    # -- scmProvider gitlab (Generators-SCM-Provider.md, gitlab_test.go), against the GitLab stand-in -----------
+    scm("scm-gitlab", {"group": "acme"}),
+    scm("scm-gitlab-fast", {"group": "acme"}, go=False, cloneProtocol="https"),
+    scm("scm-gitlab-subgroups", {"group": "acme", "includeSubgroups": True, "includeSharedProjects": False,
+                                 "allBranches": True}, cloneProtocol="https"),
+    scm("scm-gitlab-archived", {"group": "acme", "includeArchivedRepos": True, "allBranches": True}),
+    scm("scm-gitlab-topic", {"group": "acme", "topic": "frontend"}),
+    scm("scm-gitlab-filters", {"group": "acme", "allBranches": True}, filters=[
+        {"repositoryMatch": "^web$", "pathsExist": ["kubernetes/kustomization.yaml"], "labelMatch": "deploy-ok"},
+        {"repositoryMatch": "^db$", "pathsExist": ["helm"], "pathsDoNotExist": ["README.md"]}]),
+    scm("scm-gitlab-branches", {"group": "acme", "allBranches": True, "includeSubgroups": True},
+        filters=[{"branchMatch": "^(feature/|trunk)"}, {"labelMatch": "^legacy$"}]),
+    scm("scm-gitlab-no-group", {"group": "nope"}),
     # -- names and failures ----------------------------------------------------------------------------------
     case("dup-names", [listing([{"cluster": "same", "n": "1"}, {"cluster": "same", "n": "2"}])],
          tpl("dup-names-{{cluster}}", annotations={"n": "{{n}}"})),
@@ -412,18 +454,18 @@ ROLLING_EXPECTED: dict[str, str] = {
 }
 
 
-def substituted(value: Any, repo: str) -> Any:
-    """`value` with `@REPO@` replaced by `repo` in every string."""
+def substituted(value: Any, repo: str, gitlab: str = "") -> Any:
+    """`value` with `@REPO@` replaced by `repo` and `@GITLAB@` by `gitlab` in every string."""
     if isinstance(value, dict):
-        return {k: substituted(v, repo) for k, v in value.items()}
+        return {k: substituted(v, repo, gitlab) for k, v in value.items()}
     if isinstance(value, list):
-        return [substituted(v, repo) for v in value]
-    return value.replace(REPO, repo) if isinstance(value, str) else value
+        return [substituted(v, repo, gitlab) for v in value]
+    return value.replace(REPO, repo).replace(GITLAB, gitlab) if isinstance(value, str) else value
 
 
-def document(name: str, body: dict[str, Any], repo: str, namespace: str) -> dict[str, Any]:
+def document(name: str, body: dict[str, Any], repo: str, namespace: str, gitlab: str = "") -> dict[str, Any]:
     return {"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet",
-            "metadata": {"name": name, "namespace": namespace}, "spec": substituted(body, repo)}
+            "metadata": {"name": name, "namespace": namespace}, "spec": substituted(body, repo, gitlab)}
 
 
 def normalized(app: dict[str, Any]) -> dict[str, Any]:

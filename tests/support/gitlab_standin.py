@@ -11,8 +11,11 @@ documentation says (docs.gitlab.com, the REST API pages; doc/api/ of gitlab-org/
   `http_url_to_repo`, `archived`, `namespace` with `full_path`, ...).
 - Branches API: `GET /projects/:id/repository/branches` (sorted by name, paginated) and
   `GET /projects/:id/repository/branches/:branch`; 404 `{"message": "404 Branch Not Found"}`.
-- Repository files API, "Get file metadata only": `HEAD /projects/:id/repository/files/:file_path?ref=`
-  (`ref` required), the `X-Gitlab-*` headers; 404 without a body.
+- Projects API, "Get a single project": `GET /projects/:id`, `:id` an id or URL-encoded full path; 404
+  `{"message": "404 Project Not Found"}`.
+- Repository files API, "Get file from repository": `GET /projects/:id/repository/files/:file_path?ref=` (the
+  file with its base64 content; 404 `{"message": "404 File Not Found"}`), and "Get file metadata only", the
+  same as `HEAD`: the `X-Gitlab-*` headers, 404 without a body. `ref` is required.
 - Repositories API, "List repository tree": `GET /projects/:id/repository/tree?path=&ref=`; a path that is
   not a directory: 404 `{"message": "404 Tree Not Found"}` (GitLab since 16.5; before, `[]`).
 - REST API "Pagination" (offset): `page`, `per_page` (at most 100), and the headers `x-page`, `x-per-page`,
@@ -22,9 +25,12 @@ documentation says (docs.gitlab.com, the REST API pages; doc/api/ of gitlab-org/
 
 A request the documentation does not allow (another path or method, an unknown query parameter, a boolean
 that is not `true`/`false`, `per_page` over 100, a missing `ref`) answers 400 and is kept in `violations`;
-the `gitlab_standin` fixture fails the test at teardown if there is any. Every call is kept in `calls`.
+the `gitlab_standin` fixture fails the test at teardown if there is any (`gitlab_session`: one for the
+session, `reset` between uses). Every call is kept in `calls`.
 `fail_next(route, status, body=...)` answers the next call of a route with a fault (a raw `bytes` body for
-junk). Routes: "group-projects", "branches", "branch", "file-head", "tree".
+junk). Routes: "group-projects", "project", "branches", "branch", "file", "file-head", "tree"; and "api-root",
+`GET /api/v4/`, which GitLab answers 404 and go-gitlab asks once for its rate-limit headers (Argo CD's
+controller runs against this stand-in in tests/e2e/test_appset_oracle.py).
 """
 
 from __future__ import annotations
@@ -47,8 +53,12 @@ _ROUTES: list[tuple[str, str, re.Pattern[str], set[str]]] = [
      {"include_subgroups", "with_shared", "archived", "topic", "order_by", "sort", "search", "simple", "owned",
       "starred", "visibility", "with_issues_enabled", "with_merge_requests_enabled", "min_access_level",
       "with_custom_attributes", "with_security_reports"}),
+    ("api-root", "GET", re.compile(r"^/api/v4/?$"), set()),
+    ("project", "GET", re.compile(r"^/api/v4/projects/([^/]+)$"),
+     {"statistics", "license", "with_custom_attributes"}),
     ("branches", "GET", re.compile(r"^/api/v4/projects/([^/]+)/repository/branches$"), {"search", "regex"}),
     ("branch", "GET", re.compile(r"^/api/v4/projects/([^/]+)/repository/branches/([^/]+)$"), set()),
+    ("file", "GET", re.compile(r"^/api/v4/projects/([^/]+)/repository/files/([^/]+)$"), {"ref"}),
     ("file-head", "HEAD", re.compile(r"^/api/v4/projects/([^/]+)/repository/files/([^/]+)$"), {"ref"}),
     ("tree", "GET", re.compile(r"^/api/v4/projects/([^/]+)/repository/tree$"),
      {"path", "ref", "recursive", "pagination", "page_token"}),
@@ -139,6 +149,12 @@ class GitLabStandIn:
             project.branches[project.default_branch] = f"{project.id:04d}" + "a" * 36
         self.projects.append(project)
         return project
+
+    def reset(self) -> None:
+        """Forget every group, project, call, violation and fault (the session's stand-in between modules)."""
+        with self._lock:
+            self.groups, self.projects, self.calls, self.violations, self._faults = {}, [], [], [], []
+        self.token = ""
 
     def fail_next(self, route: str, status: int, *, body: Any = None, times: int = 1) -> None:
         """Answer the next `times` calls of `route` with `status` and `body` (GitLab's `{"message": ...}` by
@@ -232,7 +248,7 @@ class GitLabStandIn:
                 return self._violation(call, f"{key}={call.query[key]!r} is not a boolean")
         if not call.query.get("per_page", "20").isdigit() or not 1 <= int(call.query.get("per_page", "20")) <= 100:
             return self._violation(call, "per_page must be 1..100")
-        if call.route == "file-head" and not call.query.get("ref"):
+        if call.route in ("file", "file-head") and not call.query.get("ref"):
             return self._violation(call, "ref is required")
         for fault in self._faults:
             if fault.route == call.route and fault.times > 0:
@@ -241,11 +257,15 @@ class GitLabStandIn:
         if self.token and call.token and call.token != self.token:
             return 401, {"message": "401 Unauthorized"}, {}
         seen = [p for p in self.projects if p.public or (self.token and call.token == self.token)]
+        if call.route == "api-root":
+            return 404, {"error": "404 Not Found"}, {}
         if call.route == "group-projects":
             return self._group_projects(call, params[0], seen)
         project = next((p for p in seen if str(p.id) == params[0] or f"{p.group}/{p.path}" == params[0]), None)
         if project is None:
             return 404, {"message": "404 Project Not Found"}, {}
+        if call.route == "project":
+            return 200, project.doc(self.groups), {}
         if call.route == "branch":
             if params[1] not in project.branches:
                 return 404, {"message": "404 Branch Not Found"}, {}
@@ -254,6 +274,13 @@ class GitLabStandIn:
             return self._paged(call, [_branch(project, name) for name in sorted(project.branches)])
         ref = call.query.get("ref") or project.default_branch or ""
         files = project.files.get(ref, set()) if ref in project.branches else set()
+        if call.route == "file" and params[1] not in files:
+            return 404, {"message": "404 File Not Found"}, {}
+        if call.route == "file":
+            return 200, {"file_name": params[1].rpartition("/")[2], "file_path": params[1], "size": 10,
+                         "encoding": "base64", "content": "a2luZDogTGlzdAo=", "content_sha256": "0" * 64,
+                         "ref": ref, "blob_id": "b" * 40, "commit_id": project.branches[ref],
+                         "last_commit_id": project.branches[ref], "execute_filemode": False}, {}
         if call.route == "file-head":
             if params[1] not in files:
                 return 404, b"", {}
@@ -324,6 +351,17 @@ def _branch(project: Project, name: str) -> dict[str, Any]:
                        "authored_date": "2024-01-02T10:00:00.000Z", "committer_name": "John Smith",
                        "committer_email": "john@example.com", "committed_date": "2024-01-02T10:00:00.000Z",
                        "web_url": f"https://{HOST}/{project.group}/{project.path}/-/commit/{sha}"}}
+
+
+@pytest.fixture(scope="session")
+def gitlab_session() -> Iterator[GitLabStandIn]:
+    """One stand-in for the session, started before the session's Argo CD, whose loopback-only network
+    namespace relays its port (`argocd_session`'s `reach`): the ApplicationSet oracle points both tools at it."""
+    standin = GitLabStandIn().start()
+    try:
+        yield standin
+    finally:
+        standin.stop()
 
 
 @pytest.fixture

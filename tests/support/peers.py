@@ -22,6 +22,7 @@ import pytest
 
 from tests.support.charts import HelmRepo
 from tests.support.cluster import release_argocd_finalizers
+from tests.support.gitlab_standin import GitLabStandIn
 from tidecd_dev.devcluster import DevCluster
 from tidecd_dev.gitserver import GitServer
 from tidecd_dev.peers import ArgoCD, ensure_built
@@ -54,9 +55,10 @@ def delete_applications(argo: ArgoCD, names: set[str], timeout: float = 60.0) ->
 
 @pytest.fixture(scope="session")
 def argocd_session(argocd_built: Path, cluster: DevCluster, git_server: GitServer, session_helm_repo: HelmRepo,
-                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArgoCD]:
-    with ArgoCD(cluster.kubeconfig, tmp_path_factory.mktemp("argocd"),
-                reach=[git_server.url, session_helm_repo.url]) as argo:
+                   gitlab_session: GitLabStandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArgoCD]:
+    # the GitLab stand-in too: the ApplicationSet oracle's scmProvider cases (tests/e2e/test_appset_oracle.py)
+    reach = [git_server.url, session_helm_repo.url, gitlab_session.base_url]
+    with ArgoCD(cluster.kubeconfig, tmp_path_factory.mktemp("argocd"), reach=reach) as argo:
         yield argo
         delete_applications(argo, application_names(argo))
         release_argocd_finalizers(argo.kube.kube, argo.namespace)  # AppProjects too
