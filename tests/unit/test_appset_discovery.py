@@ -177,6 +177,9 @@ def test_scm_provider_github_lists_an_organizations_repositories(tmp_path: Path,
 
     github_standin.fail_next("repos/get-content", 404)  # pathsExist: the path is missing, the repository is not
     assert run(rt).apps == {}
+    github_standin.fail_next("repos/get-branch", 404)  # an empty repository: no default branch, no app, no error
+    empty = run(rt)
+    assert empty.apps == {} and not empty.errors, empty.errors
     github_standin.fail_next("repos/list-for-org", 403)
     failed = run(rt)
     assert failed.failed and "spec.generators[0].scmProvider: scmProvider: GitHub organization octo: 403" in \

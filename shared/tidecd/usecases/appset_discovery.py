@@ -115,10 +115,18 @@ class GitHubScm:
         return out
 
     def branches(self, repo: ScmRepo) -> list[ScmRepo]:
+        """The default branch, or every branch; none when GitHub answers 404 for the default branch (an empty
+        repository), as Argo CD's listBranches."""
         with github_errors(f"{self.what}: repository {repo.repository}", self.api):
-            handle = self.github.get_repo(f"{repo.organization}/{repo.repository}", lazy=True)
+            handle = self.github.get_repo(f"{repo.organization}/{repo.repository}")
             if not self.spec.all_branches:
-                branch = handle.get_branch(repo.branch)
+                try:
+                    with translated_errors():
+                        branch = handle.get_branch(repo.branch)
+                except Rejected as exc:
+                    if exc.status == 404:
+                        return []
+                    raise
                 return [dataclasses.replace(repo, sha=str(branch.commit.sha))]
             return [dataclasses.replace(repo, branch=str(b.name), sha=str(b.commit.sha)) for b in handle.get_branches()]
 
@@ -126,7 +134,7 @@ class GitHubScm:
         what = f"{self.what}: repository {repo.repository} at {repo.branch}: path {path}"
         try:
             with translated_errors():
-                self.github.get_repo(f"{repo.organization}/{repo.repository}", lazy=True).get_contents(
+                self.github.get_repo(f"{repo.organization}/{repo.repository}").get_contents(
                     path.strip("/"), ref=repo.branch)
         except Rejected as exc:
             if exc.status == 404:
