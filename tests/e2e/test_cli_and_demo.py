@@ -106,3 +106,46 @@ def test_the_readmes_examples_server_serves_the_examples_and_stops(tmp_path: Pat
     while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the examples' git server outlived --stop"
         time.sleep(0.1)
+
+
+def _cheat_sheet() -> str:
+    """The code block of the README's "Using it locally", as a person copies it."""
+    section = (ROOT / "README.md").read_text().split("\n## Using it locally", 1)[1].split("\n## ", 1)[0]
+    found = re.search(r"^```\n(.*?)^```$", section, re.S | re.M)
+    assert found, "the README's 'Using it locally' has no code block"
+    return found[1]
+
+
+def test_the_readmes_cheat_sheet_runs_as_written(tmp_path: Path) -> None:
+    """README "Using it locally", copied as written into bash at a checkout's root: every line exits 0 (a
+    failing line stops the script), and what it prints is what its comments promise. The checkout is this one
+    (its `examples/`, the venv running the tests); the dev cluster lives under a cache dir of its own."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "examples").symlink_to(ROOT / "examples")
+    (checkout / ".venv").symlink_to(Path(sys.prefix))
+    from tidecd.base import tools
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDECD_") and k != "KUBECONFIG"}
+    env.update(XDG_CACHE_HOME=str(tmp_path / "cache"), TIDECD_BIN_DIR=str(tools.cache_dir() / "bin"),
+               PYTHONPATH=str(ROOT / "shared"))
+    script = "set -eo pipefail\n" + "\n".join(f"echo '=== {n}'\n{line}" for n, line in
+                                               enumerate(_cheat_sheet().splitlines()) if not line.startswith(" "))
+    try:
+        done = subprocess.run(["bash", "-c", script], cwd=checkout, env=env, capture_output=True, text=True,
+                              timeout=900, stdin=subprocess.DEVNULL)
+    finally:  # also when a line failed before the block's own last two
+        subprocess.run(["bash", "-c", ". .venv/bin/activate; tidecd dev cluster down; "
+                        "python -m tidecd_dev.examples --stop"], cwd=checkout, env=env, capture_output=True,
+                       timeout=120, check=False)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, f"a line of the cheat-sheet failed (exit {done.returncode}):\n{said[-4000:]}"
+    rows = [line.split() for line in done.stdout.splitlines()]
+    listed = rows.index(["NAME", "SYNC", "HEALTH", "REVISION", "OWNER"])  # the first deployment, as recorded
+    assert [row[:3] for row in rows[listed + 1:listed + 4]] == [
+        ["guestbook", "Synced", "Healthy"], ["helm-guestbook", "Synced", "Healthy"],
+        ["kustomize-guestbook", "Synced", "Healthy"]], said
+    assert ["NAME", "SYNC", "HEALTH", "REVISION", "PROJECT", "CLUSTER", "NAMESPACE", "CONDITIONS", "OWNER"] in rows
+    assert "Name:       guestbook" in done.stdout and "no differences" in done.stdout  # get; diff --local
+    assert "kind: Deployment" in done.stdout  # manifests --source live
+    assert "stopped" in done.stderr + done.stdout  # the examples' server, by the block's last line
