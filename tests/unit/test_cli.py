@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import structlog
+import yaml
 from typer.testing import CliRunner
 
 from tidecd.base.model import Action, ChangeEntry, ChangeSet, HealthStatus, ResourceKey, SyncStatus
@@ -129,6 +130,12 @@ def test_app_list_wide_name_and_filters(local: Path) -> None:
     assert run("app", "list", "-o", "name", "-p", "shop").stdout.split() == ["web"]
     assert run("app", "list", "-o", "name", "-l", "team=b").stdout.split() == ["db"]
     assert run("app", "list", "-o", "name", "-l", "team=a", "-p", "default").stdout.split() == []
+    as_yaml = run("app", "list", "-o", "yaml")  # a local answer holds enums: printed as their text
+    assert as_yaml.exit_code == 5, as_yaml.output
+    assert [(a["name"], a["sync"]) for a in yaml.safe_load(as_yaml.stdout)["apps"]] == [("db", "Unknown"),
+                                                                                       ("web", "Synced")]
+    got = run("app", "get", "web", "--cached", "-o", "yaml")
+    assert got.exit_code == 0 and yaml.safe_load(got.stdout)["health"] == "Healthy", got.output
     as_json = json.loads(run("app", "list", "-o", "json", "-l", "team=a").stdout)
     assert [a["name"] for a in as_json["apps"]] == ["web"]
     bad = run("app", "list", "-l", "team")

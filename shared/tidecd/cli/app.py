@@ -120,11 +120,17 @@ def checked(status: int, body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def as_yaml(body: dict[str, Any]) -> str:
+    """The answer as YAML, from its JSON form: a local call's answer holds str enums (SyncStatus...) that
+    json writes as their text and yaml.safe_dump refuses, so local and `--server` calls print alike."""
+    return yaml.safe_dump(json.loads(json.dumps(body)), sort_keys=False)
+
+
 def emit(body: dict[str, Any], output: str, table: Any) -> None:
     if output == "json":
         typer.echo(json.dumps(body, indent=2))
     elif output == "yaml":
-        typer.echo(yaml.safe_dump(body, sort_keys=False))
+        typer.echo(as_yaml(body))
     elif output == "table":
         table(body)
     else:

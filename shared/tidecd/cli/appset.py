@@ -19,7 +19,7 @@ from typing import Any
 import typer
 import yaml
 
-from tidecd.cli.app import SERVER, TOKEN, call_api, checked, fail, print_table
+from tidecd.cli.app import SERVER, TOKEN, as_yaml, call_api, checked, fail, print_table
 from tidecd.cli.exits import EXIT_APP_ERROR
 
 app = typer.Typer(no_args_is_help=True, help="ApplicationSets: what they generate, now and as recorded.")
@@ -36,7 +36,7 @@ def _print(body: dict[str, Any], output: str) -> None:
     if output == "json":
         typer.echo(json.dumps(body, indent=2))
     else:
-        typer.echo(yaml.safe_dump(body, sort_keys=False))
+        typer.echo(as_yaml(body))
 
 
 def _change(name: str, diff: dict[str, Any]) -> str:
