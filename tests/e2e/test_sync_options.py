@@ -78,6 +78,13 @@ def test_ignored_fields_reset_unless_respected_and_apply_out_of_sync_only(gitops
     assert gitops.live("ConfigMap", "tuned")["data"]["x"] == "live"  # type: ignore[index]
     assert drift_and_sync("4", []) == {"tuned", "other"}
     assert gitops.live("ConfigMap", "tuned")["data"]["x"] == "git"  # type: ignore[index]
+    # the option for one sync only (the sync panel, `app sync --apply-out-of-sync-only`), not the app's
+    gitops.kube.merge_patch(tuned, {"data": {"x": "live"}})
+    gitops.push({"app/other.yaml": configmap("other", {"v": "5"})})
+    gitops.sync(sync_options=("ApplyOutOfSyncOnly=true",))
+    op = gitops.state().operation
+    assert op is not None and op.phase == "Succeeded" and {r.key.name for r in op.results} == {"other"}, op
+    assert gitops.live("ConfigMap", "tuned")["data"]["x"] == "live"  # type: ignore[index]
 
 
 def test_managed_namespace_metadata_follows_the_app(gitops: GitOps) -> None:

@@ -77,11 +77,14 @@ def test_the_sync_panel_syncs_chosen_resources_and_a_rollback_asks_first(browser
     page.click("button[name=sync]")
     ns = gitops.namespace
     page.check(f"[data-resource='ConfigMap {ns}/a']")  # only a
+    page.check("input[name=apply_out_of_sync_only]")
     page.screenshot(path=str(screenshot_dir(tmp_path) / "sync-panel.png"), full_page=True)
     page.click("button[name=synchronize]")
     page.wait_for_selector("[data-notice]")
     wait_for(lambda: (gitops.live("ConfigMap", "a") or {}).get("data") == {"v": "2"}, 120, "a synced")
     assert (gitops.live("ConfigMap", "b") or {}).get("data") == {"v": "1"}  # not chosen: untouched
+    chosen = gitops.state(app).operation
+    assert chosen is not None and chosen.request.sync_options == ["ApplyOutOfSyncOnly=true"], chosen
 
     # a rollback asks first, naming the revision and saying automated sync turns off; Cancel changes nothing
     first = gitops.state(app).history[0]

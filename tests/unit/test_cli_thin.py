@@ -117,6 +117,7 @@ def test_failures_exit_with_the_full_clis_codes(server: str) -> None:
     ("app", "sync", "guestbook", "--dry-run", "--timeout", "60"),
     ("app", "sync", "guestbook", "--prune", "--force", "--replace", "--revision", "main", "-o", "json"),
     ("app", "sync", "guestbook", "--resource", "apps/Deployment/guestbook-ui"),
+    ("app", "sync", "guestbook", "--apply-out-of-sync-only", "--async", "-o", "json"),
     ("app", "resources", "guestbook"), ("app", "resources", "guestbook", "-o", "json"), ("app", "resources", "nope"),
     # no cluster here: the same errors (pods and their logs: tests/e2e/test_explain.py)
     ("app", "logs", "guestbook", "--tail", "5", "-c", "web"), ("app", "resources", "guestbook", "--kind", "Pod",

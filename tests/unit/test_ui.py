@@ -413,3 +413,5 @@ def test_a_rollback_asks_first_and_says_automated_sync_turns_off(runtime: Runtim
     assert "Automated sync is turned off" in shown
     panel = get(runtime, "/ui/apps/web/sync").body.decode()
     assert "data-sync-panel" in panel and 'name="replace"' in panel and 'name="revision"' in panel
+    offered = re.search(r'<input type="checkbox" name="apply_out_of_sync_only"([^>]*)>', panel)
+    assert offered and "disabled" not in offered[1] and "checked" not in offered[1]  # Argo CD's default: off

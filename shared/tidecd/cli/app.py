@@ -207,6 +207,8 @@ def sync(name: str, prune: bool = typer.Option(False, "--prune", help="Delete ob
          revision: str = typer.Option("", "--revision", help="Sync this git revision, not the target."),
          replace: bool = typer.Option(False, "--replace", help="Replace objects (PUT) instead of applying."),
          force: bool = typer.Option(False, "--force", help="With --replace: delete and create a refused one."),
+         out_of_sync_only: bool = typer.Option(False, "--apply-out-of-sync-only",
+                                               help="Leave objects that compare Synced out of the sync."),
          run_async: bool = typer.Option(False, "--async", help="Start the operation and return at once."),
          timeout: float = typer.Option(0, "--timeout", help="Seconds to follow it; 0: until it ends."),
          server: str = SERVER, token: str = TOKEN, output: str = OUTPUT) -> None:
@@ -214,8 +216,8 @@ def sync(name: str, prune: bool = typer.Option(False, "--prune", help="Delete ob
     payload: dict[str, Any] = {"prune": prune, "dryRun": dry_run}
     if revision:
         payload["revision"] = revision
-    if replace or force:
-        payload["syncOptions"] = [o for o, on in (("Replace=true", replace), ("Force=true", force)) if on]
+    if replace or force or out_of_sync_only:
+        payload["syncOptions"] = textout.sync_options(replace, force, out_of_sync_only)
     if resource:
         _refreshed(name, server, token, cached=False)
         payload["resources"] = resource

@@ -342,6 +342,12 @@ def diff_text(body: dict[str, Any]) -> str:
     return "\n".join(ChangeSet.from_dicts(body["changes"]).lines(diffs=True))
 
 
+def sync_options(replace: bool, force: bool, out_of_sync_only: bool) -> list[str]:
+    """`app sync`'s --replace, --force and --apply-out-of-sync-only as the api's syncOptions (both CLIs)."""
+    chosen = (("Replace=true", replace), ("Force=true", force), ("ApplyOutOfSyncOnly=true", out_of_sync_only))
+    return [option for option, on in chosen if on]
+
+
 def started_line(started: dict[str, Any]) -> str:
     """What `--async` prints for an operation it started."""
     return f"operation {started.get('operationId', '')} started" + (

@@ -55,6 +55,7 @@ from tidecd.cli.textout import (
     selected,
     selector,
     started_line,
+    sync_options,
     table,
     tree_rows,
     wait_until,
@@ -102,7 +103,7 @@ _COMMANDS: dict[str, tuple[int, frozenset[str], frozenset[str], tuple[str, ...]]
     "refresh": (1, frozenset(), frozenset(), ("table", "json")),
     "terminate-op": (1, frozenset(), frozenset(), ("table", "json")),
     "delete": (1, frozenset(), frozenset({"--cascade"}), ("table", "json")),
-    "sync": (1, _FOLLOW | {"--prune", "--dry-run", "--replace", "--force"},
+    "sync": (1, _FOLLOW | {"--prune", "--dry-run", "--replace", "--force", "--apply-out-of-sync-only"},
              frozenset({"--resource", "--revision", "--timeout"}), ("table", "json")),
     "rollback": (2, _FOLLOW | {"--prune", "--revert-pr"}, frozenset({"--timeout", "--revert"}), ("table", "json")),
     "wait": (1, frozenset({"--sync", "--health", "--operation"}), frozenset({"--timeout"}), ()),  # no -o
@@ -344,9 +345,9 @@ def app_sync(c: Call) -> int:
     payload: dict[str, Any] = {"prune": "--prune" in c.flags, "dryRun": "--dry-run" in c.flags}
     if c.value("--revision"):
         payload["revision"] = c.value("--revision")
-    replace, force = "--replace" in c.flags, "--force" in c.flags
-    if replace or force:
-        payload["syncOptions"] = [o for o, on in (("Replace=true", replace), ("Force=true", force)) if on]
+    chosen = sync_options("--replace" in c.flags, "--force" in c.flags, "--apply-out-of-sync-only" in c.flags)
+    if chosen:
+        payload["syncOptions"] = chosen
     if c.every("--resource"):
         call(c.server, c.token, f"/apps/{c.name}", refresh=True)
         payload["resources"] = c.every("--resource")

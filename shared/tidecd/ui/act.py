@@ -41,6 +41,10 @@ def resource_value(key: ResourceKey) -> str:
     return f"{key.group}/{key.kind}/{key.namespace}/{key.name}"
 
 
+OPTION_FIELDS = {"Replace=true": "replace", "Force=true": "force", "ApplyOutOfSyncOnly=true": "apply_out_of_sync_only"}
+assert set(OPTION_FIELDS) == set(OPERATION_OPTIONS)  # the panel offers every option of one sync
+
+
 @route("GET", f"/apps/{_NAME}/sync")
 def sync_panel(ctx: Context) -> Page:
     return _panel(ctx)
@@ -74,7 +78,7 @@ def sync(ctx: Context) -> Page:
     revision = form.get("revision", "").strip()
     if len(revision) > 255 or not set(revision) <= REVISION_CHARS:
         return _panel(ctx, "field revision: a sha, tag or branch name (letters, digits, . _ / -)")
-    options = tuple(o for o in OPERATION_OPTIONS if flag(ctx, o.partition("=")[0].lower()))
+    options = tuple(o for o in OPERATION_OPTIONS if flag(ctx, OPTION_FIELDS[o]))
     wanted = _chosen(ctx)
     name = ctx.match["name"]
     current = app_state.load(ctx.runtime.store, name)[0]

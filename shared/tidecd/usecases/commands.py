@@ -46,7 +46,9 @@ class SyncRequest:
     sync_options: tuple[str, ...] = ()  # this operation's own options (`OPERATION_OPTIONS`), beside the app's
 
 
-OPERATION_OPTIONS = ("Replace=true", "Force=true")  # what a sync panel, the api and the CLI may ask for one sync
+# what a sync panel, the api and the CLI may ask for one sync (Argo CD's `argocd app sync --replace --force
+# --apply-out-of-sync-only`); the step merges them into the app's syncOptions while the operation runs
+OPERATION_OPTIONS = ("Replace=true", "Force=true", "ApplyOutOfSyncOnly=true")
 
 
 def checked_options(options: Iterable[str]) -> tuple[str, ...]:
