@@ -69,7 +69,8 @@ def test_the_sync_panel_syncs_chosen_resources_and_a_rollback_asks_first(browser
     gitops.push({"app/a.yaml": configmap("a", {"v": "1"}), "app/b.yaml": configmap("b", {"v": "1"})})
     app = gitops.application()
     gitops.sync()
-    gitops.push({"app/a.yaml": configmap("a", {"v": "2"}), "app/b.yaml": configmap("b", {"v": "2"})})
+    second = gitops.push({"app/a.yaml": configmap("a", {"v": "2"}), "app/b.yaml": configmap("b", {"v": "2"})})
+    gitops.push({"app/a.yaml": configmap("a", {"v": "3"})})  # git's target moves on: the panel picks `second`
     base = dashboard(functions)
     page = log_in(browser, base, functions.token)
     page.goto(f"{base}apps/{app}")
@@ -78,6 +79,7 @@ def test_the_sync_panel_syncs_chosen_resources_and_a_rollback_asks_first(browser
     ns = gitops.namespace
     page.check(f"[data-resource='ConfigMap {ns}/a']")  # only a
     page.check("input[name=apply_out_of_sync_only]")
+    page.fill("[data-revision-input]", second)
     page.screenshot(path=str(screenshot_dir(tmp_path) / "sync-panel.png"), full_page=True)
     page.click("button[name=synchronize]")
     page.wait_for_selector("[data-notice]")
@@ -85,6 +87,7 @@ def test_the_sync_panel_syncs_chosen_resources_and_a_rollback_asks_first(browser
     assert (gitops.live("ConfigMap", "b") or {}).get("data") == {"v": "1"}  # not chosen: untouched
     chosen = gitops.state(app).operation
     assert chosen is not None and chosen.request.sync_options == ["ApplyOutOfSyncOnly=true"], chosen
+    assert chosen.revision == second  # the chosen revision, not git's newer target (a is v2, not v3)
 
     # a rollback asks first, naming the revision and saying automated sync turns off; Cancel changes nothing
     first = gitops.state(app).history[0]
