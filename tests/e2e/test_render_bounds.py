@@ -67,18 +67,22 @@ def condition(gitops: GitOps) -> str:
 def rounds_taking(seconds: float, tmp: Path) -> int:
     """How many rounds of SLOW take about `seconds` on this machine now (it is shared: measured, not assumed)."""
     (tmp / "probe.jsonnet").write_text(SLOW % (0, 50_000))
-    start = time.monotonic()
-    jsonnet.render_jsonnet(tmp, tmp, "probe.jsonnet", JsonnetSpec(), source="probe")
-    return max(1000, int(50_000 * seconds / (time.monotonic() - start)))
+    fastest = float("inf")
+    for _ in range(2):  # the quieter moment: under load the files then run longer, never shorter, than asked
+        start = time.monotonic()
+        jsonnet.render_jsonnet(tmp, tmp, "probe.jsonnet", JsonnetSpec(), source="probe")
+        fastest = min(fastest, time.monotonic() - start)
+    return max(1000, int(50_000 * seconds / fastest))
 
 
 def test_slow_jsonnet_files_are_refused_by_the_total_render_time_once(gitops: GitOps, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Four files of about 2 s each: none near a per-file bound, together past the render's 5 s."""
+    """Eight files of about a quarter of the limit each: none near it alone (a file may run four times slower
+    than measured on this shared machine and still fit), together twice past the render's 5 s."""
     limit = 5
-    rounds = rounds_taking(limit / 2.5, tmp_path)
+    rounds = rounds_taking(limit / 4, tmp_path)
     monkeypatch.setenv("TIDECD_MAX_RENDER_SECONDS", str(limit))
-    gitops.push({f"app/slow-{n}.jsonnet": SLOW % (n, rounds) for n in range(4)})
+    gitops.push({f"app/slow-{n}.jsonnet": SLOW % (n, rounds) for n in range(8)})
     gitops.application()
     children = counted_children(monkeypatch)
 
@@ -101,7 +105,7 @@ def test_slow_jsonnet_files_are_refused_by_the_total_render_time_once(gitops: Gi
         assert again < 2.5, again
         assert condition(gitops) == message
 
-    gitops.push({"app/slow-3.jsonnet": None, "app/slow-2.jsonnet": None, "app/slow-1.jsonnet": None,
+    gitops.push({**{f"app/slow-{n}.jsonnet": None for n in range(1, 8)},
                  "app/slow-0.jsonnet": SLOW % (0, 1000)}, "fast now")  # a new input: rendered again
     gitops.reconcile()
     assert children[started:] == ["app/slow-0.jsonnet (jsonnet)"], children
