@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from tests.e2e.test_ui import dashboard, log_in, wait_for
-from tests.support.apps import GitOps, configmap, deployment
+from tests.support.apps import GitOps, configmap, deployment, job
 from tests.support.browser import screenshot_dir
 from tests.support.functions import Functions
 
@@ -28,7 +28,8 @@ def test_a_dry_run_lists_what_it_would_do_per_resource(browser: Any, gitops: Git
     gitops.push({"app/a.yaml": configmap("a"), "app/gone.yaml": configmap("gone")})
     app = gitops.application()
     gitops.sync()
-    gitops.push({"app/a.yaml": configmap("a", {"k": "changed"}), "app/b.yaml": configmap("b"), "app/gone.yaml": None})
+    gitops.push({"app/a.yaml": configmap("a", {"k": "changed"}), "app/b.yaml": configmap("b"), "app/gone.yaml": None,
+                 "app/migrate.yaml": job("migrate", annotations={"argocd.argoproj.io/hook": "PreSync"})})
     base = dashboard(functions)
     page = log_in(browser, base, functions.token)
     page.goto(f"{base}apps/{app}")
@@ -41,8 +42,9 @@ def test_a_dry_run_lists_what_it_would_do_per_resource(browser: Any, gitops: Git
     assert op["phase"] == "Succeeded", op
     # the api: one result per object, saying what it would do
     would = {r["key"]["name"]: r["action"] for r in op["results"]}
-    assert would == {"a": "configured", "b": "created", "gone": "prune-skipped"}, op["results"]
-    assert gitops.live("ConfigMap", "b") is None  # nothing written
+    assert would == {"a": "configured", "b": "created", "gone": "prune-skipped", "migrate": "created"}, op["results"]
+    assert [(r["key"]["name"], r["syncPhase"]) for r in op["results"] if r["hook"]] == [("migrate", "PreSync")]
+    assert gitops.live("ConfigMap", "b") is None and gitops.live("Job", "migrate", group="batch") is None  # nothing
     # the page: the same, per resource
     page.goto(f"{base}apps/{app}")
     rows = page.locator("#live [data-task]")
@@ -50,7 +52,8 @@ def test_a_dry_run_lists_what_it_would_do_per_resource(browser: Any, gitops: Git
              for i in range(rows.count())}
     ns = gitops.namespace
     assert shown == {f"ConfigMap {ns}/a": "would configure", f"ConfigMap {ns}/b": "would create",
-                     f"ConfigMap {ns}/gone": "would not prune (pruning off)"}, shown
+                     f"ConfigMap {ns}/gone": "would not prune (pruning off)",
+                     f"batch/Job {ns}/migrate": "would create"}, shown  # the hook it would run, too
     page.locator("#live details").evaluate("d => d.open = true")
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280  # the results fit the page
     page.screenshot(path=str(screenshot_dir(tmp_path) / "dry-run.png"), full_page=True)
