@@ -10,6 +10,7 @@ missing group and junk answers becoming a clear error on that ApplicationSet onl
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +20,17 @@ from tests.support.gitlab_standin import GitLabStandIn
 from tests.unit.test_appset_discovery import parsed_errors, run, runtime_with, secret
 from tidecd.clients import gitlab as gl
 from tidecd.config.appset.expand import expand
-from tidecd.usecases.appsets import RuntimeSources
+from tidecd.generated import records as generated
+from tidecd.usecases.appsets import RuntimeSources, refresh
 
 TOKEN = "glpat-scm-token-value-0123456789"  # noqa: S105 - a test token
 SCM_CREDS = {"argocd.argoproj.io/secret-type": "scm-creds"}
 
 
-def gitlab_set(gitlab: dict[str, Any], name: str = "repos", **extra: Any) -> dict[str, Any]:
+def gitlab_set(gitlab: dict[str, Any], name: str = "repos", prefix: str = "", **extra: Any) -> dict[str, Any]:
     return {"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet", "metadata": {"name": name},
             "spec": {"goTemplate": True, "generators": [{"scmProvider": {"gitlab": gitlab, **extra}}],
-                     "template": {"metadata": {"name": "{{ .repository }}-{{ .branchNormalized }}"},
+                     "template": {"metadata": {"name": prefix + "{{ .repository }}-{{ .branchNormalized }}"},
                                   "spec": {"project": "default",
                                            "source": {"repoURL": "{{ .url }}", "targetRevision": "{{ .sha }}",
                                                       "path": "kubernetes/"},
@@ -204,3 +206,28 @@ def test_gitlab_fields_are_checked_naming_the_field() -> None:
     assert "set one provider: github and gitlab are both set" in both
     assert parsed_errors({"scmProvider": {"gitlab": {"group": "g", "tokenRef": {"secretName": "s", "key": "k"},
                                                      "insecure": True, "topic": "t"}}}) == []
+
+
+def test_a_refresh_records_the_error_on_that_application_set_and_keeps_its_apps(tmp_path: Path,
+                                                                                 acme: GitLabStandIn) -> None:
+    """Through the refresh use case: a 401 fails `others` only (evaluated first); its app stays as generated
+    before, its record holds the error (what the api and `tidecd appset` show), and `repos` is refreshed all
+    the same. An unchanged spec is asked again after requeueAfterSeconds, as Argo CD requeues it."""
+    rt = runtime_with(tmp_path, [gitlab_set({"group": "acme", "api": acme.base_url}),
+                                 gitlab_set({"group": "other", "api": acme.base_url}, name="others",
+                                            prefix="o-")], "")
+    first = refresh(rt)
+    assert sorted(first.created) == ["db-main", "lib-main", "o-lib-main", "web-main"], first.errors
+    acme.projects[0].branches["main"] = "f" * 40  # acme/web moved on
+    assert refresh(rt).evaluated == []  # not yet asked again: requeueAfterSeconds (default 30 min)
+    acme.fail_next("group-projects", 401, body={"message": "401 Unauthorized"})
+    second = refresh(rt, now=lambda: time.time() + 1801)
+    assert second.evaluated == ["others", "repos"]
+    assert len(second.errors) == 1 and "ApplicationSet/others: spec.generators[0].scmProvider: scmProvider: " \
+                                       "GitLab group other: 401: 401 Unauthorized" in second.errors[0]
+    records = generated.load_records(rt.store)
+    assert records["ApplicationSet/others"]["failed"] and records["ApplicationSet/others"]["errors"] == second.errors
+    assert sorted(records["ApplicationSet/others"]["apps"]) == ["o-lib-main"]
+    assert not records["ApplicationSet/repos"]["failed"]
+    web = records["ApplicationSet/repos"]["apps"]["web-main"]["doc"]
+    assert web["spec"]["source"]["targetRevision"] == "f" * 40

@@ -6,8 +6,9 @@ pushed since the last tick is refreshed in the same tick), by the webhook (a pus
 ApplicationSet reads; a `pull_request` event for a pull-request generator) and by the api. One record per
 ApplicationSet (`tidecd.generated.records`); `applicationsSync` decides what may be created, updated and deleted.
 An ApplicationSet whose generator fails keeps what it generated before, with its error recorded; a
-pull-request generator is asked again only after `requeueAfterSeconds` (default 30 min) unless a webhook
-event forces it.
+pull-request, scmProvider or clusterDecisionResource generator (each reads a service that tells tidecd of no
+change) is asked again after its `requeueAfterSeconds`, Argo CD's defaults (30 min, 30 min, 3 min), and an
+unchanged spec is not evaluated before then unless a webhook event forces it.
 
 RollingSync (`step.rolling.progress`): every refresh then asks which generated apps sync now, from each one's
 labels, state and recorded `applicationStatus`, starts those syncs (initiated by the ApplicationSet) and
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("tidecd.config.appset")
 LsRemote = Callable[[str, Any], dict[str, str]]
 PR_REQUEUE_DEFAULT = 1800.0
+# the generators asked again after their requeueAfterSeconds, with Argo CD's defaults for it
+REQUEUE_DEFAULTS = {"pullRequest": PR_REQUEUE_DEFAULT, "scmProvider": 1800.0, "clusterDecisionResource": 180.0}
 
 
 @dataclass
@@ -153,16 +156,6 @@ def list_pull_requests(api_url: str, owner: str, repo: str, token: str, labels: 
     return out
 
 
-def _uses_pull_requests(gens: Iterable[dict[str, Any]]) -> bool:
-    for gen in gens:
-        if "pullRequest" in gen:
-            return True
-        for kind in ("matrix", "merge"):
-            if kind in gen and _uses_pull_requests((gen[kind] or {}).get("generators") or []):
-                return True
-    return False
-
-
 def _walk(gens: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
     for gen in gens:
         yield gen
@@ -187,10 +180,11 @@ def pull_request_repos(appset: ApplicationSet) -> set[str]:
     return out
 
 
-def _requeue(gens: Iterable[dict[str, Any]]) -> float:
-    found = [float((g["pullRequest"] or {}).get("requeueAfterSeconds") or PR_REQUEUE_DEFAULT)
-             for g in gens if "pullRequest" in g]
-    return min(found) if found else PR_REQUEUE_DEFAULT
+def _requeue(gens: Iterable[dict[str, Any]]) -> float | None:
+    """The shortest requeueAfterSeconds of the requeued generators (nested ones too), None without any."""
+    found = [float((g[kind] or {}).get("requeueAfterSeconds") or default) for g in _walk(gens)
+             for kind, default in REQUEUE_DEFAULTS.items() if isinstance(g.get(kind), dict)]
+    return min(found) if found else None
 
 
 def refresh(runtime: Runtime, *, only: set[str] | None = None, force_pull_requests: bool = False,
@@ -211,9 +205,9 @@ def refresh(runtime: Runtime, *, only: set[str] | None = None, force_pull_reques
                 continue
             appset = config.appsets[name]
             record = records.get(appset.label) or {}
-            if (_uses_pull_requests(appset.generators) and not force_pull_requests
-                    and record.get("specHash") == appset.spec_hash()
-                    and now() - float(record.get("evaluatedAt") or 0) < _requeue(appset.generators)):
+            requeue = _requeue(appset.generators)
+            if (requeue is not None and not force_pull_requests and record.get("specHash") == appset.spec_hash()
+                    and now() - float(record.get("evaluatedAt") or 0) < requeue):
                 continue
             if _unchanged(appset, record, sources):
                 continue
@@ -245,9 +239,10 @@ def refresh(runtime: Runtime, *, only: set[str] | None = None, force_pull_reques
 def _unchanged(appset: ApplicationSet, record: dict[str, Any], sources: RuntimeSources) -> bool:
     """Nothing an evaluation reads has changed since the recorded one: same spec, every git revision it
     read still resolves to the same commit (one ls-remote per repository, shared with the poll), no
-    failure recorded; cluster and pull-request generators are always evaluated (they are cheap to ask)."""
+    failure recorded; cluster generators are always evaluated (they are cheap to ask), and the requeued ones
+    (`REQUEUE_DEFAULTS`) whenever `refresh` lets them through (their requeue time passed)."""
     kinds = {k for g in _walk(appset.generators) for k in g}
-    if record.get("specHash") != appset.spec_hash() or record.get("failed") or kinds & {"clusters", "pullRequest"}:
+    if record.get("specHash") != appset.spec_hash() or record.get("failed") or kinds & {"clusters", *REQUEUE_DEFAULTS}:
         return False
     inputs = record.get("inputs")
     if not isinstance(inputs, dict):
@@ -289,7 +284,7 @@ def _one(runtime: Runtime, appset: ApplicationSet, sources: RuntimeSources, now:
         out = {**record, "apps": kept, "errors": list(expansion.errors), "specHash": appset.spec_hash(),
                "origin": appset.origin, "inputs": dict(sources.inputs), "failed": expansion.failed,
                "applicationsSync": appset.applications_sync, "orphaned": False}
-        if _uses_pull_requests(appset.generators):
+        if _requeue(appset.generators) is not None:
             out["evaluatedAt"] = now()
         out.pop("deletionOrder", None)
         out.pop("deletionSteps", None)
