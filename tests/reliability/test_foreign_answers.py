@@ -37,14 +37,16 @@ from tidecd.base.errors import SourceUnavailable
 from tidecd.base.model import ResourceKey
 from tidecd.clients.registry import HttpRegistry, RegistryUnavailable, Repository
 from tidecd.clients.store import MemoryStore
+from tidecd.config.appset.discovery import ScmSpec
 from tidecd.config.appset.generators import GeneratorError
 from tidecd.config.load import ApplicationSource
 from tidecd.config.model import Config
 from tidecd.images import annotations as notes
-from tidecd.runtime import Runtime
+from tidecd.runtime import Runtime, Settings
 from tidecd.source import git, helmrepo
 from tidecd.usecases import api
 from tidecd.usecases import images as update
+from tidecd.usecases.appset_discovery import GitLabScm
 from tidecd.usecases.appsets import list_pull_requests
 
 TOKEN = "t0ken"
@@ -229,6 +231,18 @@ def test_a_github_api_that_answers_badly_is_the_generators_error(
     host = servers(serve_bad(BAD_ANSWERS[answer]))
     with pytest.raises(GeneratorError, match=r"^pullRequest: GitHub acme/deploy: "):
         list_pull_requests(f"http://{host}", "acme", "deploy", "", ())
+
+
+@pytest.mark.parametrize("answer", list(BAD_ANSWERS))
+def test_a_gitlab_api_that_answers_badly_is_the_generators_error(
+        answer: str, servers: Callable[[ThreadingHTTPServer], str], tmp_path: Path) -> None:
+    """scmProvider's gitlab reads GitLab's API through python-gitlab: whatever it meets is the ApplicationSet's
+    GeneratorError, never another exception."""
+    host = servers(serve_bad(BAD_ANSWERS[answer]))
+    runtime = Runtime(settings=Settings(config=str(tmp_path)), store=MemoryStore())
+    scm = GitLabScm(runtime, ScmSpec(provider="gitlab", organization="acme", api=f"http://{host}"))
+    with pytest.raises(GeneratorError, match=r"^scmProvider: GitLab group acme: "):
+        scm.repositories()
 
 
 def test_a_git_server_that_asks_to_retry_after_a_year_is_not_waited_for(
