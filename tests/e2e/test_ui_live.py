@@ -68,9 +68,12 @@ def test_open_pages_follow_a_webhook_push_and_fit_the_screen(browser: Any, gitop
     page.goto(f"{base}apps/{app}")
     assert page.locator("[data-revision]").get_attribute("data-revision") == first
     phone = log_in(browser, base, functions.token, viewport=PHONE)
+    phone_list = phone.context.new_page()
+    phone_list.goto(base)
     phone.goto(f"{base}apps/{app}")
-    for where, each in (("apps list at 1,280 px", listing), ("app page at 1,280 px", page),
-                        ("app page at 390 px", phone)):
+    screens = (("apps list at 1,280 px", listing), ("app page at 1,280 px", page), ("apps list at 390 px", phone_list),
+               ("app page at 390 px", phone))
+    for where, each in screens:
         _fits(each, where)
 
     page.locator("#live details > summary").click()  # the task results, opened: they stay open across swaps
@@ -78,7 +81,8 @@ def test_open_pages_follow_a_webhook_push_and_fit_the_screen(browser: Any, gitop
     second = gitops.push(_manifests("two"), "every ConfigMap at version two")
     watched = (("app page", page, f"[data-revision='{second}']"),
                ("apps list", listing, f"tr[data-app='{app}'] [title='{second}']"),
-               ("phone app page", phone, f"[data-revision='{second}']"))
+               ("phone app page", phone, f"[data-revision='{second}']"),
+               ("phone apps list", phone_list, f"tr[data-app='{app}'] [title='{second}']"))
     for _, each, selector in watched:
         each.evaluate(SHOWN, selector)
     recorded: list[float] = []  # the wall clock when the store first held the revision
@@ -103,14 +107,14 @@ def test_open_pages_follow_a_webhook_push_and_fit_the_screen(browser: Any, gitop
             for where, each, _ in watched:
                 if where not in shown and (at := each.evaluate("window.tidecdShown")):
                     shown[where] = float(at) / 1000
-            for where, each in (("apps list at 1,280 px", listing), ("app page at 1,280 px", page),
-                                ("app page at 390 px", phone)):
+            for where, each in screens:
                 _fits(each, where)  # during the sync: the task results grow as it runs
             time.sleep(0.1)
     finally:
         stop.set()
         watcher.join(5)
-    assert recorded and min(shown.values()) >= recorded[0] - 0.06, \
+    # the reader looks every 50 ms (later under load): a page may show the revision a moment before it does
+    assert recorded and min(shown.values()) >= recorded[0] - 0.5, \
         f"a page showed the revision before the store held it: recorded {recorded}, shown {shown}"
     lags = {where: at - recorded[0] for where, at in shown.items()}
     print("live page lags: " + ", ".join(f"{where} {lag:.2f} s" for where, lag in lags.items()))
