@@ -76,6 +76,24 @@ def selected_cases() -> list[Case]:
 SELECTED = selected_cases()
 
 
+def rollouts_served(kube: KubeCluster, key: ResourceKey, timeout: float = 60.0) -> bool:
+    """Argo Rollouts' CRD established (for blue-green); True when this call created it (it goes at the end).
+    One another test is still deleting is waited out first."""
+    deadline = time.monotonic() + timeout
+    created = False
+    while time.monotonic() < deadline:
+        live = kube.get(key)
+        if live is None:
+            kube.apply(crd("argoproj.io", "Rollout", "rollouts", "v1alpha1"))
+            created = True
+        elif not live["metadata"].get("deletionTimestamp") and any(
+                c.get("type") == "Established" and c.get("status") == "True"
+                for c in (live.get("status") or {}).get("conditions") or []):
+            return created
+        time.sleep(0.2)
+    raise AssertionError(f"CRD {key.name} not established within {timeout:.0f} s")
+
+
 @dataclass(frozen=True)
 class Run:
     suite: Suite
@@ -90,21 +108,12 @@ def conformance(argocd_session: ArgoCD, cluster: DevCluster, git_server: GitServ
     repo = GitRepo(git_server, f"conformance-{uuid.uuid4().hex[:8]}", workdir / "repo")
     kube = KubeCluster.from_kubeconfig(str(cluster.kubeconfig))
     crd_key = ResourceKey("apiextensions.k8s.io", "CustomResourceDefinition", "", ROLLOUTS)
-    ours = kube.get(crd_key) is None  # made here: removed at the end
-    if ours:
-        kube.apply(crd("argoproj.io", "Rollout", "rollouts", "v1alpha1"))
-    served = [c for c in ((kube.get(crd_key) or {}).get("status") or {}).get("conditions") or []
-              if c.get("type") == "Established" and c.get("status") == "True"]
+    ours = rollouts_served(kube, crd_key)
     for chart in CHARTS:
         if not (session_helm_repo.root / f"{chart['name']}-{chart['version']}.tgz").exists():
             session_helm_repo.add(**chart)
     suite = Suite(SELECTED, argo=argocd_session, kube=kube, kubeconfig=str(cluster.kubeconfig), repo=repo,
                   workdir=workdir, charts_url=session_helm_repo.url, kinds=(*LISTED, ("argoproj.io", "Rollout")))
-    deadline = time.monotonic() + 30
-    while not served and time.monotonic() < deadline:  # the Rollout kind is served before the first sync
-        time.sleep(0.2)
-        served = [c for c in ((kube.get(crd_key) or {}).get("status") or {}).get("conditions") or []
-                  if c.get("type") == "Established" and c.get("status") == "True"]
     for ns in suite.namespaces:
         track_namespace(ns, "tests/e2e/test_argocd_conformance_oracle.py")
     start = time.monotonic()
