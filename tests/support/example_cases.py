@@ -366,14 +366,17 @@ def helm_dependency() -> dict[str, str]:
                 """)}
 
 
-def example(directory: str, files: dict[str, Any], **more: Any) -> Case:
-    return Case(f"ex-{directory}", f"argocd-example-apps/{directory}", files, **more)
+def example(directory: str, files: dict[str, Any], variant: str = "", **more: Any) -> Case:
+    """The case of the example in `directory` (`ex-<directory>`, or `ex-<directory>-<variant>` for a second
+    way the example is meant to be used)."""
+    name = f"ex-{directory}-{variant}" if variant else f"ex-{directory}"
+    return Case(name, f"argocd-example-apps/{directory}" + (f" ({variant})" if variant else ""), files, **more)
 
 
 EXAMPLE_CASES: list[Case] = [
     example("guestbook", GUESTBOOK),
     example("helm-guestbook", helm_guestbook()),
-    example("helm-guestbook-production", helm_guestbook(),
+    example("helm-guestbook", helm_guestbook(), "production",
             source={"helm": {"valueFiles": ["values-production.yaml"]}}),
     example("kustomize-guestbook", {**GUESTBOOK, "kustomization.yaml": (
         "namePrefix: kustomize-\nresources:\n- guestbook-ui-deployment.yaml\n- guestbook-ui-svc.yaml\n")}),

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.conformance import Names, Observation, Outcome, normalise, placeholders
+from tests.support.conformance import Names, Observation, Outcome, _verb, normalise, placeholders
 from tests.support.conformance_cases import CASES, pod
+from tests.support.example_cases import EXAMPLE_CASES
 
 
 def observation(**changes: object) -> Observation:
@@ -26,6 +27,38 @@ def test_normalise_drops_server_and_tool_fields_and_the_namespace() -> None:
     assert normalise(live, "cfa-1", "web") == {
         "apiVersion": "v1", "kind": "Service", "spec": {"ports": [{"port": 80}]},
         "metadata": {"name": "web", "labels": {"k": "v"}, "annotations": {"note": "in NS"}}}
+
+
+def test_normalise_drops_allocated_node_ports_and_a_jobs_copied_name_labels() -> None:
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "front-end"},
+               "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": 31234}]}}
+    assert normalise(service, "cfa-1", "front-end")["spec"] == {"type": "NodePort", "ports": [{"port": 80}]}
+    real = "maint-7539c82-postsync-1796262941"
+    names = {"job-name": real, "batch.kubernetes.io/job-name": real}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": real, "labels": {**names, "k": "v"}},
+           "spec": {"selector": {}, "template": {"metadata": {"labels": {**names, "tier": "db"}}}}}
+    shown = normalise(job, "cfa-1", "maint-*")
+    assert shown["metadata"]["labels"] == {"k": "v"}
+    assert shown["spec"]["template"]["metadata"]["labels"] == {
+        "job-name": "maint-*", "batch.kubernetes.io/job-name": "maint-*", "tier": "db"}
+
+
+def test_argo_results_verb_reads_apply_and_rbac_reconcile_messages() -> None:
+    assert _verb({"status": "Synced", "message": "configmap/my-map created"}) == "created"
+    assert _verb({"status": "Synced", "message": "role.rbac.authorization.k8s.io/r reconciled. reconciliation "
+                                                "required create\n\tmissing rules added: ... configured."}) == "created"
+    assert _verb({"status": "Synced", "message": "role.rbac.authorization.k8s.io/r reconciled. reconciliation "
+                                                "required update ... configured."}) == ""
+    assert _verb({"status": "SyncFailed", "message": "configmap/my-map created"}) == ""
+
+
+def test_example_cases_name_their_directory_of_argocd_example_apps() -> None:
+    for case in EXAMPLE_CASES:
+        directory, _, variant = case.go_test.removeprefix("argocd-example-apps/").partition(" ")
+        assert case.name == "-".join(["ex", directory] + ([variant.strip("()")] if variant else [])), case
+    assert {c.name for c in EXAMPLE_CASES} >= {f"ex-{d}" for d in (
+        "guestbook", "helm-guestbook", "kustomize-guestbook", "jsonnet-guestbook", "jsonnet-guestbook-tla",
+        "helm-dependency", "helm-hooks", "pre-post-sync", "sync-waves", "sock-shop", "blue-green", "apps")}
 
 
 def test_generated_names_compare_by_prefix_and_written_names_as_written() -> None:
