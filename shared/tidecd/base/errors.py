@@ -25,6 +25,9 @@
     │   ├── base.tools.MissingTool      a binary tidecd runs (helm, kustomize, gotemplate) is not installed
     │   ├── triggers.dispatch.BadRefreshMessage  a refresh message that cannot be decoded
     │   ├── clients.github.Rejected     GitHub refused a request (4xx other than rate limiting)
+    │   ├── clients.gitlab.Refused      GitLab answered an error status (its message cut, never the token)
+    │   ├── clients.gitlab.Malformed    a GitLab answer that is not what its API gives
+    │   ├── clients.gitlab.TooMany      a GitLab listing longer than its limit
     │   ├── clients.oidc.LoginRefused   an OIDC answer or ID token that proves nobody (never includes the token)
     │   ├── usecases.preview.BadPullRequest  a pull_request payload without a field a preview needs
     │   ├── usecases.migrate.MigrationError  `tidecd import` cannot read Argo CD or write its output
@@ -59,6 +62,7 @@
         ├── clients.store.PreconditionFailed  a document changed since it was read (re-read and decide again)
         ├── clients.github.Unavailable  GitHub could not be reached or answered 5xx
         ├── clients.github.RateLimited  GitHub's rate limit is used up; `delay` lasts until its reset
+        ├── clients.gitlab.Unreachable  GitLab could not be reached (connection, timeout, certificate)
         ├── clients.registry.RegistryUnavailable  an image registry could not be reached
         ├── images.writeback.PushRejected          the branch moved while committing a write-back
         ├── images.github_write.ContentsConflict  the file kept changing under a GitHub API write-back
