@@ -30,7 +30,7 @@ import yaml
 from tests.e2e.test_health_crds import crd, established
 from tests.support.apps import GitOps, configmap
 from tests.support.charts import HelmRepo
-from tests.support.example_cases import CHARTS
+from tests.support.example_cases import CHARTS, helm_dependency
 from tests.support.gitserver import GitRepo
 from tidecd.base.model import ResourceKey
 from tidecd.clients import cluster as cluster_client
@@ -132,29 +132,8 @@ def test_the_helm_dependency_example_syncs_with_its_dependency_fetched_by_tidecd
         gitops: GitOps, helm_repo: HelmRepo) -> None:
     for chart in CHARTS:  # wordpress 9.0.2 and 9.0.3
         helm_repo.add(**chart)
-    gitops.push({  # argocd-example-apps/helm-dependency, its repository swapped for the test's
-        "helm-dependency/Chart.yaml": textwrap.dedent(f"""\
-            apiVersion: v2
-            name: wordpress
-            description: A Helm chart for Kubernetes
-            type: application
-            version: 0.1.0
-            appVersion: "1.0"
-            dependencies:
-            - name: wordpress
-              version: 9.0.3
-              repository: {helm_repo.url}
-            """),
-        "helm-dependency/values.yaml": textwrap.dedent("""\
-            wordpress:
-              fullname: myWordPress
-              wordpressPassword: foo
-              mariadb:
-                db:
-                  password: bar
-                rootUser:
-                  password: baz
-            """)})
+    gitops.push({f"helm-dependency/{name}": text.replace("@CHARTS@", helm_repo.url)  # the oracle's case's files
+                 for name, text in helm_dependency().items()})
     gitops.application("deps", path="helm-dependency")
     gitops.sync("deps")
     synced(gitops, "deps")
