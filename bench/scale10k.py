@@ -189,10 +189,7 @@ def measure(bench: Bench, scenario: scale.Scenario, sample_size: int, workers: i
             # the cold tick: every app new; the sample's steps run, the rest are counted
             m.mark("cold tick")
             cold_at = time.time()
-            started = time.monotonic()
-            summary = fleet.tick(timeout=TIMEOUT)
-            answered = time.monotonic() - started
-            published = len(summary.get("apps_refreshed", [])) + len(summary.get("drift_checked", []))
+            summary, answered, published = timed_tick(fleet)
             watch = scale.Watch(inst.store, sample)
             ok = watch.wait(TIMEOUT)
             pulled = wait_pulled(fleet, 0, published)
@@ -229,6 +226,14 @@ def measure(bench: Bench, scenario: scale.Scenario, sample_size: int, workers: i
     return m
 
 
+def timed_tick(fleet: scale.Fleet) -> tuple[dict[str, Any], float, int]:
+    """One poll tick: its summary, the seconds until it answered, and how many refresh messages it published."""
+    started = time.monotonic()
+    summary = fleet.tick(timeout=TIMEOUT)
+    answered = time.monotonic() - started
+    return summary, answered, len(summary.get("apps_refreshed", [])) + len(summary.get("drift_checked", []))
+
+
 def noop_tick(bench: Bench, fleet: scale.Fleet, scenario: scale.Scenario, store: Path, probe: Path,
               sample_size: int, m: Run) -> dict[str, Any]:
     """One tick with nothing changed: the poll, the drift sweep's messages, the sample's no-op steps."""
@@ -240,9 +245,7 @@ def noop_tick(bench: Bench, fleet: scale.Fleet, scenario: scale.Scenario, store:
     m.mark("no-op tick")
     at = time.time()
     started = time.monotonic()
-    summary = fleet.tick(timeout=TIMEOUT)
-    answered = time.monotonic() - started
-    published = len(summary.get("apps_refreshed", [])) + len(summary.get("drift_checked", []))
+    summary, answered, published = timed_tick(fleet)
     pulled = wait_pulled(fleet, bridged, published)
     quiesce(fleet.frontend, store, quiet=5.0)
     fan_out = time.monotonic() - started - 5.0
