@@ -128,7 +128,12 @@ CASES: dict[str, Case] = {
         expect=r"kustomization bad/kustomization.yaml: resources\[0\] 'http://127\.0\.0\.1:\d+/cm\.yaml' is remote"),
     "kustomize git URL of a repo outside sourceRepos": Case(
         files={"bad/kustomization.yaml": "resources: ['OTHER_REPO//app?ref=main']\n"},
-        expect=r"kustomization bad/kustomization.yaml: resources\[0\] 'http://.*\?ref=main' is remote"),
+        config_files={"project.yaml": "apiVersion: argoproj.io/v1alpha1\nkind: AppProject\nmetadata: {name: team}\n"
+                                      "spec: {sourceRepos: ['GITOPS_REPO'], "
+                                      "destinations: [{namespace: '*', server: '*'}]}\n"},
+        source={"project": "team"},
+        expect=r"kustomization bad/kustomization.yaml: resources\[0\] 'http://.*\?ref=main': repository "
+               r"'http://.*/other-.*' is not permitted by the project's sourceRepos; nothing was fetched"),
     "kustomize ../ directory outside the checkout": Case(
         files={"bad/kustomization.yaml": "resources: [OUTSIDE]\n"},
         expect=r"kustomization bad/kustomization.yaml: resources\[0\] '(\.\./)+.*outside' leaves the repository"),
@@ -259,7 +264,8 @@ def _config_files(gitops: GitOps, case: Case, bad: str, tmp: Path) -> None:
         if isinstance(content, bytes):
             target.write_bytes(content.replace(b"APP", app_text.encode()))
         else:
-            target.write_text(content.replace("APP", app_text).replace("BADNAME", bad))
+            target.write_text(content.replace("APP", app_text).replace("BADNAME", bad)
+                              .replace("GITOPS_REPO", gitops.repo.url))
 
 
 def _applied_bad_objects(gitops: GitOps) -> list[str]:

@@ -31,7 +31,7 @@ from tidecd.clients import metrics
 from tidecd.clients.store import ObjectStore, PreconditionFailed
 from tidecd.config.load import ApplicationSource, DirectorySpec
 from tidecd.render.buildenv import BuildEnv
-from tidecd.render.confine import KustomizeChart, confine
+from tidecd.render.confine import KustomizeChart, RemoteBase, RemoteRef, confine, parse_remote, rewrite_entries
 from tidecd.render.directory import render_directory
 from tidecd.render.documents import Document, check
 from tidecd.render.helm import Dependencies, is_chart, render_helm
@@ -39,8 +39,9 @@ from tidecd.render.kustomize import is_kustomization, render_kustomize
 from tidecd.render.overrides import SourceOverride, apply, read_source_files
 from tidecd.render.tool import one_render, rendering, report_sandbox
 
-__all__ = ["BuildEnv", "Dependencies", "KustomizeChart", "Tool", "choose_tool", "kustomize_charts", "manifest_key",
-           "render", "render_cached"]
+__all__ = ["BuildEnv", "Dependencies", "KustomizeChart", "RemoteBase", "RemoteRef", "Tool", "choose_tool",
+           "is_kustomization", "kustomize_app_dir", "kustomize_charts", "manifest_key", "parse_remote", "remote_bases",
+           "render", "render_cached", "rewrite_entries"]
 
 log = structlog.get_logger("tidecd.render")
 CACHE_FORMAT = 3  # bump when the stored shape or the rendering rules change (3: the destination's capabilities)
@@ -121,13 +122,29 @@ def _render_documents(
 def kustomize_charts(checkout: Path, source: ApplicationSource) -> list[KustomizeChart]:
     """The charts a kustomize source's `helmCharts` would make kustomize pull (argocd-cm enables helm):
     the step fetches them as chart snapshots and passes them to `render` as `charts`."""
+    app_dir = kustomize_app_dir(checkout, source)
+    return [] if app_dir is None else confine(checkout, app_dir, helm=True)
+
+
+def kustomize_app_dir(checkout: Path, source: ApplicationSource) -> Path | None:
+    """The source's directory when it renders with kustomize; None otherwise (or when `render` will refuse
+    its path, naming the field)."""
     try:
         app_dir = inside(checkout, source.path or ".", what="spec.source.path")
     except UnsafePathError:
-        return []  # `render` refuses it, naming the field
+        return None
     if not app_dir.is_dir() or choose_tool(app_dir, source) is not Tool.KUSTOMIZE:
-        return []
-    return confine(checkout, app_dir, helm=True)
+        return None
+    return app_dir
+
+
+def remote_bases(tree: Path, directory: Path) -> list[RemoteBase]:
+    """The remote git bases the kustomizations reached from `directory` name (kustomize would clone them),
+    every other entry checked to stay inside `tree` (`render.confine`): the step fetches them within the
+    project's sourceRepos, places them in a private copy of `tree` and rewrites the entries to them."""
+    found: list[RemoteBase] = []
+    confine(tree, directory, helm=True, remotes=found)
+    return found
 
 
 def choose_tool(app_dir: Path, source: ApplicationSource) -> Tool:

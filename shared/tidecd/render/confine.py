@@ -7,15 +7,20 @@ path a kustomization can name (`resources`, `bases`, `components`, patches of ea
 `validators`) is resolved here, against the checkout, following every kustomization it reaches. An entry
 that is not a file or directory inside the checkout is refused with the kustomization and the entry
 named: that covers URLs, `git@` and `host/org/repo` forms (kustomize would fetch them), absolute paths,
-`../..` and symlinks that leave the checkout. Helm inflation (`helmCharts`) is refused too (kustomize
-would download charts), unless argocd-cm enables it (`kustomize.buildOptions: --enable-helm`): then the
-charts kustomize would pull are named (`KustomizeChart`) for tidecd to fetch and put where kustomize
-looks first. Each kustomization file goes through the YAML bounds of `tidecd.base.limits` before it is read.
+`../..` and symlinks that leave the checkout. A remote git base in `resources`, `bases` or `components`, in
+kustomize's forms (`parse_remote`), is named instead (`RemoteBase`) when the caller asks for them: tidecd
+fetches it within the project's sourceRepos, places it in a private copy of the checkout and rewrites the
+entry to that directory (`rewrite_entries`), so kustomize never fetches. Helm inflation (`helmCharts`) is
+refused too (kustomize would download charts), unless argocd-cm enables it (`kustomize.buildOptions:
+--enable-helm`): then the charts kustomize would pull are named (`KustomizeChart`) for tidecd to fetch and
+put where kustomize looks first. Each kustomization file goes through the YAML bounds of `tidecd.base.limits`
+before it is read.
 """
 
 from __future__ import annotations
 
 import posixpath
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -24,6 +29,7 @@ import yaml
 
 from tidecd.base import limits
 from tidecd.base.errors import RenderError, UnsafePathError
+from tidecd.config.load import redact_repo_url
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 # field → how its entries name paths: "entry" (a string), "path" (a mapping's `path`), "generator"
@@ -35,6 +41,9 @@ _LIST_FIELDS = {
 }
 _REFUSED_FIELDS = ("helmCharts", "helmGlobals", "helmChartInflationGenerator")
 MAX_KUSTOMIZATIONS = 1000
+_REMOTE_FIELDS = ("resources", "bases", "components")  # where kustomize accepts a git repository
+_SCHEMES = ("https://", "http://", "ssh://", "file://")
+_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def find_kustomization(directory: Path) -> Path | None:
@@ -57,11 +66,126 @@ class KustomizeChart:
     target: str  # inside the checkout, posix
 
 
-def confine(checkout: Path, app_dir: Path, *, helm: bool = False) -> list[KustomizeChart]:
+@dataclass(frozen=True)
+class RemoteRef:
+    """A git repository kustomize would clone for a remote base: the URL it clones, the directory inside the
+    repository (posix, "" for its root), and the ref (`?ref=` or `?version=`; "" for the default branch)."""
+
+    repo: str
+    path: str
+    ref: str
+    submodules: bool = True
+
+
+@dataclass(frozen=True)
+class RemoteBase:
+    """A remote git base named by a kustomization (`file`, posix, relative to the tree checked), in
+    `field[index]`, for the caller to fetch and put in place of the entry (`rewrite_entries`)."""
+
+    where: str  # `kustomization <file>: <field>[<i>] '<entry>'`, for errors
+    file: str
+    field: str
+    index: int
+    remote: RemoteRef
+
+
+def parse_remote(entry: str) -> RemoteRef | None:
+    """The repository a kustomization entry names in kustomize's remote forms (its `NewRepoSpecFromURL`), or
+    None when the entry is no remote git reference (a local path). Forms: `https://host/org/repo//sub?ref=v1`,
+    `https://host/org/repo.git/sub?ref=v1`, `git::https://...`, `github.com/org/repo/sub` (https),
+    `git@host:org/repo.git//sub`, `ssh://git@host/org/repo//sub`; without `//` or `.git` the repository is
+    the first two path segments. RenderError for a remote form tidecd will not fetch: a plain file over
+    http(s), a `file://` repository, a path leaving the repository."""
+    text = entry.strip()
+    raw, _, query = text.partition("?")
+    forced = raw.startswith("git::")
+    raw = raw.removeprefix("git::")
+    scheme = next((s for s in _SCHEMES if raw.lower().startswith(s)), "")
+    rest = raw[len(scheme):]
+    user = "git@" if rest.startswith("git@") else ""
+    rest = rest[len(user):]
+    github = rest.startswith(("github.com/", "github.com:"))
+    scp = not scheme and bool(user or github)
+    if not scheme and not scp:
+        return None  # kustomize needs a scheme, `git@` or github.com: anything else is a local path
+    if scheme == "file://":
+        raise RenderError("a file:// repository is not fetched; name a repository the project's sourceRepos permit")
+    params = _query(query)
+    ref = params.get("ref") or params.get("version") or ""
+    if scheme.startswith("http") and not forced and "ref" not in params and "version" not in params \
+            and "//" not in rest and rest.lower().endswith(_FILE_SUFFIXES):
+        raise RenderError("a remote file is not fetched (only git repositories are, within the project's "
+                          "sourceRepos); vendor it into the repository")
+    sep = rest.find("/")
+    colon = rest.find(":")
+    if scp and colon > 0 and (sep < 0 or colon < sep):
+        sep = colon
+    if sep <= 0:
+        raise RenderError("a remote base needs a host and a repository path")
+    host, path = rest[:sep + 1], rest[sep + 1:]
+    if github:
+        scheme, user, host = ("", "git@", "github.com:") if scheme.startswith("ssh") or user else \
+            ("https://", "", "github.com/")
+    repo_path, sub = _split_repo_path(path)
+    if not repo_path:
+        raise RenderError("a remote base needs a repository path")
+    sub = posixpath.normpath(sub.strip("/")) if sub.strip("/") else ""
+    if sub == ".":
+        sub = ""
+    if sub == ".." or sub.startswith("../") or posixpath.isabs(sub):
+        raise RenderError(f"the path {sub!r} leaves the remote repository")
+    submodules = params.get("submodules", "true").lower() not in ("false", "0")
+    return RemoteRef(scheme + user + host + repo_path, sub, ref, submodules)
+
+
+def _query(query: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in query.split("&"):
+        key, _, value = part.partition("=")
+        if key and key not in out:
+            out[key] = value
+    return out
+
+
+def _split_repo_path(path: str) -> tuple[str, str]:
+    """(repository path, directory inside it), as kustomize's `parsePathParts` splits them."""
+    index = path.rfind("//")
+    if index > 0:
+        return path[:index], path[index + 2:]
+    found = re.search(r"\.git(/|$)", path)
+    if found and found.start() > 0:
+        return path[:found.start() + 4], path[found.start() + 4:]
+    azure = path.find("_git/")
+    if azure >= 0:
+        head, _, tail = path[azure + 5:].partition("/")
+        return path[:azure + 5] + head, tail
+    segments = path.split("/", 2)
+    if len(segments) < 2 or not all(segments[:2]):
+        return "", ""
+    return "/".join(segments[:2]), segments[2] if len(segments) > 2 else ""
+
+
+def rewrite_entries(file: Path, changes: list[tuple[str, int, str]]) -> None:
+    """Replace `field[index]` entries of the kustomization `file` (a private copy's, not a link into a shared
+    checkout): what tidecd does for each remote base it fetched and placed."""
+    if file.is_symlink():
+        text = file.resolve().read_text(encoding="utf-8-sig")
+        file.unlink()
+    else:
+        text = file.read_text(encoding="utf-8-sig")
+    doc = yaml.safe_load(text) or {}
+    for field, index, value in changes:
+        doc[field][index] = value
+    file.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+
+
+def confine(checkout: Path, app_dir: Path, *, helm: bool = False,
+            remotes: list[RemoteBase] | None = None) -> list[KustomizeChart]:
     """Raise UnsafePathError or RenderError (naming kustomization and entry) for anything kustomize would
     read from outside `checkout` or from the network, starting at the kustomization in `app_dir`. With
     `helm` (argocd-cm's `kustomize.buildOptions: --enable-helm`), `helmCharts` are allowed: the charts
-    kustomize would pull are returned, for the caller to fetch."""
+    kustomize would pull are returned, for the caller to fetch. With `remotes`, the remote git bases found
+    are appended to it (and not followed) instead of refused."""
     charts: list[KustomizeChart] = []
     root = checkout.resolve()
     todo = [app_dir.resolve()]
@@ -76,13 +200,15 @@ def confine(checkout: Path, app_dir: Path, *, helm: bool = False) -> list[Kustom
         file = find_kustomization(directory)
         if file is None:
             continue
-        todo.extend(_check_kustomization(root, file, charts if helm else None))
+        todo.extend(_check_kustomization(root, file, charts if helm else None, remotes))
     return charts
 
 
-def _check_kustomization(root: Path, file: Path, charts: list[KustomizeChart] | None) -> list[Path]:
+def _check_kustomization(root: Path, file: Path, charts: list[KustomizeChart] | None,
+                         remotes: list[RemoteBase] | None = None) -> list[Path]:
     """The directories (other kustomizations) this one names; every entry checked. `helmCharts` go to
-    `charts` (refused when it is None: helm is not enabled)."""
+    `charts` (refused when it is None: helm is not enabled); remote git bases to `remotes` (refused when it
+    is None)."""
     label = _rel(root, file)
     doc = _load(file, label)
     for name in _REFUSED_FIELDS:
@@ -99,6 +225,15 @@ def _check_kustomization(root: Path, file: Path, charts: list[KustomizeChart] | 
         if not isinstance(entries, list):
             raise RenderError(f"kustomization {label}: {name} must be a list")
         for index, entry in enumerate(entries):
+            if remotes is not None and name in _REMOTE_FIELDS and isinstance(entry, str):
+                what = f"kustomization {label}: {name}[{index}] {redact_repo_url(entry)!r}"
+                try:
+                    remote = parse_remote(entry)
+                except RenderError as exc:
+                    raise RenderError(f"{what} is remote: {exc}") from None
+                if remote is not None:
+                    remotes.append(RemoteBase(what, file.relative_to(root).as_posix(), name, index, remote))
+                    continue
             for where, path in _paths(name, style, index, entry):
                 target = _resolve(root, file.parent, path, f"kustomization {label}: {where} {path!r}")
                 if target.is_dir():
@@ -181,8 +316,9 @@ def _is_inline(entry: str) -> bool:
 
 def _resolve(root: Path, base: Path, entry: str, what: str) -> Path:
     if "://" in entry or entry.startswith("git@") or "?ref=" in entry or "//" in entry.strip("/"):
-        raise RenderError(f"{what} is remote: remote resources, bases and git URLs are not fetched; "
-                          "vendor them into the repository")
+        raise RenderError(f"{what} is remote: only git repositories in resources, bases and components are "
+                          "fetched (by tidecd, within the project's sourceRepos); vendor anything else into the "
+                          "repository")
     if PurePosixPath(entry).is_absolute():
         raise UnsafePathError(f"{what} is an absolute path; paths must stay inside the repository")
     target = (base / posixpath.normpath(entry)).resolve()

@@ -8,9 +8,10 @@ commonLabels values, and in the commonAnnotations values with `commonAnnotations
 in a copy of the checkout, because the checkout is a shared cache that other renders read. Without
 overrides nothing is copied and the checkout is built in place.
 Before kustomize runs, `render.confine` checks every path the kustomizations name against the checkout
-(nothing remote, nothing outside); kustomize itself then runs with no network (`render.tool`). With
-argocd-cm's `--enable-helm` (`BuildEnv.kustomize_helm`), `helmCharts` inflate from charts the step fetched
-(`charts`), copied to where kustomize looks before it would pull.
+(nothing remote, nothing outside: remote git bases were fetched and placed by the step, `step.remotes`);
+kustomize itself then runs with no network (`render.tool`). With argocd-cm's `--enable-helm`
+(`BuildEnv.kustomize_helm`), `helmCharts` inflate from charts the step fetched (`charts`), copied to where
+kustomize looks before it would pull.
 """
 
 from __future__ import annotations
@@ -196,5 +197,6 @@ def _private_copy(root: Path, app_dir: Path, dest: Path) -> Path:
 def _with_remote_hint(exc: RenderError) -> RenderError:
     message = str(exc)
     if any(hint in message for hint in REMOTE_HINTS):
-        message += " (remote bases are not fetched: vendor them into the repository)"
+        message += (" (kustomize fetches nothing itself: remote git bases are fetched by tidecd within the "
+                    "project's sourceRepos; vendor anything else into the repository)")
     return RenderError(message)

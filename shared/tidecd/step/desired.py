@@ -41,6 +41,7 @@ from tidecd.render.overrides import SourceOverride
 from tidecd.runtime import Runtime
 from tidecd.source import charts, dependencies, submodules
 from tidecd.state import app as app_state
+from tidecd.step import remotes
 from tidecd.sync import hooks, plan
 
 log = structlog.get_logger("tidecd.step.desired")
@@ -193,9 +194,10 @@ def _render_multi(runtime: Runtime, app: Application,
                     source = charts.render_source(source, rev, trees[index])
                 try:
                     deps = chart_dependencies(runtime, app, source, trees[index]) if isinstance(rev, str) else None
-                    fetched = kustomize_charts(runtime, app, source, trees[index], Path(tmp) / f"charts-{index}")
+                    tree = remotes.compose(runtime, source, trees[index], Path(tmp) / f"remotes-{index}", permitted)
+                    fetched = kustomize_charts(runtime, app, source, tree, Path(tmp) / f"charts-{index}")
                     env = dataclasses.replace(build_env, revision=rev if isinstance(rev, str) else rev.version)
-                    out += render.render(trees[index], source, app_name=app.name, namespace=namespace,
+                    out += render.render(tree, source, app_name=app.name, namespace=namespace,
                                          value_refs=refs, dependencies=deps, charts=fetched, build_env=env)
                 except RenderError as exc:
                     raise RenderError(f"spec.sources[{index}]: {exc}") from exc
@@ -247,9 +249,11 @@ def _render_single(runtime: Runtime, app: Application, revision: str,
     namespace = app.destination.namespace
 
     def render_now() -> list[Manifest]:
+        permitted = _permitted_by_project(runtime, app)
         with submodules.tree(runtime.store, app.source.repo_url, sha, runtime.repo_credentials,
-                             _permitted_by_project(runtime, app)) as root, \
+                             permitted) as checkout, \
                 tempfile.TemporaryDirectory(prefix="tidecd-charts-") as tmp:  # checked; submodules filled in
+            root = remotes.compose(runtime, app.source, checkout, Path(tmp) / "remotes", permitted)
             return render.render(root, app.source, app_name=app.name, namespace=namespace, override=override,
                                  build_env=build_env, dependencies=chart_dependencies(runtime, app, app.source, root),
                                  charts=kustomize_charts(runtime, app, app.source, root, Path(tmp)))

@@ -1,0 +1,111 @@
+"""Kustomize remote bases fetched by tidecd within the project's sourceRepos, never by kustomize (issue 23).
+
+A second and a third repository on the test's git server play the remote bases: the app's kustomization
+names `<lib>//base?ref=v1` (a tag, while main has moved on), whose base reaches `../common` inside the same
+repository and a remote base of its own (`<extra>.git/deploy`, no ref: the default branch). tidecd fetches
+each as a snapshot of its git source, places it in a private copy of the checkout and kustomize builds
+with no network: the git server counts one fetch of each repository, and a later render of a new app
+commit fetches neither again (the snapshot is cached). A project whose sourceRepos omit the remote gets
+an error naming the kustomization, the entry and the repository, and nothing is applied.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.apps import GitOps, configmap
+from tests.support.gitserver import GitRepo
+from tidecd_dev.gitserver import UPLOAD_PACK
+
+pytestmark = pytest.mark.e2e
+
+
+def synced(gitops: GitOps, name: str) -> None:
+    state = gitops.state(name)
+    text = " | ".join(f"{c['type']}: {c['message']}" for c in state.conditions)
+    assert state.operation is not None and state.operation.phase == "Succeeded", (text, state.operation)
+    assert state.sync_status == "Synced", text
+
+
+def kustomization(**fields: Any) -> str:
+    return yaml.safe_dump(fields)
+
+
+@pytest.fixture
+def remotes(git_server: Any, tmp_path: Path) -> tuple[GitRepo, GitRepo]:
+    extra = GitRepo(git_server, f"extra-{uuid.uuid4().hex[:8]}", tmp_path / "extra")
+    extra.write_files({"deploy/kustomization.yaml": kustomization(resources=["cm.yaml"]),
+                       "deploy/cm.yaml": configmap("from-extra", {"branch": "main"})})
+    extra.commit("extra")
+    extra.push()
+    lib = GitRepo(git_server, f"lib-{uuid.uuid4().hex[:8]}", tmp_path / "lib")
+    lib.write_files({
+        "base/kustomization.yaml": kustomization(resources=["cm.yaml", "../common", f"{extra.url}/deploy"]),
+        "base/cm.yaml": configmap("from-lib", {"version": "v1"}),
+        "common/kustomization.yaml": kustomization(resources=["cm.yaml"]),
+        "common/cm.yaml": configmap("from-common", {"where": "lib/common"}),
+    })
+    lib.commit("v1")
+    lib.tag("v1")
+    lib.push("v1")
+    lib.write("base/cm.yaml", yaml.safe_dump(configmap("from-lib", {"version": "main, after v1"})))
+    lib.commit("after v1")
+    lib.push()
+    return lib, extra
+
+
+def test_a_remote_base_is_fetched_by_tidecd_and_built_with_no_network(
+        gitops: GitOps, git_server: Any, remotes: tuple[GitRepo, GitRepo]) -> None:
+    lib, extra = remotes
+    gitops.push({"app/kustomization.yaml": kustomization(
+        resources=[f"git::{lib.url}//base?ref=v1"], commonLabels={"team": "web"})})
+    git_server.reset_counts()
+    gitops.application("kz", path="app")
+    gitops.sync("kz")
+    synced(gitops, "kz")
+    for name, data in (("from-lib", {"version": "v1"}), ("from-common", {"where": "lib/common"}),
+                       ("from-extra", {"branch": "main"})):
+        live = gitops.live("ConfigMap", name)
+        assert live is not None and live["data"] == data, (name, live)
+        assert live["metadata"]["labels"]["team"] == "web"
+    fetched = {repo.name: git_server.requests(repo.name, UPLOAD_PACK) for repo in (lib, extra)}
+    assert fetched == {lib.name: 1, extra.name: 1}, [git_server.counts(r.name) for r in (lib, extra)]
+    gitops.push({"app/kustomization.yaml": kustomization(
+        resources=[f"git::{lib.url}//base?ref=v1"], commonLabels={"team": "web2"})})
+    gitops.sync("kz")
+    synced(gitops, "kz")
+    live = gitops.live("ConfigMap", "from-extra")
+    assert live is not None and live["metadata"]["labels"]["team"] == "web2"
+    assert {repo.name: git_server.requests(repo.name, UPLOAD_PACK) for repo in (lib, extra)} == fetched
+
+
+def test_a_remote_base_outside_the_projects_source_repos_is_refused_by_name(
+        gitops: GitOps, git_server: Any, remotes: tuple[GitRepo, GitRepo]) -> None:
+    lib, extra = remotes
+    gitops.push({"own/kustomization.yaml": kustomization(resources=[f"{lib.url}//base?ref=v1"], namePrefix="own-")})
+    git_server.reset_counts()
+    gitops.project({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject", "metadata": {"name": "own"},
+                    "spec": {"sourceRepos": [gitops.repo.url],
+                             "destinations": [{"namespace": "*", "server": "*"}]}})
+    gitops.application("own", path="own", project="own")
+    gitops.sync("own")
+    messages = " | ".join(c["message"] for c in gitops.state("own").conditions)
+    assert (f"kustomization own/kustomization.yaml: resources[0] '{lib.url}//base?ref=v1': repository "
+            f"'{lib.url}' is not permitted by the project's sourceRepos; nothing was fetched") in messages, messages
+    assert git_server.counts(lib.name) == {}
+    # the remote's own remote base is held to the same rules
+    gitops.project({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject", "metadata": {"name": "own"},
+                    "spec": {"sourceRepos": [gitops.repo.url, lib.url],
+                             "destinations": [{"namespace": "*", "server": "*"}]}})
+    gitops.sync("own")
+    messages = " | ".join(c["message"] for c in gitops.state("own").conditions)
+    assert (f"kustomization base/kustomization.yaml: resources[2] '{extra.url}/deploy': repository "
+            f"'{extra.url}' is not permitted by the project's sourceRepos") in messages, messages
+    assert git_server.counts(extra.name) == {}
+    for name in ("own-from-lib", "own-from-common", "own-from-extra"):
+        assert gitops.live("ConfigMap", name) is None
