@@ -237,6 +237,12 @@ def source_cases() -> list[Case]:
               "child/templates/child.yaml": ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: child-map\n"
                                              "data:\n  from: child\n")},
              path="parent"),
+        Case("kustomize-remote-base", "none in kustomize_test.go: a remote git base (issue 23), here on the "
+             "suite's git server, cloned by Argo CD's kustomize and fetched by tidecd",
+             {"base/kustomization.yaml": "resources:\n- cm.yaml\n",
+              "base/cm.yaml": cm("remote-base-map", {"from": "remote base"}),
+              "app/kustomization.yaml": "namePrefix: k-\nresources:\n- \"@REPO@//@DIR@/base?ref=main\"\n"},
+             path="app"),
         Case("kustomize-app-source", "TestKustomize2AppSource",
              {**GUESTBOOK, "kustomization.yaml": kustomization},
              source={"kustomize": {"namePrefix": "k2-patched-", "nameSuffix": "-deploy1",
