@@ -1,8 +1,9 @@
 """Kustomize remote bases fetched by tidecd within the project's sourceRepos, never by kustomize (issue 23).
 
 A second and a third repository on the test's git server play the remote bases: the app's kustomization
-names `<lib>//base?ref=v1` (a tag, while main has moved on), whose base reaches `../common` inside the same
-repository and a remote base of its own (`<extra>.git/deploy`, no ref: the default branch). tidecd fetches
+names `<lib>//base?ref=v1` (a tag, while main has moved on) and `<lib>.git/overlay?ref=v1`; both reach
+`../common` inside the same repository, which names a remote base of its own (`<extra>.git/deploy`, no ref:
+the default branch). tidecd fetches
 each as a snapshot of its git source, places it in a private copy of the checkout and kustomize builds
 with no network: the git server counts one fetch of each repository, and a later render of a new app
 commit fetches neither again (the snapshot is cached). A project whose sourceRepos omit the remote gets
@@ -45,9 +46,10 @@ def remotes(git_server: Any, tmp_path: Path) -> tuple[GitRepo, GitRepo]:
     extra.push()
     lib = GitRepo(git_server, f"lib-{uuid.uuid4().hex[:8]}", tmp_path / "lib")
     lib.write_files({
-        "base/kustomization.yaml": kustomization(resources=["cm.yaml", "../common", f"{extra.url}/deploy"]),
+        "base/kustomization.yaml": kustomization(resources=["cm.yaml", "../common"]),
         "base/cm.yaml": configmap("from-lib", {"version": "v1"}),
-        "common/kustomization.yaml": kustomization(resources=["cm.yaml"]),
+        "overlay/kustomization.yaml": kustomization(namePrefix="ov-", resources=["../common"]),
+        "common/kustomization.yaml": kustomization(resources=["cm.yaml", f"{extra.url}/deploy"]),
         "common/cm.yaml": configmap("from-common", {"where": "lib/common"}),
     })
     lib.commit("v1")
@@ -63,20 +65,21 @@ def test_a_remote_base_is_fetched_by_tidecd_and_built_with_no_network(
         gitops: GitOps, git_server: Any, remotes: tuple[GitRepo, GitRepo]) -> None:
     lib, extra = remotes
     gitops.push({"app/kustomization.yaml": kustomization(
-        resources=[f"git::{lib.url}//base?ref=v1"], commonLabels={"team": "web"})})
+        resources=[f"git::{lib.url}//base?ref=v1", f"{lib.url}/overlay?ref=v1"], commonLabels={"team": "web"})})
     git_server.reset_counts()
     gitops.application("kz", path="app")
     gitops.sync("kz")
     synced(gitops, "kz")
     for name, data in (("from-lib", {"version": "v1"}), ("from-common", {"where": "lib/common"}),
-                       ("from-extra", {"branch": "main"})):
+                       ("from-extra", {"branch": "main"}), ("ov-from-common", {"where": "lib/common"}),
+                       ("ov-from-extra", {"branch": "main"})):
         live = gitops.live("ConfigMap", name)
         assert live is not None and live["data"] == data, (name, live)
         assert live["metadata"]["labels"]["team"] == "web"
     fetched = {repo.name: git_server.requests(repo.name, UPLOAD_PACK) for repo in (lib, extra)}
     assert fetched == {lib.name: 1, extra.name: 1}, [git_server.counts(r.name) for r in (lib, extra)]
     gitops.push({"app/kustomization.yaml": kustomization(
-        resources=[f"git::{lib.url}//base?ref=v1"], commonLabels={"team": "web2"})})
+        resources=[f"git::{lib.url}//base?ref=v1", f"{lib.url}/overlay?ref=v1"], commonLabels={"team": "web2"})})
     gitops.sync("kz")
     synced(gitops, "kz")
     live = gitops.live("ConfigMap", "from-extra")
@@ -104,7 +107,7 @@ def test_a_remote_base_outside_the_projects_source_repos_is_refused_by_name(
                              "destinations": [{"namespace": "*", "server": "*"}]}})
     gitops.sync("own")
     messages = " | ".join(c["message"] for c in gitops.state("own").conditions)
-    assert (f"kustomization base/kustomization.yaml: resources[2] '{extra.url}/deploy': repository "
+    assert (f"kustomization common/kustomization.yaml: resources[1] '{extra.url}/deploy': repository "
             f"'{extra.url}' is not permitted by the project's sourceRepos") in messages, messages
     assert git_server.counts(extra.name) == {}
     for name in ("own-from-lib", "own-from-common", "own-from-extra"):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidecd import render
-from tidecd.base.errors import NotFound, RenderError, UnsafePathError
+from tidecd.base.errors import NotFound, RenderError, SourceUnavailable, UnsafePathError
 from tidecd.base.paths import copy_writable, inside
 from tidecd.config.load import ApplicationSource, normalize_repo_url, redact_repo_url
 from tidecd.runtime import Runtime
@@ -50,6 +50,9 @@ class _Composition:
     composed: Path
     placed: dict[tuple[str, str], Path] = field(default_factory=dict)  # (repository, sha) → its copy
     visited: set[Path] = field(default_factory=set)  # remote directories whose bases were placed
+    # kustomization file → (field, index) → the local directory: written once every base is placed, so each
+    # kustomization is checked as its repository has it (a rewritten entry points outside that repository)
+    changes: dict[Path, dict[tuple[str, int], str]] = field(default_factory=dict)
 
 
 def compose(runtime: Runtime, source: ApplicationSource, root: Path, into: Path,
@@ -61,22 +64,26 @@ def compose(runtime: Runtime, source: ApplicationSource, root: Path, into: Path,
     found = render.remote_bases(root, app_dir)
     if not found:
         return root
+    if (root / REMOTE_DIR).exists() or (root / REMOTE_DIR).is_symlink():
+        raise RenderError(f"{found[0].where}: the repository holds a {REMOTE_DIR} entry, where tidecd places "
+                          "remote bases; rename it")
     composed = into / "tree"
     copy_writable(root, composed, keep_links=True)  # links are checked again by the render
-    _place(_Composition(runtime, permitted, composed), composed, found, depth=0)
+    composed = composed.resolve()  # the directories placed are resolved: relative paths between them
+    state = _Composition(runtime, permitted, composed)
+    _place(state, composed, found, depth=0)
+    for file, edits in state.changes.items():
+        render.rewrite_entries(file, [(name, index, value) for (name, index), value in edits.items()])
     return composed
 
 
 def _place(state: _Composition, tree: Path, found: list[render.RemoteBase], *, depth: int) -> None:
-    """Fetch and place each base of `found` (named by kustomizations of `tree`), then rewrite the entries."""
-    changes: dict[str, list[tuple[str, int, str]]] = {}
+    """Fetch and place each base of `found` (named by kustomizations of `tree`); note the entries' rewrites."""
     for base in found:
         directory = _fetch(state, base, depth)
         file = tree / base.file
-        changes.setdefault(base.file, []).append(
-            (base.field, base.index, Path(os.path.relpath(directory, file.parent)).as_posix()))
-    for relative, edits in changes.items():
-        render.rewrite_entries(tree / relative, edits)
+        state.changes.setdefault(file, {})[(base.field, base.index)] = \
+            Path(os.path.relpath(directory, file.parent)).as_posix()
 
 
 def _fetch(state: _Composition, base: render.RemoteBase, depth: int) -> Path:
@@ -93,6 +100,8 @@ def _fetch(state: _Composition, base: render.RemoteBase, depth: int) -> Path:
         sha = resolve(remote.repo, remote.ref, credentials)
     except NotFound as exc:
         raise RenderError(f"{base.where}: {exc}") from None
+    except SourceUnavailable as exc:  # retried: the repository may come back
+        raise SourceUnavailable(f"{base.where}: {exc}", delay=exc.delay) from None
     key = (normalize_repo_url(remote.repo), sha)
     dest = state.placed.get(key)
     if dest is None:
@@ -100,11 +109,14 @@ def _fetch(state: _Composition, base: render.RemoteBase, depth: int) -> Path:
             raise RenderError(f"{base.where}: more than {MAX_REMOTES} remote repositories in one render")
         dest = state.composed / REMOTE_DIR / hashlib.sha256(repr(key).encode()).hexdigest()[:16]
         with contextlib.ExitStack() as held:
-            if remote.submodules:
-                fetched = held.enter_context(submodules.tree(runtime.store, remote.repo, sha,
-                                                             runtime.repo_credentials, state.permitted))
-            else:
-                fetched = held.enter_context(checkouts.tree(runtime.store, remote.repo, sha, credentials))
+            try:
+                if remote.submodules:
+                    fetched = held.enter_context(submodules.tree(runtime.store, remote.repo, sha,
+                                                                 runtime.repo_credentials, state.permitted))
+                else:
+                    fetched = held.enter_context(checkouts.tree(runtime.store, remote.repo, sha, credentials))
+            except SourceUnavailable as exc:
+                raise SourceUnavailable(f"{base.where}: {exc}", delay=exc.delay) from None
             copy_writable(fetched, dest, keep_links=True)
         state.placed[key] = dest
     at = f"{shown} at {sha[:12]}"
