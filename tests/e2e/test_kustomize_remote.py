@@ -7,7 +7,9 @@ the default branch). tidecd fetches
 each as a snapshot of its git source, places it in a private copy of the checkout and kustomize builds
 with no network: the git server counts one fetch of each repository, and a later render of a new app
 commit fetches neither again (the snapshot is cached). A project whose sourceRepos omit the remote gets
-an error naming the kustomization, the entry and the repository, and nothing is applied.
+an error naming the kustomization, the entry and the repository, and nothing is applied. A chain of five
+repositories, each the next one's remote base, stops at the fifth (4 deep), which is never fetched; a remote
+plain file stays refused by name.
 """
 
 from __future__ import annotations
@@ -112,3 +114,29 @@ def test_a_remote_base_outside_the_projects_source_repos_is_refused_by_name(
     assert git_server.counts(extra.name) == {}
     for name in ("own-from-lib", "own-from-common", "own-from-extra"):
         assert gitops.live("ConfigMap", name) is None
+
+
+def test_remote_bases_nest_at_most_four_deep_and_a_remote_file_stays_refused(
+        gitops: GitOps, git_server: Any, tmp_path: Path) -> None:
+    chain = [GitRepo(git_server, f"chain{i}-{uuid.uuid4().hex[:6]}", tmp_path / f"chain{i}") for i in range(5)]
+    for index, repo in enumerate(chain):
+        nxt = [f"{chain[index + 1].url}//deploy"] if index + 1 < len(chain) else []
+        repo.write_files({"deploy/kustomization.yaml": kustomization(resources=["cm.yaml", *nxt]),
+                          "deploy/cm.yaml": configmap(f"chain-{index}")})
+        repo.commit("chain")
+        repo.push()
+    gitops.push({"deep/kustomization.yaml": kustomization(resources=[f"{chain[0].url}//deploy"]),
+                 "file/kustomization.yaml": kustomization(resources=[f"{chain[0].url.rsplit('/', 1)[0]}/cm.yaml"])})
+    git_server.reset_counts()
+    gitops.application("deep", path="deep")
+    gitops.sync("deep")
+    messages = " | ".join(c["message"] for c in gitops.state("deep").conditions)
+    assert (f"kustomization deploy/kustomization.yaml: resources[1] '{chain[4].url}//deploy': remote bases nested "
+            "more than 4 deep") in messages, messages
+    assert [bool(git_server.counts(repo.name)) for repo in chain] == [True, True, True, True, False]
+    assert gitops.live("ConfigMap", "chain-0") is None
+    gitops.application("file", path="file")
+    gitops.sync("file")
+    messages = " | ".join(c["message"] for c in gitops.state("file").conditions)
+    assert "kustomization file/kustomization.yaml: resources[0]" in messages, messages
+    assert "is remote: a remote file is not fetched" in messages, messages

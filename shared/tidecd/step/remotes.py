@@ -17,8 +17,9 @@ when no kustomization reached from the source's path names one; else a private c
   `render.confine`), and its own remote bases follow the same rules, at most `MAX_DEPTH` deep and at most
   `MAX_REMOTES` repositories per render.
 
-The rendered-manifest cache is keyed by the app's own revision, as Argo CD's is: a remote base that follows
-a branch is fetched again when the app's revision (or the app) changes, not when only the branch moves.
+The rendered-manifest cache is keyed by the app's own revision, as Argo CD's is (which also expires after a
+day and on a hard refresh): a remote base that follows a branch is fetched again when the app's revision (or
+the app) changes, not when only the branch moves.
 """
 
 from __future__ import annotations
