@@ -9,7 +9,8 @@ with no network: the git server counts one fetch of each repository, and a later
 commit fetches neither again (the snapshot is cached). A project whose sourceRepos omit the remote gets
 an error naming the kustomization, the entry and the repository, and nothing is applied. A chain of five
 repositories, each the next one's remote base, stops at the fifth (4 deep), which is never fetched; a remote
-plain file stays refused by name.
+plain file stays refused by name. A remote base on a git server that requires basic auth is fetched with
+the credentials of that repository's (sealed) Secret, and named in the error without them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ import pytest
 import yaml
 
 from tests.support.apps import GitOps, configmap
-from tests.support.gitserver import GitRepo
+from tests.support.gitserver import AuthGitServer, GitRepo
+from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_REPOSITORY
+from tidecd.clients.secrets import KeyPair, seal_secret
+from tidecd.usecases.commands import SyncRequest
 from tidecd_dev.gitserver import UPLOAD_PACK
 
 pytestmark = pytest.mark.e2e
@@ -140,3 +144,30 @@ def test_remote_bases_nest_at_most_four_deep_and_a_remote_file_stays_refused(
     messages = " | ".join(c["message"] for c in gitops.state("file").conditions)
     assert "kustomization file/kustomization.yaml: resources[0]" in messages, messages
     assert "is remote: a remote file is not fetched" in messages, messages
+
+
+def test_a_private_remote_base_is_fetched_with_its_repositorys_credentials(
+        gitops: GitOps, git_server_auth: AuthGitServer, sealing: tuple[KeyPair, Path], tmp_path: Path) -> None:
+    name = f"private-lib-{uuid.uuid4().hex[:8]}"
+    lib = GitRepo(git_server_auth, name, tmp_path / "private-lib", clone_url=git_server_auth.auth_url(name))
+    lib.write_files({"base/kustomization.yaml": kustomization(resources=["cm.yaml"]),
+                     "base/cm.yaml": configmap("from-private-lib")})
+    lib.commit("private")
+    lib.push()
+    gitops.push({"private/kustomization.yaml": kustomization(resources=[f"{lib.url}//base"])})
+    pair, keys = sealing
+    gitops.application("private", path="private")
+    gitops.reconcile("private", request=SyncRequest(), runtime=gitops.runtime(sealing_keys=str(keys)))
+    messages = " | ".join(c["message"] for c in gitops.state("private").conditions)
+    assert f"kustomization private/kustomization.yaml: resources[0] '{lib.url}//base': repository {lib.url} is " \
+           "unavailable: authentication failed" in messages, messages
+    assert git_server_auth.password not in messages
+    secret = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "private-lib", "namespace": "argocd",
+                           "labels": {LABEL_SECRET_TYPE: SECRET_TYPE_REPOSITORY}},
+              "type": "Opaque", "stringData": {"type": "git", "url": lib.url, "username": git_server_auth.username,
+                                               "password": git_server_auth.password}}
+    (gitops.config_dir / "private-lib.yaml").write_text(yaml.safe_dump(seal_secret(secret, pair.cert_pem)))
+    gitops.reconcile("private", request=SyncRequest(), runtime=gitops.runtime(sealing_keys=str(keys)))
+    synced(gitops, "private")
+    assert gitops.live("ConfigMap", "from-private-lib") is not None
