@@ -27,7 +27,7 @@ from tests.support.gitserver import AuthGitServer, GitRepo
 from tidecd.base.constants import LABEL_SECRET_TYPE, SECRET_TYPE_REPOSITORY
 from tidecd.clients.secrets import KeyPair, seal_secret
 from tidecd.usecases.commands import SyncRequest
-from tidecd_dev.gitserver import UPLOAD_PACK
+from tidecd_dev.gitserver import LS_REMOTE, UPLOAD_PACK
 
 pytestmark = pytest.mark.e2e
 
@@ -84,6 +84,9 @@ def test_a_remote_base_is_fetched_by_tidecd_and_built_with_no_network(
         assert live["metadata"]["labels"]["team"] == "web"
     fetched = {repo.name: git_server.requests(repo.name, UPLOAD_PACK) for repo in (lib, extra)}
     assert fetched == {lib.name: 1, extra.name: 1}, [git_server.counts(r.name) for r in (lib, extra)]
+    # each: the ref resolved once (lib's second entry names v1 too, and asks nothing more), then its fetch
+    assert {repo.name: git_server.requests(repo.name, LS_REMOTE) for repo in (lib, extra)} == {lib.name: 2,
+                                                                                             extra.name: 2}
     gitops.push({"app/kustomization.yaml": kustomization(
         resources=[f"git::{lib.url}//base?ref=v1", f"{lib.url}/overlay?ref=v1"], commonLabels={"team": "web2"})})
     gitops.sync("kz")

@@ -51,6 +51,7 @@ class _Composition:
     composed: Path
     placed: dict[tuple[str, str], Path] = field(default_factory=dict)  # (repository, sha) → its copy
     visited: set[Path] = field(default_factory=set)  # remote directories whose bases were placed
+    resolved: dict[tuple[str, str], str] = field(default_factory=dict)  # (repository, ref) → sha: one ls-remote
     # kustomization file → (field, index) → the local directory: written once every base is placed, so each
     # kustomization is checked as its repository has it (a rewritten entry points outside that repository)
     changes: dict[Path, dict[tuple[str, int], str]] = field(default_factory=dict)
@@ -98,7 +99,8 @@ def _fetch(state: _Composition, base: render.RemoteBase, depth: int) -> Path:
     runtime = state.runtime
     credentials = runtime.repo_credentials(remote.repo)
     try:
-        sha = resolve(remote.repo, remote.ref, credentials)
+        sha = state.resolved.get((remote.repo, remote.ref)) or resolve(remote.repo, remote.ref, credentials)
+        state.resolved[(remote.repo, remote.ref)] = sha
     except NotFound as exc:
         raise RenderError(f"{base.where}: {exc}") from None
     except SourceUnavailable as exc:  # retried: the repository may come back
