@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import stepprobe
+from bench import cpuuse, stepprobe
 from bench.harness import Bench, Row, say
 from tidecd_dev import scale
 from tidecd_dev.gitserver import LS_REMOTE
@@ -69,11 +69,13 @@ class Measured:
     noop_cpu: dict[str, dict[str, float]] = field(default_factory=dict)  # the no-op tick's, likewise
     profile: dict[str, list[str]] = field(default_factory=dict)  # per step kind, the top functions (when profiled)
     phases: dict[str, float] = field(default_factory=dict)  # the wait before each app's first step, and the rest
+    cpu_use: cpuuse.CpuUse | None = None  # the machine's CPU from the tick until the last app was done
 
     def to_json(self) -> dict[str, Any]:
-        doc = {k: v for k, v in self.__dict__.items() if k not in ("per_app", "api")}
+        doc = {k: v for k, v in self.__dict__.items() if k not in ("per_app", "api", "cpu_use")}
         doc["p50"], doc["p99"] = scale.percentile(self.per_app, 50), scale.percentile(self.per_app, 99)
         doc["api"] = self.api.__dict__ if self.api else None
+        doc["cpu_use"] = self.cpu_use.to_json() if self.cpu_use else None
         return doc
 
 
@@ -128,12 +130,14 @@ def run_tidecd(bench: Bench, scenario: scale.Scenario, workers: int,
         watch = scale.Watch(store, apps)
         bench.git.reset_counts()
         api_before = scale.api_requests(dev)
+        cpu_before = cpuuse.snapshot()
         started = time.time()
         measured.load["tick"] = os.getloadavg()[0]
         progress("cold: poll tick", 0, 1)
         measured.tick = fleet.tick()
         progress("cold: poll tick", 1, 1)
         ok = watch.wait(TIMEOUT, progress=lambda n: progress("cold: Synced+Healthy", n, len(apps)))
+        measured.cpu_use = cpuuse.between(cpu_before, cpuuse.snapshot())
         measured.total = (max(watch.done.values()) - started) if ok else float("nan")
         measured.per_app = [t - started for t in watch.done.values()]
         if not ok:
@@ -265,6 +269,9 @@ def rows(m: Measured) -> list[Row]:
         Row(GROUP, "load average (1 min)", None, None, "",
             "; ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in m.load.items()) + f" on {os.cpu_count()} cores"),
     ]
+    if m.cpu_use is not None:
+        out.append(Row(GROUP, "machine CPU, tick → all Synced+Healthy (CPU-s)", m.cpu_use.busy, None, "",
+                       m.cpu_use.text()))
     if api is not None:
         out.append(Row(GROUP, "API calls per app (cold)", None, None, "",
                        f"{api.on_app_kinds / m.apps:.1f} on the app's 4 kinds ({api.writes_on_app_kinds / m.apps:.1f} "

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench import cpuuse
 from bench.harness import Bench, Row, say
 from tidecd_dev import peers, scale
 from tidecd_dev import scale_peers as sp
@@ -94,9 +95,12 @@ class PeerMeasured:
     phases: dict[str, float] = field(default_factory=dict)  # where the time went, by the tool's own status
     missed: list[str] = field(default_factory=list)
     broken: str = ""  # why there are no numbers
+    cpu_use: cpuuse.CpuUse | None = None  # the machine's CPU from the clock's start until the last app was done
 
     def to_json(self) -> dict[str, Any]:
-        doc = {k: v for k, v in self.__dict__.items() if k not in ("per_app", "per_app_own", "created_at", "api")}
+        doc = {k: v for k, v in self.__dict__.items()
+               if k not in ("per_app", "per_app_own", "created_at", "api", "cpu_use")}
+        doc["cpu_use"] = self.cpu_use.to_json() if self.cpu_use else None
         doc["p50"], doc["p99"] = scale.percentile(self.per_app, 50), scale.percentile(self.per_app, 99)
         doc["own_p50"] = scale.percentile(self.per_app_own, 50)
         doc["own_p99"] = scale.percentile(self.per_app_own, 99)
@@ -151,6 +155,7 @@ def _measure(bench: Bench, scenario: scale.Scenario, m: PeerMeasured, objects: l
     try:
         bench.git.reset_counts()
         api_before = scale.api_requests(dev)
+        cpu_before = cpuuse.snapshot()
         started = time.time()
         total = sum(len(batch) for batch in objects)
         count = [0]
@@ -167,6 +172,7 @@ def _measure(bench: Bench, scenario: scale.Scenario, m: PeerMeasured, objects: l
         say(f"scale peers: {m.tool}: {total} objects created in {m.created:.1f}s")
         ok = readiness.wait(TIMEOUT, alive=alive,
                             progress=lambda n: progress(f"{m.tool}: {DONE[m.tool]}", n, len(readiness.names)))
+        m.cpu_use = cpuuse.between(cpu_before, cpuuse.snapshot())
         m.load = load_average()
         m.per_app = [t - started for t in readiness.done.values()]
         m.per_app_own = [t - m.created_at[name] for name, t in readiness.done.items() if name in m.created_at]
@@ -363,6 +369,11 @@ def rows(tidecd: Measured | None, measured: list[PeerMeasured]) -> list[Row]:
         tidecd_api = f"; tidecd {_per_app(tidecd.api, tidecd.apps)}" if tidecd else ""
         out.append(Row(GROUP, f"API calls per app, vs {m.tool}", None, None, m.tool,
                        f"{m.tool} {_per_app(m.api, m.apps)}{tidecd_api}"))
+        if m.cpu_use is not None:
+            mine_cpu = tidecd.cpu_use if tidecd else None
+            out.append(Row(GROUP, f"machine CPU until all done (CPU-s), vs {m.tool}",
+                           mine_cpu.busy if mine_cpu else None, m.cpu_use.busy, m.tool,
+                           f"{m.tool}: {m.cpu_use.text()}" + (f"; tidecd: {mine_cpu.text()}" if mine_cpu else "")))
         tidecd_git = f"; tidecd {tidecd.git_per_repo}" if tidecd else ""
         out.append(Row(GROUP, f"git requests per repo (median), vs {m.tool}", None, None, m.tool,
                        f"{m.tool} {m.git_per_repo}{tidecd_git}"))
