@@ -1,7 +1,8 @@
 """CPU used on this machine during a timed window, whole and by component (issue 30: is a scale run bound by
 the two cores, and by whose work?).
 
-The machine's busy time comes from /proc/stat, so it holds everything, short-lived processes included. The
+The machine's busy time comes from /proc/stat, so it holds everything, short-lived processes included (the
+hypervisor's steal apart: on a shared virtual machine the two cores are not all ours). The
 components come from each process's /proc/PID/stat: its own CPU time plus that of the children it reaped
 (git's server-side processes are the bench's children), named by what the process is (the control plane's
 binaries, a tidecd function instance by its target, each peer's controllers). A process that exits inside
@@ -34,6 +35,7 @@ class Snapshot:
 
     at: float  # time.monotonic()
     busy: float
+    stolen: float  # the hypervisor's steal: time these cores wanted to run and were not let
     processes: dict[int, tuple[str, float]]  # pid → (component, CPU seconds)
 
 
@@ -44,30 +46,34 @@ class CpuUse:
     wall: float
     cpus: int
     busy: float
+    stolen: float
     by_component: dict[str, float]
 
     @property
     def utilisation(self) -> float:
-        """Busy time over what the cores could give in the window (1.0: every core busy all the time)."""
-        return self.busy / (self.wall * self.cpus) if self.wall > 0 else 0.0
+        """Busy time over what the cores gave in the window, less what the hypervisor took (1.0: saturated)."""
+        capacity = self.wall * self.cpus - self.stolen
+        return self.busy / capacity if capacity > 0 else 0.0
 
     def text(self, top: int = 9) -> str:
         ranked = sorted(self.by_component.items(), key=lambda kv: -kv[1])
         shown = ", ".join(f"{name} {seconds:.0f}" for name, seconds in ranked[:top] if seconds >= 0.5)
-        return (f"{self.busy:.0f} CPU-s busy in {self.wall:.0f} s on {self.cpus} cores "
-                f"({self.utilisation:.0%} of them); CPU-s by component: {shown}")
+        return (f"{self.busy:.0f} CPU-s busy in {self.wall:.0f} s on {self.cpus} cores, {self.stolen:.0f} more "
+                f"stolen by the hypervisor ({self.utilisation:.0%} of what was left); CPU-s by component: {shown}")
 
     def to_json(self) -> dict[str, object]:
         return {"wall": round(self.wall, 1), "cpus": self.cpus, "busy": round(self.busy, 1),
+                "stolen": round(self.stolen, 1),
                 "utilisation": round(self.utilisation, 3),
                 "by_component": {k: round(v, 1) for k, v in sorted(self.by_component.items(), key=lambda kv: -kv[1])}}
 
 
-def machine_busy() -> float:
-    """Busy CPU seconds of all cores since boot: /proc/stat's first line less idle and iowait."""
-    fields = [int(x) for x in (PROC / "stat").read_text().splitlines()[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:8]) - idle) / TICKS  # user nice system idle iowait irq softirq steal (guest is in user)
+def machine_busy() -> tuple[float, float]:
+    """CPU seconds of all cores since boot, busy (user, nice, system, irq, softirq; guest is in user) and
+    stolen by the hypervisor (a virtual machine's cores are not all its own), from /proc/stat's first line."""
+    fields = [int(x) for x in (PROC / "stat").read_text().splitlines()[0].split()[1:]] + [0] * 8
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq) / TICKS, steal / TICKS
 
 
 def component(pid: int, comm: str, argv: list[str], environ: bytes) -> str:
@@ -105,7 +111,7 @@ def snapshot() -> Snapshot:
         ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime: fields 14-17
         name = component(pid, comm, argv, environ) or "other processes"
         processes[pid] = (name, ticks / TICKS)
-    return Snapshot(time.monotonic(), machine_busy(), processes)
+    return Snapshot(time.monotonic(), *machine_busy(), processes)
 
 
 def between(before: Snapshot, after: Snapshot) -> CpuUse:
@@ -118,4 +124,4 @@ def between(before: Snapshot, after: Snapshot) -> CpuUse:
             by_component[name] = by_component.get(name, 0.0) + used
     busy = after.busy - before.busy
     by_component["unattributed (exited unreaped, kernel)"] = max(0.0, busy - sum(by_component.values()))
-    return CpuUse(after.at - before.at, os.cpu_count() or 1, busy, by_component)
+    return CpuUse(after.at - before.at, os.cpu_count() or 1, busy, after.stolen - before.stolen, by_component)
