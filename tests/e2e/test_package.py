@@ -11,6 +11,7 @@ import base64
 import hashlib
 import hmac
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -134,9 +135,37 @@ def test_archive_holds_main_the_library_requirements_and_tools(archive: Path) ->
             for p in (ROOT / "shared" / "tidecd").rglob("*.py") if "__pycache__" not in p.parts
         }
         assert library <= set(names), f"missing from the archive: {sorted(library - set(names))}"
-        assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
-        assert {n.split("/")[0] for n in names} == {"main.py", "requirements.txt", "bin", "tidecd"}
+        assert {n.split("/")[0] for n in names} == {"main.py", "requirements.txt", "bin", "tidecd", "__pycache__"}
         assert {i.date_time for i in zf.infolist()} == {FIXED_TIME}
+        # each module's bytecode beside it, checked-hash (PEP 552: flags 0b11) and of this very source
+        sources = sorted(n for n in names if n.endswith(".py"))
+        assert sorted(n for n in names if n.endswith(".pyc")) == sorted(
+            importlib.util.cache_from_source(n) for n in sources)
+        for name in sources:
+            pyc = zf.read(importlib.util.cache_from_source(name))
+            assert pyc[:4] == importlib.util.MAGIC_NUMBER and int.from_bytes(pyc[4:8], "little") == 0b11, name
+            assert pyc[8:16] == importlib.util.source_hash(zf.read(name)), f"{name}: its .pyc is of another source"
+
+
+def test_a_cold_import_from_the_archive_compiles_nothing_and_an_edited_source_is_not_run_stale(
+        unpacked: Path, tmp_path: Path) -> None:
+    """The reconcile path's modules load from the shipped bytecode (no image writes any: each instance
+    would compile them again); a source changed after packaging is compiled, never its old .pyc run."""
+    probe = "import main, tidecd.step.stepping, tidecd.triggers.dispatch"
+
+    def compiled_from_source(workspace: Path) -> list[str]:
+        run = subprocess.run([sys.executable, "-v", "-c", probe], cwd=workspace, capture_output=True, text=True,
+                             env=clean_env(workspace, tmp_path), timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        return [line for line in run.stderr.splitlines()
+                if line.startswith("# code object from ") and str(workspace) in line and line.endswith(".py")]
+
+    assert compiled_from_source(unpacked) == []
+    edited = tmp_path / "edited"
+    subprocess.run(["cp", "-a", str(unpacked), str(edited)], check=True)
+    errors = edited / "tidecd" / "base" / "errors.py"
+    errors.write_text(errors.read_text() + "\nEDITED_AFTER_PACKAGING = True\n")
+    assert compiled_from_source(edited) == [f"# code object from {errors}"]
 
 
 def test_archive_holds_no_dev_tooling(archive: Path) -> None:
