@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidecd_dev.processes import proc_stat
+
 TICKS = os.sysconf("SC_CLK_TCK")
 PROC = Path("/proc")
 
@@ -56,8 +58,8 @@ class CpuUse:
         return self.busy / capacity if capacity > 0 else 0.0
 
     def text(self, top: int = 9) -> str:
-        ranked = sorted(self.by_component.items(), key=lambda kv: -kv[1])
-        shown = ", ".join(f"{name} {seconds:.0f}" for name, seconds in ranked[:top] if seconds >= 0.5)
+        ranked = list(self.by_component.items())[:top]  # largest first (`between`)
+        shown = ", ".join(f"{name} {seconds:.0f}" for name, seconds in ranked if seconds >= 0.5)
         return (f"{self.busy:.0f} CPU-s busy in {self.wall:.0f} s on {self.cpus} cores, {self.stolen:.0f} more "
                 f"stolen by the hypervisor ({self.utilisation:.0%} of what was left); CPU-s by component: {shown}")
 
@@ -65,7 +67,7 @@ class CpuUse:
         return {"wall": round(self.wall, 1), "cpus": self.cpus, "busy": round(self.busy, 1),
                 "stolen": round(self.stolen, 1),
                 "utilisation": round(self.utilisation, 3),
-                "by_component": {k: round(v, 1) for k, v in sorted(self.by_component.items(), key=lambda kv: -kv[1])}}
+                "by_component": {k: round(v, 1) for k, v in self.by_component.items()}}
 
 
 def machine_busy() -> tuple[float, float]:
@@ -84,7 +86,7 @@ def component(pid: int, comm: str, argv: list[str], environ: bytes) -> str:
         return _BY_COMM[comm]
     if "functions_framework" in argv and "--target" in argv:
         return f"tidecd {argv[argv.index('--target') + 1]} instances"
-    if argv and Path(argv[0]).name == "argocd":
+    if _is_argocd(argv):
         for item in environ.split(b"\0"):
             if item.startswith(b"ARGOCD_BINARY_NAME="):
                 return "Argo CD " + item.split(b"=", 1)[1].decode(errors="replace").removeprefix("argocd-")
@@ -94,6 +96,11 @@ def component(pid: int, comm: str, argv: list[str], environ: bytes) -> str:
     return ""
 
 
+def _is_argocd(argv: list[str]) -> bool:
+    """Every Argo CD component is the one `argocd` binary, told apart by ARGOCD_BINARY_NAME."""
+    return bool(argv) and Path(argv[0]).name == "argocd"
+
+
 def snapshot() -> Snapshot:
     processes: dict[int, tuple[str, float]] = {}
     for entry in PROC.iterdir():
@@ -101,14 +108,12 @@ def snapshot() -> Snapshot:
             continue
         pid = int(entry.name)
         try:
-            stat = (entry / "stat").read_text()
+            comm, fields = proc_stat(entry)
             argv = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
-            environ = (entry / "environ").read_bytes() if argv and argv[0].endswith("argocd") else b""
+            environ = (entry / "environ").read_bytes() if _is_argocd(argv) else b""
         except OSError:  # gone meanwhile, or not ours to read
             continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()  # from field 3 (state) on
-        ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime: fields 14-17
+        ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
         name = component(pid, comm, argv, environ) or "other processes"
         processes[pid] = (name, ticks / TICKS)
     return Snapshot(time.monotonic(), *machine_busy(), processes)
@@ -124,4 +129,5 @@ def between(before: Snapshot, after: Snapshot) -> CpuUse:
             by_component[name] = by_component.get(name, 0.0) + used
     busy = after.busy - before.busy
     by_component["unattributed (exited unreaped, kernel)"] = max(0.0, busy - sum(by_component.values()))
-    return CpuUse(after.at - before.at, os.cpu_count() or 1, busy, after.stolen - before.stolen, by_component)
+    ranked = dict(sorted(by_component.items(), key=lambda kv: -kv[1]))  # largest first
+    return CpuUse(after.at - before.at, os.cpu_count() or 1, busy, after.stolen - before.stolen, ranked)

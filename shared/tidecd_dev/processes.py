@@ -56,7 +56,7 @@ def _group_alive(pgid: int) -> bool:
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            _, fields = proc_stat(entry)
         except OSError:
             continue
         if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
@@ -97,7 +97,15 @@ def alive(pid: int) -> bool:
 
 def _not_zombie(pid: int) -> bool:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        _, fields = proc_stat(Path(f"/proc/{pid}"))
     except OSError:
         return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return fields[0] != "Z"
+
+
+def proc_stat(entry: Path) -> tuple[str, list[str]]:
+    """A process's /proc/PID/stat: its command name, and the fields after it (state, ppid, pgrp, ...,
+    utime and stime at [11:13], cutime and cstime at [13:15]). The name may hold spaces and parentheses,
+    so it is cut at the first "(" and the last ")". OSError when the process is gone."""
+    stat = (entry / "stat").read_text()
+    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
