@@ -138,29 +138,26 @@ def listing(live: Mapping[ResourceKey, Manifest], kinds: Iterable[tuple[str, str
 
 def list_live(cluster: KubeCluster, app: str, desired: Iterable[ResourceKey], inventory: Iterable[ResourceKey],
               excluded: Callable[[ResourceKey], bool]) -> Listing:
-    """The app's objects: listed by ownership label per kind, then fetched one by one if unlabelled."""
+    """The app's objects: listed by ownership label per kind, then fetched one by one if unlabelled. Both
+    go through the step's pool: an app of 200 new objects made 200 GETs one after another, 1.5-2 s
+    before its sync could start (`bench peers`, "all objects exist")."""
     desired, inventory = list(desired), [k for k in inventory if not excluded(k)]
-    live: dict[ResourceKey, Manifest] = {}
-    kinds = {(k.group, k.kind) for k in desired} | {(k.group, k.kind) for k in inventory}
-    unserved = []
-    for group, kind in sorted(kinds):
+    kinds = sorted({(k.group, k.kind) for k in desired} | {(k.group, k.kind) for k in inventory})
+
+    def list_kind(kind: tuple[str, str]) -> list[Manifest] | None:
         try:
-            for obj in cluster.list(group, kind, label_selector=managed_selector(app)):
-                live[ResourceKey.of(obj)] = obj
+            return cluster.list(*kind, label_selector=managed_selector(app))
         except UnknownKind:
-            unserved.append((group, kind))
-            continue
+            return None
+
+    listed = each(list_kind, kinds)
+    unserved = [kind for kind, found in zip(kinds, listed, strict=True) if found is None]
+    live = {ResourceKey.of(obj): obj for found in listed for obj in found or ()}
     # unlabelled: desired objects not created yet (or someone else's), and inventory objects an older
     # tidecd marked with Argo CD's names (tidecd.base.ownership), which keep their app until the next sync
-    for key in [*desired, *inventory]:
-        if key not in live:
-            try:
-                found = cluster.get(key)
-            except UnknownKind:
-                found = None
-            if found is not None:
-                live[key] = found
-    return listing(live, sorted(kinds), unserved)
+    unlabelled = read(cluster, [key for key in [*desired, *inventory] if key not in live])
+    live.update((key, found) for key, found in unlabelled if found is not None)
+    return listing(live, kinds, unserved)
 
 
 @dataclass(frozen=True)
