@@ -139,8 +139,8 @@ def listing(live: Mapping[ResourceKey, Manifest], kinds: Iterable[tuple[str, str
 def list_live(cluster: KubeCluster, app: str, desired: Iterable[ResourceKey], inventory: Iterable[ResourceKey],
               excluded: Callable[[ResourceKey], bool]) -> Listing:
     """The app's objects: listed by ownership label per kind, then fetched one by one if unlabelled. Both
-    go through the step's pool: an app of 200 new objects made 200 GETs one after another, 1.5-2 s
-    before its sync could start (`bench peers`, "all objects exist")."""
+    go through the step's pool: an app of 200 new objects made its 200 GETs one after another before its
+    sync could start (`bench peers`, "all objects exist"; docs/testing.md)."""
     desired, inventory = list(desired), [k for k in inventory if not excluded(k)]
     kinds = sorted({(k.group, k.kind) for k in desired} | {(k.group, k.kind) for k in inventory})
 
