@@ -218,12 +218,7 @@ class Bench:
 
 
 class _BenchCluster(DevCluster):
-    """DevCluster with kwok renewing a node Lease, and a controller-manager as Kubernetes' own scale tests
-    run it.
-
-    Without a lease, kwok's status heartbeat on a loaded 2-core machine comes later than the node lifecycle
-    controller's grace period: the fake node flaps NotReady every ~55s, its pods are marked not ready and
-    Deployments never become Available again (seen in the sync benchmark).
+    """DevCluster with a controller-manager as Kubernetes' own scale tests run it.
 
     The controller-manager's client is held to 20 requests a second by default. At 1,000 apps every
     Deployment waits for the deployment controller's ReplicaSet and status writes (and every Service for
@@ -237,8 +232,6 @@ class _BenchCluster(DevCluster):
     CONTROLLER_MANAGER_QPS = ("--kube-api-qps", "100", "--kube-api-burst", "100")
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        if name == "kwok" and not any(a.startswith("--node-lease-duration-seconds") for a in args):
-            args = [*args, "--node-lease-duration-seconds", "40"]
         if name == "kube-controller-manager":
             args = [*args, *self.CONTROLLER_MANAGER_QPS]
         super()._spawn(name, args, env)
