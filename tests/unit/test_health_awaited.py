@@ -5,7 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from tidecd.base.clock import unix
-from tidecd.health.awaited import DEADLINE_SLACK, MAX_BACKOFF, MIN_DELAY, next_check
+from tidecd.health.awaited import (
+    DEADLINE_SLACK,
+    HEALTH_AWAIT,
+    HEALTH_BACKOFF,
+    HEALTH_LOOK,
+    HEALTH_READS,
+    MAX_BACKOFF,
+    MIN_DELAY,
+    first_look,
+    next_check,
+)
 
 T0 = unix("2026-01-01T00:00:00Z")
 
@@ -57,3 +67,27 @@ def test_a_deadline_that_ends_the_wait_comes_first() -> None:
 def test_objects_without_times_wait_the_least() -> None:
     assert next_check([{"kind": "Ingress", "metadata": {"name": "web"}}], T0) == MIN_DELAY
     assert next_check([], T0) == MIN_DELAY
+
+
+def looks(unhealthy: int) -> list[float]:
+    """When the step's health await looks at `unhealthy` objects, seconds after the sync (none taken)."""
+    at, every, seen = 0.0, first_look(unhealthy), []
+    while at + every <= HEALTH_AWAIT:
+        at += every
+        seen.append(at)
+        every *= HEALTH_BACKOFF
+    return seen
+
+
+def test_the_step_looks_soon_after_its_sync_then_less_and_less_often() -> None:
+    assert looks(2)[:3] == [HEALTH_LOOK, HEALTH_LOOK * 2.6, HEALTH_LOOK * 5.16]  # 25, 65, 129 ms
+    assert len([t for t in looks(2) if t <= 0.25]) == 4  # the scale run's p99 (207 ms) seen by the 4th look
+    assert len(looks(2)) == 8
+
+
+def test_the_step_reads_at_most_its_budget_of_gets_and_always_within_the_await() -> None:
+    for unhealthy in range(1, 60):
+        seen = looks(unhealthy)
+        assert unhealthy * len(seen) <= HEALTH_READS, unhealthy
+        assert all(t < HEALTH_AWAIT for t in seen)
+    assert len(looks(16)) == 2 and len(looks(32)) == 1 and looks(33) == []  # many objects: left to a continuation

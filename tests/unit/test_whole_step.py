@@ -8,10 +8,10 @@ from typing import Any
 from tests.support.fakecluster import CountingStore, FakeCluster, FakeGit, application, fake_runtime
 from tidecd.base.clock import FakeClock
 from tidecd.base.model import Action, HealthStatus, ResourceKey, SyncStatus
+from tidecd.health.awaited import HEALTH_AWAIT
 from tidecd.state import app as app_state
 from tidecd.state.app import OperationPhase
 from tidecd.step.reconcile import reconcile
-from tidecd.step.stepping import HEALTH_AWAIT
 
 NS = ResourceKey("", "Namespace", "", "ns")
 CM = ResourceKey("", "ConfigMap", "ns", "settings")
@@ -48,7 +48,7 @@ def test_an_automated_sync_step_applies_records_and_settles() -> None:
     assert op is not None and op.request.automated and op.phase is OperationPhase.SUCCEEDED, op
     assert op.revision == sha and state.revision == sha
     assert op.started_at == op.finished_at == "2023-11-14T22:13:20Z"  # one clock: the fake
-    assert state.memo.reconciled_at == "2023-11-14T22:13:22Z"  # the step's end, after its short health read
+    assert state.memo.reconciled_at == "2023-11-14T22:13:21Z"  # the step's end, after its short health read (1.75 s)
     assert state.sync_status is SyncStatus.SYNCED and state.health is HealthStatus.PROGRESSING
     assert sorted(k for k, _ in state.inventory_keys()) == [CM, DEPLOY]
     assert [h.revision for h in state.history] == [sha]

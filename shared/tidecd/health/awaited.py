@@ -13,10 +13,14 @@ The delay is:
   not available before its new pods have been ready that long (from its last progress);
 - never after a **deadline** that ends the wait by itself: a Deployment's `progressDeadlineSeconds` (it
   turns Degraded), a Job's `activeDeadlineSeconds` (it fails).
+
+Before any continuation, the step itself looks a few times in its first two seconds (`first_look`): most
+objects are Healthy a tenth of a second after their apply, and then no continuation is needed.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from tidecd.base.clock import unix
@@ -26,6 +30,16 @@ from tidecd.health._fields import condition, integer, text
 MIN_DELAY = 1.0
 MAX_BACKOFF = 15.0
 DEADLINE_SLACK = 1.0  # seconds after a deadline, so the controller has written what it decided
+
+# Within a step: after a sync that ended with its app Progressing, health is read again for at most
+# HEALTH_AWAIT (the instance is held meanwhile: `stepping.Observer.await_health`), first HEALTH_LOOK seconds
+# after the sync, then each look HEALTH_BACKOFF times later than the one before. In the scale run the
+# controllers made a new Deployment and Ingress Healthy 30 ms (p10), 63 ms (p50), 106 ms (p90) and 207 ms
+# (p99) after the apply: looks every 0.25 s held each instance a quarter second for a tenth's news.
+HEALTH_AWAIT = 2.0
+HEALTH_LOOK = 0.025
+HEALTH_BACKOFF = 1.6
+HEALTH_READS = 32  # GETs at most in that read: an app with many objects not Healthy looks less often
 
 
 def next_check(objects: Iterable[Manifest], now: float, *, since: float = 0.0) -> float:
@@ -78,3 +92,13 @@ def _deadline(obj: Manifest) -> float:
         start, seconds = unix(text(obj, "status", "startTime")), integer(obj, "spec", "activeDeadlineSeconds")
         return start + seconds if start and seconds > 0 else float("inf")
     return float("inf")
+
+
+def first_look(unhealthy: int) -> float:
+    """Seconds before the health await's first look at `unhealthy` objects. Looks grow HEALTH_BACKOFF times
+    apart, and as many fit in HEALTH_AWAIT as HEALTH_READS GETs allow: 16 for two objects (the first after
+    HEALTH_LOOK), one near the end for 17 to 32, none for more (the first would come after the await). The
+    last look is planned HEALTH_LOOK before the await's end, so it is not lost to rounding."""
+    looks = HEALTH_READS / max(1, unhealthy)
+    span = HEALTH_AWAIT - HEALTH_LOOK
+    return max(HEALTH_LOOK, span * (HEALTH_BACKOFF - 1) / (math.pow(HEALTH_BACKOFF, looks) - 1))

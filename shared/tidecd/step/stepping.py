@@ -49,11 +49,6 @@ from tidecd.sync.apply import owned_by
 
 log = structlog.get_logger("tidecd.step.reconcile")
 POLL_INTERVAL = 0.5  # between health checks inside one step's budget
-# After a sync that ended with its app Progressing: health read again every HEALTH_LOOK seconds for at
-# most HEALTH_AWAIT, within the step's budget (the instance is held meanwhile: short looks waste little)
-HEALTH_AWAIT = 2.0
-HEALTH_LOOK = 0.25
-HEALTH_READS = 32  # GETs at most in that read: an app with many objects not Healthy looks less often
 MAX_STEP_ERRORS = 3  # temporary errors in a row a running operation survives after its first write
 
 
@@ -299,14 +294,15 @@ class Observer:
         app Healthy moments after its apply ends in this step instead of a follow-up step. The listing's
         digest is kept to what was read, for the quiet record."""
         ctx, view = self.ctx, self.view
-        until = min(ctx.deadline, ctx.clock.monotonic() + HEALTH_AWAIT)
+        until = min(ctx.deadline, ctx.clock.monotonic() + awaited.HEALTH_AWAIT)
         keys = self.unhealthy()
-        every = max(HEALTH_LOOK, HEALTH_AWAIT * len(keys) / HEALTH_READS)
+        every = awaited.first_look(len(keys))
         while self.state.health is HealthStatus.PROGRESSING and ctx.clock.monotonic() + every <= until:
             ctx.clock.pause(every)
             self.reread(keys)
             keys = self.unhealthy()
             self.state = record.reassessed(self.state, view.live, self.current.health_scripts)
+            every *= awaited.HEALTH_BACKOFF
         if view.current and view.listed is not None:
             hooks = self.current.hook_keys
             view.digest = observe.listing({k: v for k, v in view.live.items() if k not in hooks},
@@ -579,12 +575,13 @@ class Step:
         done = execute.run_tasks(target, step, view.live, self.eye.out_of_sync(), op.id, written)
         self.add(done.entries)
         self.state = record.ran(self.state, done)
-        # An object is live as written (or, unchanged, as this step listed it): only those whose health
-        # is not yet Healthy are read again, since a controller may have moved their status since. No GET
-        # for a ConfigMap, a Service, a ServiceAccount...
+        # Live as written (or, unchanged, as listed): what is not yet Healthy is read again, as a controller
+        # may have moved its status since (no GET for a ConfigMap...), but not what the last group wrote: the
+        # health await reads that once a controller can have acted, not milliseconds after the write.
         view.live.update(done.written)
-        self.eye.reread([t.key for t in step.tasks
-                         if not observe.settled(view.live.get(t.key), target.health_scripts)])
+        fresh = set(done.written) if step.final else set()
+        self.eye.reread([t.key for t in step.tasks if t.key not in fresh
+                         and not observe.settled(view.live.get(t.key), target.health_scripts)])
 
     def add(self, entries: Iterable[ChangeEntry]) -> None:
         for entry in entries:
