@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tidecd.base.clock import unix
 from tidecd.health.awaited import (
     DEADLINE_SLACK,
@@ -80,7 +82,7 @@ def looks(unhealthy: int) -> list[float]:
 
 
 def test_the_step_looks_soon_after_its_sync_then_less_and_less_often() -> None:
-    assert looks(2)[:3] == [HEALTH_LOOK, HEALTH_LOOK * 2.6, HEALTH_LOOK * 5.16]  # 25, 65, 129 ms
+    assert looks(2)[:3] == pytest.approx([HEALTH_LOOK, HEALTH_LOOK * 2.6, HEALTH_LOOK * 5.16])  # 25, 65, 129 ms
     assert len([t for t in looks(2) if t <= 0.25]) == 4  # the scale run's p99 (207 ms) seen by the 4th look
     assert len(looks(2)) == 8
 

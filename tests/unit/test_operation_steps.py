@@ -147,6 +147,27 @@ def test_an_app_healthy_moments_after_its_sync_ends_in_that_step(h: Harness) -> 
     assert h.step().unchanged  # the record it left is a quiet one: the next no-op compares nothing
 
 
+def test_what_the_last_group_wrote_is_read_by_the_health_await_not_right_after_its_write(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    h.git.push([deployment("web")])
+    h.sync()
+    web = ResourceKey("apps", "Deployment", "ns", "web")
+    gets: list[ResourceKey] = []
+    original = h.cluster.get
+
+    def counted(key: ResourceKey) -> Any:
+        gets.append(key)
+        return original(key)
+
+    monkeypatch.setattr(h.cluster, "get", counted)
+    h.step()
+    assert h.op().phase is OperationPhase.SUCCEEDED and h.clock.pauses
+    # one GET before the sync (it had no label yet), then one per look of the await: none the moment
+    # after its apply, when no controller can have acted on it
+    assert gets.count(web) == 1 + len(h.clock.pauses)
+    assert h.clock.pauses[0] == awaited.HEALTH_LOOK
+
+
 def test_an_app_of_many_objects_not_healthy_is_read_less_often(h: Harness) -> None:
     h.git.push([deployment(f"web-{i}") for i in range(16)])
     h.sync()
