@@ -96,9 +96,10 @@ def _deadline(obj: Manifest) -> float:
 
 def first_look(unhealthy: int) -> float:
     """Seconds before the health await's first look at `unhealthy` objects. Looks grow HEALTH_BACKOFF times
-    apart, and as many fit in HEALTH_AWAIT as HEALTH_READS GETs allow: 16 for two objects (the first after
-    HEALTH_LOOK), one near the end for 17 to 32, none for more (the first would come after the await). The
-    last look is planned HEALTH_LOOK before the await's end, so it is not lost to rounding."""
+    apart, spread so that HEALTH_READS GETs are never exceeded: 1 to 3 objects are first looked at after
+    HEALTH_LOOK (8 looks fit in HEALTH_AWAIT), 16 twice, 17 to 32 once near the end, more not at all (the
+    first look would come after the await). The last look is planned HEALTH_LOOK before the await's end,
+    so it is not lost to rounding."""
     looks = HEALTH_READS / max(1, unhealthy)
     span = HEALTH_AWAIT - HEALTH_LOOK
     return max(HEALTH_LOOK, span * (HEALTH_BACKOFF - 1) / (math.pow(HEALTH_BACKOFF, looks) - 1))
