@@ -269,21 +269,39 @@ def test_dispatching_stops_when_the_time_budget_is_spent_and_reports_what_is_lef
 
     summary = run(runtime, git, sent, max_seconds=5, batch_size=2, now=lambda: clock[0])
 
-    # batches of two start at t=0, 2, 4; at t=6 the budget (5s) is spent
-    assert [r.app for r in sent.refreshes] == ["a00", "a01", "a02", "a03", "a04", "a05"]
-    assert summary.left == ["a06", "a07", "a08", "a09", "z"]
+    # batches of two start at t=0, 2, 4; at t=6 the budget (5s) is spent; the repositories take turns
+    assert [r.app for r in sent.refreshes] == ["a00", "z", "a01", "a02", "a03", "a04"]
+    assert summary.left == ["a05", "a06", "a07", "a08", "a09"]
     assert any("time budget" in e for e in summary.errors)
-    assert summary.apps_refreshed == ["a00", "a01", "a02", "a03", "a04", "a05"]
+    assert summary.apps_refreshed == ["a00", "a01", "a02", "a03", "a04", "z"]
     assert summary.elapsed == 6.0
     assert RefCache(runtime.store).load(REPO_A) == heads(SHA[1])
 
     # the next tick starts with what was left, so a tick that is always too short still progresses
-    reconciled(runtime, *(f"a{i:02}" for i in range(6)))
+    reconciled(runtime, "z", *(f"a{i:02}" for i in range(5)))
     summary = run(runtime, git, sent := Recorder(clock=clock, cost=1.0), max_seconds=5, batch_size=2,
                   now=lambda: clock[0])
-    assert [r.app for r in sent.refreshes] == ["a06", "a07", "a08", "a09", "z"]
+    assert [r.app for r in sent.refreshes] == ["a05", "a06", "a07", "a08", "a09", "z"]  # z: its drift check
     assert summary.left == [] and summary.errors == []
-    assert summary.apps_refreshed == ["a06", "a07", "a08", "a09", "z"]
+    assert summary.drift_checked == ["z"]
+    assert summary.apps_refreshed == ["a05", "a06", "a07", "a08", "a09"]
+
+
+def test_the_apps_of_several_repositories_are_sent_one_of_each_in_turn(tmp_path: Path) -> None:
+    """Sent repository after repository, the first apps of one repository ran on every instance at once and
+    each fetched the same snapshot; in turns, the next app of a repository comes after its first step."""
+    apps = ([application(f"a{i}", REPO_A) for i in range(3)] + [application(f"b{i}", REPO_B) for i in range(2)]
+            + [application("c0", REPO_C)])
+    runtime = make_runtime(tmp_path, apps)
+    git = FakeGit({REPO_A: heads(SHA[1]), REPO_B: heads(SHA[2]), REPO_C: heads(SHA[3])})
+
+    run(runtime, git, sent := Recorder())
+
+    order = [r.app for r in sent.refreshes]
+    assert sorted(order) == ["a0", "a1", "a2", "b0", "b1", "c0"]
+    firsts = {order.index(a) for a in ("a0", "b0", "c0")}
+    assert firsts == {0, 1, 2}, order  # each repository's first app before any repository's second
+    assert order.index("a0") < order.index("a1") < order.index("a2") and order.index("b0") < order.index("b1")
 
 
 def test_jitter_sleeps_a_random_time_within_the_bound(tmp_path: Path) -> None:
