@@ -162,14 +162,18 @@ def _http(method: str, url: str, body: bytes | None, headers: dict[str, str]) ->
         return int(exc.code), exc.read()
 
 
+SERVING_POLL = 0.005  # a cloud front end delivers as soon as the port listens; 0.1 s added up to 0.1 s per cold row
+
+
 def _wait_serving(url: str, log: Path, timeout: float = 60.0) -> None:
+    """Until the instance answers: a refused connection is retried every SERVING_POLL seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             _http("GET", url + "/healthz-bench", None, {})
             return
         except OSError:
-            time.sleep(0.1)
+            time.sleep(SERVING_POLL)
     raise TimeoutError(f"{url} not serving after {timeout:.0f}s: {log.read_text(errors='replace')[-800:]}")
 
 
