@@ -145,10 +145,9 @@ def render_override(store: ObjectStore, app: str) -> SourceOverride | None:
     return ImagesState.from_json(found[0], app).source_override()
 
 
-def sync_marker(store: ObjectStore, app: Application, sha: str, spec: str) -> str:
+def sync_marker(override: SourceOverride | None, sha: str, spec: str) -> str:
     """What automated sync applies once: (revision, source spec hash), the `argocd` write-back override
-    included, as Argo CD sees the updater's parameters in the Application's source."""
-    override = render_override(store, app.name)
+    (`render_override`) included, as Argo CD sees the updater's parameters in the Application's source."""
     return f"{sha}:{spec}" + (f":{override.digest()}" if override else "")
 
 

@@ -34,6 +34,7 @@ from tidecd.health import awaited
 from tidecd.images import state as images_state
 from tidecd.project import impersonation, rules
 from tidecd.project import windows as syncwindows
+from tidecd.render.overrides import SourceOverride
 from tidecd.runtime import Runtime
 from tidecd.source import charts
 from tidecd.state import app as app_state
@@ -131,6 +132,7 @@ class Observer:
         self.notes = record.Notes()
         self.facts = Facts()
         self.inputs = ""  # the quiet record's inputs digest, once computed
+        self.marking: tuple[SourceOverride | None] | None = None  # the image updater's override, read once a step
 
 
     @property
@@ -172,8 +174,11 @@ class Observer:
                                                 target.app, target.project, target.config, target.manifests))
 
     def marker(self, app: Application, revision: str) -> str:
-        """What an automated sync of the revision records (`images.state.sync_marker`)."""
-        return images_state.sync_marker(self.ctx.runtime.store, app, revision, spec_hash(app))
+        """What an automated sync of the revision records (`images.state.sync_marker`). The override is read
+        once a step: each decision asks, and a first sync read the same object ten times."""
+        if self.marking is None:
+            self.marking = (images_state.render_override(self.ctx.runtime.store, app.name),)
+        return images_state.sync_marker(self.marking[0], revision, spec_hash(app))
 
     def list_live(self) -> observe.Listing:
         target = self.current
@@ -481,7 +486,8 @@ class Step:
                 self.end.continue_after = 0.0  # more work, no waiting: go on in the next call
                 break
             first = False
-            record.fence(ctx.runtime.store, ctx.name, self.saved, ctx.keeper)
+            if not leaves_cluster_alone(step):
+                record.fence(ctx.runtime.store, ctx.name, self.saved, ctx.keeper)
             self.act(step)
             if isinstance(step, decision.Finish | decision.Terminate):
                 self.after_finish(policy)
@@ -506,8 +512,8 @@ class Step:
     # -- execute and record ------------------------------------------------------------------------------
 
     def act(self, step: decision.Step) -> None:
-        """Run one decided step (`step.execute`), record what it did, save (a finish saves after the
-        comparison that follows, so no reader sees the end beside the old status)."""
+        """Run one decided step (`step.execute`), record what it did, save (`leaves_cluster_alone`: with the next;
+        a finish saves after the comparison that follows, so no reader sees the end beside the old status)."""
         op, target = self.state.operation, self.eye.current
         if isinstance(step, decision.StartOperation):
             sha = target.desired.revision
@@ -515,7 +521,6 @@ class Step:
                                                                                        self.ctx.iso())))
             log.info("automated sync", app=target.name, revision=sha[:12], retry=step.retry_count)
             self.eye.target = target.planned(self.eye.naming())  # generateName hooks are named for this operation
-            self.save()
             return
         assert op is not None
         if isinstance(step, decision.CreateNamespace | decision.DryRun) and (refused := self.eye.gate(op)):
@@ -547,9 +552,9 @@ class Step:
             self.finish(OperationPhase.FAILED, "Operation terminated")
         elif isinstance(step, decision.Finish):
             self.finish(step.phase, step.message)
-        if isinstance(step, decision.Finish | decision.Terminate) and not op.request.dry_run:
-            return
-        self.save()
+        if not leaves_cluster_alone(step) and not (isinstance(step, decision.Finish | decision.Terminate)
+                                          and not op.request.dry_run):
+            self.save()
 
     def dry_run(self, step: decision.DryRun) -> None:
         op = self.state.operation
@@ -616,6 +621,15 @@ class Step:
         settled = not (op is not None and op.running) and state.health is not HealthStatus.PROGRESSING
         self.saved = record.save(self.ctx.runtime.store, state, self.saved,
                                  settled=settled and self.end.continue_after is None)
+
+
+def leaves_cluster_alone(step: decision.Step) -> bool:
+    """A step that changes nothing in the cluster (the start, the dry-run, a prune with nothing to delete) is
+    neither fenced nor saved on its own: the next step that acts is, and `Step.run` saves at its end. Redone
+    after a crash it does the same. A first sync read its state six times and wrote it five, now three and
+    two: on GCS each is a request, and one object takes about one write a second."""
+    return isinstance(step, decision.StartOperation | decision.DryRun) or (
+        isinstance(step, decision.Prune) and not step.candidates)
 
 
 def wait_out(step: Step, exc: TemporaryError) -> None:
