@@ -4,7 +4,7 @@ Functions are stateless and scale out, so these counters cover **the instance th
 started (as a Prometheus client in any multi-process server does): a scrape of the api sees the api
 instance's own counters plus what that instance ran (reconciles run in-process locally, and in the api's
 own sync/refresh calls). For installation-wide totals across instances, `tidecd_store_*` gauges are
-read from the aggregate counters kept in the object store (`metrics/totals.json`, bumped once per
+read from the aggregate counters kept in the object store (`metrics/totals/NN.json`, bumped once per
 finished sync with a generation precondition; see `bump_totals`). Webhook deliveries are counted in
 process only: a store write per delivery would contend at the rates GitHub delivers.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+import zlib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -28,7 +29,9 @@ from tidecd.base.bearer import authorized
 from tidecd.clients.store import ObjectStore, PreconditionFailed
 
 REGISTRY = CollectorRegistry(auto_describe=True)
-TOTALS_KEY = "metrics/totals.json"
+TOTALS_PREFIX = "metrics/totals/"
+TOTALS_SHARDS = 32
+LEGACY_TOTALS_KEY = "metrics/totals.json"  # the one object of before the shards, still counted
 _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 RECONCILES = Counter("tidecd_reconciles", "Reconcile steps run, by outcome", ["result"], registry=REGISTRY)
@@ -56,22 +59,40 @@ def timed(stage: str) -> Iterator[None]:
         DURATION.labels(stage=stage).observe(time.perf_counter() - start)
 
 
-def bump_totals(store: ObjectStore, counts: Mapping[str, int], attempts: int = 3) -> None:
-    """Add `counts` to the installation-wide totals in the store (best effort: a lost race retries, then
-    gives up; metrics must never fail the work they count)."""
+def totals_key(app: str) -> str:
+    """The app's shard of the totals. One object for every app was written by each finished sync: 1,000
+    apps syncing at once made ten writes a second to it, and GCS takes about one a second per object (the
+    losers gave up after three tries and their counts were lost)."""
+    return f"{TOTALS_PREFIX}{zlib.crc32(app.encode()) % TOTALS_SHARDS:02d}.json"
+
+
+def bump_totals(store: ObjectStore, counts: Mapping[str, int], *, app: str, attempts: int = 3) -> None:
+    """Add `counts` to the installation-wide totals in the store, in `app`'s shard (best effort: a lost race
+    retries, then gives up; metrics must never fail the work they count)."""
+    key = totals_key(app)
     for _ in range(attempts):
         try:
-            blob = store.read(TOTALS_KEY)
+            blob = store.read(key)
             totals: dict[str, int] = json.loads(blob.data) if blob is not None else {}
             for name, value in counts.items():
                 totals[name] = int(totals.get(name, 0)) + value
-            store.write(TOTALS_KEY, json.dumps(totals, sort_keys=True).encode(),
+            store.write(key, json.dumps(totals, sort_keys=True).encode(),
                         if_generation_match=blob.generation if blob is not None else 0)
             return
         except PreconditionFailed:
             continue
         except Exception:  # noqa: BLE001 - an unavailable store or a broken file: skip this bump
             return
+
+
+def read_totals(store: ObjectStore) -> dict[str, int]:
+    """The totals of every shard (and of the one object of before them), summed."""
+    totals: dict[str, int] = {}
+    for key in [LEGACY_TOTALS_KEY, *store.list(TOTALS_PREFIX)]:
+        blob = store.read(key)
+        for name, value in (json.loads(blob.data) if blob is not None else {}).items():
+            totals[name] = totals.get(name, 0) + int(value)
+    return totals
 
 
 class _StoreTotals:
@@ -82,8 +103,7 @@ class _StoreTotals:
 
     def collect(self) -> Iterator[Any]:
         try:
-            blob = self.store.read(TOTALS_KEY)
-            totals = json.loads(blob.data) if blob is not None else {}
+            totals = read_totals(self.store)
         except Exception:  # noqa: BLE001 - a scrape never fails because of the store
             totals = {}
         for name, value in sorted(totals.items()):

@@ -366,7 +366,7 @@ def notify_state(runtime: Runtime, state: AppState, *, ctx: Context | None = Non
             metrics.OPERATIONS.labels(phase="Running" if event.trigger == "on-sync-running" else event.phase).inc()
         if event.trigger in ("on-sync-succeeded", "on-sync-failed"):
             metrics.SYNCS.labels(result=event.phase).inc()
-            metrics.bump_totals(store, {f"syncs_{event.phase.lower()}": 1})
+            metrics.bump_totals(store, {f"syncs_{event.phase.lower()}": 1}, app=state.app)
         for delivery in write_back(ctx, app, event, record) + plan_link(ctx, store, event):
             history.append({"id": "", "trigger": event.trigger, "service": "github-status", "recipient": "",
                             "result": delivery.result, "detail": delivery.detail or delivery.what, "attempts": 1,
