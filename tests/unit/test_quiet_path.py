@@ -13,11 +13,12 @@ import pytest
 from tests.support.fakecluster import CountingStore, FakeCluster, FakeGit, application, fake_runtime
 from tidecd.base.clock import FakeClock
 from tidecd.base.model import ResourceKey
+from tidecd.clients.store import LEASE_TTL, acquire_lease
 from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
 from tidecd.step import observe
 from tidecd.step import reconcile as engine
-from tidecd.step.reconcile import Outcome, reconcile
+from tidecd.step.reconcile import ALREADY_RUNNING, Outcome, reconcile
 from tidecd.sync.apply import with_ownership
 from tidecd.usecases import commands
 
@@ -77,6 +78,24 @@ def test_a_noop_step_answers_from_the_quiet_record_without_comparing_or_writing(
     assert store.state_writes() == []
     assert cluster.calls[calls:] == []  # no dry-run, no apply
     assert git.renders == 4  # the revision is still resolved and rendered (cached) each time
+
+
+def test_a_noop_step_takes_no_lease_and_answers_beside_a_held_one(setup: Any) -> None:
+    """The fast path looks before the lease (`reconcile.look`): a no-op writes nothing, its lease neither (a
+    write and a delete on GCS for an answer that reads). Anything it would act on still takes the lease."""
+    cluster, store, git, runtime, counting = setup
+    clock = FakeClock()
+    synced(runtime, clock)
+    store.writes.clear()
+    clock.advance(30)
+    assert reconcile(runtime, "app", clock=clock).unchanged
+    assert store.writes == [] and store.read("leases/app") is None
+
+    assert acquire_lease(store, "app", "another-step", LEASE_TTL, clock.now())
+    assert reconcile(runtime, "app", clock=clock).unchanged  # a read-only answer beside the step that holds it
+    git.push([configmap("settings", "new"), configmap("other")])  # a new commit: this step would act
+    assert reconcile(runtime, "app", clock=clock).skipped == ALREADY_RUNNING
+    assert cluster.objects[CM]["data"] == {"k": "v"}  # untouched
 
 
 def test_drift_changes_a_resource_version_and_is_compared_in_full(setup: Any) -> None:

@@ -9,7 +9,8 @@ No call ever blocks for a whole sync. A no-op answers from the quiet record (`st
 
 Two calls for the same app at once must not both act: the first takes the app's lease (60 s, renewed while
 the step works, taken over once expired), the second returns "already running" without touching the
-cluster. A lost race on the state (someone wrote since we read) re-reads and re-decides.
+cluster. A lost race on the state (someone wrote since we read) re-reads and re-decides. A call that only
+answers from the quiet record writes nothing, so it looks before it takes the lease (`look`).
 
 Called by the dispatcher (`triggers.dispatch.run_step`, which also delivers the notifications), the api
 and the CLI. The step imports no notifier: its caller hands the new state on.
@@ -33,7 +34,7 @@ from tidecd.step import autorollback, rolling
 from tidecd.step.quiet import live_digest
 from tidecd.step.stepping import Step, StepContext, touched
 
-__all__ = ["ALREADY_RUNNING", "LEASE_TTL", "Outcome", "live_digest", "reconcile", "step"]
+__all__ = ["ALREADY_RUNNING", "LEASE_TTL", "Outcome", "live_digest", "look", "reconcile", "step"]
 
 log = structlog.get_logger("tidecd.step.reconcile")
 ALREADY_RUNNING = "already running"
@@ -63,6 +64,9 @@ def reconcile(runtime: Runtime, name: str, *, reason: str = "", budget: float = 
     `head` is the commit the app's targetRevision resolved to moments ago (the poll's ls-remote): a
     single-source git app then renders it without an ls-remote of its own. The cluster and the source
     come from `runtime` (`Runtime.of` takes fakes), the time from `clock`."""
+    looked = look(runtime, name, reason=reason, automate=automate, clock=clock, head=head, budget=budget)
+    if looked is not None:
+        return looked
     holder, acquired = uuid.uuid4().hex, clock.now()
     if not acquire_lease(runtime.store, name, holder, LEASE_TTL, acquired):
         log.info("reconcile skipped", app=name, reason=ALREADY_RUNNING)
@@ -85,6 +89,32 @@ def reconcile(runtime: Runtime, name: str, *, reason: str = "", budget: float = 
                            continue_after=1.0)
     finally:
         keeper.close()
+
+
+def look(runtime: Runtime, name: str, *, reason: str, automate: bool, clock: Clock, head: str,
+         budget: float) -> Outcome | None:
+    """The no-op fast path (`step.quiet`) before the lease: an app whose quiet record still holds is answered
+    as the leased step answers it, writing nothing. Anything else returns None and the step takes the lease:
+    no quiet record, a running operation, drift, a new commit, a drift condition whose hour ended, an error,
+    automatic rollback. The lease's write and delete were two of the three store requests of a drift
+    sweep's no-op step that GCS bills, for an answer that reads."""
+    ctx = StepContext(runtime, name, reason, automate, clock, None, head, clock.monotonic() + budget, look=True)
+    try:
+        with api_deadline(budget):
+            work = Step(ctx)
+            op = work.state.operation
+            if not work.state.memo.quiet or (op is not None and op.running):
+                return None
+            work.observe_and_advance()
+    except TidecdError:
+        return None
+    rollback = work.app is not None and bool(work.app.annotation(autorollback.ANNOTATION))
+    if not work.end.quiet_hit or work.end.quiet_expired or rollback:
+        return None
+    state = work.state
+    log.info("reconciled", app=name, reason=reason, sync=state.sync_status, health=state.health,
+             revision=state.revision[:12], unchanged=True)
+    return Outcome(name, state, unchanged=True, continue_after=work.end.continue_after)
 
 
 def step(ctx: StepContext) -> Outcome:

@@ -562,6 +562,15 @@ def fence(store: ObjectStore, name: str, saved: Saved, keeper: LeaseKeeper | Non
         raise PreconditionFailed(f"{name}: the state changed since this step read it")
 
 
+def leaves_cluster_alone(step: decision.Step) -> bool:
+    """A step that changes nothing in the cluster (the start, the dry-run, a prune with nothing to delete) is
+    neither fenced nor saved on its own: the next step that acts is, and `Step.run` (`step.stepping`) saves
+    at its end. Redone after a crash it does the same. A first sync read its state six times and wrote it
+    five, now three and two: on GCS each is a request, and one object takes about one write a second."""
+    return isinstance(step, decision.StartOperation | decision.DryRun) or (
+        isinstance(step, decision.Prune) and not step.candidates)
+
+
 def with_diff(entry: ChangeEntry, comparison: Comparison) -> ChangeEntry:
     """The entry with the masked diff its object's comparison found (the change set carries its diff)."""
     if entry.diff or entry.action not in (Action.CREATED, Action.CONFIGURED, Action.PRUNED):

@@ -67,7 +67,8 @@ def sync_cluster(runtime: Runtime, settings: ArgoSettings, project: AppProject, 
 @dataclass(frozen=True)
 class StepContext:
     """What a step works with: the runtime (store, config, clusters, source), the app, why, whether it may
-    start an automated sync, the clock, the lease, the poll's resolved head, and its deadline."""
+    start an automated sync, the clock, the lease, the poll's resolved head, and its deadline. `look`: only
+    the no-op fast path may answer, without the lease (`step.reconcile.look`)."""
 
     runtime: Runtime
     name: str
@@ -77,6 +78,7 @@ class StepContext:
     keeper: LeaseKeeper | None
     head: str
     deadline: float
+    look: bool = False
 
     def iso(self) -> str:
         """Now on the step's one clock, as the state writes times (`2026-01-02T03:04:05Z`)."""
@@ -313,6 +315,10 @@ class Observer:
             view.digest = observe.listing({k: v for k, v in view.live.items() if k not in hooks},
                                           view.listed.kinds, view.listed.unserved).digest
 
+    def add(self, entries: Iterable[ChangeEntry]) -> None:
+        for entry in entries:
+            self.changes.add(record.with_diff(entry, self.comparison))
+
     def saw(self, done: execute.Executed) -> None:
         for key, found in done.read:
             if found is None:
@@ -413,9 +419,11 @@ class Step:
         self.eye.notes = record.Notes(desired.warnings, tuple(desired.excluded))
         if self.eye.quiet_path():
             self.end.quiet_hit = True
-            quiet = self.state
-            self.state = record.drift_expired(quiet, self.ctx.clock.now())  # its hour may end in a no-op
-            self.end.quiet_expired = self.state is not quiet
+            kept = self.state
+            self.state = record.drift_expired(kept, self.ctx.clock.now())  # its hour may end in a no-op
+            self.end.quiet_expired = self.state is not kept
+            return
+        if ctx.look:  # no quiet answer: the step that may act takes the lease first (`step.reconcile.look`)
             return
         self.eye.target = self.eye.target.planned(self.eye.naming())
         policy = self.observed_facts()
@@ -486,7 +494,7 @@ class Step:
                 self.end.continue_after = 0.0  # more work, no waiting: go on in the next call
                 break
             first = False
-            if not leaves_cluster_alone(step):
+            if not record.leaves_cluster_alone(step):
                 record.fence(ctx.runtime.store, ctx.name, self.saved, ctx.keeper)
             self.act(step)
             if isinstance(step, decision.Finish | decision.Terminate):
@@ -542,7 +550,7 @@ class Step:
             if step.candidates and step.enabled and not step.dry_run:
                 self.eye.view.current = False  # deletions are not in the view: the comparison after lists again
             done = execute.prune_step(target, step)
-            self.add(done.entries)
+            self.eye.add(done.entries)
             self.state = record.pruned(self.state, step, done)
         elif isinstance(step, decision.StartSyncFail):
             self.state = record.sync_failing(self.state, step.message)
@@ -552,7 +560,7 @@ class Step:
             self.finish(OperationPhase.FAILED, "Operation terminated")
         elif isinstance(step, decision.Finish):
             self.finish(step.phase, step.message)
-        if not leaves_cluster_alone(step) and not (isinstance(step, decision.Finish | decision.Terminate)
+        if not record.leaves_cluster_alone(step) and not (isinstance(step, decision.Finish | decision.Terminate)
                                           and not op.request.dry_run):
             self.save()
 
@@ -563,7 +571,7 @@ class Step:
         temporary = {r.key for r in self.eye.comparison.resources if r.temporary}
         known = [ChangeEntry(k, Action.FAILED, m, temporary=k in temporary) for k, m in step.known_failures]
         self.state, shown, failure = record.dry_run(self.state, done, known, step)
-        self.add(shown)
+        self.eye.add(shown)
         if failure:
             self.finish(OperationPhase.FAILED, failure)
 
@@ -578,7 +586,7 @@ class Step:
             view.written[key] = target.identity(result)
 
         done = execute.run_tasks(target, step, view.live, self.eye.out_of_sync(), op.id, written)
-        self.add(done.entries)
+        self.eye.add(done.entries)
         self.state = record.ran(self.state, done)
         # Live as written (or, unchanged, as listed): what is not yet Healthy is read again, as a controller
         # may have moved its status since (no GET for a ConfigMap...), but not what the last group wrote: the
@@ -587,10 +595,6 @@ class Step:
         fresh = set(done.written) if step.final else set()
         self.eye.reread([t.key for t in step.tasks if t.key not in fresh
                          and not observe.settled(view.live.get(t.key), target.health_scripts)])
-
-    def add(self, entries: Iterable[ChangeEntry]) -> None:
-        for entry in entries:
-            self.changes.add(record.with_diff(entry, self.eye.comparison))
 
     def finish(self, phase: OperationPhase, message: str) -> None:
         op, app = self.state.operation, self.app
@@ -621,15 +625,6 @@ class Step:
         settled = not (op is not None and op.running) and state.health is not HealthStatus.PROGRESSING
         self.saved = record.save(self.ctx.runtime.store, state, self.saved,
                                  settled=settled and self.end.continue_after is None)
-
-
-def leaves_cluster_alone(step: decision.Step) -> bool:
-    """A step that changes nothing in the cluster (the start, the dry-run, a prune with nothing to delete) is
-    neither fenced nor saved on its own: the next step that acts is, and `Step.run` saves at its end. Redone
-    after a crash it does the same. A first sync read its state six times and wrote it five, now three and
-    two: on GCS each is a request, and one object takes about one write a second."""
-    return isinstance(step, decision.StartOperation | decision.DryRun) or (
-        isinstance(step, decision.Prune) and not step.candidates)
 
 
 def wait_out(step: Step, exc: TemporaryError) -> None:
