@@ -33,6 +33,7 @@ from tidecd.config.load import (
     TeamSource,
     load_config,
     parse_config_source,
+    redact_repo_url,
 )
 from tidecd.generated import records as generated
 
@@ -157,6 +158,11 @@ def fingerprint(directory: Path, *, now: float | None = None) -> str:
     return digest.hexdigest()
 
 
+def config_head_key(ref: ConfigSourceRef) -> str:
+    """A git config source's repository and ref, as `Runtime.config_heads` names it (no credentials)."""
+    return f"{redact_repo_url(ref.repo_url)}#{ref.ref}"
+
+
 def _directory_config(directory: Path, team: str = "") -> Config:
     stamp = fingerprint(directory)
     key = f"{directory} (team {team})" if team else str(directory)
@@ -200,6 +206,9 @@ class Runtime:
     # the step's source seam (`tidecd.step.desired.Render`): a test passes its fake source here; None
     # renders from the app's real sources
     render: Callable[..., tuple[str, list[dict[str, Any]]]] | None = None
+    # the commit of each git config source (`config_head_key`): resolved by this runtime's config load, or
+    # handed in by the poll's refresh moments after its own ls-remote (`triggers.dispatch.Refresh.config`)
+    config_heads: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, settings: Settings, store: ObjectStore, *, config: Config | None = None,
@@ -264,8 +273,10 @@ class Runtime:
         from tidecd.source import checkouts  # lazy: cold start (as above)
 
         creds = git.credentials_for(ref.repo_url, self.plain_secrets_unsealed_later())
-        refs = git.ls_remote(ref.repo_url, creds)
-        sha = git.resolve_revision(refs, ref.ref, ref.repo_url)
+        sha = self.config_heads.get(config_head_key(ref), "")
+        if not sha:  # handed in: a step of the poll's fan-out needs no ls-remote of its own
+            sha = git.resolve_revision(git.ls_remote(ref.repo_url, creds), ref.ref, ref.repo_url)
+            self.config_heads[config_head_key(ref)] = sha
         cache_key = config_cache.key(ref.repo_url, sha, ref.path, str(ref), team)
         cached = self._cached_config(cache_key)
         if cached is not None:

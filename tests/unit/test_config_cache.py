@@ -212,3 +212,26 @@ def test_a_value_that_does_not_round_trip_is_not_cached() -> None:
     plain = Config(secrets=[{"kind": "Secret", "metadata": {"name": "s"}, "stringData": {"a": "b"}}])
     blob = cache.encode(plain)
     assert blob is not None and cache.decode(blob) == plain
+
+
+def test_a_step_of_the_polls_fan_out_loads_the_config_at_the_polls_commits(git_server: GitServer,
+                                                                           tmp_path: Path) -> None:
+    """The poll hands each step the config sources' commits it resolved (`Refresh.config`): the step loads
+    the config at them with no ls-remote of its own, and one without them resolves as before."""
+    main = filled(git_server, tmp_path, "config-cache-heads")
+    store = tmp_path / "store"
+    polled = cold(main, store)
+    loaded = polled.config()
+    assert len(polled.config_heads) == 2 and main.head() in polled.config_heads.values()  # the main source, the team's
+    main.write("apps/app-0000.yaml", app("app-0000", "proj-2"))
+    main.commit("move app-0000")
+    main.push()
+    git_server.reset_counts()
+
+    step = cold(main, store)
+    step.config_heads.update(polled.config_heads)
+    assert step.config().applications["app-0000"].project == loaded.applications["app-0000"].project
+    assert git_server.counts("config-cache-heads-main") == {} and git_server.counts("config-cache-heads-team") == {}
+
+    assert cold(main, store).config().applications["app-0000"].project == "proj-2"  # no heads: resolved
+    assert git_server.counts("config-cache-heads-main")

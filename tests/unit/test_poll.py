@@ -21,6 +21,7 @@ from tidecd.runtime import Runtime, Settings
 from tidecd.source import RefCache
 from tidecd.state.app import state_key
 from tidecd.triggers.dispatch import (
+    HEAD_FRESH_SECONDS,
     BadRefreshMessage,
     DirectDispatcher,
     PubSubDispatcher,
@@ -340,6 +341,7 @@ class StubRuntime:
         self._config: Config = _assemble([i for i in items if i is not None], errors)
         self.config_spec = config
         self.store = MemoryStore()
+        self.config_heads: dict[str, str] = {}
 
     @property
     def settings(self) -> Settings:
@@ -367,6 +369,23 @@ def test_a_moved_config_source_refreshes_every_app(tmp_path: Path) -> None:
     assert summary.config_changed is True
     assert summary.apps_refreshed == ["infra", "web"]
     assert set(sent.reasons().values()) == {"config source changed"}
+
+
+def test_each_refresh_carries_the_config_commits_the_poll_loaded(tmp_path: Path) -> None:
+    """A step within HEAD_FRESH_SECONDS loads the config at them, without an ls-remote of its own."""
+    apps = [application("web", REPO_A), application("infra", REPO_B, "v1")]
+    runtime = StubRuntime(apps, config=f"{REPO_C}#main:config")
+    runtime.config_heads = {f"{REPO_C}#main": SHA[3]}  # as Runtime's config load records it
+    git = FakeGit({REPO_A: heads(SHA[1]), REPO_B: heads(SHA[2]), REPO_C: heads(SHA[3])})
+    run(runtime, git, sent := Recorder())  # type: ignore[arg-type]
+
+    assert sorted(r.app for r in sent.refreshes) == ["infra", "web"]
+    for refresh in sent.refreshes:
+        assert refresh.config_heads(refresh.config_at + 1) == {f"{REPO_C}#main": SHA[3]}
+        assert refresh.config_heads(refresh.config_at + HEAD_FRESH_SECONDS + 1) == {}  # later: resolved again
+        assert decode_refresh(event_data(refresh.to_json())) == refresh
+    continuation = Refresh("web", "next", token="t", config=((f"{REPO_C}#main", SHA[3]),), config_at=1.0)
+    assert continuation.config_heads(2.0) == {}
 
 
 @pytest.mark.parametrize("spec", ["https://github.com/acme/apps#dev:config", "git@github.com:acme/apps.git#dev"])
@@ -455,6 +474,9 @@ def test_decode_refresh_round_trip_and_attribute_fallback() -> None:
         (event_data(b"[1]"), "not a JSON object"),
         (event_data(b'{"reason": "x"}'), "no app name"),
         (event_data(b'{"app": "web", "reason": 3}'), "must be strings"),
+        (event_data(b'{"app": "web", "config": ["x"]}'), "config must map"),
+        (event_data(b'{"app": "web", "config": {"https://git.example.com/c#main": "HEAD"}}'), "40 hex digits"),
+        (event_data(b'{"app": "web", "configAt": "soon"}'), "configAt must be a number"),
     ],
 )
 def test_decode_refresh_refuses_bad_messages_permanently(data: dict[str, Any], message: str) -> None:

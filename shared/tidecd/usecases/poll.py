@@ -32,7 +32,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -123,6 +123,7 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
     start, summary = now(), PollSummary()
     if jitter_seconds > 0:  # ticks of several installations (or retries) should not hit git in lockstep
         sleep((rng or random.Random()).uniform(0, jitter_seconds))  # noqa: S311 (jitter, not crypto)
+    config_at = now_unix()  # no later than the config load: its commits are handed on with the refreshes
     try:
         config_source = parse_config_source(runtime.settings.config)
         ls_remote = _once_per_repo(ls_remote)
@@ -152,7 +153,9 @@ def poll(runtime: Runtime, dispatcher: Dispatcher, *, max_seconds: float = 120.0
              if (a.sync_policy.self_heal or a.sync_policy.automated) and a.name not in refreshes
              and a.name in reachable]
     drift, swept = _due_for_sweep(runtime, config.argo_settings, drift, summary)
-    undone = _dispatch([*refreshes.values(), *drift], dispatcher, batch_size, start, max_seconds, now, summary)
+    heads = tuple(sorted(runtime.config_heads.items()))  # each step loads the config at them, no ls-remote
+    sent = [replace(r, config=heads, config_at=config_at) if heads else r for r in [*refreshes.values(), *drift]]
+    undone = _dispatch(sent, dispatcher, batch_size, start, max_seconds, now, summary)
     if swept is not None:
         _save_sweep(runtime, swept, {r.app for r in drift if r.app not in undone}, summary)
     summary.apps_refreshed = sorted(n for n in refreshes if n not in undone)
