@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import cast
@@ -134,7 +135,6 @@ class Observer:
         self.notes = record.Notes()
         self.facts = Facts()
         self.inputs = ""  # the quiet record's inputs digest, once computed
-        self.marking: tuple[SourceOverride | None] | None = None  # the image updater's override, read once a step
 
 
     @property
@@ -175,12 +175,15 @@ class Observer:
         return quiet.inputs_digest(quiet.Inputs(self.ctx.automate, target.desired.revision, marker,
                                                 target.app, target.project, target.config, target.manifests))
 
+    @functools.cached_property
+    def override(self) -> SourceOverride | None:
+        """The image updater's override, read once a step: each decision asks for the sync marker, and a
+        first sync read the same object ten times."""
+        return images_state.render_override(self.ctx.runtime.store, self.ctx.name)
+
     def marker(self, app: Application, revision: str) -> str:
-        """What an automated sync of the revision records (`images.state.sync_marker`). The override is read
-        once a step: each decision asks, and a first sync read the same object ten times."""
-        if self.marking is None:
-            self.marking = (images_state.render_override(self.ctx.runtime.store, app.name),)
-        return images_state.sync_marker(self.marking[0], revision, spec_hash(app))
+        """What an automated sync of the revision records (`images.state.sync_marker`)."""
+        return images_state.sync_marker(self.override, revision, spec_hash(app))
 
     def list_live(self) -> observe.Listing:
         target = self.current
