@@ -1,5 +1,5 @@
 """What the step itself needs to start an operation: the Operation record, the app's policy as decide takes
-it, and the project's sync windows.
+it, the project's sync windows, and the cluster its writes go to.
 
 The commands (`tidecd.usecases.commands`) build explicit operations with these; the step builds automated
 ones. They sit below the use cases so the step never imports upward.
@@ -14,9 +14,13 @@ from typing import Any
 
 from tidecd.base.errors import OperationInProgress, SyncWindowClosed
 from tidecd.base.model import ResourceKey
+from tidecd.clients.cluster import KubeCluster
 from tidecd.clients.store import ObjectStore, PreconditionFailed
-from tidecd.config.load import Application, Config
+from tidecd.config.argocd_settings import ArgoSettings
+from tidecd.config.load import Application, AppProject, Config
+from tidecd.project import impersonation
 from tidecd.project import windows as syncwindows
+from tidecd.runtime import Runtime
 from tidecd.state import app as app_state
 from tidecd.state.app import Operation, OperationRequest, RetryState
 from tidecd.sync import decide as decision
@@ -101,3 +105,14 @@ def policy_of(app: Application) -> decision.Policy:
         create_namespace=app.destination.namespace if policy.has_option("CreateNamespace=true") else "",
         apply_out_of_sync_only=policy.has_option("ApplyOutOfSyncOnly=true"),
     )
+
+
+def sync_cluster(runtime: Runtime, settings: ArgoSettings, project: AppProject, app: Application) -> KubeCluster:
+    """The app's cluster, whose writes act as the project's destination ServiceAccount when argocd-cm turns
+    sync impersonation on (`tidecd.project.impersonation`); NoServiceAccount when none matches."""
+    cluster = runtime.cluster(app.destination)
+    if not settings.sync_impersonation:
+        return cluster
+    user = impersonation.sync_user(settings, project, runtime.destination_server(app.destination),
+                                   app.destination.namespace)
+    return cluster.impersonating(user) if user else cluster

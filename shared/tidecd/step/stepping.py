@@ -25,15 +25,14 @@ from tidecd.base.errors import PermanentError, ProjectViolation, TemporaryError
 from tidecd.base.model import Action, ChangeEntry, ChangeSet, HealthStatus, Manifest, ResourceKey, SyncStatus
 from tidecd.clients.cluster import ApiTooManyRequests, KubeCluster, unreachable
 from tidecd.clients.store import LeaseKeeper
-from tidecd.config.argocd_settings import ArgoSettings
-from tidecd.config.load import Application, AppProject
+from tidecd.config.load import Application
 from tidecd.diff import Comparison
 from tidecd.generated import appofapps
 from tidecd.generated import records as generated
 from tidecd.generated.appofapps import ChildCluster
 from tidecd.health import awaited
 from tidecd.images import state as images_state
-from tidecd.project import impersonation, rules
+from tidecd.project import rules
 from tidecd.project import windows as syncwindows
 from tidecd.render.overrides import SourceOverride
 from tidecd.runtime import Runtime
@@ -44,7 +43,7 @@ from tidecd.state.app import OperationPhase
 from tidecd.step import deletion, execute, observe, plangate, quiet, record
 from tidecd.step.desired import place, runtime_render, spec_hash
 from tidecd.step.observe import Target
-from tidecd.step.operation import automated_operation, policy_of, sync_window
+from tidecd.step.operation import automated_operation, policy_of, sync_cluster, sync_window
 from tidecd.sync import decide as decision
 from tidecd.sync import plan
 from tidecd.sync.apply import owned_by
@@ -52,17 +51,6 @@ from tidecd.sync.apply import owned_by
 log = structlog.get_logger("tidecd.step.reconcile")
 POLL_INTERVAL = 0.5  # between health checks inside one step's budget
 MAX_STEP_ERRORS = 3  # temporary errors in a row a running operation survives after its first write
-
-
-def sync_cluster(runtime: Runtime, settings: ArgoSettings, project: AppProject, app: Application) -> KubeCluster:
-    """The app's cluster, whose writes act as the project's destination ServiceAccount when argocd-cm turns
-    sync impersonation on (`tidecd.project.impersonation`); NoServiceAccount when none matches."""
-    cluster = runtime.cluster(app.destination)
-    if not settings.sync_impersonation:
-        return cluster
-    user = impersonation.sync_user(settings, project, runtime.destination_server(app.destination),
-                                   app.destination.namespace)
-    return cluster.impersonating(user) if user else cluster
 
 
 @dataclass(frozen=True)

@@ -411,8 +411,7 @@ def preview_app(runtime: Runtime, app: Application, head_sha: str) -> AppPreview
     # lazy: cold start (the rendering pipeline: a webhook's pull_request delivery only submits jobs)
     from tidecd.step.desired import desired_of
     from tidecd.step.observe import comparison_of, read
-    from tidecd.step.operation import sync_window
-    from tidecd.step.stepping import sync_cluster
+    from tidecd.step.operation import sync_cluster, sync_window
 
     refused = _scope_violations(runtime, app, head_sha, Mode.FULL)
     if refused is not None:
