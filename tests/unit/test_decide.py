@@ -129,6 +129,26 @@ def test_the_dry_run_covers_new_objects_but_not_kinds_of_a_crd_in_the_same_sync(
     assert step.known_failures == ((k(broken), "dry-run failed: immutable"),)
 
 
+def test_custom_resources_wait_a_moment_for_discovery_to_list_their_crds_kind() -> None:
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "widgets.x.io", "annotations": {}},
+           "spec": {"group": "x.io", "names": {"kind": "Widget"}}}
+    widget = obj("Widget", "w", "x.io/v1")
+    established = {**crd, "status": {"conditions": [
+        {"type": "Established", "status": "True", "lastTransitionTime": "1970-01-01T00:01:30Z"}]}}  # 90.0
+    op = running(checked=True, results=[dataclasses.replace(result(crd), phase=TaskPhase.SUCCEEDED)])
+    unserved = frozenset({("x.io", "Widget")})
+    waiting = d.decide(observe([crd, widget], [established], unserved=unserved), op, d.Policy()).step
+    assert waiting == d.Wait((k(crd),), "waiting for the API server to serve the kinds of "
+                                        "apiextensions.k8s.io/CustomResourceDefinition/widgets.x.io")
+    listed = d.decide(observe([crd, widget], [established]), op, d.Policy()).step
+    assert isinstance(listed, d.RunTasks) and [t.key.name for t in listed.tasks] == ["w"]
+    # past the grace, it is applied anyway and fails as unserved (as in Argo CD): no wait without end
+    late = d.decide(observe([crd, widget], [established], unserved=unserved,
+                            now=90.0 + d.SERVE_GRACE_SECONDS), op, d.Policy()).step
+    assert isinstance(late, d.RunTasks)
+
+
 def test_groups_run_in_order_and_only_non_final_ones_are_waited_for() -> None:
     db, web = dep("db", **{WAVE: "0"}), dep("web", **{WAVE: "1"})
     op = running(checked=True)

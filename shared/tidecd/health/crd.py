@@ -5,6 +5,7 @@ Later sync waves often create custom resources of this CRD, so "not established 
 
 from __future__ import annotations
 
+from tidecd.base.clock import unix
 from tidecd.base.model import HealthResult, HealthStatus, Manifest
 from tidecd.health._fields import condition, is_false, is_true, text
 
@@ -22,3 +23,10 @@ def check(obj: Manifest) -> HealthResult:
     if not is_true(condition(obj, "Established")):
         return HealthResult(HealthStatus.PROGRESSING, "CRD is not established yet")
     return HealthResult(HealthStatus.HEALTHY, "CRD is established")
+
+
+def established_at(obj: Manifest) -> float | None:
+    """When the CRD turned Established (unix; 0.0 when the condition gives no time), None while it is not.
+    The API server's discovery lists the new kind a moment after the condition, not with it."""
+    found = condition(obj, "Established")
+    return unix(str(found.get("lastTransitionTime") or "")) if found is not None and is_true(found) else None

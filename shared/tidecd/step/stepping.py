@@ -229,6 +229,12 @@ class Observer:
             else:
                 self.view.live[key] = found
 
+    def relist_unserved(self) -> None:
+        """A kind not served when the step began may be now: a CRD of this sync Established meanwhile."""
+        if self.facts.unserved:
+            self.facts = dataclasses.replace(self.facts, unserved=observe.unserved(self.current.cluster,
+                                                                                   self.current.tasks))
+
     def observation(self) -> decision.Observation:
         target, resources, facts = self.current, self.comparison.resources, self.facts
         return decision.Observation(
@@ -480,6 +486,7 @@ class Step:
                     break
                 ctx.clock.pause(POLL_INTERVAL)  # the bounded in-budget health poll
                 self.eye.reread(step.keys)
+                self.eye.relist_unserved()
                 continue
             if not first and ctx.clock.monotonic() > ctx.deadline:
                 self.end.continue_after = 0.0  # more work, no waiting: go on in the next call

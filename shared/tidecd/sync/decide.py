@@ -31,6 +31,7 @@ from tidecd import health
 from tidecd.base import constants, ownership
 from tidecd.base.clock import unix
 from tidecd.base.model import Action, HealthStatus, Manifest, ResourceKey
+from tidecd.health.crd import established_at
 from tidecd.state.app import Operation, OperationPhase, TaskPhase, TaskResult
 from tidecd.sync.plan import PHASE_ORDER, Phase, Task
 from tidecd.sync.prune import PRUNE_RESULTS, next_wave, prune_candidates
@@ -41,6 +42,10 @@ SKIP_DRY_RUN = "SkipDryRunOnMissingResource=true"
 ALLOW_TAKEOVER = "AllowTakeover=true"
 REPLACE = "Replace=true"
 BEFORE_HOOK_CREATION = "BeforeHookCreation"
+# An Established CRD's kind is waited for in discovery this long before its custom resources are applied
+# anyway (and fail as unserved): the API server lists it moments after the condition (gitops-engine's
+# ensureCRDReady waits for the condition; its apply then rereads discovery).
+SERVE_GRACE_SECONDS = 30.0
 SELF_HEAL_SECONDS, SELF_HEAL_FACTOR, SELF_HEAL_CAP_SECONDS = 2.0, 3.0, 300.0  # Argo CD's self-heal backoff
 
 
@@ -117,14 +122,19 @@ class Observation:
     health_scripts: Mapping[str, str] = field(default_factory=dict)  # argocd-cm Lua checks, "group/Kind"
 
     @property
-    def crd_kinds(self) -> frozenset[tuple[str, str]]:
-        """Kinds introduced by CRDs among the desired objects."""
-        out = set()
+    def crds(self) -> dict[tuple[str, str], ResourceKey]:
+        """The CRDs among the desired objects, by the (group, kind) each introduces."""
+        out = {}
         for task in self.tasks:
             if task.key.kind == "CustomResourceDefinition" and not task.hook:
                 spec = task.obj.get("spec") or {}
-                out.add((str(spec.get("group", "")), str((spec.get("names") or {}).get("kind", ""))))
-        return frozenset(out)
+                out[(str(spec.get("group", "")), str((spec.get("names") or {}).get("kind", "")))] = task.key
+        return out
+
+    @property
+    def crd_kinds(self) -> frozenset[tuple[str, str]]:
+        """Kinds introduced by CRDs among the desired objects."""
+        return frozenset(self.crds)
 
 
 # --- steps ---------------------------------------------------------------------------------------------
@@ -417,6 +427,10 @@ def _advance(obs: Observation, op: Operation, policy: Policy,
             if all((obs.live[k].get("metadata") or {}).get("deletionTimestamp") for k in old):
                 return Wait(tuple(old), f"waiting for deletion of {_keys_text(old, 'hooks')}")
             return DeleteHooks(tuple(old), BEFORE_HOOK_CREATION)
+        unlisted = _crds_not_listed_yet(obs, group)
+        if unlisted:
+            return Wait(unlisted, "waiting for the API server to serve the kinds of "
+                                  + _keys_text(list(unlisted), "CRDs"))
         recheck = [t for t in group if t.key in op.progress.deferred_keys()]
         if recheck:
             return DryRun(tuple(recheck), at_group=True)
@@ -490,6 +504,19 @@ def waiting_for_their_group(step: DryRun, refused: Mapping[ResourceKey, int]) ->
         return frozenset()
     return frozenset(key for key, status in refused.items()
                      if key in step.later and status not in INTRINSIC_REFUSALS)
+
+
+def _crds_not_listed_yet(obs: Observation, group: list[Task]) -> tuple[ResourceKey, ...]:
+    """The CRDs of this sync, Established moments ago, whose kinds `group` creates and discovery does not
+    list yet: applied now, those objects would fail as unserved."""
+    crds, waiting = obs.crds, set()
+    for task in group:
+        crd = crds.get((task.key.group, task.key.kind))
+        live = obs.live.get(crd) if crd is not None and (task.key.group, task.key.kind) in obs.unserved else None
+        since = established_at(live) if live is not None else None
+        if crd is not None and since is not None and obs.now - since < SERVE_GRACE_SECONDS:
+            waiting.add(crd)
+    return tuple(sorted(waiting))
 
 
 def later_than_first_write(obs: Observation, tasks: list[Task], checked: list[Task]) -> frozenset[ResourceKey]:
