@@ -178,7 +178,10 @@ class PushBridge:
         from google.cloud.pubsub_v1.subscriber.scheduler import ThreadScheduler
 
         self._subscriber = pubsub_v1.SubscriberClient()
-        flow = pubsub_v1.types.FlowControl(max_messages=self.outstanding)
+        # the client extends each lease by about its ack latency's p99 (10 s at first), and on a loaded machine
+        # its lease thread falls behind: the emulator then redelivers messages still being posted. The
+        # subscription's own deadline (600 s, as infra's is above reconcile's timeout) is asked instead.
+        flow = pubsub_v1.types.FlowControl(max_messages=self.outstanding, min_duration_per_lease_extension=600)
         scheduler = ThreadScheduler(ThreadPoolExecutor(max_workers=self.outstanding, thread_name_prefix="push"))
         self._future = self._subscriber.subscribe(self.subscription, self._deliver, flow_control=flow,
                                                   scheduler=scheduler)
