@@ -212,11 +212,12 @@ def profiles(folder: Path) -> dict[str, list[str]]:
 
 def bridge_counts(fleet: scale.Fleet) -> dict[str, int]:
     """Messages the push bridge posted and acked, nacked for redelivery, and redeliveries of messages
-    already answered (acked without posting: the emulator's at-least-once)."""
+    already answered (acked without posting: the emulator's at-least-once) or still being posted."""
     bridge = fleet.bridge
     if bridge is None:
         return {}
-    return {"delivered": bridge.delivered, "nacked": bridge.redelivered, "duplicates_acked": bridge.duplicates}
+    return {"delivered": bridge.delivered, "nacked": bridge.redelivered, "duplicates_acked": bridge.duplicates,
+            "duplicates_in_flight": bridge.duplicates_in_flight}
 
 
 class bench_emulator:  # noqa: N801 - used as a context manager

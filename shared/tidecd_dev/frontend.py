@@ -162,7 +162,8 @@ class PushBridge:
         self._attempts: dict[str, int] = {}
         self._done: set[str] = set()  # message ids answered 2xx: a redelivery of one is acked, not posted
         self._in_flight: set[str] = set()
-        self.duplicates = 0
+        self.duplicates = 0  # redeliveries of a message already answered 2xx (acked again, not posted)
+        self.duplicates_in_flight = 0  # redeliveries of a message still being posted (nacked after a second)
         self.messages = 0
         self.bytes = 0
         self.withheld = 0
@@ -178,10 +179,7 @@ class PushBridge:
         from google.cloud.pubsub_v1.subscriber.scheduler import ThreadScheduler
 
         self._subscriber = pubsub_v1.SubscriberClient()
-        # the client extends each lease by about its ack latency's p99 (10 s at first), and on a loaded machine
-        # its lease thread falls behind: the emulator then redelivers messages still being posted. The
-        # subscription's own deadline (600 s, as infra's is above reconcile's timeout) is asked instead.
-        flow = pubsub_v1.types.FlowControl(max_messages=self.outstanding, min_duration_per_lease_extension=600)
+        flow = pubsub_v1.types.FlowControl(max_messages=self.outstanding)
         scheduler = ThreadScheduler(ThreadPoolExecutor(max_workers=self.outstanding, thread_name_prefix="push"))
         self._future = self._subscriber.subscribe(self.subscription, self._deliver, flow_control=flow,
                                                   scheduler=scheduler)
@@ -190,8 +188,10 @@ class PushBridge:
     def _deliver(self, message: Any) -> None:
         with self._lock:
             done, running = message.message_id in self._done, message.message_id in self._in_flight
-            if done or running:
+            if done:
                 self.duplicates += 1
+            elif running:
+                self.duplicates_in_flight += 1
             else:
                 self._in_flight.add(message.message_id)
                 self.messages += 1
