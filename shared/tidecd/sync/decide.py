@@ -509,6 +509,8 @@ def waiting_for_their_group(step: DryRun, refused: Mapping[ResourceKey, int]) ->
 def _crds_not_listed_yet(obs: Observation, group: list[Task]) -> tuple[ResourceKey, ...]:
     """The CRDs of this sync, Established moments ago, whose kinds `group` creates and discovery does not
     list yet: applied now, those objects would fail as unserved."""
+    if not obs.unserved:  # every decision of every group passes here: nothing unserved, nothing to look up
+        return ()
     crds, waiting = obs.crds, set()
     for task in group:
         crd = crds.get((task.key.group, task.key.kind))
